@@ -1,0 +1,32 @@
+/* cpu: the CPU backend's kernels (the reference implementation of every op in backend.h). */
+#ifndef GREENLM_CPU_H
+#define GREENLM_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                       int C, float eps);
+void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int N, int C);
+void cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M);
+void cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                    int N, int K, int M);
+size_t cpu_attention_scratch(int T);
+void cpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
+                       int window, float scale);
+void cpu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                       float *scratch, int B, int T, int C, int H, int window, float scale);
+void cpu_gelu_fwd(float *out, const float *inp, size_t n);
+void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
+void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n);
+void cpu_accumulate(float *dst, const float *src, size_t n);
+void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale);
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
+double cpu_sumsq(const float *x, size_t n);
+
+#endif

@@ -1,0 +1,148 @@
+/* cpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy and AdamW on the CPU. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "cpu_math.h"
+
+void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      float *o = out + ((size_t)b * T + t) * C;
+      const float *e = wte + (size_t)tok[b * T + t] * C, *p = wpe + (size_t)t * C;
+      for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const float *d = dout + ((size_t)b * T + t) * C;
+      float *e = dwte + (size_t)tok[b * T + t] * C, *p = dwpe + (size_t)t * C;
+      for (int c = 0; c < C; c++) {
+        e[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+}
+
+void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                       int C, float eps) {
+  for (int i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C;
+    float *o = out + (size_t)i * C;
+    float m = cpu_sum(x, (size_t)C) / (float)C;
+    /* variance in two passes over the row (stable); o holds x - m meanwhile */
+    for (int c = 0; c < C; c++) o[c] = x[c] - m;
+    float v = cpu_dot(o, o, (size_t)C);
+    float r = 1.0f / sqrtf(v / (float)C + eps);
+    for (int c = 0; c < C; c++) o[c] = o[c] * r * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = r;
+  }
+}
+
+/* One row of the LayerNorm backward; the buffers never overlap (restrict lets it vectorize). */
+static void layernorm_bwd_row(float *restrict dx, float *restrict dw, float *restrict db, const float *restrict d,
+                              const float *restrict x, const float *restrict w, float m, float r, int C) {
+  /* two reductions: mean(dnorm) and mean(dnorm * norm), with dnorm = dout * w */
+  float a1[CPU_LANES] = {0}, a2[CPU_LANES] = {0};
+  int c0 = 0;
+  for (; c0 + CPU_LANES <= C; c0 += CPU_LANES)
+    for (int j = 0; j < CPU_LANES; j++) {
+      float n = (x[c0 + j] - m) * r, dn = d[c0 + j] * w[c0 + j];
+      a1[j] += dn;
+      a2[j] += dn * n;
+    }
+  float s1 = 0.0f, s2 = 0.0f;
+  for (int c = c0; c < C; c++) {
+    float n = (x[c] - m) * r, dn = d[c] * w[c];
+    s1 += dn;
+    s2 += dn * n;
+  }
+  for (int j = 0; j < CPU_LANES; j++) {
+    s1 += a1[j];
+    s2 += a2[j];
+  }
+  s1 /= (float)C;
+  s2 /= (float)C;
+  for (int c = 0; c < C; c++) {
+    float n = (x[c] - m) * r, dn = d[c] * w[c];
+    dx[c] += (dn - s1 - n * s2) * r;
+    dw[c] += d[c] * n;
+    db[c] += d[c];
+  }
+}
+
+void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int N, int C) {
+  for (int i = 0; i < N; i++)
+    layernorm_bwd_row(dinp + (size_t)i * C, dw, db, dout + (size_t)i * C, inp + (size_t)i * C, w, mean[i], rstd[i], C);
+}
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+void cpu_gelu_fwd(float *out, const float *inp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + cpu_tanhf(GELU_S * (x + GELU_A * x * x * x)));
+  }
+}
+
+void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float t = cpu_tanhf(GELU_S * (x + GELU_A * x * x * x));
+    float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+}
+
+void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void cpu_accumulate(float *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale) {
+  for (int i = 0; i < N; i++) {
+    float *x = logits + (size_t)i * V;
+    float mx = cpu_max(x, (size_t)V);
+    float xt = x[targets[i]];
+    float sum = cpu_exp_sum(x, (size_t)V, mx); /* x now holds exp(x - mx) */
+    if (dscale != 0.0f) {
+      float k = dscale / sum;
+      for (int v = 0; v < V; v++) x[v] *= k;
+      x[targets[i]] -= dscale;
+    }
+    losses[i] = mx + logf(sum) - xt;
+  }
+}
+
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a) {
+  const float b1 = a->beta1, b2 = a->beta2, gs = a->grad_scale;
+  const float bc1 = 1.0f - powf(b1, (float)a->step), bc2 = 1.0f - powf(b2, (float)a->step);
+  const float step_size = a->lr / bc1, rbc2 = 1.0f / sqrtf(bc2);
+  const float decay = 1.0f - a->lr * a->weight_decay;
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * gs;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * rbc2 + a->eps);
+  }
+}
+
+double cpu_sumsq(const float *x, size_t n) {
+  /* blocks of float partial sums keep the loop vectorized; blocks are summed in double */
+  double total = 0.0;
+  for (size_t i0 = 0; i0 < n; i0 += 4096) {
+    size_t len = i0 + 4096 < n ? 4096 : n - i0;
+    total += cpu_dot(x + i0, x + i0, len);
+  }
+  return total;
+}

@@ -1,0 +1,171 @@
+/* cfg: the deck's groups as tables, and the typed configuration they fill.
+ *
+ * Each group is one X-macro list of (type, key, default, range, doc). From it come the C struct
+ * field, the parser binding, the range check, the resolved-deck echo and doc/deck-reference.md;
+ * nothing else lists the keys. Defaults are written as deck text and parsed like user input.
+ * A range is an interval ("[1, 4096]", "(0, 1]", "[0, inf)") for numbers, or a set of allowed
+ * words ("cosine|linear|constant") for strings and string lists; "" means unrestricted. */
+#ifndef GREENLM_CFG_H
+#define GREENLM_CFG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "nml.h"
+
+#define CFG_STR_LEN 1024
+#define CFG_LIST_MAX 64
+#define CFG_WORD_LEN 32
+
+typedef struct {
+  int n;
+  char v[CFG_LIST_MAX][CFG_WORD_LEN];
+} cfg_strlist;
+
+/* ---- the groups ------------------------------------------------------------------------------ */
+
+#define CFG_GROUP_JOB(X, g)                                                                           \
+  X(g, STR, task, "'train'", "train", "What the run does: 'train' trains the model on &data, evaluates it and samples text") \
+  X(g, STR, name, "'greenlm'", "", "Name of the run, used in reports")                               \
+  X(g, STR, run_dir, "'runs/default'", "", "Directory that receives deck.resolved.nml, log.txt, metrics.csv and verdict.json") \
+  X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
+  X(g, INT, seed, "1234", "[0, 9007199254740991]", "Seed of parameter initialisation, data order and sampling") \
+  X(g, INT, log_every, "10", "[1, inf)", "Optimizer steps between progress lines and metrics.csv rows")
+
+#define CFG_GROUP_MODEL(X, g)                                                                         \
+  X(g, STR, arch, "'gpt-neo'", "gpt-neo|gpt2", "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers) or 'gpt2' (scaled scores, q/k/v bias, all global)") \
+  X(g, INT, vocab_size, "50257", "[2, 16777216]", "Vocabulary size V (rows of the tied token embedding wte)") \
+  X(g, INT, block_size, "2048", "[1, 1048576]", "Longest sequence the model can see: rows of the position embedding wpe") \
+  X(g, INT, n_layer, "12", "[1, 4096]", "Number of transformer blocks L")                          \
+  X(g, INT, n_embd, "768", "[1, 1048576]", "Hidden size C")                                        \
+  X(g, INT, n_head, "12", "[1, 4096]", "Attention heads H; head size is C/H")                      \
+  X(g, INT, n_inner, "0", "[0, 4194304]", "MLP hidden size; 0 means 4*n_embd")                     \
+  X(g, STRLIST, attention_types, "'global', 'local'", "global|local", "Attention kind of each layer, as a pattern repeated over the layers") \
+  X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
+  X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm")                   \
+  X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings")
+
+#define CFG_GROUP_TRAINING(X, g)                                                                      \
+  X(g, INT, seq_len, "128", "[1, 1048576]", "Tokens per training sequence T (at most block_size)")  \
+  X(g, INT, micro_batch_size, "4", "[1, 1048576]", "Sequences per micro-batch B (one forward/backward pass)") \
+  X(g, INT, global_batch_size, "0", "[0, 1073741824]", "Sequences per optimizer step; a multiple of micro_batch_size (gradients are accumulated); 0 means micro_batch_size") \
+  X(g, INT, max_steps, "1000", "[1, inf)", "Optimizer steps to train")                              \
+  X(g, REAL, max_minutes, "0", "[0, inf)", "Stop training (with the end-of-run verdict) after this many minutes of wall time; 0 means no limit") \
+  X(g, REAL, lr, "6e-4", "(0, 10]", "Peak learning rate")                                           \
+  X(g, REAL, min_lr, "6e-5", "[0, 10]", "Learning rate at the end of the decay (the floor)")       \
+  X(g, INT, warmup_steps, "100", "[0, inf)", "Steps of linear warm-up from lr/warmup_steps to lr") \
+  X(g, STR, lr_decay, "'cosine'", "cosine|linear|constant", "Decay from lr to min_lr after the warm-up") \
+  X(g, INT, decay_steps, "0", "[0, inf)", "Step at which the decay reaches min_lr; 0 means max_steps") \
+  X(g, REAL, beta1, "0.9", "[0, 1)", "AdamW first-moment decay")                                    \
+  X(g, REAL, beta2, "0.95", "[0, 1)", "AdamW second-moment decay")                                  \
+  X(g, REAL, adam_eps, "1e-8", "(0, 1)", "AdamW epsilon")                                           \
+  X(g, REAL, weight_decay, "0.1", "[0, 10]", "Decoupled weight decay of the weight matrices and embeddings (never biases or LayerNorm parameters)") \
+  X(g, REAL, grad_clip, "1.0", "[0, inf)", "Clip the global gradient norm to this value; 0 disables clipping") \
+  X(g, INT, eval_every, "100", "[0, inf)", "Steps between validation-loss evaluations; 0 evaluates only at the end") \
+  X(g, INT, eval_batches, "8", "[1, inf)", "Micro-batches of validation data per evaluation")
+
+#define CFG_GROUP_DATA(X, g)                                                                          \
+  X(g, STR, tokenizer, "'bytes'", "bytes", "Tokenizer: 'bytes' maps each byte of the text to one token (vocabulary 256)") \
+  X(g, STR, train_file, "''", "", "Text file to train on")                                          \
+  X(g, STR, val_file, "''", "", "Text file for validation; empty means the last val_fraction of train_file") \
+  X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of train_file held out for validation when val_file is empty")
+
+#define CFG_GROUP_SAMPLE(X, g)                                                                        \
+  X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate after training; 0 skips sampling")    \
+  X(g, STR, prompt, "''", "", "Text the sample continues; empty starts from a newline")             \
+  X(g, REAL, temperature, "0.8", "(0, 100]", "Sampling temperature")                                \
+  X(g, INT, top_k, "40", "[0, inf)", "Sample among the k most likely tokens; 0 means all")
+
+#define CFG_GROUP_SYSTEM(X, g)                                                                        \
+  X(g, STR, backend, "'cpu'", "cpu", "Compute backend: 'cpu' (OpenBLAS and C kernels)")             \
+  X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 keeps OpenBLAS's own choice (OPENBLAS_NUM_THREADS)") \
+  X(g, REAL, peak_gflops, "0", "[0, inf)", "Peak GFLOP/s of one rank for MFU; 0 measures SGEMM at start-up")
+
+#define CFG_GROUP_ENERGY(X, g)                                                                        \
+  X(g, REAL, pue, "1.0", "[1, 10]", "Power usage effectiveness of the site (facility energy / IT energy)") \
+  X(g, REAL, grid_intensity, "475", "[0, 5000]", "Grid carbon intensity in gCO2e/kWh (default: world average, IEA 2019)") \
+  X(g, REAL, cpu_tdp_w, "0", "[0, 100000]", "CPU package TDP in W for an estimate when no sensor exists; 0 means no estimate")
+
+/* Every group, in deck order: X(name, NAME_MACRO, doc) */
+#define CFG_GROUPS(X)                                                                              \
+  X(job, CFG_GROUP_JOB, "The run: task, run directory, seed and logging")                        \
+  X(model, CFG_GROUP_MODEL, "The network: a GPT-Neo (or GPT-2) decoder")                         \
+  X(training, CFG_GROUP_TRAINING, "Batches, schedule, AdamW and evaluation")                      \
+  X(data, CFG_GROUP_DATA, "Training and validation text and its tokenizer")                      \
+  X(sample, CFG_GROUP_SAMPLE, "Text generated from the trained model at the end of the run")     \
+  X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \
+  X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")
+
+/* ---- generated structs ----------------------------------------------------------------------- */
+
+#define CFG_FIELD_INT(n) long n;
+#define CFG_FIELD_REAL(n) double n;
+#define CFG_FIELD_BOOL(n) int n;
+#define CFG_FIELD_STR(n) char n[CFG_STR_LEN];
+#define CFG_FIELD_STRLIST(n) cfg_strlist n;
+#define CFG_FIELD(g, type, n, def, range, doc) CFG_FIELD_##type(n)
+#define CFG_STRUCT(gname, GMACRO, gdoc) typedef struct { GMACRO(CFG_FIELD, gname) } cfg_##gname;
+CFG_GROUPS(CFG_STRUCT)
+#undef CFG_STRUCT
+
+#define CFG_COUNT(g, type, n, def, range, doc) +1
+#define CFG_GROUP_COUNT(gname, GMACRO, gdoc) GMACRO(CFG_COUNT, gname)
+enum { CFG_NKEYS = 0 CFG_GROUPS(CFG_GROUP_COUNT) };
+#undef CFG_GROUP_COUNT
+
+typedef enum { CFG_T_INT, CFG_T_REAL, CFG_T_BOOL, CFG_T_STR, CFG_T_STRLIST } cfg_type;
+
+typedef struct {
+  const char *name;
+  cfg_type type;
+  size_t offset; /* within the whole cfg_config */
+  const char *def;
+  const char *range;
+  const char *doc;
+} cfg_key;
+
+typedef struct {
+  const char *name;
+  const char *doc;
+  int first, nkeys; /* slice of cfg_keys() */
+} cfg_group;
+
+/* Where a key's value came from. */
+typedef struct {
+  char file[256]; /* deck path, "--set", or "" for the default */
+  int line, col;
+} cfg_origin;
+
+typedef struct cfg_config {
+#define CFG_MEMBER(gname, GMACRO, gdoc) cfg_##gname gname;
+  CFG_GROUPS(CFG_MEMBER)
+#undef CFG_MEMBER
+  cfg_origin origin[CFG_NKEYS];
+  char deck_path[CFG_STR_LEN];
+} cfg_config;
+
+const cfg_key *cfg_keys(void);
+const cfg_group *cfg_groups(int *ngroups);
+/* Index of group.key in cfg_keys(), or -1. */
+int cfg_find(const char *group, const char *key);
+
+/* Fill cfg from defaults, the deck text and the --set overrides ("group.key=value"), then check
+ * types, ranges and cross-field consistency and derive implied values (n_inner, batch sizes,
+ * decay_steps). Returns the number of errors added to errs; cfg is usable only when 0. */
+int cfg_load(cfg_config *cfg, const char *deck_text, const char *deck_name, char *const *overrides,
+             int noverrides, nml_errors *errs);
+
+/* Report an error at the place where group.key was set (or "default"). */
+void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, const char *key, const char *hint,
+                  const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
+/* Write the resolved deck (a valid deck) with a header comment; defaults are marked. */
+void cfg_write_deck(const cfg_config *cfg, FILE *fp, const char *header);
+/* Write the Markdown deck reference (doc/deck-reference.md). */
+void cfg_write_reference(FILE *fp);
+
+#endif

@@ -1,0 +1,198 @@
+/* greenlm: the program. Reads a namelist deck, validates it on every rank, then runs its task.
+ *
+ *   mpirun -np 1 src/greenlm input/tiny.nml
+ *   src/greenlm --dry-run --set model.n_layer=24 input/neo-125m.nml
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "cfg.h"
+#include "config.h"
+#include "model.h"
+#include "nml.h"
+#include "train.h"
+#include "util.h"
+
+static void usage(FILE *fp) {
+  fprintf(fp,
+          "usage: greenlm [options] DECK\n"
+          "       mpirun -np N greenlm [options] DECK\n"
+          "\n"
+          "Trains a GPT-Neo-style language model as the namelist DECK says.\n"
+          "\n"
+          "options:\n"
+          "  --dry-run               validate the deck, print the resolved deck, parameter count and\n"
+          "                          memory estimate, and exit without writing anything\n"
+          "  --set group.key=value   override a deck key (repeatable), e.g. --set training.lr=3e-4\n"
+          "  --deck-reference        print the Markdown reference of every deck key and exit\n"
+          "  --version               print the version and exit\n"
+          "  --help                  print this help and exit\n"
+          "\n"
+          "Documentation: README.md and doc/ in the source tree (doc/deck-reference.md for the keys).\n");
+}
+
+typedef struct {
+  const char *deck;
+  char **sets;
+  int nsets;
+  int dry_run;
+} args;
+
+/* Returns -1 to continue, or an exit status. */
+static int parse_args(int argc, char **argv, args *a, int rank) {
+  memset(a, 0, sizeof *a);
+  a->sets = util_calloc((size_t)argc, sizeof(char *), "arguments");
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      if (rank == 0) usage(stdout);
+      return 0;
+    } else if (!strcmp(s, "--version")) {
+      if (rank == 0) printf("greenlm %s\n", PACKAGE_VERSION);
+      return 0;
+    } else if (!strcmp(s, "--deck-reference")) {
+      if (rank == 0) cfg_write_reference(stdout);
+      return 0;
+    } else if (!strcmp(s, "--dry-run")) {
+      a->dry_run = 1;
+    } else if (!strcmp(s, "--set")) {
+      if (i + 1 >= argc) {
+        if (rank == 0) fprintf(stderr, "greenlm: error: --set needs group.key=value\n");
+        return 2;
+      }
+      a->sets[a->nsets++] = argv[++i];
+    } else if (!strncmp(s, "--set=", 6)) {
+      a->sets[a->nsets++] = argv[i] + 6;
+    } else if (s[0] == '-' && s[1]) {
+      if (rank == 0) {
+        fprintf(stderr, "greenlm: error: unknown option '%s'\n", s);
+        usage(stderr);
+      }
+      return 2;
+    } else if (a->deck) {
+      if (rank == 0) fprintf(stderr, "greenlm: error: more than one deck given ('%s' and '%s')\n", a->deck, s);
+      return 2;
+    } else {
+      a->deck = s;
+    }
+  }
+  if (!a->deck) {
+    if (rank == 0) {
+      fprintf(stderr, "greenlm: error: no deck given\n");
+      usage(stderr);
+    }
+    return 2;
+  }
+  return -1;
+}
+
+/* Rank 0 reads the deck and broadcasts its text; NULL (on every rank) when it cannot be read. */
+static char *read_deck(const char *path, int rank) {
+  char err[600] = "";
+  long len = -1;
+  char *text = NULL;
+  if (rank == 0) {
+    size_t n;
+    text = util_read_file(path, &n, err, sizeof err);
+    len = text ? (long)n : -1;
+    if (!text) fprintf(stderr, "greenlm: error: %s\n  hint: give the path of a deck, e.g. input/tiny.nml\n", err);
+  }
+  MPI_Bcast(&len, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  if (len < 0) return NULL;
+  if (rank != 0) text = util_malloc((size_t)len + 1, "deck text");
+  MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return text;
+}
+
+/* All ranks must have resolved the same configuration (same binary, same deck). */
+static void check_agreement(const cfg_config *cfg) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *fp = open_memstream(&buf, &len);
+  cfg_write_deck(cfg, fp, NULL);
+  fclose(fp);
+  unsigned long long h = util_hash64(buf, len, 0), lo, hi;
+  free(buf);
+  MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  UTIL_CHECK(lo == hi, "start every rank with the same greenlm binary and deck",
+             "ranks resolved different configurations");
+}
+
+static void dry_run(const cfg_config *cfg, const backend *be, const char *header) {
+  cfg_write_deck(cfg, stdout, header);
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &cfg->model);
+  int B = (int)cfg->training.micro_batch_size, T = (int)cfg->training.seq_len;
+  gpt_memory m = gpt_plan_memory(&s, be, B, T, 0, s.L, 1, 1);
+  size_t n = gpt_count_params(&s);
+  char b[6][32];
+  printf("! parameters: %zu (%.3f M)\n", n, (double)n / 1e6);
+  printf("! FLOPs per token: %.6g (6N + 12LCT, N without wpe)\n", gpt_flops_per_token(&s, T));
+  printf("! memory per rank: parameters %s, gradients %s, AdamW %s, activations %s, batch buffers %s\n",
+         util_fmt_bytes((double)m.params, b[0], 32), util_fmt_bytes((double)m.grads, b[1], 32),
+         util_fmt_bytes((double)m.adam, b[2], 32), util_fmt_bytes((double)m.acts, b[3], 32),
+         util_fmt_bytes((double)m.io, b[4], 32));
+  printf("! memory per rank total: %zu bytes (%s)\n", m.total, util_fmt_bytes((double)m.total, b[5], 32));
+  gpt_shape_free(&s);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  util_set_rank(rank);
+
+  args a;
+  int rc = parse_args(argc, argv, &a, rank);
+  if (rc >= 0) {
+    free(a.sets);
+    util_exit_all(rc);
+  }
+  char *text = read_deck(a.deck, rank);
+  if (!text) util_exit_all(1);
+
+  cfg_config *cfg = util_calloc(1, sizeof *cfg, "configuration");
+  nml_errors errs = {0};
+  if (cfg_load(cfg, text, a.deck, a.sets, a.nsets, &errs) > 0) {
+    if (rank == 0) {
+      nml_errors_print(&errs, 20);
+      fprintf(stderr, "greenlm: %d error%s in the deck; nothing was run or written\n", errs.n, errs.n == 1 ? "" : "s");
+    }
+    util_exit_all(1);
+  }
+  check_agreement(cfg);
+
+  char header[4096];
+  {
+    time_t now = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    int o = snprintf(header, sizeof header, "greenlm %s resolved deck (a valid deck: run it again with greenlm FILE)\n"
+                                            "from: %s\ndate: %s\nranks: %d\ncommand:", PACKAGE_VERSION, a.deck, date, size);
+    for (int i = 0; i < argc && o < (int)sizeof header - 2; i++)
+      o += snprintf(header + o, sizeof header - (size_t)o, " %s", argv[i]);
+  }
+  const backend *be = backend_cpu();
+  if (a.dry_run) {
+    if (rank == 0) dry_run(cfg, be, header);
+    util_exit_all(0);
+  }
+  if (size > 1) {
+    if (rank == 0)
+      fprintf(stderr, "greenlm: error: started with %d ranks, but this version trains on one rank only\n"
+                      "  hint: run mpirun -np 1 greenlm %s\n", size, a.deck);
+    util_exit_all(1);
+  }
+  rc = train_run(cfg, be, header);
+  free(text);
+  free(cfg);
+  free(a.sets);
+  nml_errors_free(&errs);
+  util_exit_all(rc);
+}

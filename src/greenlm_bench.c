@@ -1,0 +1,161 @@
+/* greenlm-bench: training-step throughput and MFU of one rank for a model shape, against this
+ * machine's measured SGEMM peak.
+ *
+ *   greenlm-bench --layers 12 --embd 768 --heads 12 --vocab 50304 --batch 4 --seq 64 --threads 1
+ *
+ * Each step is a full training step on random tokens: forward, fused softmax cross-entropy,
+ * backward, global gradient norm and AdamW over all parameters. The first --warmup steps are not
+ * timed. MFU = tokens/s * (6N + 12 L C T) / peak, N without the position embedding, peak = the best
+ * n x n SGEMM rate with the same thread count. Output: a human-readable block and one
+ * "result:" line of key=value pairs for scripts (run/bench collects them). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cfg.h"
+#include "config.h"
+#include "model.h"
+#include "optim.h"
+#include "rng.h"
+#include "util.h"
+
+typedef struct {
+  int L, C, H, V, B, T, steps, warmup, threads, peak_n;
+  double peak_seconds;
+  const char *arch;
+} bench_args;
+
+static void usage(FILE *fp) {
+  fprintf(fp, "usage: greenlm-bench [--arch gpt-neo|gpt2] [--layers L] [--embd C] [--heads H] [--vocab V]\n"
+              "                     [--batch B] [--seq T] [--steps N] [--warmup W] [--threads t]\n"
+              "                     [--peak-size n] [--peak-seconds s]\n"
+              "defaults: --layers 4 --embd 256 --heads 4 --vocab 50304 --batch 8 --seq 128 --steps 3 --warmup 1\n"
+              "          --threads 1 --peak-size 2048 --peak-seconds 2\n");
+}
+
+static int parse(int argc, char **argv, bench_args *a) {
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 2.0, "gpt-neo"};
+  for (int i = 1; i < argc; i++) {
+    const char *k = argv[i];
+    if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "greenlm-bench: error: %s needs a value\n", k);
+      return 2;
+    }
+    const char *v = argv[++i];
+    char *end;
+    double x = strtod(v, &end);
+    if (!strcmp(k, "--arch")) {
+      a->arch = v;
+      continue;
+    }
+    if (*end || x <= 0) {
+      fprintf(stderr, "greenlm-bench: error: %s expects a positive number, got '%s'\n", k, v);
+      return 2;
+    }
+    if (!strcmp(k, "--layers")) a->L = (int)x;
+    else if (!strcmp(k, "--embd")) a->C = (int)x;
+    else if (!strcmp(k, "--heads")) a->H = (int)x;
+    else if (!strcmp(k, "--vocab")) a->V = (int)x;
+    else if (!strcmp(k, "--batch")) a->B = (int)x;
+    else if (!strcmp(k, "--seq")) a->T = (int)x;
+    else if (!strcmp(k, "--steps")) a->steps = (int)x;
+    else if (!strcmp(k, "--warmup")) a->warmup = (int)x;
+    else if (!strcmp(k, "--threads")) a->threads = (int)x;
+    else if (!strcmp(k, "--peak-size")) a->peak_n = (int)x;
+    else if (!strcmp(k, "--peak-seconds")) a->peak_seconds = x;
+    else {
+      fprintf(stderr, "greenlm-bench: error: unknown option '%s'\n", k);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (a->C % a->H) {
+    fprintf(stderr, "greenlm-bench: error: --embd %d is not divisible by --heads %d\n", a->C, a->H);
+    return 2;
+  }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  bench_args a;
+  int rc = parse(argc, argv, &a);
+  if (rc >= 0) util_exit_all(rc);
+  const backend *be = backend_cpu();
+  be->set_threads(a.threads);
+  char engine[256];
+  be->describe(engine, sizeof engine);
+  double peak = be->measure_gflops(a.peak_n, a.peak_seconds);
+
+  cfg_model mc;
+  memset(&mc, 0, sizeof mc);
+  util_strlcpy(mc.arch, a.arch, sizeof mc.arch);
+  mc.vocab_size = a.V, mc.block_size = a.T, mc.n_layer = a.L, mc.n_embd = a.C, mc.n_head = a.H;
+  mc.window_size = 256, mc.layer_norm_epsilon = 1e-5, mc.init_std = 0.02;
+  util_strlcpy(mc.attention_types.v[0], "global", CFG_WORD_LEN);
+  util_strlcpy(mc.attention_types.v[1], "local", CFG_WORD_LEN);
+  mc.attention_types.n = strcmp(a.arch, "gpt2") ? 2 : 1;
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &mc);
+  gpt_model m;
+  gpt_init(&m, &s, be, a.B, a.T, 0, s.L, 1, 1, 1);
+  cfg_training tc;
+  memset(&tc, 0, sizeof tc);
+  tc.lr = 1e-4, tc.beta1 = 0.9, tc.beta2 = 0.95, tc.adam_eps = 1e-8, tc.weight_decay = 0.1, tc.grad_clip = 1.0;
+  util_strlcpy(tc.lr_decay, "constant", sizeof tc.lr_decay);
+
+  const int N = a.B * a.T;
+  int32_t *x = util_malloc((size_t)N * sizeof(int32_t), "tokens"), *y = util_malloc((size_t)N * sizeof(int32_t), "targets");
+  rng_state r;
+  rng_seed(&r, 1, RNG_DATA, 0);
+  double t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0;
+  for (int step = 0; step < a.warmup + a.steps; step++) {
+    for (int i = 0; i < N; i++) x[i] = (int32_t)rng_below(&r, (uint64_t)a.V), y[i] = (int32_t)rng_below(&r, (uint64_t)a.V);
+    double t0 = util_now();
+    gpt_zero_grad(&m);
+    gpt_set_batch(&m, x, y, a.B, a.T);
+    gpt_forward(&m, a.B, a.T);
+    loss = gpt_loss(&m, a.B, a.T, 1.0f / (float)N) / N;
+    be->sync();
+    double t1 = util_now();
+    gpt_backward(&m, a.B, a.T);
+    be->sync();
+    double t2 = util_now();
+    double norm = sqrt(optim_grad_sumsq(&m));
+    optim_adamw_step(&m, &tc, step, tc.lr, optim_clip_scale(&tc, norm));
+    be->sync();
+    double t3 = util_now();
+    if (step >= a.warmup) t_fwd += t1 - t0, t_bwd += t2 - t1, t_opt += t3 - t2;
+  }
+  double per = (t_fwd + t_bwd + t_opt) / a.steps;
+  double tps = N / per, fpt = gpt_flops_per_token(&s, a.T);
+  double mfu = tps * fpt / (peak * 1e9);
+  size_t n = gpt_count_params(&s);
+  printf("greenlm-bench %s\n", PACKAGE_VERSION);
+  printf("engine:  %s\n", engine);
+  printf("peak:    %.1f GFLOP/s (best %dx%dx%d SGEMM over %.1f s, %d thread%s)\n", peak, a.peak_n, a.peak_n, a.peak_n,
+         a.peak_seconds, a.threads, a.threads == 1 ? "" : "s");
+  printf("model:   %s L=%d C=%d H=%d V=%d, %zu parameters (%.1f M); batch B=%d x T=%d = %d tokens\n", a.arch, a.L, a.C,
+         a.H, a.V, n, n / 1e6, a.B, a.T, N);
+  printf("step:    %.1f ms (forward+loss %.1f, backward %.1f, clip+AdamW %.1f), mean of %d after %d warm-up\n",
+         1e3 * per, 1e3 * t_fwd / a.steps, 1e3 * t_bwd / a.steps, 1e3 * t_opt / a.steps, a.steps, a.warmup);
+  printf("speed:   %.1f tokens/s, %.1f GFLOP/s model, MFU %.1f%% of the measured peak (loss %.3f)\n", tps,
+         tps * fpt / 1e9, 100 * mfu, loss);
+  for (char *c = engine; *c; c++)
+    if (*c == ' ') *c = '_';
+  printf("result: arch=%s L=%d C=%d H=%d V=%d B=%d T=%d threads=%d peak_gflops=%.1f ms_per_step=%.1f "
+         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f engine=%s\n",
+         a.arch, a.L, a.C, a.H, a.V, a.B, a.T, a.threads, peak, 1e3 * per, tps, tps * fpt / 1e9, mfu, engine);
+  free(x);
+  free(y);
+  gpt_free(&m);
+  gpt_shape_free(&s);
+  util_exit_all(0);
+}

@@ -1,0 +1,90 @@
+/* metrics: progress lines, log.txt, metrics.csv and JSON reports. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+int metrics_open(metrics_out *mo, const char *run_dir, char *err, size_t errlen) {
+  memset(mo, 0, sizeof *mo);
+  char path[4096];
+  if (util_mkdir_p(run_dir) != 0) {
+    snprintf(err, errlen, "cannot create run directory '%s': %s", run_dir, strerror(errno));
+    return -1;
+  }
+  snprintf(path, sizeof path, "%s/log.txt", run_dir);
+  mo->log = fopen(path, "w");
+  snprintf(path, sizeof path, "%s/metrics.csv", run_dir);
+  mo->csv = mo->log ? fopen(path, "w") : NULL;
+  if (!mo->log || !mo->csv) {
+    snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    metrics_close(mo);
+    return -1;
+  }
+  fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status\n");
+  fflush(mo->csv);
+  return 0;
+}
+
+void metrics_close(metrics_out *mo) {
+  if (mo->log) fclose(mo->log);
+  if (mo->csv) fclose(mo->csv);
+  mo->log = mo->csv = NULL;
+}
+
+void metrics_printf(metrics_out *mo, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+  if (mo && mo->log) {
+    va_start(ap, fmt);
+    vfprintf(mo->log, fmt, ap);
+    va_end(ap);
+    fflush(mo->log);
+  }
+}
+
+static void csv_num(FILE *fp, double x, const char *fmt) {
+  if (isfinite(x))
+    fprintf(fp, fmt, x);
+}
+
+void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
+  if (!mo->csv) return;
+  FILE *fp = mo->csv;
+  fprintf(fp, "%ld,", r->step);
+  csv_num(fp, r->loss, "%.6f");
+  fputc(',', fp);
+  csv_num(fp, r->lr, "%.6e");
+  fputc(',', fp);
+  csv_num(fp, r->grad_norm, "%.6f");
+  fputc(',', fp);
+  csv_num(fp, r->ms_per_step, "%.3f");
+  fputc(',', fp);
+  csv_num(fp, r->tokens_per_s, "%.1f");
+  fputc(',', fp);
+  csv_num(fp, r->mfu, "%.5f");
+  fputc(',', fp);
+  csv_num(fp, r->val_loss, "%.6f");
+  fputc(',', fp);
+  csv_num(fp, r->watts, "%.2f");
+  fputc(',', fp);
+  csv_num(fp, r->energy_j, "%.3f");
+  fprintf(fp, ",%s\n", r->energy_status);
+  fflush(fp);
+}
+
+int metrics_write_json(const char *run_dir, const char *name, json_t *obj) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", run_dir, name);
+  util_atomic_file af;
+  if (util_atomic_open(&af, path) != 0) return -1;
+  if (json_dumpf(obj, af.fp, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0 || fputc('\n', af.fp) == EOF) {
+    util_atomic_abort(&af);
+    return -1;
+  }
+  return util_atomic_close(&af);
+}

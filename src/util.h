@@ -1,0 +1,87 @@
+/* util: errors with place and hint, checked allocation, clocks, small string helpers.
+ *
+ * Fatal errors go through util_fatal(): it prints "greenlm: error: <where>: <what>" with the
+ * source file and line, the MPI rank, an optional hint, and ends the job with one MPI_Abort.
+ * Errors in user input (decks, data files) that every rank detects identically are reported by
+ * the caller and end with util_exit_all() instead, so no rank is killed mid-write. */
+#ifndef GREENLM_UTIL_H
+#define GREENLM_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#if defined(__GNUC__)
+#define UTIL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define UTIL_NORETURN __attribute__((noreturn))
+#else
+#define UTIL_PRINTF(a, b)
+#define UTIL_NORETURN
+#endif
+
+/* Fatal error with a hint (hint may be NULL). Never returns. */
+void util_fatal_at(const char *file, int line, const char *hint, const char *fmt, ...)
+    UTIL_PRINTF(4, 5) UTIL_NORETURN;
+#define UTIL_FATAL(hint, ...) util_fatal_at(__FILE__, __LINE__, (hint), __VA_ARGS__)
+
+/* CHECK(cond, hint, fmt, ...): fatal with place, rank and hint when cond is false. */
+#define UTIL_CHECK(cond, hint, ...)                                                                \
+  do {                                                                                             \
+    if (!(cond)) util_fatal_at(__FILE__, __LINE__, (hint), __VA_ARGS__);                           \
+  } while (0)
+
+/* Rank of this process in MPI_COMM_WORLD (0 before MPI_Init). */
+int util_rank(void);
+void util_set_rank(int rank);
+
+/* Quiet all ranks' MPI and leave with the given status (for errors every rank saw). */
+void util_exit_all(int status) UTIL_NORETURN;
+
+/* Allocation that cannot fail silently; 64-byte aligned where it matters. */
+void *util_malloc(size_t bytes, const char *what);
+void *util_calloc(size_t n, size_t size, const char *what);
+void *util_realloc(void *p, size_t bytes, const char *what);
+void *util_aligned_alloc(size_t bytes, const char *what);
+char *util_strdup(const char *s);
+
+/* Wall clock in seconds (monotonic). */
+double util_now(void);
+/* Process CPU time (user + system) in seconds. */
+double util_cpu_seconds(void);
+
+/* Case-insensitive string compare and bounded copy. */
+int util_strieq(const char *a, const char *b);
+void util_strlcpy(char *dst, const char *src, size_t size);
+/* Levenshtein distance between two short strings, case-insensitive. */
+int util_edit_distance(const char *a, const char *b);
+
+/* Read a whole file into a NUL-terminated buffer; returns NULL and fills err on failure. */
+char *util_read_file(const char *path, size_t *len, char *err, size_t errlen);
+
+/* Crash-safe file writing: data go to "<path>.tmp", which util_atomic_close() fsyncs and renames
+ * over <path>. util_atomic_abort() removes the temporary file and leaves <path> untouched. */
+typedef struct {
+  FILE *fp;
+  char *path;
+  char *tmp;
+} util_atomic_file;
+int util_atomic_open(util_atomic_file *af, const char *path);
+int util_atomic_close(util_atomic_file *af);
+void util_atomic_abort(util_atomic_file *af);
+
+/* mkdir -p; returns 0 or -1 with errno set. */
+int util_mkdir_p(const char *path);
+
+/* snprintf for text that may be cut to fit (names in messages): same behaviour, no truncation
+ * warnings. */
+int util_snprintf(char *buf, size_t len, const char *fmt, ...) UTIL_PRINTF(3, 4);
+
+/* Human-readable byte count ("1.23 GiB") into buf. */
+const char *util_fmt_bytes(double bytes, char *buf, size_t len);
+/* Seconds as "1h02m" / "3m20s" / "12.3s" into buf. */
+const char *util_fmt_duration(double s, char *buf, size_t len);
+
+/* FNV-1a 64-bit hash, for config agreement checks and stream seeding. */
+uint64_t util_hash64(const void *data, size_t len, uint64_t seed);
+
+#endif

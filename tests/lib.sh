@@ -1,0 +1,22 @@
+# lib.sh: helpers shared by the shell tests (sourced).
+# make check exports MPIEXEC, GREENLM, TOP_SRCDIR and TEST_OUT; defaults let a test run by hand
+# from the build directory.
+: "${TOP_SRCDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${GREENLM:=$PWD/src/greenlm}"
+: "${MPIEXEC:=mpiexec}"
+: "${TEST_OUT:=$PWD/tests/out}"
+export OPENBLAS_NUM_THREADS=1
+
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); printf 'FAIL: %s\n' "$*" >&2; }
+check() { # check "description" command...
+  local what=$1; shift
+  if "$@"; then ok; else bad "$what"; fi
+}
+greenlm() { $MPIEXEC -n 1 "$GREENLM" "$@"; }
+finish() {
+  printf '%s: %d checks, %d failed\n' "$(basename "$0")" $((pass + fail)) "$fail"
+  [ "$fail" -eq 0 ]
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Write the reference fixtures that tests/test_reference.c checks greenlm against.
+
+Run on a developer machine (never in CI; the fixtures are committed):
+
+    pip install torch transformers numpy scipy
+    python3 tests/reference/make_fixtures.py
+
+For each architecture it builds a tiny random Hugging Face model (GPTNeoForCausalLM with global
+and local layers; GPT2LMHeadModel), perturbs every parameter (so biases and LayerNorm parameters
+are not trivially 0 and 1), and writes a NetCDF file with:
+
+  * the config (attributes) and the inputs/targets of one batch,
+  * every parameter under its Hugging Face name, in greenlm's layout (weights (out, in); GPT-2's
+    Conv1D weights are transposed to that layout),
+  * the logits, the mean cross-entropy loss, and the gradient of that loss for every parameter
+    (variables "grad:<name>"),
+  * three AdamW steps (torch.optim.AdamW with global-norm clipping, weight decay on matrices and
+    embeddings only) on three further batches: their losses and the parameters afterwards
+    ("step3.<name>").
+"""
+import os
+import sys
+
+import numpy as np
+import scipy.io
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+V, MAXT, L, C, H, WINDOW = 67, 24, 2, 32, 4, 5
+B, T = 2, 16
+LR, BETAS, EPS, WD, CLIP = 3e-3, (0.9, 0.95), 1e-5, 0.1, 0.5
+
+
+def build(arch):
+    if arch == "gpt-neo":
+        cfg = GPTNeoConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_layers=L,
+                           attention_types=[[["global", "local"], L // 2]], num_heads=H, window_size=WINDOW,
+                           intermediate_size=None, activation_function="gelu_new", resid_dropout=0.0,
+                           embed_dropout=0.0, attention_dropout=0.0, classifier_dropout=0.0,
+                           layer_norm_epsilon=1e-5, initializer_range=0.02, tie_word_embeddings=True,
+                           bos_token_id=0, eos_token_id=0)
+        model = GPTNeoForCausalLM(cfg)
+    else:
+        cfg = GPT2Config(vocab_size=V, n_positions=MAXT, n_embd=C, n_layer=L, n_head=H,
+                         activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         layer_norm_epsilon=1e-5, initializer_range=0.02, tie_word_embeddings=True,
+                           bos_token_id=0, eos_token_id=0)
+        model = GPT2LMHeadModel(cfg)
+    model.eval()  # no dropout anyway; eval keeps it explicit
+    return model
+
+
+def params(model):
+    """Named parameters without the tied lm_head duplicate."""
+    return [(n, p) for n, p in model.named_parameters() if not n.startswith("lm_head")]
+
+
+def to_greenlm(arch, name, t):
+    """greenlm layout: (out, in) weights; GPT-2's Conv1D stores (in, out)."""
+    a = t.detach().cpu().numpy().astype(np.float32)
+    if arch == "gpt2" and a.ndim == 2 and (".attn." in name or ".mlp." in name):
+        a = a.T
+    return np.ascontiguousarray(a)
+
+
+def loss_of(model, x, y):
+    logits = model(input_ids=x).logits
+    return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+
+
+def main():
+    torch.manual_seed(2024)
+    np.random.seed(2024)
+    for arch in ("gpt-neo", "gpt2"):
+        model = build(arch)
+        with torch.no_grad():
+            for n, p in params(model):
+                p.add_(0.05 * torch.randn_like(p))
+        tok = torch.randint(0, V, (4, B, T + 1))
+        x, y = tok[0, :, :T].contiguous(), tok[0, :, 1:].contiguous()
+
+        path = os.path.join(HERE, f"{arch}.nc")
+        f = scipy.io.netcdf_file(path, "w", version=2)
+        f.arch = arch
+        f.vocab_size, f.block_size, f.n_layer, f.n_embd, f.n_head = V, MAXT, L, C, H
+        f.window_size = WINDOW
+        f.attention_types = "global,local" if arch == "gpt-neo" else "global"
+        f.batch, f.seq_len = B, T
+        f.lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, f.grad_clip = LR, BETAS[0], BETAS[1], EPS, WD, CLIP
+        f.generator = f"tests/reference/make_fixtures.py, torch {torch.__version__}, transformers {transformers.__version__}"
+        f.createDimension("b", B)
+        f.createDimension("t", T)
+        f.createDimension("v", V)
+        f.createDimension("s", 3)
+        f.createDimension("one", 1)
+
+        def put(name, arr, dims, typ):
+            var = f.createVariable(name, typ, dims)
+            var[...] = arr
+
+        def dims_of(a):
+            names = []
+            for n in a.shape:
+                d = f"d{n}"
+                if d not in f.dimensions:
+                    f.createDimension(d, n)
+                names.append(d)
+            return tuple(names)
+
+        put("input_ids", x.numpy().astype(np.int32), ("b", "t"), "i")
+        put("targets", y.numpy().astype(np.int32), ("b", "t"), "i")
+        for n, p in params(model):
+            a = to_greenlm(arch, n, p)
+            put(n, a, dims_of(a), "f")
+
+        logits, loss = loss_of(model, x, y)
+        loss.backward()
+        put("logits", logits.detach().numpy().astype(np.float32), ("b", "t", "v"), "f")
+        put("loss", np.array([loss.item()]), ("one",), "d")
+        for n, p in params(model):
+            a = to_greenlm(arch, n, p.grad)
+            put("grad." + n, a, dims_of(a), "f")
+
+        # three AdamW steps with clipping on batches 1..3
+        decay = [p for n, p in params(model) if p.dim() == 2]
+        no_decay = [p for n, p in params(model) if p.dim() != 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                                lr=LR, betas=BETAS, eps=EPS)
+        losses = []
+        for s in range(3):
+            opt.zero_grad()
+            xs, ys = tok[s + 1, :, :T].contiguous(), tok[s + 1, :, 1:].contiguous()
+            _, l = loss_of(model, xs, ys)
+            l.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            opt.step()
+            losses.append(l.item())
+        put("adam_inputs", tok[1:, :, :T].numpy().astype(np.int32), ("s", "b", "t"), "i")
+        put("adam_targets", tok[1:, :, 1:].numpy().astype(np.int32), ("s", "b", "t"), "i")
+        put("adam_losses", np.array(losses), ("s",), "d")
+        for n, p in params(model):
+            a = to_greenlm(arch, n, p)
+            put("step3." + n, a, dims_of(a), "f")
+        f.close()
+        print(f"wrote {path} ({os.path.getsize(path)} bytes), loss {loss.item():.6f}, adam losses {losses}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

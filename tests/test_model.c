@@ -1,0 +1,157 @@
+/* test_model: properties of the model that the reference fixtures do not cover:
+ *   - the dry run's memory plan equals what the backend really allocates;
+ *   - seeded initialisation is bitwise repeatable and independent of which layers a rank holds;
+ *   - causality: a prefix forward gives the same logits as the full sequence at those positions;
+ *   - gradient accumulation over micro-batches equals one larger batch. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg.h"
+#include "model.h"
+#include "rng.h"
+#include "testing.h"
+
+/* A CPU backend that counts the bytes it hands out. */
+static size_t counted;
+static backend counting;
+static void *count_alloc(size_t bytes) {
+  counted += bytes;
+  return backend_cpu()->alloc(bytes);
+}
+
+static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V, int maxT, int window) {
+  cfg_model mc;
+  memset(&mc, 0, sizeof mc);
+  strcpy(mc.arch, arch);
+  mc.vocab_size = V, mc.block_size = maxT, mc.n_layer = L, mc.n_embd = C, mc.n_head = H;
+  mc.window_size = window, mc.layer_norm_epsilon = 1e-5, mc.init_std = 0.02;
+  strcpy(mc.attention_types.v[0], "global");
+  strcpy(mc.attention_types.v[1], "local");
+  mc.attention_types.n = strcmp(arch, "gpt2") ? 2 : 1;
+  gpt_shape_from_cfg(s, &mc);
+}
+
+static void test_memory_plan(void) {
+  counting = *backend_cpu();
+  counting.alloc = count_alloc;
+  const struct {
+    const char *arch;
+    int L, C, H, V, maxT, B, T;
+  } cases[] = {{"gpt-neo", 2, 32, 4, 67, 24, 2, 16}, {"gpt2", 3, 48, 6, 101, 64, 3, 64}, {"gpt-neo", 4, 64, 4, 256, 128, 5, 100}};
+  for (int i = 0; i < 3; i++) {
+    gpt_shape s;
+    shape_of(&s, cases[i].arch, cases[i].L, cases[i].C, cases[i].H, cases[i].V, cases[i].maxT, 8);
+    gpt_memory plan = gpt_plan_memory(&s, &counting, cases[i].B, cases[i].T, 0, s.L, 1, 1);
+    counted = 0;
+    gpt_model m;
+    gpt_init(&m, &s, &counting, cases[i].B, cases[i].T, 0, s.L, 1, 1, 7);
+    T_CHECK(counted == plan.total, "%s case %d: planned %zu bytes, allocated %zu", cases[i].arch, i, plan.total,
+            counted);
+    T_CHECK(plan.params == m.nparams * sizeof(float) && m.nparams == gpt_count_params(&s), "parameter bytes");
+    gpt_free(&m);
+    gpt_shape_free(&s);
+  }
+}
+
+static void test_init(void) {
+  gpt_shape s;
+  shape_of(&s, "gpt-neo", 3, 32, 4, 50, 16, 4);
+  gpt_model a, b, c, part;
+  gpt_init(&a, &s, backend_cpu(), 1, 8, 0, 3, 1, 1, 11);
+  gpt_init(&b, &s, backend_cpu(), 1, 8, 0, 3, 1, 1, 11);
+  gpt_init(&c, &s, backend_cpu(), 1, 8, 0, 3, 1, 1, 12);
+  gpt_init(&part, &s, backend_cpu(), 1, 8, 1, 2, 0, 0, 11); /* block 1 only */
+  T_CHECK(!memcmp(a.params, b.params, a.nparams * sizeof(float)), "same seed, same parameters");
+  T_CHECK(memcmp(a.params, c.params, a.nparams * sizeof(float)) != 0, "another seed, other parameters");
+  gpt_block_ptrs pa, pp;
+  gpt_block(&a, a.params, 1, &pa);
+  gpt_block(&part, part.params, 1, &pp);
+  size_t n = part.nparams;
+  T_CHECK(!memcmp(pa.ln1_w, pp.ln1_w, n * sizeof(float)), "block 1 initialised the same when held alone");
+  T_CHECK(part.ntensors == 13 && gpt_find_tensor(&part, "transformer.wte.weight") == NULL, "only block 1 held");
+  /* statistics of the normal initialisation */
+  const gpt_tensor *t = gpt_find_tensor(&a, "transformer.h.0.mlp.c_fc.weight");
+  double s1 = 0, s2 = 0;
+  for (size_t i = 0; i < t->numel; i++) {
+    s1 += a.params[t->offset + i];
+    s2 += (double)a.params[t->offset + i] * a.params[t->offset + i];
+  }
+  double sd = sqrt(s2 / t->numel - (s1 / t->numel) * (s1 / t->numel));
+  T_CHECK(fabs(sd - 0.02) < 0.002 && fabs(s1 / t->numel) < 0.002, "init std %.4f mean %.4f", sd, s1 / t->numel);
+  gpt_free(&a), gpt_free(&b), gpt_free(&c), gpt_free(&part);
+  gpt_shape_free(&s);
+}
+
+static void test_causality(void) {
+  gpt_shape s;
+  shape_of(&s, "gpt-neo", 2, 32, 4, 40, 16, 3);
+  gpt_model m;
+  gpt_init(&m, &s, backend_cpu(), 2, 12, 0, 2, 1, 1, 5);
+  int32_t tok[24];
+  rng_state r;
+  rng_seed(&r, 3, 0, 0);
+  for (int i = 0; i < 24; i++) tok[i] = (int32_t)rng_below(&r, 40);
+  gpt_set_batch(&m, tok, NULL, 2, 12);
+  gpt_forward(&m, 2, 12);
+  size_t n = (size_t)12 * 40;
+  float *full = malloc(2 * n * sizeof(float));
+  memcpy(full, gpt_logits(&m), 2 * n * sizeof(float));
+  /* the second sequence, first 7 tokens, alone */
+  gpt_set_batch(&m, tok + 12, NULL, 1, 7);
+  gpt_forward(&m, 1, 7);
+  double e = t_rel_err(gpt_logits(&m), full + n, (size_t)7 * 40);
+  T_CHECK(e < 1e-6, "prefix logits differ from the full sequence's: %.3g", e);
+  /* changing a later token leaves earlier logits unchanged */
+  tok[12 + 10] = (tok[12 + 10] + 1) % 40;
+  gpt_set_batch(&m, tok, NULL, 2, 12);
+  gpt_forward(&m, 2, 12);
+  e = t_rel_err(gpt_logits(&m) + n, full + n, (size_t)10 * 40);
+  T_CHECK(e == 0.0, "a later token changed earlier logits: %.3g", e);
+  free(full);
+  gpt_free(&m);
+  gpt_shape_free(&s);
+}
+
+static void test_accumulation(void) {
+  gpt_shape s;
+  shape_of(&s, "gpt-neo", 2, 32, 4, 40, 16, 3);
+  gpt_model big, small;
+  gpt_init(&big, &s, backend_cpu(), 2, 10, 0, 2, 1, 1, 9);
+  gpt_init(&small, &s, backend_cpu(), 1, 10, 0, 2, 1, 1, 9);
+  int32_t x[20], y[20];
+  rng_state r;
+  rng_seed(&r, 4, 0, 0);
+  for (int i = 0; i < 20; i++) x[i] = (int32_t)rng_below(&r, 40), y[i] = (int32_t)rng_below(&r, 40);
+  const float dscale = 1.0f / 20;
+  gpt_zero_grad(&big);
+  gpt_set_batch(&big, x, y, 2, 10);
+  gpt_forward(&big, 2, 10);
+  double lb = gpt_loss(&big, 2, 10, dscale);
+  gpt_backward(&big, 2, 10);
+  gpt_zero_grad(&small);
+  double ls = 0;
+  for (int k = 0; k < 2; k++) {
+    gpt_set_batch(&small, x + 10 * k, y + 10 * k, 1, 10);
+    gpt_forward(&small, 1, 10);
+    ls += gpt_loss(&small, 1, 10, dscale);
+    gpt_backward(&small, 1, 10);
+  }
+  T_CHECK(fabs(lb - ls) < 1e-5 * fabs(lb), "loss %.8f vs %.8f", lb, ls);
+  double e = t_rel_err(small.grads, big.grads, big.nparams);
+  T_CHECK(e < 1e-5, "accumulated gradients differ from the big batch's: %.3g", e);
+  gpt_free(&big), gpt_free(&small);
+  gpt_shape_free(&s);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  test_memory_plan();
+  test_init();
+  test_causality();
+  test_accumulation();
+  int rc = t_done("test_model");
+  MPI_Finalize();
+  return rc;
+}

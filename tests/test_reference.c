@@ -1,0 +1,197 @@
+/* test_reference: the whole model against Hugging Face Transformers.
+ *
+ * tests/reference/{gpt-neo,gpt2}.nc were written by tests/reference/make_fixtures.py from a tiny
+ * random GPTNeoForCausalLM (global + local layers) and GPT2LMHeadModel. For each, this test loads
+ * the parameters into a greenlm model and checks, to 1e-4 relative (max error over max value of
+ * each tensor), the logits, the loss, the gradient of every parameter, and the losses and
+ * parameters after three AdamW steps with gradient clipping. */
+#include <mpi.h>
+#include <pnetcdf.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg.h"
+#include "model.h"
+#include "optim.h"
+#include "testing.h"
+#include "util.h"
+
+static int nc_ok(int err, const char *what) {
+  if (err != NC_NOERR) fprintf(stderr, "PnetCDF error (%s): %s\n", what, ncmpi_strerror(err));
+  return err == NC_NOERR;
+}
+
+static long att_int(int nc, const char *name) {
+  long long v = 0;
+  nc_ok(ncmpi_get_att_longlong(nc, NC_GLOBAL, name, &v), name);
+  return (long)v;
+}
+
+static float att_float(int nc, const char *name) {
+  float v = 0;
+  nc_ok(ncmpi_get_att_float(nc, NC_GLOBAL, name, &v), name);
+  return v;
+}
+
+static void att_text(int nc, const char *name, char *buf, size_t len) {
+  MPI_Offset n = 0;
+  buf[0] = '\0';
+  if (!nc_ok(ncmpi_inq_attlen(nc, NC_GLOBAL, name, &n), name) || (size_t)n >= len) return;
+  nc_ok(ncmpi_get_att_text(nc, NC_GLOBAL, name, buf), name);
+  buf[n] = '\0';
+}
+
+/* Read a whole variable of n elements; returns 0 when it is missing or has another size. */
+static int read_var(int nc, const char *name, nc_type type, void *out, size_t n) {
+  int id, ndims, dims[8];
+  if (ncmpi_inq_varid(nc, name, &id) != NC_NOERR) return 0;
+  ncmpi_inq_varndims(nc, id, &ndims);
+  if (ndims > 8) return 0;
+  ncmpi_inq_vardimid(nc, id, dims);
+  MPI_Offset total = 1;
+  for (int d = 0; d < ndims; d++) {
+    MPI_Offset len;
+    ncmpi_inq_dimlen(nc, dims[d], &len);
+    total *= len;
+  }
+  if ((size_t)total != n) return 0;
+  int err = type == NC_FLOAT ? ncmpi_get_var_float_all(nc, id, out)
+          : type == NC_INT   ? ncmpi_get_var_int_all(nc, id, out)
+                             : ncmpi_get_var_double_all(nc, id, out);
+  return nc_ok(err, name);
+}
+
+/* Load parameters (prefix "" for the initial ones) into a host buffer in model layout. */
+static int load_params(int nc, const gpt_model *m, const char *prefix, float *host) {
+  int ok = 1;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
+    int got = read_var(nc, name, NC_FLOAT, host + t->offset, t->numel);
+    T_CHECK(got, "fixture variable %s missing or of the wrong size (%d x %d)", name, t->rows, t->cols);
+    ok &= got;
+  }
+  return ok;
+}
+
+static void run_fixture(const char *path) {
+  int nc;
+  if (!nc_ok(ncmpi_open(MPI_COMM_SELF, path, NC_NOWRITE, MPI_INFO_NULL, &nc), path)) {
+    T_CHECK(0, "cannot open fixture %s", path);
+    return;
+  }
+  printf("fixture %s\n", path);
+  cfg_model mc;
+  memset(&mc, 0, sizeof mc);
+  att_text(nc, "arch", mc.arch, sizeof mc.arch);
+  mc.vocab_size = att_int(nc, "vocab_size");
+  mc.block_size = att_int(nc, "block_size");
+  mc.n_layer = att_int(nc, "n_layer");
+  mc.n_embd = att_int(nc, "n_embd");
+  mc.n_head = att_int(nc, "n_head");
+  mc.window_size = att_int(nc, "window_size");
+  mc.layer_norm_epsilon = 1e-5;
+  mc.init_std = 0.02;
+  char types[256];
+  att_text(nc, "attention_types", types, sizeof types);
+  for (char *tok = strtok(types, ","); tok; tok = strtok(NULL, ",")) util_strlcpy(mc.attention_types.v[mc.attention_types.n++], tok, CFG_WORD_LEN);
+  const int B = (int)att_int(nc, "batch"), T = (int)att_int(nc, "seq_len"), V = (int)mc.vocab_size, N = B * T;
+
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &mc);
+  gpt_model m;
+  gpt_init(&m, &s, backend_cpu(), B, T, 0, s.L, 1, 1, 1);
+  T_CHECK(m.nparams == gpt_count_params(&s), "parameter count");
+  float *host = malloc(m.nparams * sizeof(float)), *ref = malloc(m.nparams * sizeof(float));
+  if (!load_params(nc, &m, "", host)) goto out;
+  memcpy(m.params, host, m.nparams * sizeof(float));
+
+  int32_t *x = malloc((size_t)3 * N * sizeof(int32_t)), *y = malloc((size_t)3 * N * sizeof(int32_t));
+  float *logits = malloc((size_t)N * V * sizeof(float));
+  double loss_ref[3];
+  read_var(nc, "input_ids", NC_INT, x, (size_t)N);
+  read_var(nc, "targets", NC_INT, y, (size_t)N);
+  read_var(nc, "logits", NC_FLOAT, logits, (size_t)N * V);
+  read_var(nc, "loss", NC_DOUBLE, loss_ref, 1);
+
+  /* forward and loss */
+  gpt_set_batch(&m, x, y, B, T);
+  gpt_forward(&m, B, T);
+  double e = t_rel_err(gpt_logits(&m), logits, (size_t)N * V);
+  T_CHECK(e < 1e-4, "%s logits: relative error %.3g", path, e);
+  printf("  logits rel err %.2e\n", e);
+  double loss = gpt_loss(&m, B, T, 1.0f / (float)N) / N;
+  T_CHECK(fabs(loss - loss_ref[0]) < 1e-5 * fabs(loss_ref[0]), "%s loss %.8f vs %.8f", path, loss, loss_ref[0]);
+  printf("  loss %.7f (reference %.7f)\n", loss, loss_ref[0]);
+
+  /* gradients */
+  gpt_zero_grad(&m);
+  gpt_backward(&m, B, T);
+  load_params(nc, &m, "grad.", ref);
+  double worst = 0.0;
+  for (int i = 0; i < m.ntensors; i++) {
+    const gpt_tensor *t = &m.tensors[i];
+    double ge = t_rel_err(m.grads + t->offset, ref + t->offset, t->numel);
+    T_CHECK(ge < 1e-4, "%s gradient of %s: relative error %.3g", path, t->name, ge);
+    if (ge > worst) worst = ge;
+  }
+  printf("  gradients of %d tensors: worst rel err %.2e\n", m.ntensors, worst);
+
+  /* three AdamW steps with clipping, from the same initial parameters */
+  cfg_training tc;
+  memset(&tc, 0, sizeof tc);
+  tc.lr = att_float(nc, "lr");
+  tc.beta1 = att_float(nc, "beta1");
+  tc.beta2 = att_float(nc, "beta2");
+  tc.adam_eps = att_float(nc, "adam_eps");
+  tc.weight_decay = att_float(nc, "weight_decay");
+  tc.grad_clip = att_float(nc, "grad_clip");
+  strcpy(tc.lr_decay, "constant");
+  read_var(nc, "adam_inputs", NC_INT, x, (size_t)3 * N);
+  read_var(nc, "adam_targets", NC_INT, y, (size_t)3 * N);
+  read_var(nc, "adam_losses", NC_DOUBLE, loss_ref, 3);
+  memcpy(m.params, host, m.nparams * sizeof(float));
+  for (int step = 0; step < 3; step++) {
+    gpt_zero_grad(&m);
+    gpt_set_batch(&m, x + (size_t)step * N, y + (size_t)step * N, B, T);
+    gpt_forward(&m, B, T);
+    double l = gpt_loss(&m, B, T, 1.0f / (float)N) / N;
+    gpt_backward(&m, B, T);
+    T_CHECK(fabs(l - loss_ref[step]) < 1e-5 * fabs(loss_ref[step]), "%s AdamW step %d loss %.8f vs %.8f", path,
+            step + 1, l, loss_ref[step]);
+    double norm = sqrt(optim_grad_sumsq(&m));
+    optim_adamw_step(&m, &tc, step, optim_lr(&tc, step), optim_clip_scale(&tc, norm));
+    printf("  AdamW step %d: loss %.7f (reference %.7f), grad norm %.4f\n", step + 1, l, loss_ref[step], norm);
+  }
+  load_params(nc, &m, "step3.", ref);
+  worst = 0.0;
+  for (int i = 0; i < m.ntensors; i++) {
+    const gpt_tensor *t = &m.tensors[i];
+    double pe = t_rel_err(m.params + t->offset, ref + t->offset, t->numel);
+    T_CHECK(pe < 1e-4, "%s %s after 3 AdamW steps: relative error %.3g", path, t->name, pe);
+    if (pe > worst) worst = pe;
+  }
+  printf("  parameters after 3 AdamW steps: worst rel err %.2e\n", worst);
+  free(x), free(y), free(logits);
+out:
+  free(host), free(ref);
+  gpt_free(&m);
+  gpt_shape_free(&s);
+  ncmpi_close(nc);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  const char *top = getenv("TOP_SRCDIR");
+  char path[4096];
+  const char *arch[] = {"gpt-neo", "gpt2"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/tests/reference/%s.nc", top ? top : ".", arch[i]);
+    run_fixture(path);
+  }
+  int rc = t_done("test_reference");
+  MPI_Finalize();
+  return rc;
+}
