@@ -22,8 +22,15 @@ static const char *cpu_describe(char *buf, size_t len) {
   char version[64] = "OpenBLAS";
   const char *cfg = openblas_get_config(), *core = openblas_get_corename();
   if (cfg) sscanf(cfg, "%*s %63s", version + 9), version[8] = ' ';
-  snprintf(buf, len, "%s with %s kernels, %d thread%s", version, core ? core : "unknown",
-           openblas_get_num_threads(), openblas_get_num_threads() == 1 ? "" : "s");
+  int n = snprintf(buf, len, "%s with %s kernels, %d thread%s", version, core ? core : "unknown",
+                   openblas_get_num_threads(), openblas_get_num_threads() == 1 ? "" : "s");
+#if defined(__x86_64__) && defined(__GNUC__)
+  /* OpenBLAS falls back to its oldest x86-64 kernels on CPUs it does not know */
+  const char *better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;
+  if (core && better && strcmp(core, "Prescott") == 0 && n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, " (OpenBLAS did not recognise this CPU; OPENBLAS_CORETYPE=%s may be several times faster)",
+             better);
+#endif
   return buf;
 }
 

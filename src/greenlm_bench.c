@@ -55,8 +55,8 @@ static int parse(int argc, char **argv, bench_args *a) {
       a->arch = v;
       continue;
     }
-    if (*end || x <= 0) {
-      fprintf(stderr, "greenlm-bench: error: %s expects a positive number, got '%s'\n", k, v);
+    if (*end || x < 0 || (x == 0 && strcmp(k, "--warmup") != 0)) {
+      fprintf(stderr, "greenlm-bench: error: %s expects a positive number (--warmup: >= 0), got '%s'\n", k, v);
       return 2;
     }
     if (!strcmp(k, "--layers")) a->L = (int)x;

@@ -16,6 +16,7 @@
 #include "model.h"
 #include "optim.h"
 #include "sample.h"
+#include "topo.h"
 #include "util.h"
 
 typedef struct {
@@ -29,6 +30,7 @@ typedef struct {
   int B, T, accum;
   double flops_per_token, peak_gflops;
   char engine[256];
+  topo_machine machine;
   int32_t *tok, *tgt; /* host (B,T) */
 } train_state;
 
@@ -84,6 +86,8 @@ static void print_header(train_state *st) {
                  util_fmt_bytes((double)mem->total, b5, sizeof b5));
   metrics_printf(o, "batch: %d sequences x %d tokens per micro-batch, %d micro-batches per step = %ld tokens per step\n",
                  st->B, st->T, st->accum, (long)st->B * st->T * st->accum);
+  char mdesc[300];
+  metrics_printf(o, "machine: %s\n", topo_describe(&st->machine, mdesc, sizeof mdesc));
   metrics_printf(o, "compute: %s backend, %s\n", st->be->name, st->engine);
   metrics_printf(o, "MFU basis: %.4g GFLOP per token (6N + 12LCT), peak %.1f GFLOP/s per rank (%s)\n",
                  st->flops_per_token / 1e9, st->peak_gflops,
@@ -201,7 +205,8 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   gpt_init(&st.model, &st.shape, be, st.B, st.T, 0, st.shape.L, 1, 1, (uint64_t)cfg->job.seed);
   st.flops_per_token = gpt_flops_per_token(&st.shape, st.T);
   st.peak_gflops = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(1024, 0.3);
-  energy_open(&st.energy, &cfg->energy, 1);
+  topo_discover(&st.machine);
+  energy_open(&st.energy, &cfg->energy, st.machine.cores);
   st.tok = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch tokens");
   st.tgt = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch targets");
   if (rank == 0) {
@@ -211,12 +216,13 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
 
   const double tokens_per_step = (double)st.B * st.T * st.accum;
   const float dscale = (float)(1.0 / tokens_per_step);
-  double t_start = util_now(), train_time = 0.0, t_log = t_start, tokens = 0.0, last_loss = NAN, val_loss = NAN;
-  double log_time = 0.0, log_tokens = 0.0;
+  double t_start = util_now(), train_time = 0.0, tokens = 0.0, last_loss = NAN, val_loss = NAN;
+  double log_time = 0.0, log_tokens = 0.0; /* since the last progress line */
+  long log_steps = 0;
   const char *status = "completed";
-  long step = 0;
+  long steps_done = 0;
   int rc = 0;
-  for (step = 0; step < tc->max_steps; step++) {
+  for (long step = 0; step < tc->max_steps; step++) {
     double t0 = util_now();
     gpt_zero_grad(&st.model);
     double loss_sum = 0.0;
@@ -230,6 +236,7 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     double loss = loss_sum / tokens_per_step;
     double norm = sqrt(optim_grad_sumsq(&st.model));
     double lr = optim_lr(tc, step);
+    last_loss = loss;
     if (!isfinite(loss) || !isfinite(norm)) {
       if (rank == 0)
         metrics_printf(&st.out, "greenlm: error: training diverged at step %ld (loss %g, gradient norm %g)\n"
@@ -237,56 +244,50 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
                        step + 1, loss, norm);
       status = "diverged";
       rc = 3;
-      last_loss = loss;
       break;
     }
     optim_adamw_step(&st.model, tc, step, lr, optim_clip_scale(tc, norm));
     be->sync();
     double dt = util_now() - t0;
+    steps_done = step + 1;
     train_time += dt;
     tokens += tokens_per_step;
     log_time += dt;
     log_tokens += tokens_per_step;
-    last_loss = loss;
-    long done = step + 1;
-    int last = done == tc->max_steps;
-    int do_eval = last || (tc->eval_every > 0 && done % tc->eval_every == 0);
+    log_steps++;
+
+    int last = steps_done == tc->max_steps;
+    int out_of_time = !last && tc->max_minutes > 0 && util_now() - t_start >= 60.0 * tc->max_minutes;
+    int do_eval = last || out_of_time || (tc->eval_every > 0 && steps_done % tc->eval_every == 0);
     double vl = NAN;
     if (do_eval) vl = val_loss = evaluate(&st);
-    double elapsed_min = (util_now() - t_start) / 60.0;
-    int out_of_time = tc->max_minutes > 0 && elapsed_min >= tc->max_minutes && !last;
-    if (done % cfg->job.log_every == 0 || last || do_eval || out_of_time) {
+    if (steps_done % cfg->job.log_every == 0 || do_eval) {
       energy_sample(&st.energy);
-      double tps = log_time > 0 ? log_tokens / log_time : 0.0;
+      double tps = log_tokens / log_time;
       double mfu = tps * st.flops_per_token / (st.peak_gflops * 1e9);
-      double eta = (double)(tc->max_steps - done) * (train_time / (double)done);
+      double eta = (double)(tc->max_steps - steps_done) * (train_time / (double)steps_done);
+      int measured = st.energy.status != ENERGY_NOT_MEASURED;
       if (rank == 0) {
         char w[32], e[32], es[32], vs[48] = "";
         fmt_energy(&st.energy, w, sizeof w, e, sizeof e);
         if (do_eval) snprintf(vs, sizeof vs, " | val %.4f", vl);
-        metrics_printf(&st.out,
-                       "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%% | %s | %s | ETA %s\n",
-                       (int)snprintf(NULL, 0, "%ld", tc->max_steps), done, tc->max_steps, loss, vs, lr, tps,
+        metrics_printf(&st.out, "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%% | %s | %s | ETA %s\n",
+                       (int)snprintf(NULL, 0, "%ld", tc->max_steps), steps_done, tc->max_steps, loss, vs, lr, tps,
                        100.0 * mfu, w, e, util_fmt_duration(eta, es, sizeof es));
-        metrics_row row = {done, loss, lr, norm, 1e3 * log_time / (double)(done % cfg->job.log_every ? done % cfg->job.log_every : cfg->job.log_every),
-                           tps, mfu, vl, st.energy.status == ENERGY_NOT_MEASURED ? NAN : st.energy.watts,
-                           st.energy.status == ENERGY_NOT_MEASURED ? NAN : st.energy.joules,
+        metrics_row row = {steps_done, loss, lr, norm, 1e3 * log_time / (double)log_steps, tps, mfu, vl,
+                           measured ? st.energy.watts : NAN, measured ? st.energy.joules : NAN,
                            energy_status_name(st.energy.status)};
         metrics_csv_row(&st.out, &row);
       }
-      (void)t_log;
       log_time = log_tokens = 0.0;
+      log_steps = 0;
     }
     if (out_of_time) {
       status = "time_limit";
       if (rank == 0) metrics_printf(&st.out, "stopping: &training max_minutes = %g reached\n", tc->max_minutes);
-      val_loss = evaluate(&st);
-      step++;
       break;
     }
   }
-  long steps_done = step < tc->max_steps ? step : tc->max_steps;
-  if (rc == 0 && strcmp(status, "completed") == 0) steps_done = tc->max_steps;
   energy_sample(&st.energy);
   double wall = util_now() - t_start;
 

@@ -36,6 +36,12 @@ check "samples differ between identical runs" cmp -s "$out/run-a/sample.txt" "$o
 greenlm --dry-run "$out/run-a/deck.resolved.nml" > "$out/resolved.out" 2>&1
 check "deck.resolved.nml does not pass --dry-run: $(tail -n 3 "$out/resolved.out")" [ $? -eq 0 ]
 
+# a wall-time limit ends the run early with a verdict
+greenlm --set "job.run_dir='$out/run-limit'" --set training.max_minutes=0.0005 "$out/golden.nml" > "$out/limit.out" 2>&1
+check "time-limited run failed: $(tail -n 5 "$out/limit.out")" [ $? -eq 0 ]
+check "time-limited run: no time_limit status in verdict.json" grep -q '"status": "time_limit"' "$out/run-limit/verdict.json"
+check "time-limited run: no validation loss" grep -q '"val_loss": [0-9]' "$out/run-limit/verdict.json"
+
 # a finished run is not overwritten
 sum=$(cksum < "$out/run-a/metrics.csv")
 greenlm --set "job.run_dir='$out/run-a'" "$out/golden.nml" > "$out/again.out" 2>&1
