@@ -64,14 +64,23 @@ static inline float cpu_dot(const float *x, const float *y, size_t n) {
 }
 
 static inline float cpu_max(const float *x, size_t n) {
-  float acc[CPU_LANES];
-  for (int j = 0; j < CPU_LANES; j++) acc[j] = -INFINITY;
-  size_t i = 0;
-  for (; i + CPU_LANES <= n; i += CPU_LANES)
-    for (int j = 0; j < CPU_LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
   float m = -INFINITY;
-  for (; i < n; i++) m = x[i] > m ? x[i] : m;
+  size_t i = 0;
+#if defined(__GNUC__)
+  /* compilers do not vectorize a max over lanes by themselves: use a GNU vector */
+  typedef float vf __attribute__((vector_size(CPU_LANES * sizeof(float))));
+  typedef int32_t vi __attribute__((vector_size(CPU_LANES * sizeof(float))));
+  vf acc;
+  for (int j = 0; j < CPU_LANES; j++) acc[j] = -INFINITY;
+  for (; i + CPU_LANES <= n; i += CPU_LANES) {
+    vf v;
+    memcpy(&v, x + i, sizeof v);
+    vi gt = v > acc;
+    acc = (vf)((gt & (vi)v) | (~gt & (vi)acc));
+  }
   for (int j = 0; j < CPU_LANES; j++) m = acc[j] > m ? acc[j] : m;
+#endif
+  for (; i < n; i++) m = x[i] > m ? x[i] : m;
   return m;
 }
 

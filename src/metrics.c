@@ -47,34 +47,22 @@ void metrics_printf(metrics_out *mo, const char *fmt, ...) {
   }
 }
 
-static void csv_num(FILE *fp, double x, const char *fmt) {
-  if (isfinite(x))
-    fprintf(fp, fmt, x);
-}
-
 void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
   if (!mo->csv) return;
-  FILE *fp = mo->csv;
-  fprintf(fp, "%ld,", r->step);
-  csv_num(fp, r->loss, "%.6f");
-  fputc(',', fp);
-  csv_num(fp, r->lr, "%.6e");
-  fputc(',', fp);
-  csv_num(fp, r->grad_norm, "%.6f");
-  fputc(',', fp);
-  csv_num(fp, r->ms_per_step, "%.3f");
-  fputc(',', fp);
-  csv_num(fp, r->tokens_per_s, "%.1f");
-  fputc(',', fp);
-  csv_num(fp, r->mfu, "%.5f");
-  fputc(',', fp);
-  csv_num(fp, r->val_loss, "%.6f");
-  fputc(',', fp);
-  csv_num(fp, r->watts, "%.2f");
-  fputc(',', fp);
-  csv_num(fp, r->energy_j, "%.3f");
-  fprintf(fp, ",%s\n", r->energy_status);
-  fflush(fp);
+  /* empty fields for values that are not finite (no evaluation this step, no energy sensor) */
+  const struct {
+    double v;
+    const char *fmt;
+  } col[] = {{r->loss, "%.6f"},      {r->lr, "%.6e"},  {r->grad_norm, "%.6f"}, {r->ms_per_step, "%.3f"},
+             {r->tokens_per_s, "%.1f"}, {r->mfu, "%.5f"}, {r->val_loss, "%.6f"},  {r->watts, "%.2f"},
+             {r->energy_j, "%.3f"}};
+  fprintf(mo->csv, "%ld", r->step);
+  for (size_t i = 0; i < sizeof col / sizeof col[0]; i++) {
+    fputc(',', mo->csv);
+    if (isfinite(col[i].v)) fprintf(mo->csv, col[i].fmt, col[i].v);
+  }
+  fprintf(mo->csv, ",%s\n", r->energy_status);
+  fflush(mo->csv);
 }
 
 int metrics_write_json(const char *run_dir, const char *name, json_t *obj) {

@@ -372,9 +372,8 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
     lx_skip(lx, 1);
     int c = lx_peek(lx);
     if (c == 0) {
-      char hint[160];
-      snprintf(hint, sizeof hint, "end the group with '/' after its last entry");
-      nml_error_add(lx->errs, lx->file, g->line, g->col, hint, "group &%s is never closed", g->name);
+      nml_error_add(lx->errs, lx->file, g->line, g->col, "end the group with '/' after its last entry",
+                    "group &%s is never closed", g->name);
       return 0;
     }
     if (c == '/') {
