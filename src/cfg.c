@@ -219,7 +219,7 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
       break;
     }
     const char *text = v->text;
-    char canon[CFG_WORD_LEN];
+    char canon[CFG_ITEM_LEN];
     if (key->range[0]) {
       text = match_choice(v->text, key->range, canon, sizeof canon);
       if (!text) {
@@ -244,7 +244,7 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
     memset(&tmp, 0, sizeof tmp);
     for (int i = 0; i < e->nvals; i++) {
       const nml_value *vi = &e->vals[i];
-      char canon[CFG_WORD_LEN];
+      char canon[CFG_ITEM_LEN];
       const char *text = vi->text;
       if (vi->kind != NML_STR) {
         nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: expected quoted strings, got %s", group,
@@ -258,12 +258,12 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
                       group, key->name, vi->text, c);
         continue;
       }
-      if (strlen(text) >= CFG_WORD_LEN) {
+      if (strlen(text) >= CFG_ITEM_LEN) {
         nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry longer than %d characters", group,
-                      key->name, CFG_WORD_LEN - 1);
+                      key->name, CFG_ITEM_LEN - 1);
         continue;
       }
-      util_strlcpy(tmp.v[tmp.n++], text, CFG_WORD_LEN);
+      util_strlcpy(tmp.v[tmp.n++], text, CFG_ITEM_LEN);
     }
     if (errs->n == n0) *l = tmp;
     break;
@@ -276,6 +276,7 @@ static void set_origin(cfg_config *cfg, int k, const char *file, int line, int c
   util_strlcpy(cfg->origin[k].file, file, sizeof cfg->origin[k].file);
   cfg->origin[k].line = line;
   cfg->origin[k].col = col;
+  cfg->origin[k].derived = 0;
 }
 
 /* Closest name among the keys of group g (or all groups when g < 0) within a small distance. */
@@ -374,7 +375,9 @@ void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, co
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   const cfg_origin *o = &cfg->origin[k];
-  if (o->file[0] && o->line > 0)
+  if (o->derived && o->line > 0) /* the place of the key it was derived from */
+    nml_error_add(errs, o->file, o->line, o->col, hint, "&%s %s (derived from this key): %s", group, key, msg);
+  else if (o->file[0] && o->line > 0)
     nml_error_add(errs, o->file, o->line, o->col, hint, "&%s %s: %s", group, key, msg);
   else if (o->file[0])
     nml_error_add(errs, o->file, 0, 0, hint, "&%s %s: %s", group, key, msg);
@@ -383,6 +386,66 @@ void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, co
 }
 
 /* ---- cross-field checks and derived values --------------------------------------------------- */
+
+int cfg_has_task(const cfg_config *cfg, const char *task) {
+  for (int i = 0; i < cfg->job.task.n; i++)
+    if (strcmp(cfg->job.task.v[i], task) == 0) return 1;
+  return 0;
+}
+
+/* The tasks' order and what each task needs. */
+static void check_tasks(const cfg_config *cfg, nml_errors *errs) {
+  static const char *order[] = {"tokenizer", "prepare", "train"};
+  const cfg_strlist *t = &cfg->job.task;
+  int last = -1;
+  for (int i = 0; i < t->n; i++) {
+    int k = 0;
+    while (strcmp(order[k], t->v[i]) != 0) k++;
+    if (k <= last) {
+      cfg_error_at(cfg, errs, "job", "task", "list each task once, in the order they run: 'tokenizer', 'prepare', 'train'",
+                   "task '%s' is listed twice or out of order", t->v[i]);
+      return;
+    }
+    last = k;
+  }
+  if (t->n == 0) cfg_error_at(cfg, errs, "job", "task", "e.g. task = 'train'", "no task given");
+  const cfg_tokenizer *tk = &cfg->tokenizer;
+  int bpe = strcmp(tk->kind, "bpe") == 0;
+  if (cfg_has_task(cfg, "tokenizer")) {
+    if (!bpe)
+      cfg_error_at(cfg, errs, "tokenizer", "kind", "set kind = 'bpe' (the 'tokenizer' task learns a BPE vocabulary)",
+                   "kind = '%s' has no vocabulary to learn", tk->kind);
+    if (tk->corpus.n == 0 && cfg->prepare.input.n == 0)
+      cfg_error_at(cfg, errs, "tokenizer", "corpus", "list text files in &tokenizer corpus or &prepare input",
+                   "the 'tokenizer' task has no text to learn from");
+  }
+  if (bpe && !tk->dir[0])
+    cfg_error_at(cfg, errs, "tokenizer", "dir", "give the directory of encoder.json and vocab.bpe, e.g. dir = 'runs/tok'",
+                 "kind = 'bpe' needs a tokenizer directory");
+  if (cfg_has_task(cfg, "prepare")) {
+    const cfg_prepare *pr = &cfg->prepare;
+    if (pr->input.n == 0)
+      cfg_error_at(cfg, errs, "prepare", "input", "list text files, directories or glob patterns, e.g. input = 'data/*.txt'",
+                   "the 'prepare' task has no input");
+    if (!pr->train_out[0])
+      cfg_error_at(cfg, errs, "prepare", "train_out", "e.g. train_out = 'runs/data/train.nc'",
+                   "the 'prepare' task needs a training dataset name");
+    if (!pr->val_out[0] && pr->val_fraction > 0)
+      cfg_error_at(cfg, errs, "prepare", "val_out", "e.g. val_out = 'runs/data/val.nc', or val_fraction = 0",
+                   "val_fraction = %g needs a validation dataset name", pr->val_fraction);
+    if (strcmp(pr->documents, "separator_line") == 0 && !pr->separator[0])
+      cfg_error_at(cfg, errs, "prepare", "separator", "give the separator line, or documents = 'blank_line'",
+                   "documents = 'separator_line' needs a separator");
+  }
+  if (cfg_has_task(cfg, "train")) {
+    if (!cfg->data.train[0] && !cfg->prepare.train_out[0])
+      cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
+                   "task 'train' needs a training dataset");
+    if (!cfg->data.val[0] && !cfg->prepare.val_out[0])
+      cfg_error_at(cfg, errs, "data", "val", "give a validation dataset, e.g. val = 'runs/data/val.nc'",
+                   "task 'train' needs a validation dataset");
+  }
+}
 
 static void check_consistency(cfg_config *cfg, nml_errors *errs) {
   cfg_model *m = &cfg->model;
@@ -432,15 +495,10 @@ static void check_consistency(cfg_config *cfg, nml_errors *errs) {
   if (t->decay_steps > 0 && t->decay_steps < t->warmup_steps)
     cfg_error_at(cfg, errs, "training", "decay_steps", "decay_steps counts from step 0 and must be >= warmup_steps",
                  "decay_steps = %ld ends before the warm-up (warmup_steps = %ld)", t->decay_steps, t->warmup_steps);
-  if (strcmp(cfg->data.tokenizer, "bytes") == 0 && m->vocab_size < 256)
+  if (strcmp(cfg->tokenizer.kind, "bytes") == 0 && m->vocab_size < 256)
     cfg_error_at(cfg, errs, "model", "vocab_size", "the 'bytes' tokenizer needs vocab_size >= 256",
-                 "vocab_size = %ld is smaller than the 256 byte tokens of &data tokenizer = 'bytes'", m->vocab_size);
-  if (strcmp(cfg->job.task, "train") == 0 && cfg->data.train_file[0] == '\0')
-    cfg_error_at(cfg, errs, "data", "train_file", "set &data train_file = 'path/to/text.txt'",
-                 "task 'train' needs a training text file");
-  if (cfg->data.val_file[0] == '\0' && cfg->data.val_fraction <= 0.0 && strcmp(cfg->job.task, "train") == 0)
-    cfg_error_at(cfg, errs, "data", "val_fraction", "set val_fraction > 0 or give &data val_file",
-                 "no validation data: val_file is empty and val_fraction = 0");
+                 "vocab_size = %ld is smaller than the 256 byte tokens of &tokenizer kind = 'bytes'", m->vocab_size);
+  check_tasks(cfg, errs);
   if (cfg->sample.top_k > m->vocab_size)
     cfg_error_at(cfg, errs, "sample", "top_k", "top_k must not exceed &model vocab_size (0 means all tokens)",
                  "top_k = %ld exceeds vocab_size = %ld", cfg->sample.top_k, m->vocab_size);
@@ -448,19 +506,34 @@ static void check_consistency(cfg_config *cfg, nml_errors *errs) {
     cfg_error_at(cfg, errs, "job", "run_dir", "give a directory, e.g. run_dir = 'runs/test'", "run_dir is empty");
 }
 
+/* group.key now holds a value derived from from_group.from_key: errors point at the latter. */
+static void set_derived(cfg_config *cfg, const char *group, const char *key, const char *from_group,
+                        const char *from_key) {
+  int k = cfg_find(group, key);
+  cfg->origin[k] = cfg->origin[cfg_find(from_group, from_key)];
+  cfg->origin[k].derived = 1;
+}
+
 static void derive(cfg_config *cfg) {
-  static const char derived[] = "(derived)";
   if (cfg->model.n_inner == 0) {
     cfg->model.n_inner = 4 * cfg->model.n_embd;
-    set_origin(cfg, cfg_find("model", "n_inner"), derived, 0, 0);
+    set_derived(cfg, "model", "n_inner", "model", "n_embd");
   }
   if (cfg->training.global_batch_size == 0) {
     cfg->training.global_batch_size = cfg->training.micro_batch_size;
-    set_origin(cfg, cfg_find("training", "global_batch_size"), derived, 0, 0);
+    set_derived(cfg, "training", "global_batch_size", "training", "micro_batch_size");
+  }
+  if (!cfg->data.train[0] && cfg->prepare.train_out[0]) {
+    util_strlcpy(cfg->data.train, cfg->prepare.train_out, sizeof cfg->data.train);
+    set_derived(cfg, "data", "train", "prepare", "train_out");
+  }
+  if (!cfg->data.val[0] && cfg->prepare.val_out[0]) {
+    util_strlcpy(cfg->data.val, cfg->prepare.val_out, sizeof cfg->data.val);
+    set_derived(cfg, "data", "val", "prepare", "val_out");
   }
   if (cfg->training.decay_steps == 0) {
     cfg->training.decay_steps = cfg->training.max_steps;
-    set_origin(cfg, cfg_find("training", "decay_steps"), derived, 0, 0);
+    set_derived(cfg, "training", "decay_steps", "training", "max_steps");
   }
 }
 
@@ -479,8 +552,10 @@ static char *defaults_text(void) {
         snprintf(line, sizeof line, "&%s\n", gr[g].name);
       else if (k == gr[g].first + gr[g].nkeys)
         snprintf(line, sizeof line, "/\n");
-      else
+      else if (cfg_key_table[k].def[0])
         snprintf(line, sizeof line, " %s = %s\n", cfg_key_table[k].name, cfg_key_table[k].def);
+      else
+        line[0] = '\0'; /* an empty list: nothing to set */
       size_t l = strlen(line);
       if (n + l + 1 > cap) s = util_realloc(s, cap *= 2, "defaults");
       memcpy(s + n, line, l + 1);
@@ -564,7 +639,7 @@ static void format_value(const cfg_config *cfg, int k, char *out, int len) {
     int o = 0;
     out[0] = '\0';
     for (int i = 0; i < l->n && o < len - 40; i++) {
-      char w[CFG_WORD_LEN + 4];
+      char w[CFG_ITEM_LEN + 4];
       nml_format_string(l->v[i], w, sizeof w);
       o += snprintf(out + o, (size_t)(len - o), "%s%s", i ? ", " : "", w);
     }
@@ -595,8 +670,11 @@ void cfg_write_deck(const cfg_config *cfg, FILE *fp, const char *header) {
       char v[CFG_STR_LEN * 2 + 64];
       format_value(cfg, k, v, sizeof v);
       const cfg_origin *o = &cfg->origin[k];
-      const char *mark = !o->file[0] ? "  ! default" : strcmp(o->file, "(derived)") == 0 ? "  ! derived" : "";
-      fprintf(fp, "  %-*s = %s%s\n", w, cfg_key_table[k].name, v, mark);
+      const char *mark = o->derived ? "  ! derived" : !o->file[0] ? "  ! default" : "";
+      if (cfg_key_table[k].type == CFG_T_STRLIST && ((const cfg_strlist *)cfield(cfg, k))->n == 0)
+        fprintf(fp, "  ! %-*s   (empty list)%s\n", w, cfg_key_table[k].name, mark); /* a namelist cannot say "empty" */
+      else
+        fprintf(fp, "  %-*s = %s%s\n", w, cfg_key_table[k].name, v, mark);
     }
     fprintf(fp, "/\n\n");
   }
@@ -635,7 +713,9 @@ void cfg_write_reference(FILE *fp) {
           p = bar + 1;
         }
       }
-      fprintf(fp, "| `%s` | %s | `%s` | %s | %s |\n", key->name, type_name(key->type), key->def, allowed, key->doc);
+      char def[300];
+      snprintf(def, sizeof def, key->def[0] ? "`%s`" : "(empty)", key->def);
+      fprintf(fp, "| `%s` | %s | %s | %s | %s |\n", key->name, type_name(key->type), def, allowed, key->doc);
     }
     fprintf(fp, "\n");
   }

@@ -15,17 +15,17 @@
 
 #define CFG_STR_LEN 1024
 #define CFG_LIST_MAX 64
-#define CFG_WORD_LEN 32
+#define CFG_ITEM_LEN 1024
 
 typedef struct {
   int n;
-  char v[CFG_LIST_MAX][CFG_WORD_LEN];
+  char v[CFG_LIST_MAX][CFG_ITEM_LEN];
 } cfg_strlist;
 
 /* ---- the groups ------------------------------------------------------------------------------ */
 
 #define CFG_GROUP_JOB(X, g)                                                                           \
-  X(g, STR, task, "'train'", "train", "What the run does: 'train' trains the model on &data, evaluates it and samples text") \
+  X(g, STRLIST, task, "'train'", "tokenizer|prepare|train", "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'train' trains the model on &data") \
   X(g, STR, name, "'greenlm'", "", "Name of the run, used in reports")                               \
   X(g, STR, run_dir, "'runs/default'", "", "Directory that receives deck.resolved.nml, log.txt, metrics.csv and verdict.json") \
   X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
@@ -64,11 +64,23 @@ typedef struct {
   X(g, INT, eval_every, "100", "[0, inf)", "Steps between validation-loss evaluations; 0 evaluates only at the end") \
   X(g, INT, eval_batches, "8", "[1, inf)", "Micro-batches of validation data per evaluation")
 
-#define CFG_GROUP_DATA(X, g)                                                                          \
-  X(g, STR, tokenizer, "'bytes'", "bytes", "Tokenizer: 'bytes' maps each byte of the text to one token (vocabulary 256)") \
-  X(g, STR, train_file, "''", "", "Text file to train on")                                          \
-  X(g, STR, val_file, "''", "", "Text file for validation; empty means the last val_fraction of train_file") \
-  X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of train_file held out for validation when val_file is empty")
+#define CFG_GROUP_TOKENIZER(X, g)                                                                  \
+  X(g, STR, kind, "'bytes'", "bytes|bpe", "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary)") \
+  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe: read by 'bpe', written by the 'tokenizer' task") \
+  X(g, INT, vocab_size, "4096", "[258, 16777216]", "Vocabulary the 'tokenizer' task learns, <|endoftext|> included") \
+  X(g, STRLIST, corpus, "", "", "Text the 'tokenizer' task learns from (files, directories, glob patterns); empty means &prepare input")
+
+#define CFG_GROUP_PREPARE(X, g)                                                                    \
+  X(g, STRLIST, input, "", "", "Text to turn into token datasets: files, directories (their files) or glob patterns") \
+  X(g, STR, documents, "'file'", "file|line|blank_line|separator_line", "How the text divides into documents: one per 'file', one per 'line', separated by blank lines ('blank_line') or by lines equal to separator ('separator_line')") \
+  X(g, STR, separator, "'<|endoftext|>'", "", "The separator line of documents = 'separator_line'") \
+  X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of the documents held out for validation (chosen by a seeded shuffle)") \
+  X(g, STR, train_out, "''", "", "Training dataset to write (NetCDF)")                             \
+  X(g, STR, val_out, "''", "", "Validation dataset to write (NetCDF)")
+
+#define CFG_GROUP_DATA(X, g)                                                                       \
+  X(g, STR, train, "''", "", "Training dataset (NetCDF, from the 'prepare' task); empty means &prepare train_out") \
+  X(g, STR, val, "''", "", "Validation dataset; empty means &prepare val_out")
 
 #define CFG_GROUP_SAMPLE(X, g)                                                                        \
   X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate after training; 0 skips sampling")    \
@@ -91,7 +103,9 @@ typedef struct {
   X(job, CFG_GROUP_JOB, "The run: task, run directory, seed and logging")                        \
   X(model, CFG_GROUP_MODEL, "The network: a GPT-Neo (or GPT-2) decoder")                         \
   X(training, CFG_GROUP_TRAINING, "Batches, schedule, AdamW and evaluation")                      \
-  X(data, CFG_GROUP_DATA, "Training and validation text and its tokenizer")                      \
+  X(tokenizer, CFG_GROUP_TOKENIZER, "The tokenizer, and the vocabulary the 'tokenizer' task learns") \
+  X(prepare, CFG_GROUP_PREPARE, "Text to token datasets: inputs, documents, validation split")      \
+  X(data, CFG_GROUP_DATA, "The token datasets training reads")                                    \
   X(sample, CFG_GROUP_SAMPLE, "Text generated from the trained model at the end of the run")     \
   X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \
   X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")
@@ -134,6 +148,7 @@ typedef struct {
 typedef struct {
   char file[256]; /* deck path, "--set", or "" for the default */
   int line, col;
+  int derived;    /* the value was derived from the key set at file:line:col */
 } cfg_origin;
 
 typedef struct cfg_config {
@@ -154,6 +169,9 @@ int cfg_find(const char *group, const char *key);
  * decay_steps). Returns the number of errors added to errs; cfg is usable only when 0. */
 int cfg_load(cfg_config *cfg, const char *deck_text, const char *deck_name, char *const *overrides,
              int noverrides, nml_errors *errs);
+
+/* Whether the deck's &job task list has this task. */
+int cfg_has_task(const cfg_config *cfg, const char *task);
 
 /* Report an error at the place where group.key was set (or "default"). */
 void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, const char *key, const char *hint,

@@ -1,134 +1,157 @@
-/* data: byte-level text loading and the shuffled window loader. */
+/* data: PnetCDF token datasets and the shuffled window loader. */
 #include "data.h"
 
+#include <mpi.h>
+#include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rng.h"
 #include "util.h"
 
-size_t data_encode_bytes(const char *text, size_t len, int32_t *out) {
-  for (size_t i = 0; i < len; i++) out[i] = (unsigned char)text[i];
-  return len;
-}
-
-size_t data_decode_bytes(const int32_t *tok, size_t n, char *out) {
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++)
-    if (tok[i] >= 0 && tok[i] < 256) out[k++] = (char)tok[i];
-  return k;
-}
-
-static void split_from(data_split *s, const char *text, size_t len) {
-  s->tok = util_malloc((len ? len : 1) * sizeof(int32_t), "tokens");
-  s->n = data_encode_bytes(text, len, s->tok);
+/* Open one dataset and read its identity. Returns 0, or -1 with err. */
+static int open_file(data_file *f, const char *path, char *err, size_t errlen) {
+  memset(f, 0, sizeof *f);
+  util_strlcpy(f->path, path, sizeof f->path);
+  int rc = ncmpi_open(MPI_COMM_SELF, path, NC_NOWRITE, MPI_INFO_NULL, &f->ncid);
+  if (rc != NC_NOERR) {
+    util_snprintf(err, errlen, "cannot open dataset '%s': %s", path, ncmpi_strerror(rc));
+    return -1;
+  }
+  int dim;
+  MPI_Offset n = 0, nd = 0;
+  long long v = 0;
+  MPI_Offset hl = 0;
+  if (ncmpi_inq_varid(f->ncid, DATA_VAR_TOKENS, &f->varid) != NC_NOERR ||
+      ncmpi_inq_dimid(f->ncid, DATA_DIM_TOKEN, &dim) != NC_NOERR || ncmpi_inq_dimlen(f->ncid, dim, &n) != NC_NOERR ||
+      ncmpi_inq_dimid(f->ncid, DATA_DIM_DOCUMENT, &dim) != NC_NOERR || ncmpi_inq_dimlen(f->ncid, dim, &nd) != NC_NOERR ||
+      ncmpi_get_att_longlong(f->ncid, NC_GLOBAL, "vocab_size", &v) != NC_NOERR ||
+      ncmpi_inq_attlen(f->ncid, NC_GLOBAL, "tokenizer_hash", &hl) != NC_NOERR || hl >= (MPI_Offset)sizeof f->tokenizer_hash ||
+      ncmpi_get_att_text(f->ncid, NC_GLOBAL, "tokenizer_hash", f->tokenizer_hash) != NC_NOERR) {
+    util_snprintf(err, errlen, "'%s' is not a greenlm token dataset (no tokens variable, token dimension, "
+                               "vocab_size or tokenizer_hash)", path);
+    ncmpi_close(f->ncid);
+    return -1;
+  }
+  f->tokenizer_hash[hl] = '\0';
+  f->ntokens = (int64_t)n;
+  f->ndocs = (int64_t)nd;
+  f->vocab_size = (int)v;
+  long long eot = -1;
+  ncmpi_get_att_longlong(f->ncid, NC_GLOBAL, "eot_id", &eot);
+  f->eot = (int)eot;
+  ncmpi_begin_indep_data(f->ncid);
+  return 0;
 }
 
 static void shuffle_epoch(data_loader *d) {
   rng_state r;
   rng_seed(&r, d->seed, RNG_DATA, (uint64_t)d->epoch);
-  for (size_t i = 0; i < d->nwin; i++) d->perm[i] = (uint32_t)i;
-  for (size_t i = d->nwin; i > 1; i--) {
-    size_t j = (size_t)rng_below(&r, i);
-    uint32_t t = d->perm[i - 1];
+  for (uint64_t i = 0; i < d->nwin; i++) d->perm[i] = i;
+  for (uint64_t i = d->nwin; i > 1; i--) {
+    uint64_t j = rng_below(&r, i), t = d->perm[i - 1];
     d->perm[i - 1] = d->perm[j];
     d->perm[j] = t;
   }
 }
 
-int data_open(data_loader *d, const cfg_config *cfg, int T, nml_errors *errs) {
+int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, nml_errors *errs) {
   memset(d, 0, sizeof *d);
-  const cfg_data *dc = &cfg->data;
   int n0 = errs->n;
-  char err[600];
-  size_t len = 0;
-  char *text = util_read_file(dc->train_file, &len, err, sizeof err);
-  if (!text) {
-    cfg_error_at(cfg, errs, "data", "train_file", "check the path (relative paths start at the working directory)",
-                 "%s", err);
-    return errs->n - n0;
-  }
-  if (len == 0) {
-    cfg_error_at(cfg, errs, "data", "train_file", "give a file with text in it", "'%s' is empty", dc->train_file);
-    free(text);
-    return errs->n - n0;
-  }
-  if (dc->val_file[0]) {
-    size_t vlen = 0;
-    char *vtext = util_read_file(dc->val_file, &vlen, err, sizeof err);
-    if (!vtext) {
-      cfg_error_at(cfg, errs, "data", "val_file", "check the path, or leave val_file empty to split train_file", "%s",
+  char err[1200];
+  const char *key[2] = {"train", "val"};
+  data_file *f[2] = {&d->train, &d->val};
+  const char *path[2] = {cfg->data.train, cfg->data.val};
+  int opened[2] = {0, 0};
+  for (int s = 0; s < 2; s++) {
+    if (open_file(f[s], path[s], err, sizeof err) != 0) {
+      cfg_error_at(cfg, errs, "data", key[s], "make it with the 'prepare' task (&job task = 'prepare', 'train')", "%s",
                    err);
-    } else {
-      split_from(&d->val, vtext, vlen);
-      d->val_bytes = vlen;
-      free(vtext);
+      continue;
     }
-    split_from(&d->train, text, len);
-    d->train_bytes = len;
-  } else {
-    /* hold out the last val_fraction, cut after a newline where one is near */
-    size_t cut = (size_t)((double)len * (1.0 - dc->val_fraction));
-    size_t nl = cut;
-    while (nl < len && nl < cut + 4096 && text[nl] != '\n') nl++;
-    if (nl < len && text[nl] == '\n') cut = nl + 1;
-    split_from(&d->train, text, cut);
-    split_from(&d->val, text + cut, len - cut);
-    d->train_bytes = cut;
-    d->val_bytes = len - cut;
+    opened[s] = 1;
+    if (strcmp(f[s]->tokenizer_hash, tok->hash_hex) != 0)
+      cfg_error_at(cfg, errs, "data", key[s],
+                   "prepare the dataset again with this deck's &tokenizer, or point &tokenizer at the one that made it",
+                   "'%s' was made by another tokenizer (hash %s; the deck's %s has hash %s)", path[s],
+                   f[s]->tokenizer_hash, tok->desc, tok->hash_hex);
+    else if (f[s]->vocab_size > cfg->model.vocab_size)
+      cfg_error_at(cfg, errs, "model", "vocab_size", "raise &model vocab_size to at least the tokenizer's vocabulary",
+                   "the dataset '%s' has a vocabulary of %d tokens, more than the model's %ld", path[s],
+                   f[s]->vocab_size, cfg->model.vocab_size);
+    else if (f[s]->ntokens < (int64_t)T + 1)
+      cfg_error_at(cfg, errs, "data", key[s], "give more text or lower &training seq_len",
+                   "'%s' has %lld tokens, fewer than one window of seq_len + 1 = %d", path[s],
+                   (long long)f[s]->ntokens, T + 1);
   }
-  free(text);
-  if (errs->n > n0) return errs->n - n0;
-  char hint[200];
-  snprintf(hint, sizeof hint, "give more text or lower &training seq_len (a window needs seq_len + 1 = %d tokens)",
-           T + 1);
-  if (d->train.n < (size_t)T + 1)
-    cfg_error_at(cfg, errs, "data", "train_file", hint, "the training split of '%s' has %zu tokens, fewer than one window",
-                 dc->train_file, d->train.n);
-  if (d->val.n < (size_t)T + 1)
-    cfg_error_at(cfg, errs, "data", dc->val_file[0] ? "val_file" : "val_fraction", hint,
-                 "the validation split has %zu tokens, fewer than one window", d->val.n);
-  if (errs->n > n0) return errs->n - n0;
+  if (errs->n > n0) {
+    for (int s = 0; s < 2; s++)
+      if (opened[s]) ncmpi_close(f[s]->ncid);
+    memset(d, 0, sizeof *d);
+    return errs->n - n0;
+  }
   d->T = T;
   d->seed = (uint64_t)cfg->job.seed;
-  d->nwin = (d->train.n - 1) / (size_t)T;
+  d->nwin = (uint64_t)(d->train.ntokens - 1) / (uint64_t)T;
   d->perm = util_malloc(d->nwin * sizeof *d->perm, "window order");
-  d->epoch = 0;
-  d->pos = 0;
   shuffle_epoch(d);
   return 0;
 }
 
 void data_close(data_loader *d) {
-  free(d->train.tok);
-  free(d->val.tok);
+  if (d->perm) {
+    ncmpi_close(d->train.ncid);
+    ncmpi_close(d->val.ncid);
+  }
   free(d->perm);
   memset(d, 0, sizeof *d);
 }
 
-static void window(const data_split *s, size_t w, int T, int32_t *tokens, int32_t *targets) {
-  const int32_t *src = s->tok + w * (size_t)T;
-  memcpy(tokens, src, (size_t)T * sizeof(int32_t));
-  memcpy(targets, src + 1, (size_t)T * sizeof(int32_t));
+void data_seek(data_loader *d, long epoch, uint64_t pos) {
+  d->epoch = epoch;
+  d->pos = pos;
+  shuffle_epoch(d);
 }
 
-void data_next_train(data_loader *d, int B, int32_t *tokens, int32_t *targets) {
-  for (int b = 0; b < B; b++) {
+void data_next_windows(data_loader *d, long G, uint64_t *win) {
+  for (long i = 0; i < G; i++) {
     if (d->pos == d->nwin) {
       d->epoch++;
       d->pos = 0;
       shuffle_epoch(d);
     }
-    window(&d->train, d->perm[d->pos++], d->T, tokens + (size_t)b * d->T, targets + (size_t)b * d->T);
+    win[i] = d->perm[d->pos++];
   }
 }
 
-size_t data_val_windows(const data_loader *d) { return (d->val.n - 1) / (size_t)d->T; }
-
-void data_val_batch(const data_loader *d, int k, int B, int32_t *tokens, int32_t *targets) {
-  size_t nw = data_val_windows(d);
-  for (int b = 0; b < B; b++) {
-    size_t w = ((size_t)k * B + b) % nw;
-    window(&d->val, w, d->T, tokens + (size_t)b * d->T, targets + (size_t)b * d->T);
+/* Read windows w[0..n) of f: T+1 tokens from token w*T each, split into inputs and targets. One
+ * independent read per window: windows overlap by a token, and PnetCDF 1.12 mis-reads overlapping
+ * nonblocking requests gathered into one wait. */
+static void read_windows(data_file *f, const uint64_t *w, int n, int T, int32_t *tokens, int32_t *targets) {
+  int32_t *buf = util_malloc((size_t)n * (T + 1) * sizeof(int32_t), "window buffer");
+  for (int i = 0; i < n; i++) {
+    MPI_Offset start = (MPI_Offset)(w[i] * (uint64_t)T), count = T + 1;
+    int rc = ncmpi_get_vara_int(f->ncid, f->varid, &start, &count, buf + (size_t)i * (T + 1));
+    UTIL_CHECK(rc == NC_NOERR, "check that the dataset is complete and readable", "reading %s: %s", f->path,
+               ncmpi_strerror(rc));
   }
+  for (int i = 0; i < n; i++) {
+    memcpy(tokens + (size_t)i * T, buf + (size_t)i * (T + 1), (size_t)T * sizeof(int32_t));
+    memcpy(targets + (size_t)i * T, buf + (size_t)i * (T + 1) + 1, (size_t)T * sizeof(int32_t));
+  }
+  free(buf);
+}
+
+void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens, int32_t *targets) {
+  read_windows(&d->train, win, n, d->T, tokens, targets);
+}
+
+uint64_t data_val_windows(const data_loader *d) { return (uint64_t)(d->val.ntokens - 1) / (uint64_t)d->T; }
+
+void data_val_batch(data_loader *d, int k, int B, int32_t *tokens, int32_t *targets) {
+  uint64_t nw = data_val_windows(d);
+  uint64_t *w = util_malloc((size_t)B * sizeof *w, "windows");
+  for (int b = 0; b < B; b++) w[b] = ((uint64_t)k * (uint64_t)B + (uint64_t)b) % nw;
+  read_windows(&d->val, w, B, d->T, tokens, targets);
+  free(w);
 }

@@ -14,6 +14,8 @@
 #include "config.h"
 #include "model.h"
 #include "nml.h"
+#include "bpe.h"
+#include "prepare.h"
 #include "train.h"
 #include "util.h"
 
@@ -183,13 +185,28 @@ int main(int argc, char **argv) {
     if (rank == 0) dry_run(cfg, be, header);
     util_exit_all(0);
   }
-  if (size > 1) {
+  if (size > 1 && cfg_has_task(cfg, "train")) {
     if (rank == 0)
       fprintf(stderr, "greenlm: error: started with %d ranks, but this version trains on one rank only\n"
-                      "  hint: run mpirun -np 1 greenlm %s\n", size, a.deck);
+                      "  hint: run mpirun -np 1 greenlm %s (the 'tokenizer' and 'prepare' tasks use any number)\n",
+              size, a.deck);
     util_exit_all(1);
   }
-  rc = train_run(cfg, be, header);
+  if (rank == 0) {
+    printf("greenlm %s: deck %s, tasks", PACKAGE_VERSION, a.deck);
+    for (int i = 0; i < cfg->job.task.n; i++) printf(" %s", cfg->job.task.v[i]);
+    printf(", %d rank%s\n== resolved deck ==\n", size, size == 1 ? "" : "s");
+    cfg_write_deck(cfg, stdout, NULL);
+    fflush(stdout);
+  }
+  rc = 0;
+  for (int i = 0; i < cfg->job.task.n && rc == 0; i++) {
+    const char *task = cfg->job.task.v[i];
+    if (rank == 0) printf("== task: %s ==\n", task), fflush(stdout);
+    if (!strcmp(task, "tokenizer")) rc = bpe_run_task(cfg, MPI_COMM_WORLD);
+    else if (!strcmp(task, "prepare")) rc = prep_run(cfg, MPI_COMM_WORLD);
+    else rc = train_run(cfg, be, header);
+  }
   free(text);
   free(cfg);
   free(a.sets);

@@ -194,8 +194,8 @@ int main(int argc, char **argv) {
   util_strlcpy(mc.arch, a.arch, sizeof mc.arch);
   mc.vocab_size = a.V, mc.block_size = a.T, mc.n_layer = a.L, mc.n_embd = a.C, mc.n_head = a.H;
   mc.window_size = 256, mc.layer_norm_epsilon = 1e-5, mc.init_std = 0.02;
-  util_strlcpy(mc.attention_types.v[0], "global", CFG_WORD_LEN);
-  util_strlcpy(mc.attention_types.v[1], "local", CFG_WORD_LEN);
+  util_strlcpy(mc.attention_types.v[0], "global", CFG_ITEM_LEN);
+  util_strlcpy(mc.attention_types.v[1], "local", CFG_ITEM_LEN);
   mc.attention_types.n = strcmp(a.arch, "gpt2") ? 2 : 1;
   gpt_shape s;
   gpt_shape_from_cfg(&s, &mc);

@@ -47,6 +47,15 @@ void metrics_printf(metrics_out *mo, const char *fmt, ...) {
   }
 }
 
+void metrics_log(metrics_out *mo, const char *fmt, ...) {
+  if (!mo || !mo->log) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(mo->log, fmt, ap);
+  va_end(ap);
+  fflush(mo->log);
+}
+
 void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
   if (!mo->csv) return;
   /* empty fields for values that are not finite (no evaluation this step, no energy sensor) */

@@ -26,6 +26,8 @@ int metrics_open(metrics_out *mo, const char *run_dir, char *err, size_t errlen)
 void metrics_close(metrics_out *mo);
 /* Print to stdout and append to log.txt (when open). */
 void metrics_printf(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);
+/* Append to log.txt only (what stdout already showed). */
+void metrics_log(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);
 void metrics_csv_row(metrics_out *mo, const metrics_row *r);
 /* Write obj as run_dir/name crash-safely. Returns 0 or -1. */
 int metrics_write_json(const char *run_dir, const char *name, json_t *obj);

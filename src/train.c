@@ -16,6 +16,7 @@
 #include "model.h"
 #include "optim.h"
 #include "sample.h"
+#include "tok.h"
 #include "topo.h"
 #include "util.h"
 
@@ -24,6 +25,7 @@ typedef struct {
   const backend *be;
   gpt_shape shape;
   gpt_model model;
+  tok_tokenizer tok;
   data_loader data;
   energy_meter energy;
   metrics_out out;
@@ -31,7 +33,8 @@ typedef struct {
   double flops_per_token, peak_gflops;
   char engine[256];
   topo_machine machine;
-  int32_t *tok, *tgt; /* host (B,T) */
+  int32_t *tokens, *targets; /* host (B,T) */
+  uint64_t *win;              /* window ids of one step (B * accum) */
 } train_state;
 
 /* Mean validation loss over the deck's eval_batches micro-batches. */
@@ -39,8 +42,8 @@ static double evaluate(train_state *st) {
   double sum = 0.0;
   long n = st->cfg->training.eval_batches;
   for (long k = 0; k < n; k++) {
-    data_val_batch(&st->data, (int)k, st->B, st->tok, st->tgt);
-    gpt_set_batch(&st->model, st->tok, st->tgt, st->B, st->T);
+    data_val_batch(&st->data, (int)k, st->B, st->tokens, st->targets);
+    gpt_set_batch(&st->model, st->tokens, st->targets, st->B, st->T);
     gpt_forward(&st->model, st->B, st->T);
     sum += gpt_loss(&st->model, st->B, st->T, 0.0f);
   }
@@ -92,8 +95,9 @@ static void print_header(train_state *st) {
   metrics_printf(o, "MFU basis: %.4g GFLOP per token (6N + 12LCT), peak %.1f GFLOP/s per rank (%s)\n",
                  st->flops_per_token / 1e9, st->peak_gflops,
                  cfg->system.peak_gflops > 0 ? "from the deck" : "measured SGEMM");
-  metrics_printf(o, "data: %s, %zu training tokens (%zu windows), %zu validation tokens\n", cfg->data.train_file,
-                 st->data.train.n, st->data.nwin, st->data.val.n);
+  metrics_printf(o, "data: %s: %lld tokens (%llu windows of %d+1); %s: %lld tokens; tokenizer %s\n", cfg->data.train,
+                 (long long)st->data.train.ntokens, (unsigned long long)st->data.nwin, st->T, cfg->data.val,
+                 (long long)st->data.val.ntokens, st->tok.desc);
   metrics_printf(o, "energy: CPU %s (%s)\n", energy_status_name(st->energy.status), st->energy.note);
 }
 
@@ -171,14 +175,19 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   /* inputs first: nothing is written before they are known to be good */
   nml_errors errs = {0};
   if (rank == 0) check_run_dir(cfg, &errs);
-  data_open(&st.data, cfg, st.T, &errs);
+  char err[2048] = "";
+  if (tok_open(&st.tok, cfg->tokenizer.kind, cfg->tokenizer.dir, err, sizeof err) != 0)
+    cfg_error_at(cfg, &errs, "tokenizer", "dir", "run the 'tokenizer' task first, or point dir at GPT-2's files", "%s",
+                 err);
+  else
+    data_open(&st.data, cfg, &st.tok, st.T, &errs);
   if (errs.n) {
     if (rank == 0) nml_errors_print(&errs, 20);
     nml_errors_free(&errs);
     return 1;
   }
   if (rank == 0) {
-    char err[600] = "";
+    err[0] = '\0';
     if (metrics_open(&st.out, cfg->job.run_dir, err, sizeof err) != 0 || write_resolved_deck(cfg, header) != 0) {
       if (!err[0]) util_snprintf(err, sizeof err, "cannot write the resolved deck in '%s': %s", cfg->job.run_dir, strerror(errno));
       cfg_error_at(cfg, &errs, "job", "run_dir", "check that the directory is writable and the disk is not full", "%s",
@@ -194,8 +203,7 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     FILE *fp = open_memstream(&echo, &elen);
     cfg_write_deck(cfg, fp, NULL);
     fclose(fp);
-    metrics_printf(&st.out, "greenlm %s: task %s on 1 rank, deck %s\n== resolved deck ==\n%s", PACKAGE_VERSION,
-                   cfg->job.task, cfg->deck_path, echo);
+    metrics_log(&st.out, "greenlm %s: deck %s\n== resolved deck ==\n%s", PACKAGE_VERSION, cfg->deck_path, echo);
     free(echo);
   }
   be->set_threads((int)cfg->system.blas_threads);
@@ -207,8 +215,9 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   st.peak_gflops = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(1024, 0.3);
   topo_discover(&st.machine);
   energy_open(&st.energy, &cfg->energy, st.machine.cores);
-  st.tok = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch tokens");
-  st.tgt = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch targets");
+  st.tokens = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch tokens");
+  st.targets = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch targets");
+  st.win = util_malloc((size_t)st.B * st.accum * sizeof(uint64_t), "step windows");
   if (rank == 0) {
     print_header(&st);
     metrics_printf(&st.out, "== training: %ld steps ==\n", tc->max_steps);
@@ -226,9 +235,10 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     double t0 = util_now();
     gpt_zero_grad(&st.model);
     double loss_sum = 0.0;
+    data_next_windows(&st.data, (long)st.B * st.accum, st.win);
     for (int k = 0; k < st.accum; k++) {
-      data_next_train(&st.data, st.B, st.tok, st.tgt);
-      gpt_set_batch(&st.model, st.tok, st.tgt, st.B, st.T);
+      data_read_train(&st.data, st.win + (size_t)k * st.B, st.B, st.tokens, st.targets);
+      gpt_set_batch(&st.model, st.tokens, st.targets, st.B, st.T);
       gpt_forward(&st.model, st.B, st.T);
       loss_sum += gpt_loss(&st.model, st.B, st.T, dscale);
       gpt_backward(&st.model, st.B, st.T);
@@ -322,12 +332,13 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   /* sample */
   if (rc == 0 && cfg->sample.n_tokens > 0 && rank == 0) {
     const char *p = cfg->sample.prompt[0] ? cfg->sample.prompt : "\n";
-    int np = (int)strlen(p), nn = (int)cfg->sample.n_tokens;
+    tok_ids prompt = {0};
+    tok_encode(&st.tok, p, strlen(p), 1, &prompt);
+    int np = (int)prompt.n, nn = (int)cfg->sample.n_tokens;
     int32_t *ids = util_malloc((size_t)(np + nn) * sizeof(int32_t), "sample");
-    data_encode_bytes(p, (size_t)np, ids);
-    sample_generate(&st.model, &cfg->sample, (uint64_t)cfg->job.seed, ids, np, nn, ids);
-    char *text = util_malloc((size_t)(np + nn) + 1, "sample text");
-    size_t len = data_decode_bytes(ids, (size_t)(np + nn), text);
+    sample_generate(&st.model, &cfg->sample, (uint64_t)cfg->job.seed, prompt.v, np, nn, ids);
+    char *text = util_malloc((size_t)(np + nn) * (size_t)st.tok.max_len + 1, "sample text");
+    size_t len = tok_decode(&st.tok, ids, (size_t)(np + nn), text);
     text[len] = '\0';
     metrics_printf(&st.out, "== sample (%d tokens, temperature %g, top-k %ld) ==\n%s\n", nn, cfg->sample.temperature,
                    cfg->sample.top_k, text);
@@ -340,14 +351,17 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     }
     free(text);
     free(ids);
+    tok_ids_free(&prompt);
   }
 
   if (rank == 0) metrics_close(&st.out);
   energy_close(&st.energy);
-  free(st.tok);
-  free(st.tgt);
+  free(st.tokens);
+  free(st.targets);
+  free(st.win);
   gpt_free(&st.model);
   gpt_shape_free(&st.shape);
   data_close(&st.data);
+  tok_free(&st.tok);
   return rc;
 }

@@ -6,22 +6,23 @@
 #   ! expect-at: LINE:COL      (or "none" for errors without a place in the deck)
 #   ! expect-msg: TEXT         (a fragment of the message or its hint)
 # and optionally "! args: ..." (extra options) and "! expect-run" (found when the run starts, not
-# by --dry-run; the run directory must then not be created).
+# by --dry-run; the run directory must then not be created). @TOP@ is the source tree and @OUT@
+# this test's output directory (with an empty directory empty-dir).
 . "$(dirname "$0")/lib.sh"
 out="$TEST_OUT/decks"
 rm -rf "$out"
-mkdir -p "$out"
+mkdir -p "$out/empty-dir"
 
 for src in "$TOP_SRCDIR"/tests/decks/bad/*.nml; do
   name=$(basename "$src" .nml)
   deck="$out/$name.nml"
-  sed "s|@TOP@|$TOP_SRCDIR|g" "$src" > "$deck"
+  rundir="$out/$name.run"
+  sed "s|@TOP@|$TOP_SRCDIR|g; s|@OUT@|$out|g" "$src" > "$deck"
   at=$(sed -n 's/^! expect-at: //p' "$deck")
   msg=$(sed -n 's/^! expect-msg: //p' "$deck")
   args=$(sed -n 's/^! args: //p' "$deck")
   mode=--dry-run
   grep -q '^! expect-run' "$deck" && mode=
-  rundir="$out/$name.run"
   # shellcheck disable=SC2086
   greenlm $mode $args --set "job.run_dir='$rundir'" "$deck" >"$out/$name.out" 2>"$out/$name.err"
   rc=$?
@@ -33,6 +34,8 @@ for src in "$TOP_SRCDIR"/tests/decks/bad/*.nml; do
     check "$name: message '$msg' not in: $(cat "$out/$name.err")" grep -qF -- "$msg" "$out/$name.err"
   fi
   check "$name: something was written to $rundir" [ ! -e "$rundir" ]
+  check "$name: a half-written file was left: $(ls "$out"/*.tmp "$out"/*/*.tmp 2>/dev/null)" \
+    [ -z "$(ls "$out"/*.tmp "$out"/*/*.tmp 2>/dev/null)" ]
 done
 
 for deck in "$TOP_SRCDIR"/input/*.nml; do

@@ -1,18 +1,21 @@
 #!/bin/sh
-# test_golden: a fixed tiny deck on a fixed slice of text (tests/decks/golden.nml) trains to a
-# validation loss below THRESHOLD, and a second run repeats it bit for bit (same losses, same
-# parameter hash). Also: a finished run directory is not overwritten without &job overwrite.
+# test_golden: the whole pipeline (tests/decks/golden.nml: BPE vocabulary, datasets, training) on
+# a fixed slice of text trains to a validation loss below THRESHOLD, and a second run repeats it
+# bit for bit (same vocabulary, losses, parameter hash, sample). Also: a wall-time limit ends a run
+# with a verdict, and a finished run directory is not overwritten without &job overwrite.
 . "$(dirname "$0")/lib.sh"
-THRESHOLD=2.55   # validation loss after 80 steps; 2.471 when committed (doc/performance.md)
+THRESHOLD=4.35   # validation loss after 80 steps (512-token BPE); 4.172 when committed (doc/performance.md)
 out="$TEST_OUT/golden"
 rm -rf "$out"
 mkdir -p "$out"
-sed "s|@TOP@|$TOP_SRCDIR|g" "$TOP_SRCDIR/tests/decks/golden.nml" > "$out/golden.nml"
+deck() { sed "s|@TOP@|$TOP_SRCDIR|g; s|@OUT@|$out/$1|g" "$TOP_SRCDIR/tests/decks/golden.nml" > "$out/$1.nml"; }
 
 for r in a b; do
-  greenlm --set "job.run_dir='$out/run-$r'" "$out/golden.nml" > "$out/$r.out" 2>&1
+  deck "run-$r"
+  greenlm "$out/run-$r.nml" > "$out/$r.out" 2>&1
   check "run $r failed: $(tail -n 5 "$out/$r.out")" [ $? -eq 0 ]
-  for f in deck.resolved.nml log.txt metrics.csv verdict.json sample.txt; do
+  for f in deck.resolved.nml log.txt metrics.csv verdict.json sample.txt tok/encoder.json tok/vocab.bpe \
+           data/train.nc data/val.nc; do
     check "run $r: $f missing" [ -s "$out/run-$r/$f" ]
   done
 done
@@ -31,20 +34,35 @@ cut -d, -f1-4,8 "$out/run-a/metrics.csv" > "$out/a.loss"
 cut -d, -f1-4,8 "$out/run-b/metrics.csv" > "$out/b.loss"
 check "loss curves differ between identical runs" cmp -s "$out/a.loss" "$out/b.loss"
 check "samples differ between identical runs" cmp -s "$out/run-a/sample.txt" "$out/run-b/sample.txt"
+check "vocabularies differ between identical runs" cmp -s "$out/run-a/tok/vocab.bpe" "$out/run-b/tok/vocab.bpe"
 
 # the resolved deck is itself a valid deck
 greenlm --dry-run "$out/run-a/deck.resolved.nml" > "$out/resolved.out" 2>&1
 check "deck.resolved.nml does not pass --dry-run: $(tail -n 3 "$out/resolved.out")" [ $? -eq 0 ]
 
 # a wall-time limit ends the run early with a verdict
-greenlm --set "job.run_dir='$out/run-limit'" --set training.max_minutes=0.0005 "$out/golden.nml" > "$out/limit.out" 2>&1
+deck run-limit
+greenlm --set "job.task='train'" --set "tokenizer.dir='$out/run-a/tok'" --set "data.train='$out/run-a/data/train.nc'" \
+  --set "data.val='$out/run-a/data/val.nc'" --set training.max_minutes=0.0005 "$out/run-limit.nml" > "$out/limit.out" 2>&1
 check "time-limited run failed: $(tail -n 5 "$out/limit.out")" [ $? -eq 0 ]
 check "time-limited run: no time_limit status in verdict.json" grep -q '"status": "time_limit"' "$out/run-limit/verdict.json"
 check "time-limited run: no validation loss" grep -q '"val_loss": [0-9]' "$out/run-limit/verdict.json"
 
+# a dataset made by another tokenizer, and a vocabulary larger than the model's, are refused
+deck run-mismatch
+greenlm --set "job.task='train'" --set "tokenizer.kind='bytes'" --set "data.train='$out/run-a/data/train.nc'" \
+  --set "data.val='$out/run-a/data/val.nc'" "$out/run-mismatch.nml" > "$out/mismatch.out" 2>&1
+check "training on another tokenizer's dataset succeeded" [ $? -ne 0 ]
+check "no 'made by another tokenizer' error: $(cat "$out/mismatch.out")" grep -q "was made by another tokenizer" "$out/mismatch.out"
+greenlm --set "job.task='train'" --set model.vocab_size=400 --set "data.train='$out/run-a/data/train.nc'" \
+  --set "data.val='$out/run-a/data/val.nc'" --set "tokenizer.dir='$out/run-a/tok'" "$out/run-mismatch.nml" > "$out/vocab.out" 2>&1
+check "training a 400-token model on a 512-token dataset succeeded" [ $? -ne 0 ]
+check "no vocabulary error: $(cat "$out/vocab.out")" grep -q "has a vocabulary of 512 tokens, more than the model's 400" "$out/vocab.out"
+check "refused runs wrote a run directory" [ ! -e "$out/run-mismatch/metrics.csv" ]
+
 # a finished run is not overwritten
 sum=$(cksum < "$out/run-a/metrics.csv")
-greenlm --set "job.run_dir='$out/run-a'" "$out/golden.nml" > "$out/again.out" 2>&1
+greenlm --set "job.task='train'" "$out/run-a.nml" > "$out/again.out" 2>&1
 check "rerun into a finished run directory succeeded" [ $? -ne 0 ]
 check "rerun error does not name run_dir: $(cat "$out/again.out")" grep -q "already holds a run" "$out/again.out"
 check "rerun changed the finished run's metrics.csv" [ "$(cksum < "$out/run-a/metrics.csv")" = "$sum" ]

@@ -17,7 +17,7 @@ static int load(cfg_config *c, const char *text, char *const *sets, int nsets) {
   return n;
 }
 
-static const char *base = "&data train_file = 'x.txt' /\n";
+static const char *base = "&data train = 'x.nc', val = 'y.nc' /\n";
 
 static char *with_base(const char *text) {
   size_t n = strlen(text) + strlen(base) + 1;
@@ -71,7 +71,7 @@ static void test_logicals(void) {
 static void test_overrides(void) {
   cfg_config *c = calloc(1, sizeof *c);
   char *sets[] = {"training.lr=1e-3", "model.attention_types='local','global'", "job.overwrite=.true."};
-  T_CHECK(load(c, "&training lr = 5e-4 / &data train_file='a' /", sets, 3) == 0, "overrides rejected");
+  T_CHECK(load(c, "&training lr = 5e-4 / &data train='a', val='b' /", sets, 3) == 0, "overrides rejected");
   T_CHECK(c->training.lr == 1e-3, "--set replaces a deck value");
   T_CHECK(c->model.attention_types.n == 2 && !strcmp(c->model.attention_types.v[0], "local"), "--set of a list");
   T_CHECK(c->job.overwrite == 1, "--set of a logical");
@@ -115,13 +115,13 @@ static void test_echo_roundtrip(void) {
 static void test_error_places(void) {
   cfg_config *c = calloc(1, sizeof *c);
   nml_errors e = {0};
-  cfg_load(c, "&model\n  n_layers = 2\n/\n&data train_file='x' /", "deck.nml", NULL, 0, &e);
+  cfg_load(c, "&model\n  n_layers = 2\n/\n&data train='x', val='y' /", "deck.nml", NULL, 0, &e);
   T_CHECK(e.n == 1 && e.v[0].line == 2 && e.v[0].col == 3 && strstr(e.v[0].msg, "did you mean 'n_layer'"),
           "unknown key place/message: %d errors, %d:%d %s", e.n, e.n ? e.v[0].line : 0, e.n ? e.v[0].col : 0,
           e.n ? e.v[0].msg : "");
   nml_errors_free(&e);
   char *sets[] = {"training.lr=abc"};
-  cfg_load(c, "&data train_file='x' /", "deck.nml", sets, 1, &e);
+  cfg_load(c, "&data train='x', val='y' /", "deck.nml", sets, 1, &e);
   T_CHECK(e.n == 1 && strstr(e.v[0].file, "--set training.lr=abc"), "override error names the option: %s",
           e.n ? e.v[0].file : "");
   nml_errors_free(&e);

@@ -96,7 +96,7 @@ static void run_fixture(const char *path) {
   mc.init_std = 0.02;
   char types[256];
   att_text(nc, "attention_types", types, sizeof types);
-  for (char *tok = strtok(types, ","); tok; tok = strtok(NULL, ",")) util_strlcpy(mc.attention_types.v[mc.attention_types.n++], tok, CFG_WORD_LEN);
+  for (char *tok = strtok(types, ","); tok; tok = strtok(NULL, ",")) util_strlcpy(mc.attention_types.v[mc.attention_types.n++], tok, CFG_ITEM_LEN);
   const int B = (int)att_int(nc, "batch"), T = (int)att_int(nc, "seq_len"), V = (int)mc.vocab_size, N = B * T;
 
   gpt_shape s;
