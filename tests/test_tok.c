@@ -175,24 +175,21 @@ static void test_small_and_corrupt(void) {
   }
   snprintf(dir, sizeof dir, "%s/no-such-dir", tmpdir);
   expect_error(dir, "cannot read");
-  snprintf(dir, sizeof dir, "%s/bad-json", tmpdir);
-  write_small(dir, ", \"x\": ", good);
-  expect_error(dir, "encoder.json:1:");
-  snprintf(dir, sizeof dir, "%s/dup-id", tmpdir);
-  write_small(dir, ", \"zz\": 5", good);
-  expect_error(dir, "out of range or repeated");
-  snprintf(dir, sizeof dir, "%s/bad-merge", tmpdir);
-  write_small(dir, "", "t h\nthe\n");
-  expect_error(dir, "vocab.bpe:3: expected \"left right\"");
-  snprintf(dir, sizeof dir, "%s/unknown-merge", tmpdir);
-  write_small(dir, "", "t h\nq z\n");
-  expect_error(dir, "vocab.bpe:3: merge \"q z\": the merged token is not in encoder.json");
-  snprintf(dir, sizeof dir, "%s/dup-merge", tmpdir);
-  write_small(dir, "", "t h\nt h\n");
-  expect_error(dir, "appears twice");
-  snprintf(dir, sizeof dir, "%s/no-merges", tmpdir);
-  write_small(dir, "", "");
-  expect_error(dir, "has no merges");
+  static const struct {
+    const char *name, *encoder_extra, *merges, *error;
+  } bad[] = {
+      {"bad-json", ", \"x\": ", "t h\n", "encoder.json:1:"},
+      {"dup-id", ", \"zz\": 5", "t h\n", "out of range or repeated"},
+      {"bad-merge", "", "t h\nthe\n", "vocab.bpe:3: expected \"left right\""},
+      {"unknown-merge", "", "t h\nq z\n", "vocab.bpe:3: merge \"q z\": the merged token is not in encoder.json"},
+      {"dup-merge", "", "t h\nt h\n", "appears twice"},
+      {"no-merges", "", "", "has no merges"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(dir, sizeof dir, "%s/%s", tmpdir, bad[i].name);
+    write_small(dir, bad[i].encoder_extra, bad[i].merges);
+    expect_error(dir, bad[i].error);
+  }
 }
 
 static void test_bytes(void) {
