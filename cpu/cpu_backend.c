@@ -68,6 +68,7 @@ static const backend cpu_table = {
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .zero = cpu_zero,
+    .copy = cpu_copy,
     .sync = cpu_sync,
     .describe = cpu_describe,
     .set_threads = cpu_set_threads,

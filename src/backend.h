@@ -31,6 +31,7 @@ typedef struct backend {
   void (*to_device)(void *dst, const void *src, size_t bytes);
   void (*to_host)(void *dst, const void *src, size_t bytes);
   void (*zero)(void *p, size_t bytes);
+  void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory */
   void (*sync)(void);
 
   /* ---- the engine ---- */

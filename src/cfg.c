@@ -480,15 +480,9 @@ static void check_consistency(cfg_config *cfg, nml_errors *errs) {
     cfg_error_at(cfg, errs, "training", "seq_len", hint, "seq_len = %ld exceeds &model block_size = %ld", t->seq_len,
                  m->block_size);
   }
-  if (t->global_batch_size > 0 && t->global_batch_size % t->micro_batch_size != 0) {
-    char hint[200];
-    long lo = t->global_batch_size / t->micro_batch_size * t->micro_batch_size;
-    snprintf(hint, sizeof hint, "use a multiple of micro_batch_size = %ld, e.g. %ld or %ld", t->micro_batch_size,
-             lo > 0 ? lo : t->micro_batch_size, lo + t->micro_batch_size);
-    cfg_error_at(cfg, errs, "training", "global_batch_size", hint,
-                 "global_batch_size = %ld is not a multiple of micro_batch_size = %ld", t->global_batch_size,
-                 t->micro_batch_size);
-  }
+  if (cfg->parallel.pipeline_stages > m->n_layer)
+    cfg_error_at(cfg, errs, "parallel", "pipeline_stages", "every stage needs at least one layer: pipeline_stages <= n_layer",
+                 "pipeline_stages = %ld is more than n_layer = %ld", cfg->parallel.pipeline_stages, m->n_layer);
   if (t->min_lr > t->lr)
     cfg_error_at(cfg, errs, "training", "min_lr", "the floor must not exceed the peak: min_lr <= lr",
                  "min_lr = %g is larger than lr = %g", t->min_lr, t->lr);
@@ -519,10 +513,6 @@ static void derive(cfg_config *cfg) {
     cfg->model.n_inner = 4 * cfg->model.n_embd;
     set_derived(cfg, "model", "n_inner", "model", "n_embd");
   }
-  if (cfg->training.global_batch_size == 0) {
-    cfg->training.global_batch_size = cfg->training.micro_batch_size;
-    set_derived(cfg, "training", "global_batch_size", "training", "micro_batch_size");
-  }
   if (!cfg->data.train[0] && cfg->prepare.train_out[0]) {
     util_strlcpy(cfg->data.train, cfg->prepare.train_out, sizeof cfg->data.train);
     set_derived(cfg, "data", "train", "prepare", "train_out");
@@ -535,6 +525,66 @@ static void derive(cfg_config *cfg) {
     cfg->training.decay_steps = cfg->training.max_steps;
     set_derived(cfg, "training", "decay_steps", "training", "max_steps");
   }
+}
+
+/* ---- the layout ------------------------------------------------------------------------------ */
+
+int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs) {
+  int n0 = errs->n;
+  cfg_parallel *p = &cfg->parallel;
+  cfg_training *t = &cfg->training;
+  long P = p->pipeline_stages;
+  char fits[256] = "";
+  int o = snprintf(fits, sizeof fits, "with %d rank%s: pipeline_stages =", nranks, nranks == 1 ? "" : "s");
+  for (long q = 1; q <= nranks && q <= cfg->model.n_layer && o < (int)sizeof fits - 8; q++)
+    if (nranks % q == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q);
+  if (nranks % P != 0) {
+    cfg_error_at(cfg, errs, "parallel", "pipeline_stages", fits,
+                 "%d rank%s cannot form pipelines of %ld stages (pipeline_stages x data_parallel must equal the rank count)",
+                 nranks, nranks == 1 ? "" : "s", P);
+    return errs->n - n0;
+  }
+  if (p->data_parallel == 0) {
+    p->data_parallel = nranks / P;
+    set_derived(cfg, "parallel", "data_parallel", "parallel", "pipeline_stages");
+  } else if (p->data_parallel * P != nranks) {
+    char hint[300];
+    snprintf(hint, sizeof hint, "set data_parallel = %ld (or 0 to derive it), or start %ld ranks", nranks / P,
+             p->data_parallel * P);
+    cfg_error_at(cfg, errs, "parallel", "data_parallel", hint,
+                 "pipeline_stages x data_parallel = %ld x %ld = %ld, not the %d rank%s of the job", P, p->data_parallel,
+                 P * p->data_parallel, nranks, nranks == 1 ? "" : "s");
+    return errs->n - n0;
+  }
+  long D = p->data_parallel, B = t->micro_batch_size, per = B * D; /* sequences per micro-batch round */
+  if (t->global_batch_size == 0) {
+    long m = p->micro_batches ? p->micro_batches : 1;
+    t->global_batch_size = per * m;
+    set_derived(cfg, "training", "global_batch_size", "training", "micro_batch_size");
+  }
+  if (t->global_batch_size % per != 0) {
+    char hint[300];
+    long lo = t->global_batch_size / per * per;
+    snprintf(hint, sizeof hint, "use a multiple of micro_batch_size x data_parallel = %ld x %ld = %ld, e.g. %ld or %ld", B,
+             D, per, lo > 0 ? lo : per, lo > 0 ? lo + per : 2 * per);
+    cfg_error_at(cfg, errs, "training", "global_batch_size", hint,
+                 "global_batch_size = %ld is not a multiple of micro_batch_size x data_parallel = %ld",
+                 t->global_batch_size, per);
+    return errs->n - n0;
+  }
+  long m = t->global_batch_size / per;
+  if (p->micro_batches == 0) {
+    p->micro_batches = m;
+    set_derived(cfg, "parallel", "micro_batches", "training", "global_batch_size");
+  } else if (p->micro_batches != m) {
+    char hint[200];
+    snprintf(hint, sizeof hint, "set micro_batches = %ld or 0 to derive it, or global_batch_size = %ld", m,
+             p->micro_batches * per);
+    cfg_error_at(cfg, errs, "parallel", "micro_batches", hint,
+                 "micro_batches = %ld disagrees with global_batch_size / (micro_batch_size x data_parallel) = %ld",
+                 p->micro_batches, m);
+  }
+  return errs->n - n0;
 }
 
 /* ---- loading --------------------------------------------------------------------------------- */
@@ -565,13 +615,35 @@ static char *defaults_text(void) {
   return s;
 }
 
-/* Turn "group.key=value" into a one-group deck; returns NULL when malformed. */
+/* Turn "group.key=value" into a one-group deck; returns NULL when malformed. A string (or list of
+ * strings) value given without quotes on the command line is quoted here: --set job.run_dir=runs/a
+ * means what it says. */
 static char *override_text(const char *ov) {
   const char *dot = strchr(ov, '.'), *eq = strchr(ov, '=');
   if (!dot || !eq || dot > eq || dot == ov || eq == dot + 1) return NULL;
-  size_t n = strlen(ov) + 16;
+  char group[64], key[64];
+  util_snprintf(group, sizeof group, "%.*s", (int)(dot - ov), ov);
+  util_snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+  const char *val = eq + 1;
+  int k = cfg_find(group, key);
+  int quote = k >= 0 && (cfg_key_table[k].type == CFG_T_STR || cfg_key_table[k].type == CFG_T_STRLIST) &&
+              !strchr(val, '\'') && !strchr(val, '"');
+  size_t n = 2 * strlen(ov) + 32;
   char *s = util_malloc(n, "override");
-  snprintf(s, n, "&%.*s\n%s\n/\n", (int)(dot - ov), ov, dot + 1);
+  int o = snprintf(s, n, "&%s\n%s = ", group, key);
+  if (!quote) {
+    o += snprintf(s + o, n - (size_t)o, "%s", val);
+  } else { /* 'a', 'b' for a comma-separated list; one string otherwise */
+    int list = cfg_key_table[k].type == CFG_T_STRLIST;
+    s[o++] = '\'';
+    for (const char *c = val; *c; c++) {
+      if (list && *c == ',') o += snprintf(s + o, n - (size_t)o, "', '");
+      else s[o++] = *c;
+    }
+    s[o++] = '\'';
+    s[o] = '\0';
+  }
+  snprintf(s + o, n - (size_t)o, "\n/\n");
   return s;
 }
 

@@ -82,6 +82,15 @@ typedef struct {
   X(g, STR, train, "''", "", "Training dataset (NetCDF, from the 'prepare' task); empty means &prepare train_out") \
   X(g, STR, val, "''", "", "Validation dataset; empty means &prepare val_out")
 
+#define CFG_GROUP_PARALLEL(X, g)                                                                   \
+  X(g, INT, pipeline_stages, "1", "[1, 4096]", "Pipeline stages P: the layers are split into P consecutive groups, one per rank of a pipeline") \
+  X(g, INT, data_parallel, "0", "[0, 1048576]", "Data-parallel replicas D; 0 means ranks / pipeline_stages. P x D must equal the rank count") \
+  X(g, INT, micro_batches, "0", "[0, 1048576]", "Micro-batches m per optimizer step on each replica; 0 means global_batch_size / (micro_batch_size x D)") \
+  X(g, INT, zero_stage, "0", "[0, 1]", "0: every replica keeps all optimizer state; 1: AdamW state sharded across the replicas of a stage (ZeRO-1)") \
+  X(g, STR, rank_order, "'replicas_adjacent'", "replicas_adjacent|stages_adjacent", "Which ranks are consecutive: the D replicas of a stage ('replicas_adjacent') or the P stages of a pipeline ('stages_adjacent')") \
+  X(g, REAL, bucket_mb, "25", "(0, 1e6]", "Size in MiB of the gradient buckets exchanged across replicas while the backward pass goes on") \
+  X(g, STR, bind, "'auto'", "auto|none", "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
+
 #define CFG_GROUP_SAMPLE(X, g)                                                                        \
   X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate after training; 0 skips sampling")    \
   X(g, STR, prompt, "''", "", "Text the sample continues; empty starts from a newline")             \
@@ -106,6 +115,7 @@ typedef struct {
   X(tokenizer, CFG_GROUP_TOKENIZER, "The tokenizer, and the vocabulary the 'tokenizer' task learns") \
   X(prepare, CFG_GROUP_PREPARE, "Text to token datasets: inputs, documents, validation split")      \
   X(data, CFG_GROUP_DATA, "The token datasets training reads")                                    \
+  X(parallel, CFG_GROUP_PARALLEL, "MPI decomposition: pipeline stages x data-parallel replicas, ZeRO-1, binding") \
   X(sample, CFG_GROUP_SAMPLE, "Text generated from the trained model at the end of the run")     \
   X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \
   X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")
@@ -169,6 +179,10 @@ int cfg_find(const char *group, const char *key);
  * decay_steps). Returns the number of errors added to errs; cfg is usable only when 0. */
 int cfg_load(cfg_config *cfg, const char *deck_text, const char *deck_name, char *const *overrides,
              int noverrides, nml_errors *errs);
+
+/* Derive the layout keys that depend on the rank count (data_parallel, micro_batches,
+ * global_batch_size) and check that the layout fits nranks. Returns the number of errors. */
+int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs);
 
 /* Whether the deck's &job task list has this task. */
 int cfg_has_task(const cfg_config *cfg, const char *task);

@@ -14,6 +14,8 @@
 #include "config.h"
 #include "model.h"
 #include "nml.h"
+#include "optim.h"
+#include "par.h"
 #include "bpe.h"
 #include "prepare.h"
 #include "train.h"
@@ -28,7 +30,9 @@ static void usage(FILE *fp) {
           "\n"
           "options:\n"
           "  --dry-run               validate the deck, print the resolved deck, parameter count and\n"
-          "                          memory estimate, and exit without writing anything\n"
+          "                          memory estimate per rank, and exit without writing anything\n"
+          "  --ranks N               with --dry-run: plan the layout for N ranks (default: the ranks\n"
+          "                          started)\n"
           "  --set group.key=value   override a deck key (repeatable), e.g. --set training.lr=3e-4\n"
           "  --deck-reference        print the Markdown reference of every deck key and exit\n"
           "  --version               print the version and exit\n"
@@ -42,6 +46,7 @@ typedef struct {
   char **sets;
   int nsets;
   int dry_run;
+  int ranks; /* --ranks N for the dry run's layout */
 } args;
 
 /* Returns -1 to continue, or an exit status. */
@@ -61,6 +66,15 @@ static int parse_args(int argc, char **argv, args *a, int rank) {
       return 0;
     } else if (!strcmp(s, "--dry-run")) {
       a->dry_run = 1;
+    } else if (!strcmp(s, "--ranks") || !strncmp(s, "--ranks=", 8)) {
+      const char *v = s[7] == '=' ? s + 8 : i + 1 < argc ? argv[++i] : "";
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 1 || n > 1 << 24) {
+        if (rank == 0) fprintf(stderr, "greenlm: error: --ranks expects a positive rank count, got '%s'\n", v);
+        return 2;
+      }
+      a->ranks = (int)n;
     } else if (!strcmp(s, "--set")) {
       if (i + 1 >= argc) {
         if (rank == 0) fprintf(stderr, "greenlm: error: --set needs group.key=value\n");
@@ -125,21 +139,34 @@ static void check_agreement(const cfg_config *cfg) {
              "ranks resolved different configurations");
 }
 
-static void dry_run(const cfg_config *cfg, const backend *be, const char *header) {
+static void dry_run(const cfg_config *cfg, const backend *be, const char *header, int nranks) {
   cfg_write_deck(cfg, stdout, header);
   gpt_shape s;
   gpt_shape_from_cfg(&s, &cfg->model);
-  int B = (int)cfg->training.micro_batch_size, T = (int)cfg->training.seq_len;
-  gpt_memory m = gpt_plan_memory(&s, be, B, T, 0, s.L, 1, 1);
+  int T = (int)cfg->training.seq_len;
   size_t n = gpt_count_params(&s);
-  char b[6][32];
+  par_layout L;
+  par_plan(&L, cfg, nranks, 0);
+  char b[6][32], desc[4096];
   printf("! parameters: %zu (%.3f M)\n", n, (double)n / 1e6);
   printf("! FLOPs per token: %.6g (6N + 12LCT, N without wpe)\n", gpt_flops_per_token(&s, T));
-  printf("! memory per rank: parameters %s, gradients %s, AdamW %s, activations %s, batch buffers %s\n",
-         util_fmt_bytes((double)m.params, b[0], 32), util_fmt_bytes((double)m.grads, b[1], 32),
-         util_fmt_bytes((double)m.adam, b[2], 32), util_fmt_bytes((double)m.acts, b[3], 32),
-         util_fmt_bytes((double)m.io, b[4], 32));
-  printf("! memory per rank total: %zu bytes (%s)\n", m.total, util_fmt_bytes((double)m.total, b[5], 32));
+  printf("! layout: %d rank%s = %d pipeline stage%s x %d replica%s, %d micro-batch%s per step, ZeRO-%d\n", nranks,
+         nranks == 1 ? "" : "s", L.P, L.P == 1 ? "" : "s", L.D, L.D == 1 ? "" : "s", L.m, L.m == 1 ? "" : "es", L.zero);
+  par_describe(&L, desc, sizeof desc);
+  for (char *line = strtok(desc, "\n"); line; line = strtok(NULL, "\n")) printf("! %s\n", line);
+  size_t worst = 0;
+  for (int st = 0; st < L.P; st++) {
+    train_memory m = train_plan_memory(cfg, be, &L, st, 0);
+    if (m.total > worst) worst = m.total;
+    printf("! memory per rank, stage %d: parameters %s, gradients %s, AdamW %s, activations %s (%d slot%s), "
+           "buffers %s; total %zu bytes (%s)\n",
+           st, util_fmt_bytes((double)m.model.params, b[0], 32), util_fmt_bytes((double)m.model.grads, b[1], 32),
+           util_fmt_bytes((double)m.adam, b[2], 32), util_fmt_bytes((double)m.model.acts, b[3], 32), m.part.nslots,
+           m.part.nslots == 1 ? "" : "s", util_fmt_bytes((double)(m.model.io + m.exchange + m.pipe), b[4], 32), m.total,
+           util_fmt_bytes((double)m.total, b[5], 32));
+  }
+  printf("! memory per rank total: %zu bytes (%s) at the largest stage\n", worst, util_fmt_bytes((double)worst, b[5], 32));
+  par_free(&L);
   gpt_shape_free(&s);
 }
 
@@ -168,6 +195,16 @@ int main(int argc, char **argv) {
     }
     util_exit_all(1);
   }
+  /* the layout depends on the rank count: the dry run plans --ranks N (default: the ranks started) */
+  int layout_ranks = a.ranks > 0 ? a.ranks : size;
+  if ((cfg_has_task(cfg, "train") || a.dry_run) && cfg_resolve_layout(cfg, layout_ranks, &errs) > 0) {
+    if (rank == 0) {
+      nml_errors_print(&errs, 20);
+      fprintf(stderr, "greenlm: the layout does not fit %d rank%s; nothing was run or written\n", layout_ranks,
+              layout_ranks == 1 ? "" : "s");
+    }
+    util_exit_all(1);
+  }
   check_agreement(cfg);
 
   char header[4096];
@@ -182,15 +219,8 @@ int main(int argc, char **argv) {
   }
   const backend *be = backend_cpu();
   if (a.dry_run) {
-    if (rank == 0) dry_run(cfg, be, header);
+    if (rank == 0) dry_run(cfg, be, header, layout_ranks);
     util_exit_all(0);
-  }
-  if (size > 1 && cfg_has_task(cfg, "train")) {
-    if (rank == 0)
-      fprintf(stderr, "greenlm: error: started with %d ranks, but this version trains on one rank only\n"
-                      "  hint: run mpirun -np 1 greenlm %s (the 'tokenizer' and 'prepare' tasks use any number)\n",
-              size, a.deck);
-    util_exit_all(1);
   }
   if (rank == 0) {
     printf("greenlm %s: deck %s, tasks", PACKAGE_VERSION, a.deck);

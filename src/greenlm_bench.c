@@ -202,7 +202,9 @@ int main(int argc, char **argv) {
   backend prof = profiled(be, a.V);
   if (a.profile) be = &prof; /* every op synchronised and timed: slightly slower steps */
   gpt_model m;
-  gpt_init(&m, &s, be, a.B, a.T, 0, s.L, 1, 1, 1);
+  gpt_init(&m, &s, be, a.B, a.T, gpt_whole(&s), 1);
+  optim_state opt;
+  optim_init(&opt, be, 0, m.nparams);
   cfg_training tc;
   memset(&tc, 0, sizeof tc);
   tc.lr = 1e-4, tc.beta1 = 0.9, tc.beta2 = 0.95, tc.adam_eps = 1e-8, tc.weight_decay = 0.1, tc.grad_clip = 1.0;
@@ -218,16 +220,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) x[i] = (int32_t)rng_below(&r, (uint64_t)a.V), y[i] = (int32_t)rng_below(&r, (uint64_t)a.V);
     double t0 = util_now();
     gpt_zero_grad(&m);
-    gpt_set_batch(&m, x, y, a.B, a.T);
-    gpt_forward(&m, a.B, a.T);
-    loss = gpt_loss(&m, a.B, a.T, 1.0f / (float)N) / N;
+    gpt_set_batch(&m, 0, x, y, a.B, a.T);
+    gpt_forward(&m, 0, a.B, a.T);
+    loss = gpt_loss(&m, 0, a.B, a.T, 1.0f / (float)N) / N;
     be->sync();
     double t1 = util_now();
-    gpt_backward(&m, a.B, a.T);
+    gpt_backward(&m, 0, a.B, a.T, NULL, NULL);
     be->sync();
     double t2 = util_now();
-    double norm = sqrt(optim_grad_sumsq(&m));
-    optim_adamw_step(&m, &tc, step, tc.lr, optim_clip_scale(&tc, norm));
+    double norm = sqrt(be->sumsq(m.grads, m.nparams));
+    optim_adamw_step(&opt, &m, &tc, step, tc.lr, optim_clip_scale(&tc, norm));
     be->sync();
     double t3 = util_now();
     if (step >= a.warmup) {
@@ -272,6 +274,7 @@ int main(int argc, char **argv) {
   free(x);
   free(y);
   free(step_ms);
+  optim_free(&opt);
   gpt_free(&m);
   gpt_shape_free(&s);
   util_exit_all(0);

@@ -22,7 +22,8 @@ int metrics_open(metrics_out *mo, const char *run_dir, char *err, size_t errlen)
     metrics_close(mo);
     return -1;
   }
-  fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status\n");
+  fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
+                   "compute,bubble,exchange,bytes_per_step\n");
   fflush(mo->csv);
   return 0;
 }
@@ -70,7 +71,8 @@ void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
     fputc(',', mo->csv);
     if (isfinite(col[i].v)) fprintf(mo->csv, col[i].fmt, col[i].v);
   }
-  fprintf(mo->csv, ",%s\n", r->energy_status);
+  fprintf(mo->csv, ",%s,%.4f,%.4f,%.4f,%.0f\n", r->energy_status, r->compute, r->bubble, r->exchange,
+          r->bytes_per_step);
   fflush(mo->csv);
 }
 

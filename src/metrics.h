@@ -19,6 +19,8 @@ typedef struct {
   double val_loss; /* NAN when not evaluated at this step */
   double watts, energy_j;
   const char *energy_status;
+  double compute, bubble, exchange; /* shares of the ranks' time: passes, waiting for neighbours, gradient exchange */
+  double bytes_per_step;            /* payload sent by all ranks (activations, gradients) */
 } metrics_row;
 
 /* Open log.txt and metrics.csv in run_dir (created when missing). Returns 0, or -1 with err. */

@@ -107,13 +107,7 @@ static void build_tensors(const gpt_shape *s, int lo, int hi, int has_embed, int
   add_tensor(tl, has_head, "transformer.ln_f.bias", C, 1, 0, -1, GPT_INIT_ZEROS, 0);
 }
 
-size_t gpt_count_params(const gpt_shape *s) {
-  tensor_list tl;
-  build_tensors(s, 0, s->L, 1, 1, &tl);
-  size_t n = tl.offset;
-  free(tl.v);
-  return n;
-}
+size_t gpt_count_params(const gpt_shape *s) { return gpt_part_params(s, gpt_whole(s)); }
 
 double gpt_flops_per_token(const gpt_shape *s, int T) {
   double n = (double)gpt_count_params(s) - (double)s->maxT * s->C; /* wpe does no arithmetic */
@@ -122,14 +116,16 @@ double gpt_flops_per_token(const gpt_shape *s, int T) {
 
 /* ---- activation arena ------------------------------------------------------------------------ */
 
-/* Offsets (in floats) of every activation buffer in the arena. */
+/* Offsets (in floats) of the activation buffers. Per slot: the residual stream, the blocks'
+ * activations and the head's; then, shared by all slots, the gradient buffers and scratch. */
 typedef struct {
   size_t res;                                   /* (nl+1) x (N,C): block inputs/outputs */
   size_t blk, blk_stride;                       /* per-block area, one stride per block */
   size_t ln1, ln1_mean, ln1_rstd, qkv, att, lse; /* within a block area */
   size_t mid, ln2, ln2_mean, ln2_rstd, fc, gel;
   size_t lnf, lnf_mean, lnf_rstd, logits;       /* head (last stage) */
-  size_t dres, dsmall, dbig, scratch;           /* gradients and scratch, shared by all blocks */
+  size_t slot;                                  /* size of one slot */
+  size_t dres, dsmall, dbig, scratch;           /* shared, after the slots */
   size_t total;
 } act_layout;
 
@@ -139,11 +135,11 @@ static size_t take(size_t *cursor, size_t n) {
   return at;
 }
 
-static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T, int lo, int hi, int has_head) {
+static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T, gpt_part p) {
   act_layout a;
   memset(&a, 0, sizeof a);
   const size_t N = (size_t)B * T, C = (size_t)s->C, F = (size_t)s->F;
-  const int nl = hi - lo;
+  const int nl = p.hi - p.lo;
   size_t cur = 0;
   a.res = take(&cur, (size_t)(nl + 1) * N * C);
   size_t b = 0;
@@ -161,12 +157,14 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   a.gel = take(&b, N * F);
   a.blk_stride = b;
   a.blk = take(&cur, (size_t)nl * b);
-  if (has_head) {
+  if (p.has_head) {
     a.lnf = take(&cur, N * C);
     a.lnf_mean = take(&cur, N);
     a.lnf_rstd = take(&cur, N);
     a.logits = take(&cur, N * (size_t)s->V);
   }
+  a.slot = cur;
+  cur *= (size_t)p.nslots;
   a.dres = take(&cur, N * C);
   a.dsmall = take(&cur, N * C);
   a.dbig = take(&cur, N * (F > 3 * C ? F : 3 * C));
@@ -175,26 +173,37 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   return a;
 }
 
-gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, int layer_lo, int layer_hi,
-                           int has_embed, int has_head) {
+gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1}; }
+
+gpt_tensor *gpt_list_tensors(const gpt_shape *s, gpt_part part, int *n) {
   tensor_list tl;
-  build_tensors(s, layer_lo, layer_hi, has_embed, has_head, &tl);
+  build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
+  *n = tl.n;
+  return tl.v;
+}
+
+size_t gpt_part_params(const gpt_shape *s, gpt_part part) {
+  tensor_list tl;
+  build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
   free(tl.v);
-  act_layout a = plan_acts(s, be, B, T, layer_lo, layer_hi, has_head);
+  return tl.offset;
+}
+
+gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, gpt_part part) {
+  act_layout a = plan_acts(s, be, B, T, part);
   gpt_memory m;
-  m.params = tl.offset * sizeof(float);
+  m.params = gpt_part_params(s, part) * sizeof(float);
   m.grads = m.params;
-  m.adam = 2 * m.params;
   m.acts = a.total * sizeof(float);
-  m.io = (size_t)B * T * (2 * sizeof(int32_t) + sizeof(float)); /* tokens, targets, losses */
-  m.total = m.params + m.grads + m.adam + m.acts + m.io;
+  /* tokens and targets per slot, losses */
+  m.io = (size_t)B * T * (2 * sizeof(int32_t) * (size_t)part.nslots + sizeof(float));
+  m.total = m.params + m.grads + m.acts + m.io;
   return m;
 }
 
 /* ---- init ------------------------------------------------------------------------------------ */
 
-void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, int layer_lo, int layer_hi,
-              int has_embed, int has_head, uint64_t seed) {
+void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, gpt_part part, uint64_t seed) {
   memset(m, 0, sizeof *m);
   m->s = *s;
   m->s.window = util_malloc((size_t)s->L * sizeof(int), "layer windows");
@@ -202,26 +211,25 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
   m->be = be;
   m->B = B;
   m->T = T;
-  m->layer_lo = layer_lo;
-  m->layer_hi = layer_hi;
-  m->has_embed = has_embed;
-  m->has_head = has_head;
+  m->layer_lo = part.lo;
+  m->layer_hi = part.hi;
+  m->has_embed = part.has_embed;
+  m->has_head = part.has_head;
+  m->nslots = part.nslots;
   tensor_list tl;
-  build_tensors(s, layer_lo, layer_hi, has_embed, has_head, &tl);
+  build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
   m->tensors = tl.v;
   m->ntensors = tl.n;
   m->nparams = tl.offset;
-  m->mem = gpt_plan_memory(s, be, B, T, layer_lo, layer_hi, has_embed, has_head);
-  act_layout a = plan_acts(s, be, B, T, layer_lo, layer_hi, has_head);
+  m->mem = gpt_plan_memory(s, be, B, T, part);
+  act_layout a = plan_acts(s, be, B, T, part);
 
-  size_t pb = m->nparams * sizeof(float);
+  size_t pb = m->nparams * sizeof(float), nio = (size_t)part.nslots * B * T;
   m->params = be->alloc(pb);
   m->grads = be->alloc(pb);
-  m->adam_m = be->alloc(pb);
-  m->adam_v = be->alloc(pb);
   m->acts = be->alloc(a.total * sizeof(float));
-  m->tokens = be->alloc((size_t)B * T * sizeof(int32_t));
-  m->targets = be->alloc((size_t)B * T * sizeof(int32_t));
+  m->tokens = be->alloc(nio * sizeof(int32_t));
+  m->targets = be->alloc(nio * sizeof(int32_t));
   m->losses = be->alloc((size_t)B * T * sizeof(float));
   m->losses_host = util_malloc((size_t)B * T * sizeof(float), "losses");
 
@@ -243,8 +251,6 @@ void gpt_free(gpt_model *m) {
   const backend *be = m->be;
   be->free(m->params);
   be->free(m->grads);
-  be->free(m->adam_m);
-  be->free(m->adam_v);
   be->free(m->acts);
   be->free(m->tokens);
   be->free(m->targets);
@@ -295,11 +301,17 @@ typedef struct {
 } block_acts;
 
 static act_layout layout(const gpt_model *m) {
-  return plan_acts(&m->s, m->be, m->B, m->T, m->layer_lo, m->layer_hi, m->has_head);
+  gpt_part p = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots};
+  return plan_acts(&m->s, m->be, m->B, m->T, p);
 }
 
-static void block_acts_of(const gpt_model *m, const act_layout *a, int l, block_acts *ba) {
-  float *base = m->acts + a->blk + (size_t)(l - m->layer_lo) * a->blk_stride;
+static float *slot_base(const gpt_model *m, const act_layout *a, int slot) {
+  UTIL_CHECK(slot >= 0 && slot < m->nslots, NULL, "internal: slot %d of %d", slot, m->nslots);
+  return m->acts + (size_t)slot * a->slot;
+}
+
+static void block_acts_of(const gpt_model *m, const act_layout *a, int slot, int l, block_acts *ba) {
+  float *base = slot_base(m, a, slot) + a->blk + (size_t)(l - m->layer_lo) * a->blk_stride;
   ba->ln1 = base + a->ln1;
   ba->ln1_mean = base + a->ln1_mean;
   ba->ln1_rstd = base + a->ln1_rstd;
@@ -315,31 +327,50 @@ static void block_acts_of(const gpt_model *m, const act_layout *a, int l, block_
 }
 
 /* Residual stream entering local block i (i = 0..nl), (N,C) for the current micro-batch. */
-static float *res_at(const gpt_model *m, const act_layout *a, int i, size_t N) {
-  return m->acts + a->res + (size_t)i * N * (size_t)m->s.C;
+static float *res_at(const gpt_model *m, const act_layout *a, int slot, int i, size_t N) {
+  return slot_base(m, a, slot) + a->res + (size_t)i * N * (size_t)m->s.C;
 }
 
-void gpt_set_batch(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+float *gpt_input(const gpt_model *m, int slot, int B, int T) {
+  act_layout a = layout(m);
+  return res_at(m, &a, slot, 0, (size_t)B * T);
+}
+
+float *gpt_output(const gpt_model *m, int slot, int B, int T) {
+  act_layout a = layout(m);
+  return res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)B * T);
+}
+
+float *gpt_grad_output(const gpt_model *m) {
+  act_layout a = layout(m);
+  return m->acts + a.dres;
+}
+
+float *gpt_grad_input(const gpt_model *m) { return gpt_grad_output(m); /* the same buffer, after the pass */ }
+
+void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t *targets, int B, int T) {
   UTIL_CHECK(B <= m->B && T <= m->T, NULL, "internal: batch (%d,%d) exceeds the planned (%d,%d)", B, T, m->B, m->T);
-  m->be->to_device(m->tokens, tokens, (size_t)B * T * sizeof(int32_t));
-  if (targets) m->be->to_device(m->targets, targets, (size_t)B * T * sizeof(int32_t));
+  size_t at = (size_t)slot * m->B * m->T, n = (size_t)B * T * sizeof(int32_t);
+  if (tokens) m->be->to_device(m->tokens + at, tokens, n);
+  if (targets) m->be->to_device(m->targets + at, targets, n);
 }
 
-void gpt_forward(gpt_model *m, int B, int T) {
+void gpt_forward(gpt_model *m, int slot, int B, int T) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, F = s->F, N = B * T;
   act_layout a = layout(m);
   float *tmp = m->acts + a.dsmall, *scratch = m->acts + a.scratch;
   if (m->has_embed)
-    be->embed_fwd(res_at(m, &a, 0, (size_t)N), m->tokens, tensor_ptr(m, m->params, "transformer.wte.weight"),
-                  tensor_ptr(m, m->params, "transformer.wpe.weight"), B, T, C);
+    be->embed_fwd(res_at(m, &a, slot, 0, (size_t)N), m->tokens + (size_t)slot * m->B * m->T,
+                  tensor_ptr(m, m->params, "transformer.wte.weight"), tensor_ptr(m, m->params, "transformer.wpe.weight"),
+                  B, T, C);
   for (int l = m->layer_lo; l < m->layer_hi; l++) {
     gpt_block_ptrs p;
     block_acts ba;
     gpt_block(m, m->params, l, &p);
-    block_acts_of(m, &a, l, &ba);
-    float *x = res_at(m, &a, l - m->layer_lo, (size_t)N), *y = res_at(m, &a, l - m->layer_lo + 1, (size_t)N);
+    block_acts_of(m, &a, slot, l, &ba);
+    float *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N), *y = res_at(m, &a, slot, l - m->layer_lo + 1, (size_t)N);
     be->layernorm_fwd(ba.ln1, ba.ln1_mean, ba.ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
     be->matmul_fwd(ba.qkv, ba.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);                      /* (N,3C) */
     be->attention_fwd(ba.att, ba.lse, ba.qkv, scratch, B, T, C, s->H, s->window[l], s->attn_scale); /* (N,C) */
@@ -352,30 +383,30 @@ void gpt_forward(gpt_model *m, int B, int T) {
     be->residual_fwd(y, ba.mid, tmp, (size_t)N * C);
   }
   if (m->has_head) {
-    float *x = res_at(m, &a, m->layer_hi - m->layer_lo, (size_t)N);
-    be->layernorm_fwd(m->acts + a.lnf, m->acts + a.lnf_mean, m->acts + a.lnf_rstd, x,
+    float *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N), *base = slot_base(m, &a, slot);
+    be->layernorm_fwd(base + a.lnf, base + a.lnf_mean, base + a.lnf_rstd, x,
                       tensor_ptr(m, m->params, "transformer.ln_f.weight"),
                       tensor_ptr(m, m->params, "transformer.ln_f.bias"), N, C, s->eps);
-    be->matmul_fwd(m->acts + a.logits, m->acts + a.lnf, tensor_ptr(m, m->params, "transformer.wte.weight"), NULL, N,
-                   C, s->V); /* (N,V) */
+    be->matmul_fwd(base + a.logits, base + a.lnf, tensor_ptr(m, m->params, "transformer.wte.weight"), NULL, N, C,
+                   s->V); /* (N,V) */
   }
 }
 
-float *gpt_logits(const gpt_model *m) {
+float *gpt_logits(const gpt_model *m, int slot) {
   act_layout a = layout(m);
-  return m->acts + a.logits;
+  return slot_base(m, &a, slot) + a.logits;
 }
 
-double gpt_loss(gpt_model *m, int B, int T, float dscale) {
+double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale) {
   const int N = B * T;
-  m->be->xent_fwd_bwd(m->losses, gpt_logits(m), m->targets, N, m->s.V, dscale);
+  m->be->xent_fwd_bwd(m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V, dscale);
   m->be->to_host(m->losses_host, m->losses, (size_t)N * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < N; i++) sum += m->losses_host[i];
   return sum;
 }
 
-void gpt_backward(gpt_model *m, int B, int T) {
+void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, F = s->F, N = B * T;
@@ -383,23 +414,24 @@ void gpt_backward(gpt_model *m, int B, int T) {
   float *dres = m->acts + a.dres, *dsmall = m->acts + a.dsmall, *dbig = m->acts + a.dbig;
   float *scratch = m->acts + a.scratch;
   if (m->has_head) {
-    float *x = res_at(m, &a, m->layer_hi - m->layer_lo, (size_t)N);
+    float *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N), *base = slot_base(m, &a, slot);
     /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf */
-    be->matmul_bwd(dsmall, tensor_ptr(m, m->grads, "transformer.wte.weight"), NULL, m->acts + a.logits,
-                   m->acts + a.lnf, tensor_ptr(m, m->params, "transformer.wte.weight"), N, C, s->V);
+    be->matmul_bwd(dsmall, tensor_ptr(m, m->grads, "transformer.wte.weight"), NULL, base + a.logits, base + a.lnf,
+                   tensor_ptr(m, m->params, "transformer.wte.weight"), N, C, s->V);
     be->zero(dres, (size_t)N * C * sizeof(float));
     be->layernorm_bwd(dres, tensor_ptr(m, m->grads, "transformer.ln_f.weight"),
                       tensor_ptr(m, m->grads, "transformer.ln_f.bias"), dsmall, x,
-                      tensor_ptr(m, m->params, "transformer.ln_f.weight"), m->acts + a.lnf_mean,
-                      m->acts + a.lnf_rstd, N, C);
+                      tensor_ptr(m, m->params, "transformer.ln_f.weight"), base + a.lnf_mean, base + a.lnf_rstd, N, C);
+    if (hook) hook(ctx, GPT_HOOK_HEAD);
   }
+  /* without the head, dres holds the gradient received from the next stage */
   for (int l = m->layer_hi - 1; l >= m->layer_lo; l--) {
     gpt_block_ptrs p, g;
     block_acts ba;
     gpt_block(m, m->params, l, &p);
     gpt_block(m, m->grads, l, &g);
-    block_acts_of(m, &a, l, &ba);
-    float *x = res_at(m, &a, l - m->layer_lo, (size_t)N);
+    block_acts_of(m, &a, slot, l, &ba);
+    float *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     /* MLP: dres is d(block output) */
     be->matmul_bwd(dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C); /* dgel (N,F) */
     be->gelu_bwd(dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,F) */
@@ -411,10 +443,13 @@ void gpt_backward(gpt_model *m, int B, int T) {
                       s->attn_scale);                                          /* dqkv (N,3C) */
     be->matmul_bwd(dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * C); /* dln1 (N,C) */
     be->layernorm_bwd(dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C);
+    if (hook) hook(ctx, l);
   }
-  if (m->has_embed)
+  if (m->has_embed) {
     be->embed_bwd(tensor_ptr(m, m->grads, "transformer.wte.weight"), tensor_ptr(m, m->grads, "transformer.wpe.weight"),
-                  dres, m->tokens, B, T, C);
+                  dres, m->tokens + (size_t)slot * m->B * m->T, B, T, C);
+    if (hook) hook(ctx, GPT_HOOK_EMBED);
+  }
 }
 
 void gpt_zero_grad(gpt_model *m) { m->be->zero(m->grads, m->nparams * sizeof(float)); }

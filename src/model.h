@@ -9,9 +9,11 @@
  * (window). GPT-2: one biased qkv projection, scores scaled by 1/sqrt(head size), all global.
  *
  * A gpt_model holds a contiguous range of blocks [layer_lo, layer_hi) plus, optionally, the
- * embedding (first stage) and the final LayerNorm + tied head (last stage); on one rank it holds
- * them all. Parameters live in one contiguous buffer, gradients in another of the same layout,
- * AdamW moments in two more, activations in one planned arena. */
+ * embedding (first pipeline stage) and the final LayerNorm + tied head (last stage); on one rank
+ * it holds them all. Parameters live in one contiguous buffer, gradients in another of the same
+ * layout, activations in one planned arena with `nslots` slots: a pipeline stage keeps the
+ * activations of several micro-batches in flight, one slot each. The AdamW moments belong to the
+ * optimizer (optim.c), which may hold only a shard of them. */
 #ifndef GREENLM_MODEL_H
 #define GREENLM_MODEL_H
 
@@ -61,30 +63,39 @@ typedef struct {
   float *proj_w, *proj_b; /* (C, F), (C) */
 } gpt_block_ptrs;
 
-/* Byte counts the model allocates; the dry run prints them and gpt_init must allocate exactly these. */
+/* Byte counts the model allocates; the dry run prints them and gpt_init allocates exactly these. */
 typedef struct {
-  size_t params, grads, adam, acts, io;
+  size_t params, grads, acts, io;
   size_t total;
 } gpt_memory;
+
+/* What a rank holds: blocks [lo, hi), the embedding, the head; activation slots. */
+typedef struct {
+  int lo, hi, has_embed, has_head;
+  int nslots;
+} gpt_part;
 
 typedef struct {
   gpt_shape s;
   const backend *be;
   int B, T; /* the largest micro-batch the arena is planned for */
-  int layer_lo, layer_hi, has_embed, has_head;
+  int layer_lo, layer_hi, has_embed, has_head, nslots;
 
   gpt_tensor *tensors;
   int ntensors;
   size_t nparams;
-  float *params, *grads, *adam_m, *adam_v; /* backend memory, (nparams) each */
+  float *params, *grads; /* backend memory, (nparams) each */
 
-  float *acts;       /* backend memory: the activation arena */
-  int32_t *tokens;   /* backend memory (B,T) */
-  int32_t *targets;  /* backend memory (B,T) */
+  float *acts;       /* backend memory: nslots activation slots, then the shared gradient buffers */
+  int32_t *tokens;   /* backend memory (nslots, B, T) */
+  int32_t *targets;  /* backend memory (nslots, B, T) */
   float *losses;     /* backend memory (B,T) */
   float *losses_host;
   gpt_memory mem;
 } gpt_model;
+
+/* The whole model on one rank, one activation slot. */
+gpt_part gpt_whole(const gpt_shape *s);
 
 /* Build the shape from the deck (window list expanded from attention_types). */
 void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m);
@@ -96,12 +107,15 @@ size_t gpt_count_params(const gpt_shape *s);
 double gpt_flops_per_token(const gpt_shape *s, int T);
 
 /* Memory the model will allocate for micro-batches up to (B,T), without allocating. */
-gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, int layer_lo, int layer_hi,
-                           int has_embed, int has_head);
+gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, gpt_part part);
+/* The tensors a part holds, in buffer order (offsets within the part's buffer); free() the list. */
+gpt_tensor *gpt_list_tensors(const gpt_shape *s, gpt_part part, int *n);
+/* Parameters (floats) the part holds. */
+size_t gpt_part_params(const gpt_shape *s, gpt_part part);
 
-/* Allocate and initialise (seeded: tensor i from rng stream (seed, RNG_INIT, i)). */
-void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, int layer_lo, int layer_hi,
-              int has_embed, int has_head, uint64_t seed);
+/* Allocate and initialise (seeded: tensor i from rng stream (seed, RNG_INIT, i), whichever rank
+ * holds it). */
+void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, gpt_part part, uint64_t seed);
 void gpt_free(gpt_model *m);
 
 /* Block l's pointers within buf (m->params or m->grads). */
@@ -109,17 +123,38 @@ void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p);
 /* The tensor of that name, or NULL. */
 const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name);
 
-/* Copy B*T token ids (and targets, may be NULL) from host memory into the model's buffers. */
-void gpt_set_batch(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
-/* Forward pass up to the logits (B,T,V) for the tokens set by gpt_set_batch. */
-void gpt_forward(gpt_model *m, int B, int T);
-/* The logits of the last forward pass (backend memory, (B,T,V)). */
-float *gpt_logits(const gpt_model *m);
-/* Cross-entropy against the targets: returns the sum of the B*T token losses. When dscale != 0
- * the logits are replaced by the gradient of dscale * (sum of losses), ready for gpt_backward. */
-double gpt_loss(gpt_model *m, int B, int T, float dscale);
-/* Backward pass: adds the gradients of this micro-batch into m->grads. */
-void gpt_backward(gpt_model *m, int B, int T);
+/* Copy B*T token ids and targets (either may be NULL) from host memory into a slot. */
+void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t *targets, int B, int T);
+/* The residual stream entering the first held block (B,T,C): a later pipeline stage receives its
+ * input here before gpt_forward. */
+float *gpt_input(const gpt_model *m, int slot, int B, int T);
+/* The residual stream leaving the last held block (B,T,C), after gpt_forward. */
+float *gpt_output(const gpt_model *m, int slot, int B, int T);
+/* Forward pass of a slot's micro-batch: from its tokens (first stage) or its input, up to the
+ * logits (last stage) or the output. */
+void gpt_forward(gpt_model *m, int slot, int B, int T);
+/* The logits of the slot's last forward pass (backend memory, (B,T,V)); last stage only. */
+float *gpt_logits(const gpt_model *m, int slot);
+/* Cross-entropy of the slot's logits against its targets: returns the sum of the B*T token
+ * losses. When dscale != 0 the logits are replaced by the gradient of dscale * (sum of losses),
+ * ready for gpt_backward. */
+double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale);
+
+/* The gradient flowing into the last held block's output (B,T,C): a stage without the head
+ * receives it here before gpt_backward. */
+float *gpt_grad_output(const gpt_model *m);
+/* The gradient with respect to the input (B,T,C) after gpt_backward: a stage without the
+ * embedding sends it to the previous stage. */
+float *gpt_grad_input(const gpt_model *m);
+
+/* Called during gpt_backward as soon as a part's gradients of this micro-batch have been added:
+ * GPT_HOOK_HEAD (final LayerNorm and, on this stage, the head's use of wte), each block l (in
+ * descending order), GPT_HOOK_EMBED (wte and wpe). */
+enum { GPT_HOOK_EMBED = -1, GPT_HOOK_HEAD = -2 };
+typedef void (*gpt_hook)(void *ctx, int what);
+
+/* Backward pass of a slot's micro-batch: adds its gradients into m->grads. */
+void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx);
 void gpt_zero_grad(gpt_model *m);
 
 #endif

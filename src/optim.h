@@ -1,26 +1,38 @@
-/* optim: learning-rate schedule, global-norm clipping and AdamW over the model's tensors.
+/* optim: learning-rate schedule, global-norm clipping and AdamW.
  *
  * AdamW follows PyTorch's torch.optim.AdamW: decoupled weight decay p -= lr*wd*p, bias-corrected
  * moments. Weight decay applies to weight matrices and embeddings (gpt_tensor.decay), never to
  * biases or LayerNorm parameters. Clipping follows torch.nn.utils.clip_grad_norm_: gradients are
- * scaled by min(1, clip / (norm + 1e-6)). */
+ * scaled by min(1, clip / (norm + 1e-6)).
+ *
+ * An optimizer updates a range [lo, hi) of a model's parameter buffer and keeps the AdamW moments
+ * of that range only: the whole buffer on one rank, one replica's piece with ZeRO-1. */
 #ifndef GREENLM_OPTIM_H
 #define GREENLM_OPTIM_H
 
 #include "cfg.h"
 #include "model.h"
 
+typedef struct {
+  const backend *be;
+  size_t lo, hi;
+  float *m, *v; /* backend memory, (hi - lo) each */
+} optim_state;
+
+void optim_init(optim_state *o, const backend *be, size_t lo, size_t hi);
+void optim_free(optim_state *o);
+/* Bytes of AdamW state for a range of n parameters. */
+size_t optim_bytes(size_t n);
+
 /* Learning rate at 0-based step: linear warm-up to lr over warmup_steps, then decay
  * (cosine, linear or constant) to min_lr at decay_steps, min_lr afterwards. */
 double optim_lr(const cfg_training *t, long step);
 
-/* Sum of squares of this rank's gradients (callers reduce it across ranks where needed). */
-double optim_grad_sumsq(const gpt_model *m);
-
 /* Clip factor for a global gradient norm (1 when clipping is off or not needed). */
 double optim_clip_scale(const cfg_training *t, double grad_norm);
 
-/* One AdamW step at 0-based `step` with the learning rate lr; gradients scaled by grad_scale. */
-void optim_adamw_step(gpt_model *m, const cfg_training *t, long step, double lr, double grad_scale);
+/* One AdamW step at 0-based `step` on the optimizer's range, learning rate lr, gradients scaled by
+ * grad_scale. */
+void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long step, double lr, double grad_scale);
 
 #endif

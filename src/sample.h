@@ -1,4 +1,4 @@
-/* sample: text generation from a trained model (temperature and top-k sampling). */
+/* sample: choosing the next token of generated text (temperature and top-k sampling). */
 #ifndef GREENLM_SAMPLE_H
 #define GREENLM_SAMPLE_H
 
@@ -6,12 +6,21 @@
 #include <stdint.h>
 
 #include "cfg.h"
-#include "model.h"
+#include "rng.h"
 
-/* Continue `prompt` (token ids, n_prompt >= 1) by n_new tokens drawn with the deck's temperature and
- * top_k from rng stream (seed, RNG_SAMPLE, 0). The context is the last min(T, block_size) tokens,
- * T being the model's planned sequence length. out receives n_prompt + n_new ids. */
-void sample_generate(gpt_model *m, const cfg_sample *c, uint64_t seed, const int32_t *prompt, int n_prompt,
-                     int n_new, int32_t *out);
+/* Draws tokens from logits with the deck's temperature and top-k, from rng stream
+ * (seed, RNG_SAMPLE, 0). */
+typedef struct {
+  const cfg_sample *c;
+  int V;
+  rng_state rng;
+  float *sorted;
+  double *prob;
+} sample_state;
+
+void sample_init(sample_state *s, const cfg_sample *c, int V, uint64_t seed);
+void sample_free(sample_state *s);
+/* The next token, given the logits (host, V) of the last position. */
+int32_t sample_next(sample_state *s, const float *logits);
 
 #endif

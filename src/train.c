@@ -1,13 +1,13 @@
-/* train: the optimizer loop with gradient accumulation, evaluation, progress and the verdict. */
+/* train: the trainer (one rank's part of a P x D job) and the training task's reports. */
 #include "train.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "data.h"
@@ -15,40 +15,187 @@
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "par.h"
 #include "sample.h"
 #include "tok.h"
 #include "topo.h"
 #include "util.h"
 
-typedef struct {
+struct trainer {
   const cfg_config *cfg;
   const backend *be;
+  MPI_Comm comm;
+  int rank, size;
+  par_layout L;
   gpt_shape shape;
   gpt_model model;
+  optim_state opt;
+  grad_exchange *gx;
+  pipe_state pipe;
   tok_tokenizer tok;
   data_loader data;
+  int B, T, m;
+  long G;        /* sequences (windows) per global batch: B x m x D */
+  uint64_t *win; /* (G) the windows of the current step */
+};
+
+/* ---- the trainer ---------------------------------------------------------------------------- */
+
+train_memory train_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *L, int stage, int replica) {
+  train_memory t;
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &cfg->model);
+  int B = (int)cfg->training.micro_batch_size, T = (int)cfg->training.seq_len;
+  t.part = par_stage_part(L, stage);
+  t.model = gpt_plan_memory(&s, be, B, T, t.part);
+  size_t n = gpt_part_params(&s, t.part);
+  t.adam = optim_bytes(grad_own_params(n, L, replica));
+  t.exchange = grad_exchange_bytes(n, L);
+  t.pipe = pipe_bytes(&s, t.part, B, T);
+  t.total = t.model.total + t.adam + t.exchange + t.pipe;
+  gpt_shape_free(&s);
+  return t;
+}
+
+/* Training micro-batch k of this replica: windows [replica * B * m + k * B, ... + B) of the step. */
+static void train_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
+  trainer *t = ctx;
+  data_read_train(&t->data, t->win + ((size_t)t->L.replica * t->m + (size_t)k) * t->B, t->B, tokens, targets);
+}
+
+/* Validation: replica r takes batches r, r + D, r + 2D, ... of the eval_batches. */
+static void eval_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
+  trainer *t = ctx;
+  data_val_batch(&t->data, t->L.replica + k * t->L.D, t->B, tokens, targets);
+}
+
+trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, nml_errors *errs) {
+  trainer *t = util_calloc(1, sizeof *t, "trainer");
+  t->cfg = cfg;
+  t->be = be;
+  t->comm = comm;
+  MPI_Comm_rank(comm, &t->rank);
+  MPI_Comm_size(comm, &t->size);
+  t->B = (int)cfg->training.micro_batch_size;
+  t->T = (int)cfg->training.seq_len;
+  t->m = (int)cfg->parallel.micro_batches;
+  par_create(&t->L, cfg, comm);
+  t->G = (long)t->B * t->m * t->L.D;
+  /* inputs: every rank reads the same headers, so all find the same problems */
+  int n0 = errs->n;
+  char err[2048] = "";
+  if (tok_open(&t->tok, cfg->tokenizer.kind, cfg->tokenizer.dir, err, sizeof err) != 0)
+    cfg_error_at(cfg, errs, "tokenizer", "dir", "run the 'tokenizer' task first, or point dir at GPT-2's files", "%s",
+                 err);
+  else
+    data_open(&t->data, cfg, &t->tok, t->T, errs);
+  int bad = errs->n > n0, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (any) {
+    if (!bad) nml_error_add(errs, NULL, 0, 0, NULL, "another rank could not open the datasets");
+    if (t->tok.bytes) tok_free(&t->tok);
+    par_free(&t->L);
+    free(t);
+    return NULL;
+  }
+  gpt_shape_from_cfg(&t->shape, &cfg->model);
+  gpt_init(&t->model, &t->shape, be, t->B, t->T, par_part(&t->L), (uint64_t)cfg->job.seed);
+  t->gx = grad_create(&t->model, &t->L, cfg->parallel.bucket_mb);
+  size_t lo, hi;
+  grad_own_range(t->gx, &lo, &hi);
+  optim_init(&t->opt, be, lo, hi);
+  pipe_init(&t->pipe, &t->L, &t->model, t->B, t->T);
+  t->win = util_malloc((size_t)t->G * sizeof *t->win, "step windows");
+  return t;
+}
+
+void trainer_close(trainer *t) {
+  if (!t) return;
+  pipe_free(&t->pipe);
+  optim_free(&t->opt);
+  grad_free(t->gx);
+  gpt_free(&t->model);
+  gpt_shape_free(&t->shape);
+  data_close(&t->data);
+  tok_free(&t->tok);
+  par_free(&t->L);
+  free(t->win);
+  free(t);
+}
+
+int trainer_step(trainer *t, long step, trainer_step_info *info) {
+  const cfg_training *tc = &t->cfg->training;
+  double t0 = util_now();
+  const double tokens = (double)t->G * t->T;
+  data_next_windows(&t->data, t->G, t->win);
+  gpt_zero_grad(&t->model);
+  grad_begin(t->gx);
+  double loss_sum = pipe_train_step(&t->pipe, t->m, (float)(1.0 / tokens), train_batch, t, grad_hook, t->gx);
+  grad_finish(t->gx);
+  /* the loss lives on the last stages, the norm's pieces everywhere */
+  double local[2] = {loss_sum, grad_sumsq(t->gx)}, global[2];
+  MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, t->comm);
+  info->loss = global[0] / tokens;
+  info->grad_norm = sqrt(global[1]);
+  info->lr = optim_lr(tc, step);
+  int ok = isfinite(info->loss) && isfinite(info->grad_norm);
+  if (ok) {
+    optim_adamw_step(&t->opt, &t->model, tc, step, info->lr, optim_clip_scale(tc, info->grad_norm));
+    grad_gather_params(t->gx);
+    t->be->sync();
+  }
+  info->step_s = util_now() - t0;
+  info->pipe = pipe_take_stats(&t->pipe);
+  info->grad = grad_take_stats(t->gx);
+  return ok ? 0 : -1;
+}
+
+double trainer_eval(trainer *t) {
+  long nb = t->cfg->training.eval_batches, D = t->L.D;
+  int mine = (int)(nb / D + (t->L.replica < nb % D));
+  double loss = pipe_eval(&t->pipe, mine, eval_batch, t), total;
+  pipe_take_stats(&t->pipe); /* evaluation is not part of the steps' figures */
+  MPI_Allreduce(&loss, &total, 1, MPI_DOUBLE, MPI_SUM, t->comm);
+  return total / ((double)nb * t->B * t->T);
+}
+
+float *trainer_gather_params(trainer *t, size_t *n) {
+  *n = gpt_count_params(&t->shape);
+  if (t->L.replica != 0) return NULL;
+  /* replica 0's stages, in order, give the whole model's buffer; the last stage's copy of the tied
+   * embedding (at the start of its buffer) is left out */
+  const gpt_model *m = &t->model;
+  size_t skip = 0;
+  if (t->L.P > 1 && t->L.stage == t->L.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
+  int count = (int)(m->nparams - skip), P = t->L.P;
+  float *host = util_malloc((m->nparams - skip + 1) * sizeof(float), "parameter copy");
+  t->be->to_host(host, m->params + skip, (size_t)count * sizeof(float));
+  int *counts = NULL, *displs = NULL;
+  float *all = NULL;
+  if (t->L.stage == 0) {
+    counts = util_malloc((size_t)P * sizeof(int), "gather");
+    displs = util_malloc((size_t)P * sizeof(int), "gather");
+    all = util_malloc(*n * sizeof(float), "whole model");
+  }
+  MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, t->L.pipe);
+  if (t->L.stage == 0)
+    for (int s = 0, o = 0; s < P; s++) displs[s] = o, o += counts[s];
+  MPI_Gatherv(host, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, t->L.pipe);
+  free(host), free(counts), free(displs);
+  return all;
+}
+
+/* ---- reports -------------------------------------------------------------------------------- */
+
+typedef struct {
+  const cfg_config *cfg;
+  trainer *t;
   energy_meter energy;
   metrics_out out;
-  int B, T, accum;
-  double flops_per_token, peak_gflops;
+  double flops_per_token, peak_gflops; /* the job's peak: all ranks */
   char engine[256];
   topo_machine machine;
-  int32_t *tokens, *targets; /* host (B,T) */
-  uint64_t *win;              /* window ids of one step (B * accum) */
-} train_state;
-
-/* Mean validation loss over the deck's eval_batches micro-batches. */
-static double evaluate(train_state *st) {
-  double sum = 0.0;
-  long n = st->cfg->training.eval_batches;
-  for (long k = 0; k < n; k++) {
-    data_val_batch(&st->data, (int)k, st->B, st->tokens, st->targets);
-    gpt_set_batch(&st->model, st->tokens, st->targets, st->B, st->T);
-    gpt_forward(&st->model, st->B, st->T);
-    sum += gpt_loss(&st->model, st->B, st->T, 0.0f);
-  }
-  return sum / ((double)n * st->B * st->T);
-}
+} report;
 
 /* Refuse to clobber a finished run unless &job overwrite is set. */
 static int check_run_dir(const cfg_config *cfg, nml_errors *errs) {
@@ -73,32 +220,53 @@ static int write_resolved_deck(const cfg_config *cfg, const char *header) {
   return util_atomic_close(&af);
 }
 
-static void print_header(train_state *st) {
-  const cfg_config *cfg = st->cfg;
-  const gpt_shape *s = &st->shape;
-  metrics_out *o = &st->out;
-  char b1[32], b2[32], b3[32], b4[32], b5[32];
-  size_t n = gpt_count_params(s);
-  const gpt_memory *mem = &st->model.mem;
-  metrics_printf(o, "== model ==\n");
-  metrics_printf(o, "%s: %d layers, n_embd %d, %d heads, vocab %d, block %d, MLP %d; %zu parameters (%.2f M)\n",
-                 cfg->model.arch, s->L, s->C, s->H, s->V, s->maxT, s->F, n, (double)n / 1e6);
-  metrics_printf(o, "memory: parameters %s, gradients %s, AdamW %s, activations %s; total %s\n",
-                 util_fmt_bytes((double)mem->params, b1, sizeof b1), util_fmt_bytes((double)mem->grads, b2, sizeof b2),
-                 util_fmt_bytes((double)mem->adam, b3, sizeof b3), util_fmt_bytes((double)mem->acts, b4, sizeof b4),
-                 util_fmt_bytes((double)mem->total, b5, sizeof b5));
-  metrics_printf(o, "batch: %d sequences x %d tokens per micro-batch, %d micro-batches per step = %ld tokens per step\n",
-                 st->B, st->T, st->accum, (long)st->B * st->T * st->accum);
-  char mdesc[300];
-  metrics_printf(o, "machine: %s\n", topo_describe(&st->machine, mdesc, sizeof mdesc));
-  metrics_printf(o, "compute: %s backend, %s\n", st->be->name, st->engine);
-  metrics_printf(o, "MFU basis: %.4g GFLOP per token (6N + 12LCT), peak %.1f GFLOP/s per rank (%s)\n",
-                 st->flops_per_token / 1e9, st->peak_gflops,
-                 cfg->system.peak_gflops > 0 ? "from the deck" : "measured SGEMM");
-  metrics_printf(o, "data: %s: %lld tokens (%llu windows of %d+1); %s: %lld tokens; tokenizer %s\n", cfg->data.train,
-                 (long long)st->data.train.ntokens, (unsigned long long)st->data.nwin, st->T, cfg->data.val,
-                 (long long)st->data.val.ntokens, st->tok.desc);
-  metrics_printf(o, "energy: CPU %s (%s)\n", energy_status_name(st->energy.status), st->energy.note);
+/* Topology: every rank's host, node rank, binding and place in the layout, printed by rank 0. */
+static void print_topology(report *r, const char *bind) {
+  trainer *t = r->t;
+  enum { LINE = 256 };
+  char mine[LINE], host[64] = "?";
+  int lrank, nlocal;
+  MPI_Comm_rank(t->L.node, &lrank);
+  MPI_Comm_size(t->L.node, &nlocal);
+  gethostname(host, sizeof host - 1);
+  util_snprintf(mine, sizeof mine, "rank %d: %s (node rank %d of %d), stage %d, replica %d, %s", t->rank, host, lrank,
+                nlocal, t->L.stage, t->L.replica, bind);
+  char *all = t->rank == 0 ? util_malloc((size_t)t->size * LINE, "topology") : NULL;
+  MPI_Gather(mine, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, t->comm);
+  int leader = lrank == 0, nodes;
+  MPI_Allreduce(&leader, &nodes, 1, MPI_INT, MPI_SUM, t->comm);
+  if (t->rank == 0) {
+    char desc[1024], b[64];
+    metrics_printf(&r->out, "== topology ==\nmachine: %s\n", topo_describe(&r->machine, desc, sizeof desc));
+    metrics_printf(&r->out, "%d rank%s on %d node%s: %d pipeline stage%s x %d data-parallel replica%s (%s), ZeRO-%d, "
+                            "%d micro-batch%s per step\n",
+                   t->size, t->size == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", t->L.P, t->L.P == 1 ? "" : "s", t->L.D,
+                   t->L.D == 1 ? "" : "s", r->cfg->parallel.rank_order, t->L.zero, t->m, t->m == 1 ? "" : "es");
+    metrics_printf(&r->out, "%s\n", par_describe(&t->L, desc, sizeof desc));
+    for (int i = 0; i < t->size; i++)
+      if (t->size <= 64 || i < 8 || i >= t->size - 8) metrics_printf(&r->out, "%s\n", all + (size_t)i * LINE);
+      else if (i == 8) metrics_printf(&r->out, "... (%d more ranks)\n", t->size - 16);
+    (void)b;
+  }
+  free(all);
+}
+
+/* Memory per rank of each stage (replica 0), as planned; trainer_open allocated exactly this. */
+static void print_memory(report *r) {
+  trainer *t = r->t;
+  if (t->rank != 0) return;
+  for (int s = 0; s < t->L.P; s++) {
+    train_memory m = train_plan_memory(r->cfg, t->be, &t->L, s, 0);
+    char b[6][32];
+    metrics_printf(&r->out, "memory, stage %d: parameters %s, gradients %s, AdamW %s%s, activations %s (%d slot%s)%s%s; "
+                            "total %s per rank\n",
+                   s, util_fmt_bytes((double)m.model.params, b[0], 32), util_fmt_bytes((double)m.model.grads, b[1], 32),
+                   util_fmt_bytes((double)m.adam, b[2], 32), t->L.zero && t->L.D > 1 ? " (ZeRO-1 shard)" : "",
+                   util_fmt_bytes((double)m.model.acts, b[3], 32), m.part.nslots, m.part.nslots == 1 ? "" : "s",
+                   m.exchange + m.pipe ? ", buffers " : "",
+                   m.exchange + m.pipe ? util_fmt_bytes((double)(m.exchange + m.pipe + m.model.io), b[4], 32) : "",
+                   util_fmt_bytes((double)m.total, b[5], 32));
+  }
 }
 
 static void fmt_energy(const energy_meter *e, char *w, size_t wl, char *j, size_t jl) {
@@ -112,12 +280,12 @@ static void fmt_energy(const energy_meter *e, char *w, size_t wl, char *j, size_
   }
 }
 
-static json_t *verdict_json(const train_state *st, const char *status, long steps, double wall, double train_time,
-                            double train_loss, double val_loss, double tokens) {
-  const cfg_config *cfg = st->cfg;
-  const energy_meter *e = &st->energy;
+static json_t *verdict_json(const report *r, const char *status, long steps, double wall, double train_time,
+                            double train_loss, double val_loss, double tokens, const float *params, size_t nparams) {
+  const cfg_config *cfg = r->cfg;
+  const energy_meter *e = &r->energy;
   double tps = train_time > 0 ? tokens / train_time : 0.0;
-  double mfu = st->peak_gflops > 0 ? tps * st->flops_per_token / (st->peak_gflops * 1e9) : 0.0;
+  double mfu = r->peak_gflops > 0 ? tps * r->flops_per_token / (r->peak_gflops * 1e9) : 0.0;
   double kwh = e->joules / 3.6e6, fac = kwh * cfg->energy.pue;
   int measured = e->status != ENERGY_NOT_MEASURED;
   json_t *j = json_object();
@@ -131,21 +299,20 @@ static json_t *verdict_json(const train_state *st, const char *status, long step
   json_object_set_new(j, "val_loss", isfinite(val_loss) ? json_real(val_loss) : json_null());
   json_object_set_new(j, "tokens_per_s", json_real(tps));
   json_object_set_new(j, "mfu", json_real(mfu));
-  json_object_set_new(j, "peak_gflops_per_rank", json_real(st->peak_gflops));
-  json_object_set_new(j, "flops_per_token", json_real(st->flops_per_token));
-  json_object_set_new(j, "flops_total", json_real(st->flops_per_token * tokens));
+  json_object_set_new(j, "peak_gflops", json_real(r->peak_gflops));
+  json_object_set_new(j, "flops_per_token", json_real(r->flops_per_token));
+  json_object_set_new(j, "flops_total", json_real(r->flops_per_token * tokens));
   json_object_set_new(j, "flops_formula", json_string("6N + 12*L*C*T per token (PaLM), N without wpe"));
-  json_object_set_new(j, "n_params", json_integer((json_int_t)gpt_count_params(&st->shape)));
-  json_object_set_new(j, "backend", json_string(st->be->name));
-  json_object_set_new(j, "engine", json_string(st->engine));
-  json_object_set_new(j, "ranks", json_integer(1));
-  /* FNV-1a of the final parameter bytes: equal hashes mean bitwise-equal models */
-  float *host = util_malloc(st->model.nparams * sizeof(float), "parameter copy");
-  st->be->to_host(host, st->model.params, st->model.nparams * sizeof(float));
+  json_object_set_new(j, "n_params", json_integer((json_int_t)nparams));
+  json_object_set_new(j, "backend", json_string(r->t->be->name));
+  json_object_set_new(j, "engine", json_string(r->engine));
+  json_object_set_new(j, "ranks", json_integer(r->t->size));
+  json_object_set_new(j, "pipeline_stages", json_integer(r->t->L.P));
+  json_object_set_new(j, "data_parallel", json_integer(r->t->L.D));
+  json_object_set_new(j, "zero_stage", json_integer(r->t->L.zero));
+  /* FNV-1a of the final parameter bytes (whole model): equal hashes mean bitwise-equal models */
   char hash[32];
-  snprintf(hash, sizeof hash, "%016llx",
-           (unsigned long long)util_hash64(host, st->model.nparams * sizeof(float), 0));
-  free(host);
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)util_hash64(params, nparams * sizeof(float), 0));
   json_object_set_new(j, "param_hash", json_string(hash));
   json_t *en = json_object();
   json_object_set_new(en, "cpu_status", json_string(energy_status_name(e->status)));
@@ -161,41 +328,81 @@ static json_t *verdict_json(const train_state *st, const char *status, long step
   return j;
 }
 
+/* Generate the deck's sample on replica 0 (the pipeline's last stage draws each token and hands
+ * it to the first); rank 0 prints it and writes sample.txt. */
+static void write_sample(report *r) {
+  trainer *t = r->t;
+  const cfg_sample *c = &r->cfg->sample;
+  if (c->n_tokens <= 0 || t->L.replica != 0) return;
+  gpt_model *m = &t->model;
+  tok_ids ids = {0};
+  const char *p = c->prompt[0] ? c->prompt : "\n";
+  tok_encode(&t->tok, p, strlen(p), 1, &ids);
+  int np = (int)ids.n, nn = (int)c->n_tokens, Tmax = t->T < t->shape.maxT ? t->T : t->shape.maxT;
+  float *logits = m->has_head ? util_malloc((size_t)t->shape.V * sizeof(float), "logits") : NULL;
+  sample_state ss;
+  sample_init(&ss, c, t->shape.V, (uint64_t)r->cfg->job.seed);
+  for (int k = 0; k < nn; k++) {
+    int ctx = (int)ids.n < Tmax ? (int)ids.n : Tmax;
+    pipe_forward_one(&t->pipe, ids.v + (ids.n - (size_t)ctx), ctx, logits);
+    int32_t next = m->has_head ? sample_next(&ss, logits) : 0;
+    MPI_Bcast(&next, 1, MPI_INT32_T, t->L.P - 1, t->L.pipe);
+    tok_ids_push(&ids, next);
+  }
+  if (t->rank == 0) {
+    char *text = util_malloc(ids.n * (size_t)t->tok.max_len + 1, "sample text");
+    size_t len = tok_decode(&t->tok, ids.v, ids.n, text);
+    text[len] = '\0';
+    metrics_printf(&r->out, "== sample (%d tokens, temperature %g, top-k %ld) ==\n%s\n", nn, c->temperature, c->top_k,
+                   text);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/sample.txt", r->cfg->job.run_dir);
+    util_atomic_file af;
+    if (util_atomic_open(&af, path) == 0) {
+      fwrite(text, 1, len, af.fp);
+      util_atomic_close(&af);
+    }
+    free(text);
+  }
+  sample_free(&ss);
+  free(logits);
+  tok_ids_free(&ids);
+  (void)np;
+}
+
 int train_run(const cfg_config *cfg, const backend *be, const char *header) {
-  train_state st;
-  memset(&st, 0, sizeof st);
-  st.cfg = cfg;
-  st.be = be;
-  int rank = util_rank();
+  report r;
+  memset(&r, 0, sizeof r);
+  r.cfg = cfg;
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   const cfg_training *tc = &cfg->training;
-  st.B = (int)tc->micro_batch_size;
-  st.T = (int)tc->seq_len;
-  st.accum = (int)(tc->global_batch_size / tc->micro_batch_size);
 
   /* inputs first: nothing is written before they are known to be good */
   nml_errors errs = {0};
-  if (rank == 0) check_run_dir(cfg, &errs);
-  char err[2048] = "";
-  if (tok_open(&st.tok, cfg->tokenizer.kind, cfg->tokenizer.dir, err, sizeof err) != 0)
-    cfg_error_at(cfg, &errs, "tokenizer", "dir", "run the 'tokenizer' task first, or point dir at GPT-2's files", "%s",
-                 err);
-  else
-    data_open(&st.data, cfg, &st.tok, st.T, &errs);
-  if (errs.n) {
+  int bad = rank == 0 ? check_run_dir(cfg, &errs) : 0;
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  trainer *t = bad ? NULL : trainer_open(cfg, be, MPI_COMM_WORLD, &errs);
+  if (!t) {
     if (rank == 0) nml_errors_print(&errs, 20);
     nml_errors_free(&errs);
     return 1;
   }
-  if (rank == 0) {
-    err[0] = '\0';
-    if (metrics_open(&st.out, cfg->job.run_dir, err, sizeof err) != 0 || write_resolved_deck(cfg, header) != 0) {
-      if (!err[0]) util_snprintf(err, sizeof err, "cannot write the resolved deck in '%s': %s", cfg->job.run_dir, strerror(errno));
-      cfg_error_at(cfg, &errs, "job", "run_dir", "check that the directory is writable and the disk is not full", "%s",
-                   err);
-      nml_errors_print(&errs, 20);
-      nml_errors_free(&errs);
-      return 1;
-    }
+  r.t = t;
+  char err[600] = "";
+  int ok = 1;
+  if (rank == 0 && (metrics_open(&r.out, cfg->job.run_dir, err, sizeof err) != 0 || write_resolved_deck(cfg, header) != 0)) {
+    if (!err[0]) util_snprintf(err, sizeof err, "cannot write the resolved deck in '%s': %s", cfg->job.run_dir, strerror(errno));
+    cfg_error_at(cfg, &errs, "job", "run_dir", "check that the directory is writable and the disk is not full", "%s", err);
+    nml_errors_print(&errs, 20);
+    ok = 0;
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!ok) {
+    trainer_close(t);
+    nml_errors_free(&errs);
+    return 1;
   }
   if (rank == 0) {
     char *echo = NULL;
@@ -203,165 +410,147 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     FILE *fp = open_memstream(&echo, &elen);
     cfg_write_deck(cfg, fp, NULL);
     fclose(fp);
-    metrics_log(&st.out, "greenlm %s: deck %s\n== resolved deck ==\n%s", PACKAGE_VERSION, cfg->deck_path, echo);
+    metrics_log(&r.out, "greenlm %s: deck %s\n== resolved deck ==\n%s", PACKAGE_VERSION, cfg->deck_path, echo);
     free(echo);
   }
-  be->set_threads((int)cfg->system.blas_threads);
-  be->describe(st.engine, sizeof st.engine);
 
-  gpt_shape_from_cfg(&st.shape, &cfg->model);
-  gpt_init(&st.model, &st.shape, be, st.B, st.T, 0, st.shape.L, 1, 1, (uint64_t)cfg->job.seed);
-  st.flops_per_token = gpt_flops_per_token(&st.shape, st.T);
-  st.peak_gflops = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(1024, 0.3);
-  topo_discover(&st.machine);
-  energy_open(&st.energy, &cfg->energy, st.machine.cores);
-  st.tokens = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch tokens");
-  st.targets = util_malloc((size_t)st.B * st.T * sizeof(int32_t), "batch targets");
-  st.win = util_malloc((size_t)st.B * st.accum * sizeof(uint64_t), "step windows");
+  /* placement, threads, peak */
+  char bind[320];
+  topo_discover(&r.machine);
+  int cores = topo_bind(t->L.node, strcmp(cfg->parallel.bind, "none") != 0, bind, sizeof bind);
+  be->set_threads(cfg->system.blas_threads > 0 ? (int)cfg->system.blas_threads : cores);
+  be->describe(r.engine, sizeof r.engine);
+  print_topology(&r, bind);
+  double my_peak = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(1024, 1.0);
+  MPI_Allreduce(&my_peak, &r.peak_gflops, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  r.flops_per_token = gpt_flops_per_token(&t->shape, t->T);
+  if (rank == 0) energy_open(&r.energy, &cfg->energy, r.machine.cores);
+
   if (rank == 0) {
-    print_header(&st);
-    metrics_printf(&st.out, "== training: %ld steps ==\n", tc->max_steps);
+    const gpt_shape *s = &t->shape;
+    size_t n = gpt_count_params(s);
+    metrics_printf(&r.out, "== model ==\n%s: %d layers, n_embd %d, %d heads, vocab %d, block %d, MLP %d; %zu parameters (%.2f M)\n",
+                   cfg->model.arch, s->L, s->C, s->H, s->V, s->maxT, s->F, n, (double)n / 1e6);
+  }
+  print_memory(&r);
+  if (rank == 0) {
+    metrics_printf(&r.out, "batch: %d sequences x %d tokens per micro-batch, %d micro-batch%s x %d replica%s = %ld tokens per step\n",
+                   t->B, t->T, t->m, t->m == 1 ? "" : "es", t->L.D, t->L.D == 1 ? "" : "s", t->G * t->T);
+    metrics_printf(&r.out, "compute: %s backend, %s\n", be->name, r.engine);
+    metrics_printf(&r.out, "MFU basis: %.4g GFLOP per token (6N + 12LCT), peak %.1f GFLOP/s for the job (%s)\n",
+                   r.flops_per_token / 1e9, r.peak_gflops, cfg->system.peak_gflops > 0 ? "from the deck" : "measured SGEMM, all ranks");
+    metrics_printf(&r.out, "data: %s: %lld tokens (%llu windows of %d+1); %s: %lld tokens; tokenizer %s\n", cfg->data.train,
+                   (long long)t->data.train.ntokens, (unsigned long long)t->data.nwin, t->T, cfg->data.val,
+                   (long long)t->data.val.ntokens, t->tok.desc);
+    metrics_printf(&r.out, "energy: CPU %s (%s)\n", energy_status_name(r.energy.status), r.energy.note);
+    if (t->L.P > 1)
+      metrics_printf(&r.out, "pipeline: 1F1B, theoretical bubble (p-1)/(m+p-1) = %.1f%%\n",
+                     100.0 * (t->L.P - 1) / (t->m + t->L.P - 1));
+    metrics_printf(&r.out, "== training: %ld steps ==\n", tc->max_steps);
   }
 
-  const double tokens_per_step = (double)st.B * st.T * st.accum;
-  const float dscale = (float)(1.0 / tokens_per_step);
+  const double tokens_per_step = (double)t->G * t->T;
   double t_start = util_now(), train_time = 0.0, tokens = 0.0, last_loss = NAN, val_loss = NAN;
-  double log_time = 0.0, log_tokens = 0.0; /* since the last progress line */
-  long log_steps = 0;
+  double lg[6] = {0}; /* since the last progress line: time, tokens, steps, compute, bubble, exchange */
+  double bytes = 0.0;
   const char *status = "completed";
   long steps_done = 0;
   int rc = 0;
   for (long step = 0; step < tc->max_steps; step++) {
-    double t0 = util_now();
-    gpt_zero_grad(&st.model);
-    double loss_sum = 0.0;
-    data_next_windows(&st.data, (long)st.B * st.accum, st.win);
-    for (int k = 0; k < st.accum; k++) {
-      data_read_train(&st.data, st.win + (size_t)k * st.B, st.B, st.tokens, st.targets);
-      gpt_set_batch(&st.model, st.tokens, st.targets, st.B, st.T);
-      gpt_forward(&st.model, st.B, st.T);
-      loss_sum += gpt_loss(&st.model, st.B, st.T, dscale);
-      gpt_backward(&st.model, st.B, st.T);
-    }
-    double loss = loss_sum / tokens_per_step;
-    double norm = sqrt(optim_grad_sumsq(&st.model));
-    double lr = optim_lr(tc, step);
-    last_loss = loss;
-    if (!isfinite(loss) || !isfinite(norm)) {
+    trainer_step_info info;
+    int res = trainer_step(t, step, &info);
+    last_loss = info.loss;
+    if (res != 0) {
       if (rank == 0)
-        metrics_printf(&st.out, "greenlm: error: training diverged at step %ld (loss %g, gradient norm %g)\n"
-                                "  hint: lower &training lr, raise warmup_steps, or keep grad_clip > 0\n",
-                       step + 1, loss, norm);
+        metrics_printf(&r.out, "greenlm: error: training diverged at step %ld (loss %g, gradient norm %g)\n"
+                               "  hint: lower &training lr, raise warmup_steps, or keep grad_clip > 0\n",
+                       step + 1, info.loss, info.grad_norm);
       status = "diverged";
       rc = 3;
       break;
     }
-    optim_adamw_step(&st.model, tc, step, lr, optim_clip_scale(tc, norm));
-    be->sync();
-    double dt = util_now() - t0;
+    /* the step's wall time is the slowest rank's; the breakdown is summed over ranks */
+    double mine[4] = {info.pipe.compute_s, info.pipe.wait_s, info.grad.wait_s, info.pipe.bytes + info.grad.bytes}, sum[4];
+    double dt;
+    MPI_Allreduce(&info.step_s, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Reduce(mine, sum, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     steps_done = step + 1;
     train_time += dt;
     tokens += tokens_per_step;
-    log_time += dt;
-    log_tokens += tokens_per_step;
-    log_steps++;
+    lg[0] += dt, lg[1] += tokens_per_step, lg[2] += 1;
+    if (rank == 0) lg[3] += sum[0], lg[4] += sum[1], lg[5] += sum[2], bytes += sum[3];
 
     int last = steps_done == tc->max_steps;
-    int out_of_time = !last && tc->max_minutes > 0 && util_now() - t_start >= 60.0 * tc->max_minutes;
+    int out_of_time = tc->max_minutes > 0 && util_now() - t_start >= 60.0 * tc->max_minutes;
+    MPI_Bcast(&out_of_time, 1, MPI_INT, 0, MPI_COMM_WORLD); /* every rank stops at the same step */
+    out_of_time = out_of_time && !last;
     int do_eval = last || out_of_time || (tc->eval_every > 0 && steps_done % tc->eval_every == 0);
     double vl = NAN;
-    if (do_eval) vl = val_loss = evaluate(&st);
+    if (do_eval) vl = val_loss = trainer_eval(t);
     if (steps_done % cfg->job.log_every == 0 || do_eval) {
-      energy_sample(&st.energy);
-      double tps = log_tokens / log_time;
-      double mfu = tps * st.flops_per_token / (st.peak_gflops * 1e9);
-      double eta = (double)(tc->max_steps - steps_done) * (train_time / (double)steps_done);
-      int measured = st.energy.status != ENERGY_NOT_MEASURED;
       if (rank == 0) {
-        char w[32], e[32], es[32], vs[48] = "";
-        fmt_energy(&st.energy, w, sizeof w, e, sizeof e);
+        energy_sample(&r.energy);
+        double tps = lg[1] / lg[0], mfu = tps * r.flops_per_token / (r.peak_gflops * 1e9);
+        double eta = (double)(tc->max_steps - steps_done) * (train_time / (double)steps_done);
+        double busy = lg[0] * size; /* rank-seconds */
+        int measured = r.energy.status != ENERGY_NOT_MEASURED;
+        char w[32], e[32], es[32], vs[48] = "", ps[96] = "";
+        fmt_energy(&r.energy, w, sizeof w, e, sizeof e);
         if (do_eval) snprintf(vs, sizeof vs, " | val %.4f", vl);
-        metrics_printf(&st.out, "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%% | %s | %s | ETA %s\n",
-                       (int)snprintf(NULL, 0, "%ld", tc->max_steps), steps_done, tc->max_steps, loss, vs, lr, tps,
-                       100.0 * mfu, w, e, util_fmt_duration(eta, es, sizeof es));
-        metrics_row row = {steps_done, loss, lr, norm, 1e3 * log_time / (double)log_steps, tps, mfu, vl,
-                           measured ? st.energy.watts : NAN, measured ? st.energy.joules : NAN,
-                           energy_status_name(st.energy.status)};
-        metrics_csv_row(&st.out, &row);
+        if (size > 1)
+          snprintf(ps, sizeof ps, " | bubble %.1f%% | exchange %.1f%%", 100.0 * lg[4] / busy, 100.0 * lg[5] / busy);
+        metrics_printf(&r.out, "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%%%s | %s | %s | ETA %s\n",
+                       (int)snprintf(NULL, 0, "%ld", tc->max_steps), steps_done, tc->max_steps, info.loss, vs, info.lr,
+                       tps, 100.0 * mfu, ps, w, e, util_fmt_duration(eta, es, sizeof es));
+        metrics_row row = {steps_done, info.loss, info.lr, info.grad_norm, 1e3 * lg[0] / lg[2], tps, mfu, vl,
+                           measured ? r.energy.watts : NAN, measured ? r.energy.joules : NAN,
+                           energy_status_name(r.energy.status), lg[3] / busy, lg[4] / busy, lg[5] / busy,
+                           bytes / lg[2]};
+        metrics_csv_row(&r.out, &row);
       }
-      log_time = log_tokens = 0.0;
-      log_steps = 0;
+      memset(lg, 0, sizeof lg);
+      bytes = 0.0;
     }
     if (out_of_time) {
       status = "time_limit";
-      if (rank == 0) metrics_printf(&st.out, "stopping: &training max_minutes = %g reached\n", tc->max_minutes);
+      if (rank == 0) metrics_printf(&r.out, "stopping: &training max_minutes = %g reached\n", tc->max_minutes);
       break;
     }
   }
-  energy_sample(&st.energy);
-  double wall = util_now() - t_start;
-
+  size_t np;
+  float *params = trainer_gather_params(t, &np);
   if (rank == 0) {
-    json_t *v = verdict_json(&st, status, steps_done, wall, train_time, last_loss, val_loss, tokens);
-    double tps = json_real_value(json_object_get(v, "tokens_per_s"));
-    double mfu = json_real_value(json_object_get(v, "mfu"));
-    metrics_printf(&st.out, "== verdict: %s ==\n", status);
-    metrics_printf(&st.out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s)\n", steps_done, tokens, wall,
-                   train_time);
-    metrics_printf(&st.out, "loss: train %.4f, validation %.4f\n", last_loss, val_loss);
-    metrics_printf(&st.out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu,
-                   st.peak_gflops);
-    const energy_meter *e = &st.energy;
+    energy_sample(&r.energy);
+    double wall = util_now() - t_start;
+    json_t *v = verdict_json(&r, status, steps_done, wall, train_time, last_loss, val_loss, tokens, params, np);
+    double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = json_real_value(json_object_get(v, "mfu"));
+    metrics_printf(&r.out, "== verdict: %s ==\n", status);
+    metrics_printf(&r.out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", steps_done, tokens,
+                   wall, train_time, size, size == 1 ? "" : "s");
+    metrics_printf(&r.out, "loss: train %.4f, validation %.4f\n", last_loss, val_loss);
+    metrics_printf(&r.out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu,
+                   r.peak_gflops);
+    const energy_meter *e = &r.energy;
     if (e->status == ENERGY_NOT_MEASURED) {
-      metrics_printf(&st.out, "energy: not measured (%s); CO2e not computed\n", e->note);
+      metrics_printf(&r.out, "energy: not measured (%s); CO2e not computed\n", e->note);
     } else {
       double kwh = e->joules / 3.6e6, fac = kwh * cfg->energy.pue;
-      metrics_printf(&st.out,
-                     "energy (%s, %s): IT %.4g kWh, facility %.4g kWh (PUE %.2f), %.3g J/token; "
-                     "CO2e %.4g g at %.0f gCO2e/kWh\n",
+      metrics_printf(&r.out, "energy (%s, %s): IT %.4g kWh, facility %.4g kWh (PUE %.2f), %.3g J/token; "
+                             "CO2e %.4g g at %.0f gCO2e/kWh\n",
                      energy_status_name(e->status), e->method, kwh, fac, cfg->energy.pue,
-                     tokens > 0 ? e->joules / tokens : 0.0, fac * cfg->energy.grid_intensity,
-                     cfg->energy.grid_intensity);
+                     tokens > 0 ? e->joules / tokens : 0.0, fac * cfg->energy.grid_intensity, cfg->energy.grid_intensity);
     }
     if (metrics_write_json(cfg->job.run_dir, "verdict.json", v) != 0)
-      metrics_printf(&st.out, "greenlm: warning: could not write %s/verdict.json: %s\n", cfg->job.run_dir,
-                     strerror(errno));
+      metrics_printf(&r.out, "greenlm: warning: could not write %s/verdict.json: %s\n", cfg->job.run_dir, strerror(errno));
     json_decref(v);
   }
-
-  /* sample */
-  if (rc == 0 && cfg->sample.n_tokens > 0 && rank == 0) {
-    const char *p = cfg->sample.prompt[0] ? cfg->sample.prompt : "\n";
-    tok_ids prompt = {0};
-    tok_encode(&st.tok, p, strlen(p), 1, &prompt);
-    int np = (int)prompt.n, nn = (int)cfg->sample.n_tokens;
-    int32_t *ids = util_malloc((size_t)(np + nn) * sizeof(int32_t), "sample");
-    sample_generate(&st.model, &cfg->sample, (uint64_t)cfg->job.seed, prompt.v, np, nn, ids);
-    char *text = util_malloc((size_t)(np + nn) * (size_t)st.tok.max_len + 1, "sample text");
-    size_t len = tok_decode(&st.tok, ids, (size_t)(np + nn), text);
-    text[len] = '\0';
-    metrics_printf(&st.out, "== sample (%d tokens, temperature %g, top-k %ld) ==\n%s\n", nn, cfg->sample.temperature,
-                   cfg->sample.top_k, text);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/sample.txt", cfg->job.run_dir);
-    util_atomic_file af;
-    if (util_atomic_open(&af, path) == 0) {
-      fwrite(text, 1, len, af.fp);
-      util_atomic_close(&af);
-    }
-    free(text);
-    free(ids);
-    tok_ids_free(&prompt);
+  free(params);
+  if (rc == 0) write_sample(&r);
+  if (rank == 0) {
+    metrics_close(&r.out);
+    energy_close(&r.energy);
   }
-
-  if (rank == 0) metrics_close(&st.out);
-  energy_close(&st.energy);
-  free(st.tokens);
-  free(st.targets);
-  free(st.win);
-  gpt_free(&st.model);
-  gpt_shape_free(&st.shape);
-  data_close(&st.data);
-  tok_free(&st.tok);
+  trainer_close(t);
+  nml_errors_free(&errs);
   return rc;
 }

@@ -1,9 +1,56 @@
-/* train: the training task: data, model, optimizer loop, evaluation, reports and the verdict. */
+/* train: the training task. A trainer is one rank's part of a job laid out as P pipeline stages x
+ * D data-parallel replicas (par.c): its model stage, optimizer shard, gradient exchange, pipeline
+ * schedule, tokenizer and data loader. train_run adds the reports: progress lines, log.txt,
+ * metrics.csv, verdict.json, the text sample. */
 #ifndef GREENLM_TRAIN_H
 #define GREENLM_TRAIN_H
 
+#include <mpi.h>
+#include <stddef.h>
+
 #include "backend.h"
 #include "cfg.h"
+#include "grad.h"
+#include "model.h"
+#include "par.h"
+#include "nml.h"
+#include "pipe.h"
+
+typedef struct trainer trainer;
+
+/* Backend memory of one rank of a layout (replica 0 of stage `stage`): the model, the AdamW
+ * state it keeps, the exchange and pipeline buffers. trainer_open allocates exactly this. */
+typedef struct {
+  gpt_memory model;
+  gpt_part part;
+  size_t adam, exchange, pipe;
+  size_t total;
+} train_memory;
+
+train_memory train_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *L, int stage, int replica);
+
+typedef struct {
+  double loss;      /* mean token loss of the global batch */
+  double grad_norm; /* before clipping */
+  double lr;
+  double step_s;    /* wall time of the step on this rank */
+  pipe_stats pipe;  /* this rank's */
+  grad_stats grad;  /* this rank's */
+} trainer_step_info;
+
+/* Collective over comm, whose size must be the layout's (cfg_resolve_layout). Returns NULL after
+ * reporting bad input (datasets, tokenizer) on comm rank 0. */
+trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, nml_errors *errs);
+void trainer_close(trainer *t);
+
+/* One optimizer step (0-based). Returns 0, or -1 when the loss or the gradient norm is not finite
+ * (then no update was made). The same on every rank. */
+int trainer_step(trainer *t, long step, trainer_step_info *info);
+/* Mean validation loss over &training eval_batches micro-batches (the same on every rank). */
+double trainer_eval(trainer *t);
+/* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL
+ * elsewhere; *n receives their count. free() the result. Collective. */
+float *trainer_gather_params(trainer *t, size_t *n);
 
 /* Run the deck's training job. `header` (the program and command line) goes into the resolved
  * deck. Returns the process exit status: 0 on success, 1 on bad input, 3 when training diverged. */

@@ -13,14 +13,6 @@
 #include "rng.h"
 #include "testing.h"
 
-/* A CPU backend that counts the bytes it hands out. */
-static size_t counted;
-static backend counting;
-static void *count_alloc(size_t bytes) {
-  counted += bytes;
-  return backend_cpu()->alloc(bytes);
-}
-
 static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V, int maxT, int window) {
   cfg_model mc;
   memset(&mc, 0, sizeof mc);
@@ -34,8 +26,7 @@ static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V,
 }
 
 static void test_memory_plan(void) {
-  counting = *backend_cpu();
-  counting.alloc = count_alloc;
+  const backend *counting = t_counting_backend();
   const struct {
     const char *arch;
     int L, C, H, V, maxT, B, T;
@@ -43,14 +34,18 @@ static void test_memory_plan(void) {
   for (int i = 0; i < 3; i++) {
     gpt_shape s;
     shape_of(&s, cases[i].arch, cases[i].L, cases[i].C, cases[i].H, cases[i].V, cases[i].maxT, 8);
-    gpt_memory plan = gpt_plan_memory(&s, &counting, cases[i].B, cases[i].T, 0, s.L, 1, 1);
-    counted = 0;
-    gpt_model m;
-    gpt_init(&m, &s, &counting, cases[i].B, cases[i].T, 0, s.L, 1, 1, 7);
-    T_CHECK(counted == plan.total, "%s case %d: planned %zu bytes, allocated %zu", cases[i].arch, i, plan.total,
-            counted);
-    T_CHECK(plan.params == m.nparams * sizeof(float) && m.nparams == gpt_count_params(&s), "parameter bytes");
-    gpt_free(&m);
+    /* the whole model; a first stage with 3 activation slots; a last stage */
+    gpt_part parts[3] = {gpt_whole(&s), {0, s.L - 1, 1, 0, 3}, {s.L - 1, s.L, 0, 1, 1}};
+    for (int k = 0; k < 3; k++) {
+      gpt_memory plan = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[k]);
+      t_counted = 0;
+      gpt_model m;
+      gpt_init(&m, &s, counting, cases[i].B, cases[i].T, parts[k], 7);
+      T_CHECK(t_counted == plan.total, "%s case %d part %d: planned %zu bytes, allocated %zu", cases[i].arch, i, k,
+              plan.total, t_counted);
+      T_CHECK(plan.params == m.nparams * sizeof(float) && m.nparams == gpt_part_params(&s, parts[k]), "parameter bytes");
+      gpt_free(&m);
+    }
     gpt_shape_free(&s);
   }
 }
@@ -59,10 +54,10 @@ static void test_init(void) {
   gpt_shape s;
   shape_of(&s, "gpt-neo", 3, 32, 4, 50, 16, 4);
   gpt_model a, b, c, part;
-  gpt_init(&a, &s, backend_cpu(), 1, 8, 0, 3, 1, 1, 11);
-  gpt_init(&b, &s, backend_cpu(), 1, 8, 0, 3, 1, 1, 11);
-  gpt_init(&c, &s, backend_cpu(), 1, 8, 0, 3, 1, 1, 12);
-  gpt_init(&part, &s, backend_cpu(), 1, 8, 1, 2, 0, 0, 11); /* block 1 only */
+  gpt_init(&a, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
+  gpt_init(&b, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
+  gpt_init(&c, &s, backend_cpu(), 1, 8, gpt_whole(&s), 12);
+  gpt_init(&part, &s, backend_cpu(), 1, 8, (gpt_part){1, 2, 0, 0, 1}, 11); /* block 1 only */
   T_CHECK(!memcmp(a.params, b.params, a.nparams * sizeof(float)), "same seed, same parameters");
   T_CHECK(memcmp(a.params, c.params, a.nparams * sizeof(float)) != 0, "another seed, other parameters");
   gpt_block_ptrs pa, pp;
@@ -88,26 +83,26 @@ static void test_causality(void) {
   gpt_shape s;
   shape_of(&s, "gpt-neo", 2, 32, 4, 40, 16, 3);
   gpt_model m;
-  gpt_init(&m, &s, backend_cpu(), 2, 12, 0, 2, 1, 1, 5);
+  gpt_init(&m, &s, backend_cpu(), 2, 12, gpt_whole(&s), 5);
   int32_t tok[24];
   rng_state r;
   rng_seed(&r, 3, 0, 0);
   for (int i = 0; i < 24; i++) tok[i] = (int32_t)rng_below(&r, 40);
-  gpt_set_batch(&m, tok, NULL, 2, 12);
-  gpt_forward(&m, 2, 12);
+  gpt_set_batch(&m, 0, tok, NULL, 2, 12);
+  gpt_forward(&m, 0, 2, 12);
   size_t n = (size_t)12 * 40;
   float *full = malloc(2 * n * sizeof(float));
-  memcpy(full, gpt_logits(&m), 2 * n * sizeof(float));
+  memcpy(full, gpt_logits(&m, 0), 2 * n * sizeof(float));
   /* the second sequence, first 7 tokens, alone */
-  gpt_set_batch(&m, tok + 12, NULL, 1, 7);
-  gpt_forward(&m, 1, 7);
-  double e = t_rel_err(gpt_logits(&m), full + n, (size_t)7 * 40);
+  gpt_set_batch(&m, 0, tok + 12, NULL, 1, 7);
+  gpt_forward(&m, 0, 1, 7);
+  double e = t_rel_err(gpt_logits(&m, 0), full + n, (size_t)7 * 40);
   T_CHECK(e < 1e-6, "prefix logits differ from the full sequence's: %.3g", e);
   /* changing a later token leaves earlier logits unchanged */
   tok[12 + 10] = (tok[12 + 10] + 1) % 40;
-  gpt_set_batch(&m, tok, NULL, 2, 12);
-  gpt_forward(&m, 2, 12);
-  e = t_rel_err(gpt_logits(&m) + n, full + n, (size_t)10 * 40);
+  gpt_set_batch(&m, 0, tok, NULL, 2, 12);
+  gpt_forward(&m, 0, 2, 12);
+  e = t_rel_err(gpt_logits(&m, 0) + n, full + n, (size_t)10 * 40);
   T_CHECK(e == 0.0, "a later token changed earlier logits: %.3g", e);
   free(full);
   gpt_free(&m);
@@ -118,25 +113,25 @@ static void test_accumulation(void) {
   gpt_shape s;
   shape_of(&s, "gpt-neo", 2, 32, 4, 40, 16, 3);
   gpt_model big, small;
-  gpt_init(&big, &s, backend_cpu(), 2, 10, 0, 2, 1, 1, 9);
-  gpt_init(&small, &s, backend_cpu(), 1, 10, 0, 2, 1, 1, 9);
+  gpt_init(&big, &s, backend_cpu(), 2, 10, gpt_whole(&s), 9);
+  gpt_init(&small, &s, backend_cpu(), 1, 10, gpt_whole(&s), 9);
   int32_t x[20], y[20];
   rng_state r;
   rng_seed(&r, 4, 0, 0);
   for (int i = 0; i < 20; i++) x[i] = (int32_t)rng_below(&r, 40), y[i] = (int32_t)rng_below(&r, 40);
   const float dscale = 1.0f / 20;
   gpt_zero_grad(&big);
-  gpt_set_batch(&big, x, y, 2, 10);
-  gpt_forward(&big, 2, 10);
-  double lb = gpt_loss(&big, 2, 10, dscale);
-  gpt_backward(&big, 2, 10);
+  gpt_set_batch(&big, 0, x, y, 2, 10);
+  gpt_forward(&big, 0, 2, 10);
+  double lb = gpt_loss(&big, 0, 2, 10, dscale);
+  gpt_backward(&big, 0, 2, 10, NULL, NULL);
   gpt_zero_grad(&small);
   double ls = 0;
   for (int k = 0; k < 2; k++) {
-    gpt_set_batch(&small, x + 10 * k, y + 10 * k, 1, 10);
-    gpt_forward(&small, 1, 10);
-    ls += gpt_loss(&small, 1, 10, dscale);
-    gpt_backward(&small, 1, 10);
+    gpt_set_batch(&small, 0, x + 10 * k, y + 10 * k, 1, 10);
+    gpt_forward(&small, 0, 1, 10);
+    ls += gpt_loss(&small, 0, 1, 10, dscale);
+    gpt_backward(&small, 0, 1, 10, NULL, NULL);
   }
   T_CHECK(fabs(lb - ls) < 1e-5 * fabs(lb), "loss %.8f vs %.8f", lb, ls);
   double e = t_rel_err(small.grads, big.grads, big.nparams);

@@ -102,7 +102,9 @@ static void run_fixture(const char *path) {
   gpt_shape s;
   gpt_shape_from_cfg(&s, &mc);
   gpt_model m;
-  gpt_init(&m, &s, backend_cpu(), B, T, 0, s.L, 1, 1, 1);
+  gpt_init(&m, &s, backend_cpu(), B, T, gpt_whole(&s), 1);
+  optim_state opt;
+  optim_init(&opt, backend_cpu(), 0, m.nparams);
   T_CHECK(m.nparams == gpt_count_params(&s), "parameter count");
   float *host = malloc(m.nparams * sizeof(float)), *ref = malloc(m.nparams * sizeof(float));
   if (!load_params(nc, &m, "", host)) goto out;
@@ -117,18 +119,18 @@ static void run_fixture(const char *path) {
   read_var(nc, "loss", NC_DOUBLE, loss_ref, 1);
 
   /* forward and loss */
-  gpt_set_batch(&m, x, y, B, T);
-  gpt_forward(&m, B, T);
-  double e = t_rel_err(gpt_logits(&m), logits, (size_t)N * V);
+  gpt_set_batch(&m, 0, x, y, B, T);
+  gpt_forward(&m, 0, B, T);
+  double e = t_rel_err(gpt_logits(&m, 0), logits, (size_t)N * V);
   T_CHECK(e < 1e-4, "%s logits: relative error %.3g", path, e);
   printf("  logits rel err %.2e\n", e);
-  double loss = gpt_loss(&m, B, T, 1.0f / (float)N) / N;
+  double loss = gpt_loss(&m, 0, B, T, 1.0f / (float)N) / N;
   T_CHECK(fabs(loss - loss_ref[0]) < 1e-5 * fabs(loss_ref[0]), "%s loss %.8f vs %.8f", path, loss, loss_ref[0]);
   printf("  loss %.7f (reference %.7f)\n", loss, loss_ref[0]);
 
   /* gradients */
   gpt_zero_grad(&m);
-  gpt_backward(&m, B, T);
+  gpt_backward(&m, 0, B, T, NULL, NULL);
   load_params(nc, &m, "grad.", ref);
   double worst = 0.0;
   for (int i = 0; i < m.ntensors; i++) {
@@ -155,14 +157,14 @@ static void run_fixture(const char *path) {
   memcpy(m.params, host, m.nparams * sizeof(float));
   for (int step = 0; step < 3; step++) {
     gpt_zero_grad(&m);
-    gpt_set_batch(&m, x + (size_t)step * N, y + (size_t)step * N, B, T);
-    gpt_forward(&m, B, T);
-    double l = gpt_loss(&m, B, T, 1.0f / (float)N) / N;
-    gpt_backward(&m, B, T);
+    gpt_set_batch(&m, 0, x + (size_t)step * N, y + (size_t)step * N, B, T);
+    gpt_forward(&m, 0, B, T);
+    double l = gpt_loss(&m, 0, B, T, 1.0f / (float)N) / N;
+    gpt_backward(&m, 0, B, T, NULL, NULL);
     T_CHECK(fabs(l - loss_ref[step]) < 1e-5 * fabs(loss_ref[step]), "%s AdamW step %d loss %.8f vs %.8f", path,
             step + 1, l, loss_ref[step]);
-    double norm = sqrt(optim_grad_sumsq(&m));
-    optim_adamw_step(&m, &tc, step, optim_lr(&tc, step), optim_clip_scale(&tc, norm));
+    double norm = sqrt(m.be->sumsq(m.grads, m.nparams));
+    optim_adamw_step(&opt, &m, &tc, step, optim_lr(&tc, step), optim_clip_scale(&tc, norm));
     printf("  AdamW step %d: loss %.7f (reference %.7f), grad norm %.4f\n", step + 1, l, loss_ref[step], norm);
   }
   load_params(nc, &m, "step3.", ref);
@@ -177,6 +179,7 @@ static void run_fixture(const char *path) {
   free(x), free(y), free(logits);
 out:
   free(host), free(ref);
+  optim_free(&opt);
   gpt_free(&m);
   gpt_shape_free(&s);
   ncmpi_close(nc);

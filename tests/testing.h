@@ -54,4 +54,19 @@ static inline double t_rel_err(const float *a, const float *b, size_t n) {
   return r;
 }
 
+/* A CPU backend that counts the backend bytes it hands out (t_counted). */
+#ifdef GREENLM_BACKEND_H
+static size_t t_counted;
+static backend t_counting;
+static inline void *t_count_alloc(size_t bytes) {
+  t_counted += bytes;
+  return backend_cpu()->alloc(bytes);
+}
+static inline const backend *t_counting_backend(void) {
+  t_counting = *backend_cpu();
+  t_counting.alloc = t_count_alloc;
+  return &t_counting;
+}
+#endif
+
 #endif

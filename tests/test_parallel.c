@@ -1,0 +1,145 @@
+/* test_parallel: every parallel layout reproduces the serial run (run under mpiexec -n 4).
+ *
+ * A tiny GPT-Neo (4 layers) trains for 10 steps on a dataset this test prepares, with the same
+ * global batch, serially (rank 0 alone) and laid out as D=2, D=4, P=2, P=4, P=2 x D=2 (both rank
+ * orders), each with ZeRO 0 and 1. Every step's loss must be within 1e-5 relative of the serial
+ * run's, the final validation loss too, and the final parameters within 1e-5 (largest difference
+ * over the largest parameter). Every rank allocates exactly the backend memory the dry run plans
+ * for its stage. */
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cfg.h"
+#include "par.h"
+#include "prepare.h"
+#include "testing.h"
+#include "train.h"
+#include "util.h"
+
+enum { STEPS = 10 };
+
+typedef struct {
+  double loss[STEPS], val;
+  float *params; /* on rank 0 */
+  size_t n;
+} run_result;
+
+static cfg_config *deck(const char *dir, int P, int D, int zero, const char *order, int nranks) {
+  char text[8192];
+  const char *top = getenv("TOP_SRCDIR");
+  snprintf(text, sizeof text,
+           "&job task = 'prepare', 'train', seed = 5 /\n"
+           "&prepare input = '%s/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,\n"
+           "  train_out = '%s/train.nc', val_out = '%s/val.nc' /\n"
+           "&model vocab_size = 256, block_size = 32, n_layer = 4, n_embd = 32, n_head = 4,\n"
+           "  attention_types = 'global', 'local', window_size = 8 /\n"
+           "&training seq_len = 32, micro_batch_size = 2, global_batch_size = 8, max_steps = %d,\n"
+           "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4 /\n"
+           "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
+           "  bucket_mb = 0.01 /\n",
+           top ? top : ".", dir, dir, STEPS, P, D, zero, order);
+  cfg_config *c = calloc(1, sizeof *c);
+  nml_errors e = {0};
+  int bad = cfg_load(c, text, "parallel.nml", NULL, 0, &e) + cfg_resolve_layout(c, nranks, &e);
+  if (bad) nml_errors_print(&e, 10);
+  T_CHECK(bad == 0, "deck for P=%d D=%d rejected", P, D);
+  nml_errors_free(&e);
+  return c;
+}
+
+static void train(cfg_config *c, MPI_Comm comm, run_result *r) {
+  nml_errors e = {0};
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  t_counted = 0;
+  trainer *t = trainer_open(c, t_counting_backend(), comm, &e);
+  nml_errors_print(&e, 10);
+  T_CHECK(t != NULL, "trainer_open failed");
+  if (!t) return;
+  /* what this rank allocated is what the dry run plans for its stage and replica */
+  par_layout L;
+  par_plan(&L, c, size, rank);
+  train_memory plan = train_plan_memory(c, backend_cpu(), &L, L.stage, L.replica);
+  long diff = (long)t_counted - (long)plan.total, worst;
+  MPI_Allreduce(&diff, &worst, 1, MPI_LONG, MPI_MAX, comm);
+  T_CHECK(worst == 0 && diff == 0, "P=%d D=%d: a rank allocated %ld bytes more than planned", L.P, L.D, worst);
+  par_free(&L);
+  for (long s = 0; s < STEPS; s++) {
+    trainer_step_info info;
+    T_CHECK(trainer_step(t, s, &info) == 0, "step %ld diverged", s);
+    r->loss[s] = info.loss;
+  }
+  r->val = trainer_eval(t);
+  r->params = trainer_gather_params(t, &r->n);
+  trainer_close(t);
+  nml_errors_free(&e);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char *out = getenv("TEST_OUT");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/parallel", out ? out : "tests/out");
+  if (rank == 0) util_mkdir_p(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (size < 4) {
+    if (rank == 0) printf("SKIP: needs 4 ranks (run under mpiexec -n 4)\n");
+    MPI_Finalize();
+    return 77;
+  }
+  /* the dataset, prepared by all ranks */
+  cfg_config *c0 = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
+  T_CHECK(prep_run(c0, MPI_COMM_WORLD) == 0, "prepare failed");
+  /* the serial reference on rank 0 */
+  run_result ref = {0};
+  if (rank == 0) train(c0, MPI_COMM_SELF, &ref);
+  free(c0);
+  static const struct {
+    int P, D;
+    const char *order;
+  } layouts[] = {{1, 2, "replicas_adjacent"}, {1, 4, "replicas_adjacent"}, {2, 1, "replicas_adjacent"},
+                 {4, 1, "replicas_adjacent"}, {2, 2, "replicas_adjacent"}, {2, 2, "stages_adjacent"}};
+  for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+    for (int zero = 0; zero <= 1; zero++) {
+      int P = layouts[i].P, D = layouts[i].D, n = P * D;
+      MPI_Comm sub;
+      MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &sub);
+      run_result r = {0};
+      if (sub != MPI_COMM_NULL) {
+        cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
+        train(c, sub, &r);
+        free(c);
+        MPI_Comm_free(&sub);
+      }
+      if (rank == 0) {
+        double worst = 0;
+        for (int s = 0; s < STEPS; s++) {
+          double e = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
+          if (e > worst) worst = e;
+        }
+        double ve = fabs(r.val - ref.val) / fabs(ref.val);
+        double pe = r.params && r.n == ref.n ? t_rel_err(r.params, ref.params, r.n) : INFINITY;
+        printf("P=%d D=%d ZeRO-%d %-17s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
+               layouts[i].order, worst, ve, pe);
+        T_CHECK(worst <= 1e-5, "P=%d D=%d ZeRO-%d %s: a step's loss differs by %.3g relative", P, D, zero,
+                layouts[i].order, worst);
+        T_CHECK(ve <= 1e-5, "P=%d D=%d ZeRO-%d: validation loss differs by %.3g", P, D, zero, ve);
+        T_CHECK(pe <= 1e-5, "P=%d D=%d ZeRO-%d: final parameters differ by %.3g", P, D, zero, pe);
+      }
+      free(r.params);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  if (rank == 0) printf("serial: losses %.5f ... %.5f, validation %.5f\n", ref.loss[0], ref.loss[STEPS - 1], ref.val);
+  free(ref.params);
+  int rc = rank == 0 ? t_done("test_parallel") : 0;
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}
