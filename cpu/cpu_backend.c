@@ -63,6 +63,7 @@ static double cpu_measure_gflops(int n, double seconds) {
 
 static const backend cpu_table = {
     .name = "cpu",
+    .host_memory = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .to_device = cpu_copy,

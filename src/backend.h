@@ -24,6 +24,7 @@ typedef struct {
 
 typedef struct backend {
   const char *name;
+  int host_memory; /* backend memory is ordinary host memory (no staging needed for I/O) */
 
   /* ---- memory ---- */
   void *(*alloc)(size_t bytes); /* zero-filled */

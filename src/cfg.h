@@ -91,6 +91,14 @@ typedef struct {
   X(g, REAL, bucket_mb, "25", "(0, 1e6]", "Size in MiB of the gradient buckets exchanged across replicas while the backward pass goes on") \
   X(g, STR, bind, "'auto'", "auto|none", "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
 
+#define CFG_GROUP_CHECKPOINT(X, g)                                                                 \
+  X(g, STR, dir, "''", "", "Directory of the checkpoints; empty means run_dir/checkpoints")     \
+  X(g, INT, every_steps, "0", "[0, inf)", "Write a checkpoint every this many steps; 0: never by step count") \
+  X(g, REAL, every_minutes, "0", "[0, inf)", "Write a checkpoint when this many minutes of wall time have passed since the last; 0: never by time") \
+  X(g, BOOL, at_end, ".true.", "", "Write a checkpoint when training ends (completed, time limit or signal)") \
+  X(g, INT, keep, "3", "[1, inf)", "Checkpoints kept in the directory; older ones are deleted after a new one is complete") \
+  X(g, STR, restart, "''", "", "Continue from a checkpoint: its path, or 'latest' (the newest in dir; none there starts from step 0)")
+
 #define CFG_GROUP_SAMPLE(X, g)                                                                        \
   X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate after training; 0 skips sampling")    \
   X(g, STR, prompt, "''", "", "Text the sample continues; empty starts from a newline")             \
@@ -116,6 +124,7 @@ typedef struct {
   X(prepare, CFG_GROUP_PREPARE, "Text to token datasets: inputs, documents, validation split")      \
   X(data, CFG_GROUP_DATA, "The token datasets training reads")                                    \
   X(parallel, CFG_GROUP_PARALLEL, "MPI decomposition: pipeline stages x data-parallel replicas, ZeRO-1, binding") \
+  X(checkpoint, CFG_GROUP_CHECKPOINT, "PnetCDF checkpoints: when to write them, how many to keep, restarting") \
   X(sample, CFG_GROUP_SAMPLE, "Text generated from the trained model at the end of the run")     \
   X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \
   X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")

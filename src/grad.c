@@ -28,19 +28,18 @@ struct grad_exchange {
   grad_stats st;
 };
 
-static size_t piece(size_t n, int D, int r) { return n * (size_t)r / (size_t)D; }
 
 size_t grad_exchange_bytes(size_t nparams, const par_layout *L) {
   if (!L->zero || L->D == 1) return 0;
   size_t most = 0; /* the largest piece: the landing area of any replica */
   for (int r = 0; r < L->D; r++)
-    if (piece(nparams, L->D, r + 1) - piece(nparams, L->D, r) > most) most = piece(nparams, L->D, r + 1) - piece(nparams, L->D, r);
+    if (par_piece(nparams, L->D, r + 1) - par_piece(nparams, L->D, r) > most) most = par_piece(nparams, L->D, r + 1) - par_piece(nparams, L->D, r);
   return most * sizeof(float);
 }
 
 size_t grad_own_params(size_t nparams, const par_layout *L, int replica) {
   if (!L->zero) return nparams;
-  return piece(nparams, L->D, replica + 1) - piece(nparams, L->D, replica);
+  return par_piece(nparams, L->D, replica + 1) - par_piece(nparams, L->D, replica);
 }
 
 grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb) {
@@ -54,8 +53,8 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb) 
   const gpt_tensor *w = gpt_find_tensor(m, "transformer.wte.weight");
   g->wte = w ? (int)(w - m->tensors) : -1;
   g->tied = L->P > 1 && g->wte >= 0;
-  g->own_lo = piece(m->nparams, g->D, g->rank);
-  g->own_hi = piece(m->nparams, g->D, g->rank + 1);
+  g->own_lo = par_piece(m->nparams, g->D, g->rank);
+  g->own_hi = par_piece(m->nparams, g->D, g->rank + 1);
   g->final = util_calloc((size_t)m->ntensors, 1, "gradient flags");
   /* buckets of whole tensors from the end of the buffer; the tied embedding alone */
   const size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
@@ -84,7 +83,7 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb) 
     k->counts = util_malloc((size_t)g->D * sizeof(int), "bucket counts");
     k->displs = util_malloc((size_t)g->D * sizeof(int), "bucket counts");
     for (int r = 0; r < g->D; r++) {
-      size_t lo = piece(m->nparams, g->D, r), hi = piece(m->nparams, g->D, r + 1);
+      size_t lo = par_piece(m->nparams, g->D, r), hi = par_piece(m->nparams, g->D, r + 1);
       size_t a = k->b0 > lo ? k->b0 : lo, e = k->b1 < hi ? k->b1 : hi;
       UTIL_CHECK(k->b1 - k->b0 < (size_t)1 << 31, "lower &parallel bucket_mb", "a bucket of %zu floats is too large",
                  k->b1 - k->b0);

@@ -4,6 +4,8 @@
  *   src/greenlm --dry-run --set model.n_layer=24 input/neo-125m.nml
  */
 #include <mpi.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,7 +173,15 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
 }
 
 int main(int argc, char **argv) {
+  signal(SIGXFSZ, SIG_IGN); /* a file-size limit makes writes fail with an error, not kill the job */
   MPI_Init(&argc, &argv);
+  /* GREENLM_FILE_SIZE_LIMIT=bytes: a file-size limit set after MPI has started (its shared-memory
+   * files are not limited), to rehearse a full disk or a quota */
+  const char *fsize = getenv("GREENLM_FILE_SIZE_LIMIT");
+  if (fsize && *fsize) {
+    struct rlimit rl = {(rlim_t)strtoull(fsize, NULL, 10), (rlim_t)strtoull(fsize, NULL, 10)};
+    setrlimit(RLIMIT_FSIZE, &rl);
+  }
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

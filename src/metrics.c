@@ -6,7 +6,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-int metrics_open(metrics_out *mo, const char *run_dir, char *err, size_t errlen) {
+int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, size_t errlen) {
   memset(mo, 0, sizeof *mo);
   char path[4096];
   if (util_mkdir_p(run_dir) != 0) {
@@ -14,16 +14,19 @@ int metrics_open(metrics_out *mo, const char *run_dir, char *err, size_t errlen)
     return -1;
   }
   snprintf(path, sizeof path, "%s/log.txt", run_dir);
-  mo->log = fopen(path, "w");
+  mo->log = fopen(path, append ? "a" : "w");
   snprintf(path, sizeof path, "%s/metrics.csv", run_dir);
-  mo->csv = mo->log ? fopen(path, "w") : NULL;
+  FILE *old = append ? fopen(path, "r") : NULL; /* a header only when the file starts */
+  if (old) fclose(old);
+  mo->csv = mo->log ? fopen(path, append ? "a" : "w") : NULL;
   if (!mo->log || !mo->csv) {
     snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
     metrics_close(mo);
     return -1;
   }
-  fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
-                   "compute,bubble,exchange,bytes_per_step\n");
+  if (!old)
+    fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
+                     "compute,bubble,exchange,bytes_per_step\n");
   fflush(mo->csv);
   return 0;
 }

@@ -23,8 +23,9 @@ typedef struct {
   double bytes_per_step;            /* payload sent by all ranks (activations, gradients) */
 } metrics_row;
 
-/* Open log.txt and metrics.csv in run_dir (created when missing). Returns 0, or -1 with err. */
-int metrics_open(metrics_out *mo, const char *run_dir, char *err, size_t errlen);
+/* Open log.txt and metrics.csv in run_dir (created when missing); append to them when resuming
+ * a run. Returns 0, or -1 with err. */
+int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, size_t errlen);
 void metrics_close(metrics_out *mo);
 /* Print to stdout and append to log.txt (when open). */
 void metrics_printf(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);

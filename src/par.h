@@ -16,6 +16,7 @@
 #define GREENLM_PAR_H
 
 #include <mpi.h>
+#include <stddef.h>
 
 #include "cfg.h"
 #include "model.h"
@@ -35,6 +36,10 @@ void par_plan(par_layout *L, const cfg_config *cfg, int nranks, int rank);
 /* par_plan for this rank of comm, plus the communicators. Collective over comm. */
 void par_create(par_layout *L, const cfg_config *cfg, MPI_Comm comm);
 void par_free(par_layout *L);
+
+/* Start of replica r's piece of a stage buffer of n elements, in D equal pieces (the ZeRO-1 pieces
+ * and the checkpoints' pieces): piece r is [par_piece(n, D, r), par_piece(n, D, r + 1)). */
+static inline size_t par_piece(size_t n, int D, int r) { return n * (size_t)r / (size_t)D; }
 
 /* What this rank's stage holds (with its activation slots: min(m, P - stage) for 1F1B). */
 gpt_part par_part(const par_layout *L);

@@ -162,17 +162,16 @@ static int write_split(const split_out *s, const cfg_config *cfg, const tok_toke
   count = (MPI_Offset)s->my_doc;
   rc |= nc_fail(ncmpi_put_vara_longlong_all(nc, vdoc, &start, &count, (const long long *)s->doc_start), "doc_start",
                 tmp, err, errlen);
+  rc |= nc_fail(ncmpi_sync(nc), "sync", tmp, err, errlen); /* every rank flushes what it wrote */
   rc |= nc_fail(ncmpi_close(nc), "close", tmp, err, errlen);
-  /* all ranks agree; then rank 0 makes the file durable and gives it its name */
+  /* all ranks agree; then rank 0 gives the file its name */
   int bad = rc != 0, any;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
   if (rank == 0) {
-    int fd = any ? -1 : open(tmp, O_RDONLY);
-    if (!any && (fd < 0 || fsync(fd) != 0 || rename(tmp, s->path) != 0)) {
+    if (!any && util_commit(tmp, s->path) != 0) {
       util_snprintf(err, errlen, "cannot finish '%s': %s", s->path, strerror(errno));
       any = 1;
     }
-    if (fd >= 0) close(fd);
     if (any) remove(tmp);
   }
   MPI_Bcast(&any, 1, MPI_INT, 0, comm);

@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "config.h"
 #include "data.h"
 #include "energy.h"
@@ -185,6 +187,38 @@ float *trainer_gather_params(trainer *t, size_t *n) {
   return all;
 }
 
+/* The checkpoint's view of this rank. */
+static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
+  return (ckpt_state){t->cfg, &t->L, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, 1.0};
+}
+
+int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, char *err, size_t errlen) {
+  ckpt_state cs = ckpt_view(t, step, tokens);
+  return ckpt_write(&cs, st, err, errlen);
+}
+
+int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, nml_errors *errs) {
+  ckpt_state cs = ckpt_view(t, 0, 0.0);
+  int n = ckpt_read(&cs, path, st, errs);
+  *step = cs.step;
+  *tokens = cs.tokens;
+  return n;
+}
+
+/* ---- signals: a batch system's warning before the time limit ----------------------------------- */
+
+static volatile sig_atomic_t train_signal;
+static void on_signal(int sig) { train_signal = sig; }
+
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
 /* ---- reports -------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -281,7 +315,8 @@ static void fmt_energy(const energy_meter *e, char *w, size_t wl, char *j, size_
 }
 
 static json_t *verdict_json(const report *r, const char *status, long steps, double wall, double train_time,
-                            double train_loss, double val_loss, double tokens, const float *params, size_t nparams) {
+                            double train_loss, double val_loss, double tokens0, double tokens, const float *params,
+                            size_t nparams) {
   const cfg_config *cfg = r->cfg;
   const energy_meter *e = &r->energy;
   double tps = train_time > 0 ? tokens / train_time : 0.0;
@@ -292,7 +327,8 @@ static json_t *verdict_json(const report *r, const char *status, long steps, dou
   json_object_set_new(j, "run", json_string(cfg->job.name));
   json_object_set_new(j, "status", json_string(status));
   json_object_set_new(j, "steps", json_integer(steps));
-  json_object_set_new(j, "tokens_trained", json_real(tokens));
+  json_object_set_new(j, "tokens_trained", json_real(tokens0 + tokens));
+  json_object_set_new(j, "tokens_this_job", json_real(tokens));
   json_object_set_new(j, "duration_s", json_real(wall));
   json_object_set_new(j, "train_time_s", json_real(train_time));
   json_object_set_new(j, "train_loss", isfinite(train_loss) ? json_real(train_loss) : json_null());
@@ -381,7 +417,8 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
 
   /* inputs first: nothing is written before they are known to be good */
   nml_errors errs = {0};
-  int bad = rank == 0 ? check_run_dir(cfg, &errs) : 0;
+  const int resuming = cfg->checkpoint.restart[0] != '\0'; /* continues the run in run_dir */
+  int bad = rank == 0 && !resuming ? check_run_dir(cfg, &errs) : 0;
   MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
   trainer *t = bad ? NULL : trainer_open(cfg, be, MPI_COMM_WORLD, &errs);
   if (!t) {
@@ -392,7 +429,7 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   r.t = t;
   char err[600] = "";
   int ok = 1;
-  if (rank == 0 && (metrics_open(&r.out, cfg->job.run_dir, err, sizeof err) != 0 || write_resolved_deck(cfg, header) != 0)) {
+  if (rank == 0 && (metrics_open(&r.out, cfg->job.run_dir, resuming, err, sizeof err) != 0 || write_resolved_deck(cfg, header) != 0)) {
     if (!err[0]) util_snprintf(err, sizeof err, "cannot write the resolved deck in '%s': %s", cfg->job.run_dir, strerror(errno));
     cfg_error_at(cfg, &errs, "job", "run_dir", "check that the directory is writable and the disk is not full", "%s", err);
     nml_errors_print(&errs, 20);
@@ -446,17 +483,42 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     if (t->L.P > 1)
       metrics_printf(&r.out, "pipeline: 1F1B, theoretical bubble (p-1)/(m+p-1) = %.1f%%\n",
                      100.0 * (t->L.P - 1) / (t->m + t->L.P - 1));
-    metrics_printf(&r.out, "== training: %ld steps ==\n", tc->max_steps);
   }
+  /* restart */
+  long start = 0;
+  double tokens0 = 0.0;
+  if (resuming) {
+    char path[CFG_STR_LEN + 64], dir[CFG_STR_LEN + 32];
+    if (ckpt_find(cfg, path, sizeof path)) {
+      ckpt_stats st;
+      if (trainer_restore(t, path, &start, &tokens0, &st, &errs) > 0) {
+        if (rank == 0) nml_errors_print(&errs, 20);
+        if (rank == 0) metrics_close(&r.out), energy_close(&r.energy);
+        trainer_close(t);
+        nml_errors_free(&errs);
+        return 1;
+      }
+      if (rank == 0)
+        metrics_printf(&r.out, "restart: %s, step %ld: checksums verified, %.3g GB read in %.2f s (%.2f GB/s; %.2f s of it "
+                       "sharing pieces between replicas)\n", path, start, st.bytes / 1e9, st.seconds, st.bytes / 1e9 / st.seconds,
+                       st.share_seconds);
+    } else if (rank == 0) {
+      ckpt_dir(cfg, dir, sizeof dir);
+      metrics_printf(&r.out, "restart: no checkpoint in %s yet: starting from step 0\n", dir);
+    }
+  }
+  if (rank == 0) metrics_printf(&r.out, "== training: steps %ld to %ld ==\n", start + 1, tc->max_steps);
+  catch_signals();
 
   const double tokens_per_step = (double)t->G * t->T;
   double t_start = util_now(), train_time = 0.0, tokens = 0.0, last_loss = NAN, val_loss = NAN;
   double lg[6] = {0}; /* since the last progress line: time, tokens, steps, compute, bubble, exchange */
   double bytes = 0.0;
   const char *status = "completed";
-  long steps_done = 0;
+  long steps_done = start;
   int rc = 0;
-  for (long step = 0; step < tc->max_steps; step++) {
+  double t_ckpt = util_now();
+  for (long step = start; step < tc->max_steps; step++) {
     trainer_step_info info;
     int res = trainer_step(t, step, &info);
     last_loss = info.loss;
@@ -491,7 +553,7 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
       if (rank == 0) {
         energy_sample(&r.energy);
         double tps = lg[1] / lg[0], mfu = tps * r.flops_per_token / (r.peak_gflops * 1e9);
-        double eta = (double)(tc->max_steps - steps_done) * (train_time / (double)steps_done);
+        double eta = (double)(tc->max_steps - steps_done) * (train_time / (double)(steps_done - start));
         double busy = lg[0] * size; /* rank-seconds */
         int measured = r.energy.status != ENERGY_NOT_MEASURED;
         char w[32], e[32], es[32], vs[48] = "", ps[96] = "";
@@ -511,6 +573,36 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
       memset(lg, 0, sizeof lg);
       bytes = 0.0;
     }
+    /* checkpoints: by step count, by wall time, on a signal, at the end */
+    int sig = train_signal, any_sig;
+    MPI_Allreduce(&sig, &any_sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    const cfg_checkpoint *ck = &cfg->checkpoint;
+    int due_time = ck->every_minutes > 0 && util_now() - t_ckpt >= 60.0 * ck->every_minutes;
+    MPI_Bcast(&due_time, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int stop = out_of_time || any_sig;
+    if ((ck->every_steps > 0 && steps_done % ck->every_steps == 0) || due_time || ((stop || last) && ck->at_end) || any_sig) {
+      ckpt_stats st;
+      char cerr[1200];
+      if (trainer_checkpoint(t, steps_done, tokens0 + tokens, &st, cerr, sizeof cerr) != 0) {
+        if (rank == 0)
+          metrics_printf(&r.out, "greenlm: error: %s\n  hint: check that &checkpoint dir is writable and has room; "
+                                 "the older checkpoints are untouched\n", cerr);
+        status = "checkpoint_failed";
+        rc = 4;
+        break;
+      }
+      t_ckpt = util_now();
+      if (rank == 0)
+        metrics_printf(&r.out, "checkpoint: %s, step %ld: %.3g GB in %.2f s (%.2f GB/s)\n", st.path, steps_done,
+                       st.bytes / 1e9, st.seconds, st.bytes / 1e9 / st.seconds);
+    }
+    if (any_sig) {
+      status = "signal";
+      if (rank == 0)
+        metrics_printf(&r.out, "stopping: signal %d (%s) at step %ld; continue with &checkpoint restart = 'latest'\n",
+                       any_sig, any_sig == SIGTERM ? "SIGTERM" : any_sig == SIGUSR1 ? "SIGUSR1" : "?", steps_done);
+      break;
+    }
     if (out_of_time) {
       status = "time_limit";
       if (rank == 0) metrics_printf(&r.out, "stopping: &training max_minutes = %g reached\n", tc->max_minutes);
@@ -522,12 +614,15 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   if (rank == 0) {
     energy_sample(&r.energy);
     double wall = util_now() - t_start;
-    json_t *v = verdict_json(&r, status, steps_done, wall, train_time, last_loss, val_loss, tokens, params, np);
+    json_t *v = verdict_json(&r, status, steps_done, wall, train_time, last_loss, val_loss, tokens0, tokens, params, np);
     double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = json_real_value(json_object_get(v, "mfu"));
     metrics_printf(&r.out, "== verdict: %s ==\n", status);
-    metrics_printf(&r.out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", steps_done, tokens,
-                   wall, train_time, size, size == 1 ? "" : "s");
-    metrics_printf(&r.out, "loss: train %.4f, validation %.4f\n", last_loss, val_loss);
+    metrics_printf(&r.out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", steps_done,
+                   tokens0 + tokens, wall, train_time, size, size == 1 ? "" : "s");
+    if (isfinite(val_loss))
+      metrics_printf(&r.out, "loss: train %.4f, validation %.4f\n", last_loss, val_loss);
+    else
+      metrics_printf(&r.out, "loss: train %.4f (not evaluated)\n", last_loss);
     metrics_printf(&r.out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu,
                    r.peak_gflops);
     const energy_meter *e = &r.energy;
@@ -545,7 +640,7 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     json_decref(v);
   }
   free(params);
-  if (rc == 0) write_sample(&r);
+  if (rc == 0 && strcmp(status, "signal") != 0) write_sample(&r);
   if (rank == 0) {
     metrics_close(&r.out);
     energy_close(&r.energy);

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "cfg.h"
+#include "ckpt.h"
 #include "grad.h"
 #include "model.h"
 #include "par.h"
@@ -48,6 +49,13 @@ void trainer_close(trainer *t);
 int trainer_step(trainer *t, long step, trainer_step_info *info);
 /* Mean validation loss over &training eval_batches micro-batches (the same on every rank). */
 double trainer_eval(trainer *t);
+/* Write a checkpoint of the run at `step` (steps done) after `tokens` tokens (ckpt.c). Collective.
+ * Returns 0, or -1 with err. */
+int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, char *err, size_t errlen);
+/* Continue from the checkpoint at path: *step and *tokens receive its counters. Collective.
+ * Returns the number of errors added to errs. */
+int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, nml_errors *errs);
+
 /* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL
  * elsewhere; *n receives their count. free() the result. Collective. */
 float *trainer_gather_params(trainer *t, size_t *n);

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -180,7 +181,7 @@ int util_atomic_close(util_atomic_file *af) {
   if (fflush(af->fp) != 0 || ferror(af->fp) || fsync(fileno(af->fp)) != 0) rc = -1;
   if (fclose(af->fp) != 0) rc = -1;
   af->fp = NULL;
-  if (rc == 0 && rename(af->tmp, af->path) != 0) rc = -1;
+  if (rc == 0 && util_commit(af->tmp, af->path) != 0) rc = -1;
   if (rc != 0) {
     int e = errno;
     remove(af->tmp);
@@ -199,6 +200,24 @@ void util_atomic_abort(util_atomic_file *af) {
   free(af->tmp);
   af->fp = NULL;
   af->path = af->tmp = NULL;
+}
+
+int util_commit(const char *tmp, const char *path) {
+  if (rename(tmp, path) != 0) return -1;
+  char dir[4096];
+  util_strlcpy(dir, path, sizeof dir);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) slash[1] = '\0';
+  else if (slash) *slash = '\0';
+  else strcpy(dir, ".");
+  int fd = open(dir, O_RDONLY), rc = 0;
+  if (fd < 0 || fsync(fd) != 0) rc = -1; /* the new name itself survives a crash */
+  if (fd >= 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+  }
+  return rc;
 }
 
 int util_mkdir_p(const char *path) {

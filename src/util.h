@@ -70,6 +70,9 @@ int util_atomic_close(util_atomic_file *af);
 void util_atomic_abort(util_atomic_file *af);
 
 /* mkdir -p; returns 0 or -1 with errno set. */
+/* Rename tmp (written and synced) over path, and sync the directory so that the new name survives
+ * a crash. 0, or -1 with errno. */
+int util_commit(const char *tmp, const char *path);
 int util_mkdir_p(const char *path);
 
 /* snprintf for text that may be cut to fit (names in messages): same behaviour, no truncation

@@ -5,7 +5,8 @@
  * orders), each with ZeRO 0 and 1. Every step's loss must be within 1e-5 relative of the serial
  * run's, the final validation loss too, and the final parameters within 1e-5 (largest difference
  * over the largest parameter). Every rank allocates exactly the backend memory the dry run plans
- * for its stage. */
+ * for its stage. Each layout also continues the serial run from a checkpoint written after half
+ * the steps (another layout, ZeRO on or off): the same bounds hold for the second half. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
   char text[8192];
   const char *top = getenv("TOP_SRCDIR");
   snprintf(text, sizeof text,
-           "&job task = 'prepare', 'train', seed = 5 /\n"
+           "&job task = 'prepare', 'train', seed = 5, run_dir = '%s/run' /\n"
            "&prepare input = '%s/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,\n"
            "  train_out = '%s/train.nc', val_out = '%s/val.nc' /\n"
            "&model vocab_size = 256, block_size = 32, n_layer = 4, n_embd = 32, n_head = 4,\n"
@@ -40,7 +41,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4 /\n"
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
            "  bucket_mb = 0.01 /\n",
-           top ? top : ".", dir, dir, STEPS, P, D, zero, order);
+           dir, top ? top : ".", dir, dir, STEPS, P, D, zero, order);
   cfg_config *c = calloc(1, sizeof *c);
   nml_errors e = {0};
   int bad = cfg_load(c, text, "parallel.nml", NULL, 0, &e) + cfg_resolve_layout(c, nranks, &e);
@@ -50,7 +51,9 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
   return c;
 }
 
-static void train(cfg_config *c, MPI_Comm comm, run_result *r) {
+/* Train STEPS steps on comm; with restart, from that checkpoint (written after STEPS/2 steps). With
+ * save, write a checkpoint there after STEPS/2 steps. */
+static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *restart, const char *save) {
   nml_errors e = {0};
   int rank, size;
   MPI_Comm_rank(comm, &rank);
@@ -68,10 +71,24 @@ static void train(cfg_config *c, MPI_Comm comm, run_result *r) {
   MPI_Allreduce(&diff, &worst, 1, MPI_LONG, MPI_MAX, comm);
   T_CHECK(worst == 0 && diff == 0, "P=%d D=%d: a rank allocated %ld bytes more than planned", L.P, L.D, worst);
   par_free(&L);
-  for (long s = 0; s < STEPS; s++) {
+  long first = 0;
+  if (restart) {
+    double tokens;
+    ckpt_stats st;
+    T_CHECK(trainer_restore(t, restart, &first, &tokens, &st, &e) == 0, "restart from %s failed", restart);
+    nml_errors_print(&e, 10);
+    T_CHECK(first == STEPS / 2, "restarted at step %ld", first);
+  }
+  for (long s = first; s < STEPS; s++) {
     trainer_step_info info;
     T_CHECK(trainer_step(t, s, &info) == 0, "step %ld diverged", s);
     r->loss[s] = info.loss;
+    if (save && s + 1 == STEPS / 2) {
+      ckpt_stats st;
+      char err[1024];
+      T_CHECK(trainer_checkpoint(t, s + 1, 0.0, &st, err, sizeof err) == 0, "checkpoint: %s", err);
+      util_strlcpy((char *)save, st.path, CFG_STR_LEN);
+    }
   }
   r->val = trainer_eval(t);
   r->params = trainer_gather_params(t, &r->n);
@@ -97,9 +114,11 @@ int main(int argc, char **argv) {
   /* the dataset, prepared by all ranks */
   cfg_config *c0 = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
   T_CHECK(prep_run(c0, MPI_COMM_WORLD) == 0, "prepare failed");
-  /* the serial reference on rank 0 */
+  /* the serial reference on rank 0, with a checkpoint half-way */
   run_result ref = {0};
-  if (rank == 0) train(c0, MPI_COMM_SELF, &ref);
+  char ckpt[CFG_STR_LEN] = "";
+  if (rank == 0) train_from(c0, MPI_COMM_SELF, &ref, NULL, ckpt);
+  MPI_Bcast(ckpt, sizeof ckpt, MPI_CHAR, 0, MPI_COMM_WORLD);
   free(c0);
   static const struct {
     int P, D;
@@ -107,17 +126,19 @@ int main(int argc, char **argv) {
   } layouts[] = {{1, 2, "replicas_adjacent"}, {1, 4, "replicas_adjacent"}, {2, 1, "replicas_adjacent"},
                  {4, 1, "replicas_adjacent"}, {2, 2, "replicas_adjacent"}, {2, 2, "stages_adjacent"}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-    for (int zero = 0; zero <= 1; zero++) {
+    for (int mode = 0; mode < 4; mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
+      int zero = mode & 1, resumed = mode >> 1;
       int P = layouts[i].P, D = layouts[i].D, n = P * D;
       MPI_Comm sub;
       MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &sub);
       run_result r = {0};
       if (sub != MPI_COMM_NULL) {
         cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
-        train(c, sub, &r);
+        train_from(c, sub, &r, resumed ? ckpt : NULL, NULL);
         free(c);
         MPI_Comm_free(&sub);
       }
+      if (resumed && rank == 0) memcpy(r.loss, ref.loss, STEPS / 2 * sizeof(double)); /* the first half is the serial run's */
       if (rank == 0) {
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
@@ -126,8 +147,8 @@ int main(int argc, char **argv) {
         }
         double ve = fabs(r.val - ref.val) / fabs(ref.val);
         double pe = r.params && r.n == ref.n ? t_rel_err(r.params, ref.params, r.n) : INFINITY;
-        printf("P=%d D=%d ZeRO-%d %-17s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
-               layouts[i].order, worst, ve, pe);
+        printf("P=%d D=%d ZeRO-%d %-17s %s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
+               layouts[i].order, resumed ? "restarted" : "from start", worst, ve, pe);
         T_CHECK(worst <= 1e-5, "P=%d D=%d ZeRO-%d %s: a step's loss differs by %.3g relative", P, D, zero,
                 layouts[i].order, worst);
         T_CHECK(ve <= 1e-5, "P=%d D=%d ZeRO-%d: validation loss differs by %.3g", P, D, zero, ve);

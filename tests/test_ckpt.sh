@@ -1,0 +1,122 @@
+#!/bin/sh
+# test_ckpt: checkpoints survive crashes, signals and bad input.
+#   - an uninterrupted run of 2 ranks (D=2, ZeRO-1) checkpointing every step is the reference;
+#   - the same run killed with kill -9 at random moments (in steps and in checkpoint writes) and
+#     restarted from 'latest' each time ends with bitwise the same parameters;
+#   - SIGUSR1 makes a run write a checkpoint and exit 0; the restart ends the same way too;
+#   - a checkpoint written by 2 ranks restarts on 1 rank;
+#   - a truncated or corrupted checkpoint, one of another model shape or vocabulary, an unwritable
+#     directory and a full disk (a file-size limit) give clear errors and leave older checkpoints
+#     as they were.
+. "$(dirname "$0")/lib.sh"
+out="$TEST_OUT/ckpt"
+rm -rf "$out"
+mkdir -p "$out"
+deck="$out/deck.nml"
+cat > "$deck" <<EOD
+&job task = 'train', seed = 11, log_every = 5 /
+&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
+  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+&model vocab_size = 256, block_size = 64, n_layer = 4, n_embd = 96, n_head = 4 /
+&training seq_len = 64, micro_batch_size = 4, global_batch_size = 8, max_steps = 40, warmup_steps = 2,
+  eval_every = 0, eval_batches = 2 /
+&parallel zero_stage = 1 /
+&checkpoint every_steps = 1, keep = 3 /
+&sample n_tokens = 0 /
+&system peak_gflops = 100 /
+EOD
+run2() { # run2 NAME [options]: the deck on 2 ranks into run dir NAME
+  name=$1; shift
+  $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name" "$@" "$deck" >> "$out/$name.out" 2>&1
+}
+hash_of() { sed -n 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/p' "$out/$1/verdict.json" 2>/dev/null; }
+
+greenlm --set job.task=prepare "$deck" > "$out/prepare.out" 2>&1
+check "prepare failed: $(tail -n 3 "$out/prepare.out")" [ $? -eq 0 ]
+run2 ref
+check "reference run failed: $(tail -n 5 "$out/ref.out")" [ $? -eq 0 ]
+ref=$(hash_of ref)
+check "no parameter hash in the reference verdict" [ -n "$ref" ]
+n=$(ls "$out/ref/checkpoints" | grep -c '^ckpt-.*\.nc$')
+check "keep = 3: $n checkpoints kept" [ "$n" -eq 3 ]
+
+# crashes: kill -9 at random moments, restart from the latest checkpoint each time (and a
+# half-written file of an older crash lies there: never read, removed by the next write)
+mkdir -p "$out/crash/checkpoints"
+echo "half-written by a job killed long ago" > "$out/crash/checkpoints/ckpt-00000001.nc.tmp"
+i=0
+while [ $i -lt 6 ]; do
+  i=$((i + 1))
+  run2 crash --set checkpoint.restart=latest &
+  job=$!
+  sleep "$(awk -v s="$i" 'BEGIN { srand(s * 7919); printf "%.2f", 0.6 + 2.0 * rand() }')"
+  pkill -9 -f "job.run_dir=$out/crash" 2>/dev/null
+  wait $job 2>/dev/null
+done
+run2 crash --set checkpoint.restart=latest
+rc=$?
+check "an unfinished checkpoint (.tmp) was not removed: $(ls "$out/crash/checkpoints")" \
+  [ -z "$(ls "$out/crash/checkpoints" | grep '\.tmp$')" ]
+check "the last restart after the crashes failed: $(tail -n 5 "$out/crash.out")" [ $rc -eq 0 ]
+check "a restart read a checkpoint that failed its checksums: $(grep -i 'checksum\|damaged' "$out/crash.out" | head -n 3)" \
+  sh -c "! grep -qi 'checksum mismatch\|damaged' '$out/crash.out'"
+restarts=$(grep -c "checksums verified" "$out/crash.out")
+echo "crash test: 6 kills, $restarts restarts from a checkpoint"
+check "fewer than 3 kills came before the end of training" [ "$restarts" -ge 3 ]
+check "after kills and restarts the parameters differ from the uninterrupted run's ($(hash_of crash) vs $ref)" \
+  [ "$(hash_of crash)" = "$ref" ]
+
+# a signal: checkpoint, exit 0; the restart ends as the reference
+run2 sig &
+job=$!
+sleep 1.2
+pkill -USR1 -f "job.run_dir=$out/sig"
+wait $job
+check "a run stopped by SIGUSR1 did not exit 0" [ $? -eq 0 ]
+check "no signal status in the verdict" grep -q '"status": "signal"' "$out/sig/verdict.json"
+run2 sig --set checkpoint.restart=latest
+check "restart after the signal failed" [ $? -eq 0 ]
+check "after a signal and a restart the parameters differ" [ "$(hash_of sig)" = "$ref" ]
+
+# 2 ranks wrote it, 1 rank reads it (ZeRO-1 pieces into a whole optimizer)
+mid=$(ls "$out/ref/checkpoints" | grep '^ckpt-.*\.nc$' | head -n 1)
+greenlm --set "job.run_dir=$out/one" --set parallel.zero_stage=0 --set "checkpoint.restart=$out/ref/checkpoints/$mid" \
+  "$deck" > "$out/one.out" 2>&1
+check "restarting a 2-rank checkpoint on 1 rank failed: $(tail -n 5 "$out/one.out")" [ $? -eq 0 ]
+
+# bad input: nothing is run, the error names the problem
+last=$(ls "$out/ref/checkpoints" | grep '^ckpt-.*\.nc$' | tail -n 1)
+cp "$out/ref/checkpoints/$last" "$out/truncated.nc"
+size=$(wc -c < "$out/truncated.nc")
+truncate -s $((size / 2)) "$out/truncated.nc"
+cp "$out/ref/checkpoints/$last" "$out/corrupt.nc"
+printf 'garbage!' | dd of="$out/corrupt.nc" bs=1 seek=$((size - 4000)) conv=notrunc 2>/dev/null
+refused() { # refused NAME EXPECTED [options]
+  name=$1 want=$2; shift 2
+  greenlm --set "job.run_dir=$out/$name" "$@" "$deck" > "$out/$name.out" 2>&1
+  check "$name: accepted" [ $? -ne 0 ]
+  check "$name: no '$want' in: $(head -n 4 "$out/$name.out")" grep -q "$want" "$out/$name.out"
+  check "$name: a run was written" [ ! -e "$out/$name/verdict.json" ]
+}
+refused truncated "damaged or truncated\|checksum mismatch" --set "checkpoint.restart=$out/truncated.nc"
+refused corrupt "checksum mismatch in variable" --set "checkpoint.restart=$out/corrupt.nc"
+refused shape "variable .* has shape" --set model.n_embd=64 --set "checkpoint.restart=$out/ref/checkpoints/$last"
+refused vocab "vocab_size is 256, the deck's 300" --set model.vocab_size=300 --set "checkpoint.restart=$out/ref/checkpoints/$last"
+refused missing "cannot open checkpoint" --set "checkpoint.restart=$out/no-such.nc"
+
+# an unwritable directory (a file stands in its way)
+echo x > "$out/blocker"
+run2 blocked --set "checkpoint.dir=$out/blocker/ckpt"
+check "checkpointing into an unwritable directory succeeded" [ $? -ne 0 ]
+check "no error naming the directory: $(grep error "$out/blocked.out")" grep -q "cannot create checkpoint directory" "$out/blocked.out"
+
+# a full disk: a file-size limit below a checkpoint's size; the older checkpoints stay usable
+before=$(cksum "$out/ref/checkpoints/$last")
+GREENLM_FILE_SIZE_LIMIT=1000000 run2 ref --set checkpoint.restart=latest --set training.max_steps=45
+check "a checkpoint write on a full disk succeeded" [ $? -ne 0 ]
+check "no checkpoint error on the full disk: $(grep error "$out/ref.out" | tail -n 2)" grep -q "writing checkpoint .* failed" "$out/ref.out"
+check "the newest good checkpoint changed" [ "$(cksum "$out/ref/checkpoints/$last")" = "$before" ]
+check "a half-written checkpoint was left: $(ls "$out/ref/checkpoints")" [ -z "$(ls "$out/ref/checkpoints" | grep tmp)" ]
+run2 ref --set checkpoint.restart=latest --set training.max_steps=42
+check "restart from the checkpoints kept after the full disk failed" [ $? -eq 0 ]
+finish
