@@ -16,6 +16,7 @@ static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_sync(void) {}
+static void *cpu_host_alloc(size_t bytes) { return util_aligned_alloc(bytes, "host staging buffer"); }
 
 static const char *cpu_describe(char *buf, size_t len) {
   /* openblas_get_config() starts "OpenBLAS 0.3.21 ..." */
@@ -71,6 +72,8 @@ static const backend cpu_table = {
     .zero = cpu_zero,
     .copy = cpu_copy,
     .sync = cpu_sync,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
     .describe = cpu_describe,
     .set_threads = cpu_set_threads,
     .measure_gflops = cpu_measure_gflops,

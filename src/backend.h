@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* gpu/ is CUDA C++ */
+#endif
+
 typedef struct {
   float lr;           /* learning rate of this step */
   float beta1, beta2; /* moment decays */
@@ -34,13 +38,23 @@ typedef struct backend {
   void (*zero)(void *p, size_t bytes);
   void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory */
   void (*sync)(void);
+  /* PCI bus id ("00000000:3B:00.0") of the device this rank computes on, for the energy sensors;
+   * NULL (the function or its result) where there is none, as on the CPU backend. */
+  const char *(*bus_id)(void);
+  /* Host memory that copies to and from backend memory fast (pinned for a GPU): MPI staging. */
+  void *(*host_alloc)(size_t bytes);
+  void (*host_free)(void *p);
+  /* The device this rank computes on, for the topology summary ("GPU 1 of 4: NVIDIA H200, PCI
+   * 00000000:3B:00.0"), into buf; NULL (the function) on the CPU backend. */
+  const char *(*placement)(char *buf, size_t len);
 
   /* ---- the engine ---- */
   /* One line naming what computes (library, kernel set, threads) into buf. */
   const char *(*describe)(char *buf, size_t len);
   /* Threads the backend's math library may use per rank (0 leaves the library's default). */
   void (*set_threads)(int n);
-  /* Measured fp32 GEMM rate in GFLOP/s: best of repeated n x n x n products over `seconds`. */
+  /* Measured GEMM rate in GFLOP/s at the backend's GEMM precision (fp32 on the CPU): best of
+   * repeated n x n x n products over `seconds` (a GPU uses n >= 8192 to approach its peak). */
   double (*measure_gflops)(int n, double seconds);
 
   /* ---- ops ---- */
@@ -98,5 +112,21 @@ typedef struct backend {
 
 /* The CPU backend (cpu/): OpenBLAS GEMMs and plain C kernels. */
 const backend *backend_cpu(void);
+
+#ifdef GREENLM_HAVE_CUDA /* config.h: built with ./configure --with-cuda */
+/* The CUDA backend (gpu/): cuBLAS GEMMs and CUDA kernels on the device gpu_open chose. The table
+ * may be read before a device is opened (the dry run plans memory with it); its ops may not. */
+const backend *backend_cuda(void);
+/* CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies); 0 when there are none or no
+ * usable driver, with the reason in why. */
+int gpu_device_count(char *why, size_t len);
+/* Make device `device` this process's device and set the GEMM precision ("fp32", "tf32", "bf16"
+ * or "fp16"). Once per process; errors are fatal. */
+void gpu_open(int device, const char *precision);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -111,9 +111,13 @@ typedef struct {
   X(g, REAL, peak_gflops, "0", "[0, inf)", "Peak GFLOP/s of one rank for MFU; 0 measures SGEMM at start-up")
 
 #define CFG_GROUP_ENERGY(X, g)                                                                        \
-  X(g, REAL, pue, "1.0", "[1, 10]", "Power usage effectiveness of the site (facility energy / IT energy)") \
-  X(g, REAL, grid_intensity, "475", "[0, 5000]", "Grid carbon intensity in gCO2e/kWh (default: world average, IEA 2019)") \
-  X(g, REAL, cpu_tdp_w, "0", "[0, 100000]", "CPU package TDP in W for an estimate when no sensor exists; 0 means no estimate")
+  X(g, REAL, pue, "1.0", "[1, 10]", "Power usage effectiveness of the site (facility energy / IT energy); 1.0 counts the IT equipment only") \
+  X(g, STR, region, "'world'", "world|usa|iso-ne|new-york|france|germany|quebec|sweden", "Grid whose carbon intensity applies, from the built-in table with its sources (doc/energy.md); grid_intensity overrides it") \
+  X(g, REAL, grid_intensity, "0", "[0, 5000]", "Grid carbon intensity in gCO2e/kWh; 0 takes it from region") \
+  X(g, REAL, cpu_tdp_w, "0", "[0, 100000]", "CPU power in W per node for a labelled estimate where RAPL is missing (W x utilisation); 0 means no estimate") \
+  X(g, REAL, gpu_tdp_w, "0", "[0, 100000]", "GPU board power in W for a labelled estimate where NVML is missing (an upper bound); 0 means no estimate") \
+  X(g, STR, attribution, "'equal'", "equal|cpu_time", "How a node's CPU and DRAM energy is shared among its ranks: equal shares, or shares of CPU time") \
+  X(g, REAL, sample_seconds, "5", "[0.01, 60]", "Seconds between RAPL reads by the sampling thread (well below the counters' wrap time)")
 
 /* Every group, in deck order: X(name, NAME_MACRO, doc) */
 #define CFG_GROUPS(X)                                                                              \

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -303,15 +304,32 @@ static void print_memory(report *r) {
   }
 }
 
+/* Progress-line power and energy so far: measured components; else the labelled estimate. */
 static void fmt_energy(const energy_meter *e, char *w, size_t wl, char *j, size_t jl) {
-  if (e->status == ENERGY_NOT_MEASURED) {
+  if (energy_any_measured(e)) {
+    snprintf(w, wl, "%.1f W", e->watts);
+    snprintf(j, jl, "%.3g Wh", e->joules / 3600.0);
+  } else if (e->est_joules > 0) {
+    snprintf(w, wl, "%.1f W est", e->est_watts);
+    snprintf(j, jl, "%.3g Wh est", e->est_joules / 3600.0);
+  } else {
     snprintf(w, wl, "-- W");
     snprintf(j, jl, "-- Wh");
-  } else {
-    const char *tag = e->status == ENERGY_ESTIMATED ? " est" : "";
-    snprintf(w, wl, "%.1f W%s", e->watts, tag);
-    snprintf(j, jl, "%.3g Wh%s", e->joules / 3600.0, tag);
   }
+}
+
+/* "measured", "estimated" or "not measured": what the progress figures are */
+static const char *energy_kind(const energy_meter *e) {
+  return energy_any_measured(e) ? "measured" : e->est_joules > 0 ? "estimated" : "not measured";
+}
+
+static void print_to_out(void *ctx, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  metrics_printf(ctx, "%s", line);
 }
 
 static json_t *verdict_json(const report *r, const char *status, long steps, double wall, double train_time,
@@ -321,8 +339,8 @@ static json_t *verdict_json(const report *r, const char *status, long steps, dou
   const energy_meter *e = &r->energy;
   double tps = train_time > 0 ? tokens / train_time : 0.0;
   double mfu = r->peak_gflops > 0 ? tps * r->flops_per_token / (r->peak_gflops * 1e9) : 0.0;
-  double kwh = e->joules / 3.6e6, fac = kwh * cfg->energy.pue;
-  int measured = e->status != ENERGY_NOT_MEASURED;
+  double kwh = e->joules / 3.6e6, fac = kwh * e->pue;
+  int measured = energy_any_measured(e);
   json_t *j = json_object();
   json_object_set_new(j, "run", json_string(cfg->job.name));
   json_object_set_new(j, "status", json_string(status));
@@ -351,15 +369,16 @@ static json_t *verdict_json(const report *r, const char *status, long steps, dou
   snprintf(hash, sizeof hash, "%016llx", (unsigned long long)util_hash64(params, nparams * sizeof(float), 0));
   json_object_set_new(j, "param_hash", json_string(hash));
   json_t *en = json_object();
-  json_object_set_new(en, "cpu_status", json_string(energy_status_name(e->status)));
-  json_object_set_new(en, "cpu_method", json_string(e->method));
-  json_object_set_new(en, "note", json_string(e->note));
-  json_object_set_new(en, "energy_consumed_kwh", measured ? json_real(kwh) : json_null());
-  json_object_set_new(en, "pue", json_real(cfg->energy.pue));
-  json_object_set_new(en, "facility_energy_kwh", measured ? json_real(fac) : json_null());
-  json_object_set_new(en, "carbon_intensity_g_per_kwh", json_real(cfg->energy.grid_intensity));
-  json_object_set_new(en, "emissions_kg", measured ? json_real(fac * cfg->energy.grid_intensity / 1000.0) : json_null());
+  /* a summary; report.json has the whole energy record */
+  json_object_set_new(en, "status", json_string(energy_kind(e)));
+  json_object_set_new(en, "energy_consumed", measured ? json_real(kwh) : json_null());
+  json_object_set_new(en, "estimated_energy", json_real(e->est_joules / 3.6e6));
+  json_object_set_new(en, "pue", json_real(e->pue));
+  json_object_set_new(en, "facility_energy", measured ? json_real(fac) : json_null());
+  json_object_set_new(en, "carbon_intensity_g_per_kwh", json_real(e->intensity));
+  json_object_set_new(en, "emissions", measured ? json_real(fac * e->intensity / 1000.0) : json_null());
   json_object_set_new(en, "j_per_token", measured && tokens > 0 ? json_real(e->joules / tokens) : json_null());
+  json_object_set_new(en, "report", json_string("report.json"));
   json_object_set_new(j, "energy", en);
   return j;
 }
@@ -461,7 +480,14 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   double my_peak = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(1024, 1.0);
   MPI_Allreduce(&my_peak, &r.peak_gflops, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   r.flops_per_token = gpt_flops_per_token(&t->shape, t->T);
-  if (rank == 0) energy_open(&r.energy, &cfg->energy, r.machine.cores);
+  char ecsv[4200];
+  snprintf(ecsv, sizeof ecsv, "%s/energy.csv", cfg->job.run_dir);
+  if (energy_open(&r.energy, &cfg->energy, MPI_COMM_WORLD, t->L.node, r.machine.cores, be->bus_id ? be->bus_id() : NULL,
+                  rank == 0 ? ecsv : NULL, err, sizeof err) != 0) {
+    if (rank == 0) fprintf(stderr, "greenlm: error: %s\n", err), metrics_close(&r.out);
+    trainer_close(t);
+    return 1;
+  }
 
   if (rank == 0) {
     const gpt_shape *s = &t->shape;
@@ -479,7 +505,12 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     metrics_printf(&r.out, "data: %s: %lld tokens (%llu windows of %d+1); %s: %lld tokens; tokenizer %s\n", cfg->data.train,
                    (long long)t->data.train.ntokens, (unsigned long long)t->data.nwin, t->T, cfg->data.val,
                    (long long)t->data.val.ntokens, t->tok.desc);
-    metrics_printf(&r.out, "energy: CPU %s (%s)\n", energy_status_name(r.energy.status), r.energy.note);
+    for (int k = 0; k < ENERGY_NCOMP; k++)
+      metrics_printf(&r.out, "energy: %-4s %s, %s: %s\n", energy_component_name(k), energy_status_name(r.energy.src[k].status),
+                     r.energy.src[k].method, r.energy.src[k].note);
+    const energy_region *rg = r.energy.region;
+    metrics_printf(&r.out, "emissions: PUE %.2f, %.4g gCO2e/kWh (%s)\n", r.energy.pue, r.energy.intensity,
+                   rg ? rg->label : "from the deck");
     if (t->L.P > 1)
       metrics_printf(&r.out, "pipeline: 1F1B, theoretical bubble (p-1)/(m+p-1) = %.1f%%\n",
                      100.0 * (t->L.P - 1) / (t->m + t->L.P - 1));
@@ -493,7 +524,8 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
       ckpt_stats st;
       if (trainer_restore(t, path, &start, &tokens0, &st, &errs) > 0) {
         if (rank == 0) nml_errors_print(&errs, 20);
-        if (rank == 0) metrics_close(&r.out), energy_close(&r.energy);
+        if (rank == 0) metrics_close(&r.out);
+        energy_close(&r.energy);
         trainer_close(t);
         nml_errors_free(&errs);
         return 1;
@@ -550,12 +582,12 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
     double vl = NAN;
     if (do_eval) vl = val_loss = trainer_eval(t);
     if (steps_done % cfg->job.log_every == 0 || do_eval) {
+      energy_sample(&r.energy); /* collective */
       if (rank == 0) {
-        energy_sample(&r.energy);
         double tps = lg[1] / lg[0], mfu = tps * r.flops_per_token / (r.peak_gflops * 1e9);
         double eta = (double)(tc->max_steps - steps_done) * (train_time / (double)(steps_done - start));
         double busy = lg[0] * size; /* rank-seconds */
-        int measured = r.energy.status != ENERGY_NOT_MEASURED;
+        int measured = energy_any_measured(&r.energy), shown = measured || r.energy.est_joules > 0;
         char w[32], e[32], es[32], vs[48] = "", ps[96] = "";
         fmt_energy(&r.energy, w, sizeof w, e, sizeof e);
         if (do_eval) snprintf(vs, sizeof vs, " | val %.4f", vl);
@@ -565,8 +597,9 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
                        (int)snprintf(NULL, 0, "%ld", tc->max_steps), steps_done, tc->max_steps, info.loss, vs, info.lr,
                        tps, 100.0 * mfu, ps, w, e, util_fmt_duration(eta, es, sizeof es));
         metrics_row row = {steps_done, info.loss, info.lr, info.grad_norm, 1e3 * lg[0] / lg[2], tps, mfu, vl,
-                           measured ? r.energy.watts : NAN, measured ? r.energy.joules : NAN,
-                           energy_status_name(r.energy.status), lg[3] / busy, lg[4] / busy, lg[5] / busy,
+                           !shown ? NAN : measured ? r.energy.watts : r.energy.est_watts,
+                           !shown ? NAN : measured ? r.energy.joules : r.energy.est_joules,
+                           energy_kind(&r.energy), lg[3] / busy, lg[4] / busy, lg[5] / busy,
                            bytes / lg[2]};
         metrics_csv_row(&r.out, &row);
       }
@@ -611,8 +644,8 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   }
   size_t np;
   float *params = trainer_gather_params(t, &np);
+  energy_sample(&r.energy); /* collective */
   if (rank == 0) {
-    energy_sample(&r.energy);
     double wall = util_now() - t_start;
     json_t *v = verdict_json(&r, status, steps_done, wall, train_time, last_loss, val_loss, tokens0, tokens, params, np);
     double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = json_real_value(json_object_get(v, "mfu"));
@@ -625,26 +658,21 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
       metrics_printf(&r.out, "loss: train %.4f (not evaluated)\n", last_loss);
     metrics_printf(&r.out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu,
                    r.peak_gflops);
-    const energy_meter *e = &r.energy;
-    if (e->status == ENERGY_NOT_MEASURED) {
-      metrics_printf(&r.out, "energy: not measured (%s); CO2e not computed\n", e->note);
-    } else {
-      double kwh = e->joules / 3.6e6, fac = kwh * cfg->energy.pue;
-      metrics_printf(&r.out, "energy (%s, %s): IT %.4g kWh, facility %.4g kWh (PUE %.2f), %.3g J/token; "
-                             "CO2e %.4g g at %.0f gCO2e/kWh\n",
-                     energy_status_name(e->status), e->method, kwh, fac, cfg->energy.pue,
-                     tokens > 0 ? e->joules / tokens : 0.0, fac * cfg->energy.grid_intensity, cfg->energy.grid_intensity);
-    }
+    double flops = r.flops_per_token * tokens;
+    energy_report_print(&r.energy, tokens, flops, print_to_out, &r.out);
+    json_t *rep = energy_report_json(&r.energy, cfg, wall, tokens, flops, mfu, r.machine.cpu_model, r.machine.cores,
+                                     r.machine.memory_gib);
+    if (metrics_write_json(cfg->job.run_dir, "report.json", rep) != 0)
+      metrics_printf(&r.out, "greenlm: warning: could not write %s/report.json: %s\n", cfg->job.run_dir, strerror(errno));
+    json_decref(rep);
     if (metrics_write_json(cfg->job.run_dir, "verdict.json", v) != 0)
       metrics_printf(&r.out, "greenlm: warning: could not write %s/verdict.json: %s\n", cfg->job.run_dir, strerror(errno));
     json_decref(v);
   }
   free(params);
   if (rc == 0 && strcmp(status, "signal") != 0) write_sample(&r);
-  if (rank == 0) {
-    metrics_close(&r.out);
-    energy_close(&r.energy);
-  }
+  if (rank == 0) metrics_close(&r.out);
+  energy_close(&r.energy);
   trainer_close(t);
   nml_errors_free(&errs);
   return rc;
