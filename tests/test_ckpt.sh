@@ -3,7 +3,8 @@
 #   - an uninterrupted run of 2 ranks (D=2, ZeRO-1) checkpointing every step is the reference;
 #   - the same run killed with kill -9 at random moments (in steps and in checkpoint writes) and
 #     restarted from 'latest' each time ends with bitwise the same parameters;
-#   - SIGUSR1 makes a run write a checkpoint and exit 0; the restart ends the same way too;
+#   - SIGUSR1 makes a run write a checkpoint and exit 0; the restart ends the same way too; SIGTERM
+#     does the same, and every_minutes writes checkpoints by wall time;
 #   - a checkpoint written by 2 ranks restarts on 1 rank;
 #   - a truncated or corrupted checkpoint, one of another model shape or vocabulary, an unwritable
 #     directory and a full disk (a file-size limit) give clear errors and leave older checkpoints
@@ -77,6 +78,23 @@ check "no signal status in the verdict" grep -q '"status": "signal"' "$out/sig/v
 run2 sig --set checkpoint.restart=latest
 check "restart after the signal failed" [ $? -eq 0 ]
 check "after a signal and a restart the parameters differ" [ "$(hash_of sig)" = "$ref" ]
+
+# SIGTERM (what batch systems send at the time limit), to the greenlm processes only
+run2 term --set checkpoint.every_steps=0 --set checkpoint.at_end=F &
+job=$!
+sleep 1.2
+pkill -TERM -f "^$GREENLM .*job.run_dir=$out/term"
+wait $job
+check "a run stopped by SIGTERM did not exit 0: $(tail -n 3 "$out/term.out")" [ $? -eq 0 ]
+check "no 'stopping: signal' message after SIGTERM" grep -q "stopping: signal 15 (SIGTERM)" "$out/term.out"
+check "no checkpoint written on SIGTERM (with no other trigger)" [ -n "$(ls "$out/term/checkpoints" | grep '^ckpt-.*\.nc$')" ]
+
+# by wall time only: every_minutes, no step trigger, no final checkpoint
+run2 timed --set checkpoint.every_steps=0 --set checkpoint.every_minutes=0.003 --set checkpoint.at_end=F \
+  --set checkpoint.keep=1000
+check "the run with timed checkpoints failed" [ $? -eq 0 ]
+n=$(ls "$out/timed/checkpoints" | grep -c '^ckpt-.*\.nc$')
+check "every_minutes: $n checkpoints in a run of 40 steps" [ "$n" -ge 2 -a "$n" -lt 40 ]
 
 # 2 ranks wrote it, 1 rank reads it (ZeRO-1 pieces into a whole optimizer)
 mid=$(ls "$out/ref/checkpoints" | grep '^ckpt-.*\.nc$' | head -n 1)
