@@ -121,7 +121,7 @@ const backend *backend_cuda(void);
  * usable driver, with the reason in why. */
 int gpu_device_count(char *why, size_t len);
 /* Make device `device` this process's device and set the GEMM precision ("fp32", "tf32", "bf16"
- * or "fp16"). Once per process; errors are fatal. */
+ * or "fp16"). Errors are fatal. Called again (with the same device) it changes the precision. */
 void gpu_open(int device, const char *precision);
 #endif
 

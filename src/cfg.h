@@ -106,9 +106,12 @@ typedef struct {
   X(g, INT, top_k, "40", "[0, inf)", "Sample among the k most likely tokens; 0 means all")
 
 #define CFG_GROUP_SYSTEM(X, g)                                                                        \
-  X(g, STR, backend, "'cpu'", "cpu", "Compute backend: 'cpu' (OpenBLAS and C kernels)")             \
+  X(g, STR, backend, "'auto'", "auto|cpu|cuda", "Compute backend: 'cpu' (OpenBLAS and C kernels), 'cuda' (cuBLAS and CUDA kernels; a build configured --with-cuda, doc/gpu.md), 'auto' (CUDA where built and a GPU is visible, else the CPU)") \
+  X(g, STR, precision, "'fp32'", "fp32|tf32|bf16|fp16", "Precision of the GEMMs, which accumulate in fp32 (storage stays fp32): 'fp32', or on the CUDA backend the tensor-core modes 'tf32', 'bf16' and 'fp16' (with dynamic loss scaling)") \
+  X(g, REAL, loss_scale, "65536", "[1, 1e300]", "precision = 'fp16': initial loss scale; halved (and the step skipped) when the gradients overflow") \
+  X(g, INT, loss_scale_window, "2000", "[1, inf)", "precision = 'fp16': good steps in a row after which the loss scale doubles") \
   X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 keeps OpenBLAS's own choice (OPENBLAS_NUM_THREADS)") \
-  X(g, REAL, peak_gflops, "0", "[0, inf)", "Peak GFLOP/s of one rank for MFU; 0 measures SGEMM at start-up")
+  X(g, REAL, peak_gflops, "0", "[0, inf)", "Peak GFLOP/s of one rank for MFU; 0 measures a GEMM at start-up (at the GEMM precision; e.g. 989000 is an H100/H200's dense bf16 peak)")
 
 #define CFG_GROUP_ENERGY(X, g)                                                                        \
   X(g, REAL, pue, "1.0", "[1, 10]", "Power usage effectiveness of the site (facility energy / IT energy); 1.0 counts the IT equipment only") \

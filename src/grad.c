@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "util.h"
 
 typedef struct {
@@ -24,6 +25,7 @@ struct grad_exchange {
   int nb, next;            /* buckets; the next to launch (they go out from nb - 1 down to 0) */
   unsigned char *final;    /* per tensor */
   float *recv;             /* ZeRO-1: where reduce-scatters land, (own_hi - own_lo) */
+  comm_stage gs, ps, rs;   /* MPI's view of the gradients, the parameters and recv (comm.h) */
   int wte;                 /* index of transformer.wte.weight in m->tensors, or -1 */
   grad_stats st;
 };
@@ -92,6 +94,10 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb) 
     }
   }
   if (g->zero && g->D > 1) g->recv = m->be->alloc(grad_exchange_bytes(m->nparams, L) );
+  /* host staging (where MPI cannot use backend memory) of what the exchanges touch */
+  comm_stage_init(&g->gs, m->be, g->D > 1 ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0);
+  comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0);
+  comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, L) / sizeof(float));
   return g;
 }
 
@@ -101,6 +107,9 @@ void grad_free(grad_exchange *g) {
   free(g->b);
   free(g->final);
   if (g->recv) g->m->be->free(g->recv);
+  comm_stage_free(&g->gs);
+  comm_stage_free(&g->ps);
+  comm_stage_free(&g->rs);
   free(g);
 }
 
@@ -114,17 +123,19 @@ void grad_begin(grad_exchange *g) {
   g->next = g->nb - 1;
 }
 
-/* ZeRO-1: where bucket k's share of this replica lands in g->recv. */
-static float *landing(const grad_exchange *g, const grad_bucket *k) {
-  return g->recv + (k->b0 + (size_t)k->displs[g->rank] - g->own_lo);
+/* ZeRO-1: where bucket k's share of this replica lands in g->recv, in floats (0 for no share). */
+static size_t landing_at(const grad_exchange *g, const grad_bucket *k) {
+  return k->counts[g->rank] ? k->b0 + (size_t)k->displs[g->rank] - g->own_lo : 0;
 }
+static float *landing(const grad_exchange *g, const grad_bucket *k) { return g->recv + landing_at(g, k); }
 
 static void launch(grad_exchange *g, grad_bucket *k) {
   if (g->D == 1) return;
-  float *buf = g->m->grads + k->b0;
   int n = (int)(k->b1 - k->b0);
+  float *buf = comm_stage_send(&g->gs, k->b0, g->m->grads + k->b0, (size_t)n);
   if (g->zero)
-    MPI_Ireduce_scatter(buf, landing(g, k), k->counts, MPI_FLOAT, MPI_SUM, g->dp, &k->req);
+    MPI_Ireduce_scatter(buf, comm_stage_recv(&g->rs, landing_at(g, k), landing(g, k)), k->counts,
+                        MPI_FLOAT, MPI_SUM, g->dp, &k->req);
   else
     MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, g->dp, &k->req);
   g->st.bytes += (double)n * sizeof(float);
@@ -165,7 +176,9 @@ void grad_finish(grad_exchange *g) {
   double t0 = util_now();
   if (g->tied) {
     const gpt_tensor *w = &m->tensors[g->wte];
-    MPI_Allreduce(MPI_IN_PLACE, m->grads + w->offset, (int)w->numel, MPI_FLOAT, MPI_SUM, g->L->embed);
+    float *buf = comm_stage_send(&g->gs, w->offset, m->grads + w->offset, w->numel);
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)w->numel, MPI_FLOAT, MPI_SUM, g->L->embed);
+    comm_stage_done(&g->gs, w->offset, m->grads + w->offset, w->numel);
     g->st.bytes += (double)w->numel * sizeof(float);
   }
   memset(g->final, 1, (size_t)m->ntensors);
@@ -173,8 +186,14 @@ void grad_finish(grad_exchange *g) {
   for (int i = 0; i < g->nb; i++) {
     grad_bucket *k = &g->b[i];
     if (k->req != MPI_REQUEST_NULL) MPI_Wait(&k->req, MPI_STATUS_IGNORE);
-    if (g->zero && g->D > 1 && k->counts[g->rank])
-      memcpy(m->grads + k->b0 + k->displs[g->rank], landing(g, k), (size_t)k->counts[g->rank] * sizeof(float));
+    if (g->D == 1) continue;
+    if (!g->zero) {
+      comm_stage_done(&g->gs, k->b0, m->grads + k->b0, k->b1 - k->b0);
+    } else if (k->counts[g->rank]) {
+      size_t n = (size_t)k->counts[g->rank];
+      comm_stage_done(&g->rs, landing_at(g, k), landing(g, k), n);
+      m->be->copy(m->grads + k->b0 + k->displs[g->rank], landing(g, k), n * sizeof(float));
+    }
   }
   g->st.wait_s += util_now() - t0;
 }
@@ -198,11 +217,16 @@ void grad_gather_params(grad_exchange *g) {
   MPI_Request *req = util_malloc((size_t)g->nb * sizeof *req, "all-gather requests");
   for (int i = 0; i < g->nb; i++) {
     grad_bucket *k = &g->b[i];
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, g->m->params + k->b0, k->counts, k->displs, MPI_FLOAT, g->dp,
-                    &req[i]);
+    size_t mine = k->b0 + (size_t)k->displs[g->rank]; /* this replica's updated piece goes out */
+    comm_stage_send(&g->ps, mine, g->m->params + mine, (size_t)k->counts[g->rank]);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, comm_stage_recv(&g->ps, k->b0, g->m->params + k->b0), k->counts,
+                    k->displs, MPI_FLOAT, g->dp, &req[i]);
     g->st.bytes += (double)k->counts[g->rank] * sizeof(float);
   }
-  for (int i = 0; i < g->nb; i++) MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+  for (int i = 0; i < g->nb; i++) {
+    MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+    comm_stage_done(&g->ps, g->b[i].b0, g->m->params + g->b[i].b0, g->b[i].b1 - g->b[i].b0);
+  }
   free(req);
   g->st.wait_s += util_now() - t0;
 }

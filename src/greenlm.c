@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "backends.h"
 #include "cfg.h"
 #include "config.h"
 #include "model.h"
@@ -227,15 +228,25 @@ int main(int argc, char **argv) {
     for (int i = 0; i < argc && o < (int)sizeof header - 2; i++)
       o += snprintf(header + o, sizeof header - (size_t)o, " %s", argv[i]);
   }
-  const backend *be = backend_cpu();
+  const backend *be = backends_plan(cfg); /* the dry run plans with the table; no device is opened */
   if (a.dry_run) {
     if (rank == 0) dry_run(cfg, be, header, layout_ranks);
     util_exit_all(0);
   }
+  char be_note[640] = ""; /* how the backend was chosen, where there was a choice */
+  if (cfg_has_task(cfg, "train") && !(be = backends_open(cfg, MPI_COMM_WORLD, &errs, be_note, sizeof be_note))) {
+    if (rank == 0) {
+      nml_errors_print(&errs, 20);
+      fprintf(stderr, "greenlm: the deck cannot run here; nothing was run or written\n");
+    }
+    util_exit_all(1);
+  }
   if (rank == 0) {
     printf("greenlm %s: deck %s, tasks", PACKAGE_VERSION, a.deck);
     for (int i = 0; i < cfg->job.task.n; i++) printf(" %s", cfg->job.task.v[i]);
-    printf(", %d rank%s\n== resolved deck ==\n", size, size == 1 ? "" : "s");
+    printf(", %d rank%s\n", size, size == 1 ? "" : "s");
+    if (be_note[0]) printf("%s\n", be_note);
+    printf("== resolved deck ==\n");
     cfg_write_deck(cfg, stdout, NULL);
     fflush(stdout);
   }

@@ -1,13 +1,14 @@
 /* greenlm-bench: training-step throughput and MFU of one rank for a model shape, against this
- * machine's measured SGEMM peak.
+ * machine's measured SGEMM peak (or a given peak).
  *
  *   greenlm-bench --layers 12 --embd 768 --heads 12 --vocab 50304 --batch 4 --seq 64 --threads 1
+ *   greenlm-bench --backend cuda --precision bf16 --peak 989000 --layers 24 --embd 2048 --heads 16 ...
  *
  * Each step is a full training step on random tokens: forward, fused softmax cross-entropy,
  * backward, global gradient norm and AdamW over all parameters. The first --warmup steps are not
  * timed; the median of the timed steps is reported. MFU = tokens/s * (6N + 12 L C T) / peak, N
- * without the position embedding, peak = the best n x n SGEMM rate with the same thread count,
- * measured before and after the steps. --profile times every backend op. Output: a human-readable block and one
+ * without the position embedding, peak = the best n x n GEMM rate (at the precision) with the same
+ * thread count, measured before and after the steps, or --peak GFLOP/s (a GPU's datasheet peak). --profile times every backend op. Output: a human-readable block and one
  * "result:" line of key=value pairs for scripts (run/bench collects them). */
 #include <math.h>
 #include <mpi.h>
@@ -15,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h" /* first: GREENLM_HAVE_CUDA decides what backend.h declares */
 #include "backend.h"
 #include "cfg.h"
-#include "config.h"
 #include "model.h"
 #include "optim.h"
 #include "rng.h"
@@ -110,8 +111,8 @@ static backend profiled(const backend *be, int vocab) {
 
 typedef struct {
   int L, C, H, V, B, T, steps, warmup, threads, peak_n, profile;
-  double peak_seconds;
-  const char *arch;
+  double peak_seconds, peak; /* peak: given GFLOP/s (0: measure) */
+  const char *arch, *backend, *precision;
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -122,13 +123,14 @@ static int cmp_double(const void *a, const void *b) {
 static void usage(FILE *fp) {
   fprintf(fp, "usage: greenlm-bench [--arch gpt-neo|gpt2] [--layers L] [--embd C] [--heads H] [--vocab V]\n"
               "                     [--batch B] [--seq T] [--steps N] [--warmup W] [--threads t]\n"
-              "                     [--peak-size n] [--peak-seconds s] [--profile]\n"
+              "                     [--peak-size n] [--peak-seconds s] [--peak GFLOPS] [--profile]\n"
+              "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16]\n"
               "defaults: --layers 4 --embd 256 --heads 4 --vocab 50304 --batch 8 --seq 128 --steps 3 --warmup 1\n"
-              "          --threads 1 --peak-size 2048 --peak-seconds 2\n");
+              "          --threads 1 --peak-size 2048 --peak-seconds 2 --backend cpu --precision fp32\n");
 }
 
 static int parse(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 2.0, "gpt-neo"};
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32"};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -150,6 +152,17 @@ static int parse(int argc, char **argv, bench_args *a) {
       a->arch = v;
       continue;
     }
+    if (!strcmp(k, "--backend") || !strcmp(k, "--precision")) {
+      int ok = !strcmp(k, "--backend") ? !strcmp(v, "cpu") || !strcmp(v, "cuda")
+                                       : !strcmp(v, "fp32") || !strcmp(v, "tf32") || !strcmp(v, "bf16") || !strcmp(v, "fp16");
+      if (!ok) {
+        fprintf(stderr, "greenlm-bench: error: %s '%s' is not one of %s\n", k, v,
+                !strcmp(k, "--backend") ? "cpu, cuda" : "fp32, tf32, bf16, fp16");
+        return 2;
+      }
+      *(!strcmp(k, "--backend") ? &a->backend : &a->precision) = v;
+      continue;
+    }
     if (*end || x < 0 || (x == 0 && strcmp(k, "--warmup") != 0)) {
       fprintf(stderr, "greenlm-bench: error: %s expects a positive number (--warmup: >= 0), got '%s'\n", k, v);
       return 2;
@@ -165,6 +178,7 @@ static int parse(int argc, char **argv, bench_args *a) {
     else if (!strcmp(k, "--threads")) a->threads = (int)x;
     else if (!strcmp(k, "--peak-size")) a->peak_n = (int)x;
     else if (!strcmp(k, "--peak-seconds")) a->peak_seconds = x;
+    else if (!strcmp(k, "--peak")) a->peak = x;
     else {
       fprintf(stderr, "greenlm-bench: error: unknown option '%s'\n", k);
       usage(stderr);
@@ -173,6 +187,11 @@ static int parse(int argc, char **argv, bench_args *a) {
   }
   if (a->C % a->H) {
     fprintf(stderr, "greenlm-bench: error: --embd %d is not divisible by --heads %d\n", a->C, a->H);
+    return 2;
+  }
+  if (!strcmp(a->backend, "cpu") && strcmp(a->precision, "fp32") != 0) {
+    fprintf(stderr, "greenlm-bench: error: --precision %s needs --backend cuda (the CPU backend computes in fp32)\n",
+            a->precision);
     return 2;
   }
   return -1;
@@ -184,10 +203,24 @@ int main(int argc, char **argv) {
   int rc = parse(argc, argv, &a);
   if (rc >= 0) util_exit_all(rc);
   const backend *be = backend_cpu();
+  if (!strcmp(a.backend, "cuda")) {
+#ifdef GREENLM_HAVE_CUDA
+    char why[256];
+    if (gpu_device_count(why, sizeof why) == 0) {
+      fprintf(stderr, "greenlm-bench: error: --backend cuda: no usable GPU (%s)\n", why);
+      util_exit_all(1);
+    }
+    gpu_open(0, a.precision);
+    be = backend_cuda();
+#else
+    fprintf(stderr, "greenlm-bench: error: --backend cuda: this build has no CUDA backend (configure --with-cuda)\n");
+    util_exit_all(2);
+#endif
+  }
   be->set_threads(a.threads);
   char engine[256];
   be->describe(engine, sizeof engine);
-  double peak = be->measure_gflops(a.peak_n, a.peak_seconds);
+  double peak = a.peak > 0 ? a.peak : be->measure_gflops(a.peak_n, a.peak_seconds);
 
   cfg_model mc;
   memset(&mc, 0, sizeof mc);
@@ -242,15 +275,18 @@ int main(int argc, char **argv) {
    * shared machine both guard against a slow moment */
   qsort(step_ms, (size_t)a.steps, sizeof(double), cmp_double);
   double per = 1e-3 * (a.steps % 2 ? step_ms[a.steps / 2] : 0.5 * (step_ms[a.steps / 2 - 1] + step_ms[a.steps / 2]));
-  double peak2 = be->measure_gflops(a.peak_n, a.peak_seconds);
+  double peak2 = a.peak > 0 ? a.peak : be->measure_gflops(a.peak_n, a.peak_seconds);
   if (peak2 > peak) peak = peak2;
   double tps = N / per, fpt = gpt_flops_per_token(&s, a.T);
   double mfu = tps * fpt / (peak * 1e9);
   size_t n = gpt_count_params(&s);
   printf("greenlm-bench %s\n", PACKAGE_VERSION);
   printf("engine:  %s\n", engine);
-  printf("peak:    %.1f GFLOP/s (best %dx%dx%d SGEMM in two %.1f s runs, before and after the steps; %d thread%s)\n",
-         peak, a.peak_n, a.peak_n, a.peak_n, a.peak_seconds, a.threads, a.threads == 1 ? "" : "s");
+  if (a.peak > 0)
+    printf("peak:    %.1f GFLOP/s (given by --peak)\n", peak);
+  else
+    printf("peak:    %.1f GFLOP/s (best %dx%dx%d GEMM in two %.1f s runs, before and after the steps; %d thread%s)\n",
+           peak, a.peak_n, a.peak_n, a.peak_n, a.peak_seconds, a.threads, a.threads == 1 ? "" : "s");
   printf("model:   %s L=%d C=%d H=%d V=%d, %zu parameters (%.1f M); batch B=%d x T=%d = %d tokens\n", a.arch, a.L, a.C,
          a.H, a.V, n, n / 1e6, a.B, a.T, N);
   printf("step:    %.1f ms median (means: forward+loss %.1f, backward %.1f, clip+AdamW %.1f) of %d after %d warm-up\n",
@@ -269,8 +305,9 @@ int main(int argc, char **argv) {
   for (char *c = engine; *c; c++)
     if (*c == ' ') *c = '_';
   printf("result: arch=%s L=%d C=%d H=%d V=%d B=%d T=%d threads=%d peak_gflops=%.1f ms_per_step=%.1f "
-         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f engine=%s\n",
-         a.arch, a.L, a.C, a.H, a.V, a.B, a.T, a.threads, peak, 1e3 * per, tps, tps * fpt / 1e9, mfu, engine);
+         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f backend=%s precision=%s engine=%s\n",
+         a.arch, a.L, a.C, a.H, a.V, a.B, a.T, a.threads, peak, 1e3 * per, tps, tps * fpt / 1e9, mfu, a.backend,
+         a.precision, engine);
   free(x);
   free(y);
   free(step_ms);

@@ -59,3 +59,25 @@ void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long 
     i = j;
   }
 }
+
+void optim_scaler_init(optim_scaler *s, int enabled, double initial, long window) {
+  s->enabled = enabled;
+  s->scale = enabled ? initial : 1.0;
+  s->window = window;
+  s->good = 0;
+}
+
+int optim_scaler_update(optim_scaler *s, int finite) {
+  if (!s->enabled) return finite ? 1 : -1;
+  if (!finite) {
+    s->good = 0;
+    if (s->scale < 2.0) return -1; /* even unscaled gradients overflow */
+    s->scale *= 0.5;
+    return 0;
+  }
+  if (++s->good >= s->window) {
+    s->scale *= 2.0;
+    s->good = 0;
+  }
+  return 1;
+}

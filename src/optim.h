@@ -35,4 +35,22 @@ double optim_clip_scale(const cfg_training *t, double grad_norm);
  * grad_scale. */
 void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long step, double lr, double grad_scale);
 
+/* Dynamic loss scaling for fp16 GEMMs (the scheme of torch.cuda.amp.GradScaler): the loss gradient
+ * is multiplied by `scale` so that small gradients survive fp16's range; the optimizer divides it
+ * out again. A step whose gradients overflow (a non-finite norm) is skipped and the scale halved;
+ * after `window` good steps in a row the scale doubles. Disabled (fp32, tf32, bf16), the scale
+ * stays 1 and an overflow is a divergence. Scales are powers of two times the initial value, so
+ * scaling and unscaling are exact in floating point. */
+typedef struct {
+  int enabled;
+  double scale;
+  long window, good; /* good: finite steps since the last change of scale */
+} optim_scaler;
+
+void optim_scaler_init(optim_scaler *s, int enabled, double initial, long window);
+/* After a step's gradients are known: finite says whether their norm is. Returns 1 when the step
+ * may be applied, 0 when it must be skipped (the scale was halved), -1 when training diverged
+ * (not finite without scaling, or the scale would fall below 1). */
+int optim_scaler_update(optim_scaler *s, int finite);
+
 #endif

@@ -27,6 +27,10 @@ void pipe_init(pipe_state *p, const par_layout *L, gpt_model *m, int B, int T) {
   p->fsend = util_malloc((size_t)m->nslots * sizeof(MPI_Request), "sends");
   for (int i = 0; i < m->nslots; i++) p->fsend[i] = MPI_REQUEST_NULL;
   p->bsend_req = MPI_REQUEST_NULL;
+  const size_t x = (size_t)B * T * m->s.C; /* one micro-batch's activations */
+  comm_stage_init(&p->fst, m->be, m->has_head ? 0 : (size_t)m->nslots * x);
+  comm_stage_init(&p->rst, m->be, m->has_embed && m->has_head ? 0 : x);
+  comm_stage_init(&p->bst, m->be, m->has_embed ? 0 : x);
 }
 
 void pipe_free(pipe_state *p) {
@@ -34,6 +38,9 @@ void pipe_free(pipe_state *p) {
   free(p->targets);
   if (p->bsend) p->m->be->free(p->bsend);
   free(p->fsend);
+  comm_stage_free(&p->fst);
+  comm_stage_free(&p->rst);
+  comm_stage_free(&p->bst);
   memset(p, 0, sizeof *p);
 }
 
@@ -56,8 +63,10 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   }
   if (!m->has_embed) {
     MPI_Request r;
-    MPI_Irecv(gpt_input(m, slot, B, T), n, MPI_FLOAT, stage - 1, tag(k, TAG_FWD), p->L->pipe, &r);
+    float *in = gpt_input(m, slot, B, T);
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(k, TAG_FWD), p->L->pipe, &r);
     timed_wait(p, &r);
+    comm_stage_done(&p->rst, 0, in, (size_t)n);
   }
   double t0 = util_now();
   gpt_forward(m, slot, B, T);
@@ -65,7 +74,8 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   m->be->sync();
   p->st.compute_s += util_now() - t0;
   if (!m->has_head) {
-    MPI_Isend(gpt_output(m, slot, B, T), n, MPI_FLOAT, stage + 1, tag(k, TAG_FWD), p->L->pipe, &p->fsend[slot]);
+    float *buf = comm_stage_send(&p->fst, (size_t)slot * p->B * p->T * m->s.C, gpt_output(m, slot, B, T), (size_t)n);
+    MPI_Isend(buf, n, MPI_FLOAT, stage + 1, tag(k, TAG_FWD), p->L->pipe, &p->fsend[slot]);
     p->st.bytes += (double)n * sizeof(float);
   }
   return loss;
@@ -77,8 +87,9 @@ static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
   const int slot = k % m->nslots, stage = p->L->stage, n = p->B * p->T * m->s.C;
   if (!m->has_head) {
     MPI_Request r;
-    MPI_Irecv(gpt_grad_output(m), n, MPI_FLOAT, stage + 1, tag(k, TAG_BWD), p->L->pipe, &r);
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, gpt_grad_output(m)), n, MPI_FLOAT, stage + 1, tag(k, TAG_BWD), p->L->pipe, &r);
     timed_wait(p, &r);
+    comm_stage_done(&p->rst, 0, gpt_grad_output(m), (size_t)n);
   }
   double t0 = util_now();
   gpt_backward(m, slot, p->B, p->T, hook, hctx);
@@ -87,7 +98,8 @@ static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
   if (!m->has_embed) {
     timed_wait(p, &p->bsend_req);
     m->be->copy(p->bsend, gpt_grad_input(m), (size_t)n * sizeof(float));
-    MPI_Isend(p->bsend, n, MPI_FLOAT, stage - 1, tag(k, TAG_BWD), p->L->pipe, &p->bsend_req);
+    MPI_Isend(comm_stage_send(&p->bst, 0, p->bsend, (size_t)n), n, MPI_FLOAT, stage - 1, tag(k, TAG_BWD), p->L->pipe,
+              &p->bsend_req);
     p->st.bytes += (double)n * sizeof(float);
   }
 }
@@ -127,9 +139,15 @@ void pipe_forward_one(pipe_state *p, const int32_t *tokens, int t, float *logits
   gpt_model *m = p->m;
   const int stage = p->L->stage, n = t * m->s.C;
   if (m->has_embed) gpt_set_batch(m, 0, tokens, NULL, 1, t);
-  if (!m->has_embed) MPI_Recv(gpt_input(m, 0, 1, t), n, MPI_FLOAT, stage - 1, tag(0, TAG_FWD), p->L->pipe, MPI_STATUS_IGNORE);
+  if (!m->has_embed) {
+    float *in = gpt_input(m, 0, 1, t);
+    MPI_Recv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(0, TAG_FWD), p->L->pipe, MPI_STATUS_IGNORE);
+    comm_stage_done(&p->rst, 0, in, (size_t)n);
+  }
   gpt_forward(m, 0, 1, t);
-  if (!m->has_head) MPI_Send(gpt_output(m, 0, 1, t), n, MPI_FLOAT, stage + 1, tag(0, TAG_FWD), p->L->pipe);
+  if (!m->has_head)
+    MPI_Send(comm_stage_send(&p->fst, 0, gpt_output(m, 0, 1, t), (size_t)n), n, MPI_FLOAT, stage + 1, tag(0, TAG_FWD),
+             p->L->pipe);
   else m->be->to_host(logits, gpt_logits(m, 0) + (size_t)(t - 1) * m->s.V, (size_t)m->s.V * sizeof(float));
 }
 

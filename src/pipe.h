@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "comm.h"
 #include "model.h"
 #include "par.h"
 
@@ -31,6 +32,7 @@ typedef struct {
   float *bsend;              /* backend (B,T,C): gradient sent to the previous stage */
   MPI_Request *fsend;        /* (nslots) activation sends in flight */
   MPI_Request bsend_req;
+  comm_stage fst, rst, bst;  /* MPI's view of the sent activations (per slot), of what is received, of bsend */
   pipe_stats st;
 } pipe_state;
 

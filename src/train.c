@@ -33,6 +33,7 @@ struct trainer {
   gpt_shape shape;
   gpt_model model;
   optim_state opt;
+  optim_scaler scaler; /* dynamic loss scaling of precision = 'fp16'; scale 1 otherwise */
   grad_exchange *gx;
   pipe_state pipe;
   tok_tokenizer tok;
@@ -107,6 +108,8 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, n
   size_t lo, hi;
   grad_own_range(t->gx, &lo, &hi);
   optim_init(&t->opt, be, lo, hi);
+  optim_scaler_init(&t->scaler, strcmp(cfg->system.precision, "fp16") == 0, cfg->system.loss_scale,
+                    cfg->system.loss_scale_window);
   pipe_init(&t->pipe, &t->L, &t->model, t->B, t->T);
   t->win = util_malloc((size_t)t->G * sizeof *t->win, "step windows");
   return t;
@@ -133,24 +136,29 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   data_next_windows(&t->data, t->G, t->win);
   gpt_zero_grad(&t->model);
   grad_begin(t->gx);
-  double loss_sum = pipe_train_step(&t->pipe, t->m, (float)(1.0 / tokens), train_batch, t, grad_hook, t->gx);
+  /* fp16: the loss gradient is multiplied by the loss scale, so the gradients carry it (optim.h) */
+  const double scale = t->scaler.scale;
+  double loss_sum = pipe_train_step(&t->pipe, t->m, (float)(scale / tokens), train_batch, t, grad_hook, t->gx);
   grad_finish(t->gx);
   /* the loss lives on the last stages, the norm's pieces everywhere */
   double local[2] = {loss_sum, grad_sumsq(t->gx)}, global[2];
   MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, t->comm);
   info->loss = global[0] / tokens;
-  info->grad_norm = sqrt(global[1]);
+  info->grad_norm = sqrt(global[1]) / scale;
   info->lr = optim_lr(tc, step);
-  int ok = isfinite(info->loss) && isfinite(info->grad_norm);
-  if (ok) {
-    optim_adamw_step(&t->opt, &t->model, tc, step, info->lr, optim_clip_scale(tc, info->grad_norm));
+  info->loss_scale = scale;
+  /* 1: update; 0: fp16 overflow, step skipped and the scale halved; -1: diverged */
+  int ok = optim_scaler_update(&t->scaler, isfinite(info->loss) && isfinite(info->grad_norm));
+  info->skipped = ok == 0;
+  if (ok > 0) { /* AdamW divides the loss scale out with the clipping factor */
+    optim_adamw_step(&t->opt, &t->model, tc, step, info->lr, optim_clip_scale(tc, info->grad_norm) / scale);
     grad_gather_params(t->gx);
     t->be->sync();
   }
   info->step_s = util_now() - t0;
   info->pipe = pipe_take_stats(&t->pipe);
   info->grad = grad_take_stats(t->gx);
-  return ok ? 0 : -1;
+  return ok < 0 ? -1 : 0;
 }
 
 double trainer_eval(trainer *t) {
@@ -190,7 +198,7 @@ float *trainer_gather_params(trainer *t, size_t *n) {
 
 /* The checkpoint's view of this rank. */
 static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
-  return (ckpt_state){t->cfg, &t->L, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, 1.0};
+  return (ckpt_state){t->cfg, &t->L, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale};
 }
 
 int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, char *err, size_t errlen) {
@@ -201,6 +209,8 @@ int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, cha
 int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, nml_errors *errs) {
   ckpt_state cs = ckpt_view(t, 0, 0.0);
   int n = ckpt_read(&cs, path, st, errs);
+  /* fp16 continues with the saved loss scale; a checkpoint without scaling (1) keeps the deck's */
+  if (n == 0 && t->scaler.enabled && cs.loss_scale != 1.0) t->scaler.scale = cs.loss_scale;
   *step = cs.step;
   *tokens = cs.tokens;
   return n;
@@ -474,6 +484,11 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
   char bind[320];
   topo_discover(&r.machine);
   int cores = topo_bind(t->L.node, strcmp(cfg->parallel.bind, "none") != 0, bind, sizeof bind);
+  if (be->placement) { /* this rank's GPU and its PCI bus id, in the topology lines */
+    char dev[200];
+    size_t o = strlen(bind);
+    util_snprintf(bind + o, sizeof bind - o, ", %s", be->placement(dev, sizeof dev));
+  }
   be->set_threads(cfg->system.blas_threads > 0 ? (int)cfg->system.blas_threads : cores);
   be->describe(r.engine, sizeof r.engine);
   print_topology(&r, bind);
@@ -563,6 +578,9 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
       rc = 3;
       break;
     }
+    if (info.skipped && rank == 0)
+      metrics_printf(&r.out, "step %ld: fp16 gradients overflowed at loss scale %g: update skipped, scale now %g\n",
+                     step + 1, info.loss_scale, info.loss_scale / 2);
     /* the step's wall time is the slowest rank's; the breakdown is summed over ranks */
     double mine[4] = {info.pipe.compute_s, info.pipe.wait_s, info.grad.wait_s, info.pipe.bytes + info.grad.bytes}, sum[4];
     double dt;

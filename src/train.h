@@ -35,6 +35,8 @@ typedef struct {
   double grad_norm; /* before clipping */
   double lr;
   double step_s;    /* wall time of the step on this rank */
+  double loss_scale; /* the loss scale the step used (precision = 'fp16'; 1 otherwise) */
+  int skipped;       /* fp16: the gradients overflowed; no update was made and the scale was halved */
   pipe_stats pipe;  /* this rank's */
   grad_stats grad;  /* this rank's */
 } trainer_step_info;
@@ -45,7 +47,8 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, n
 void trainer_close(trainer *t);
 
 /* One optimizer step (0-based). Returns 0, or -1 when the loss or the gradient norm is not finite
- * (then no update was made). The same on every rank. */
+ * (then no update was made); with fp16 loss scaling an overflow instead skips the update
+ * (info->skipped) and returns 0 until the scale would fall below 1. The same on every rank. */
 int trainer_step(trainer *t, long step, trainer_step_info *info);
 /* Mean validation loss over &training eval_batches micro-batches (the same on every rank). */
 double trainer_eval(trainer *t);

@@ -1,0 +1,294 @@
+/* gpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy, AdamW and the sum of
+ * squares on the device; the formulas are cpu/cpu_ops.c's. */
+#include "gpu.h"
+
+#include <math.h>
+
+/* ---- embedding ------------------------------------------------------------------------------- */
+
+/* out (B,T,C) = wte[tok[b,t]] + wpe[t] */
+__global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int T, int C,
+                                 size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / (size_t)C; /* b*T + t */
+    int c = (int)(i % (size_t)C), t = (int)(row % (size_t)T);
+    out[i] = wte[(size_t)tok[row] * C + c] + wpe[(size_t)t * C + c];
+  }
+}
+
+/* dwte[tok[b,t]] += dout[b,t]: rows of repeated tokens collide, hence atomicAdd */
+__global__ void embed_bwd_wte_kernel(float *dwte, const float *dout, const int32_t *tok, int C, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / (size_t)C;
+    atomicAdd(&dwte[(size_t)tok[row] * C + i % (size_t)C], dout[i]);
+  }
+}
+
+/* dwpe[t] += sum_b dout[b,t]: one thread per (t,c), summing over b in order */
+__global__ void embed_bwd_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+  size_t n = (size_t)T * C;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += dout[(size_t)b * n + i];
+    dwpe[i] += s;
+  }
+}
+
+void gpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+  size_t n = (size_t)B * T * C;
+  embed_fwd_kernel<<<gpu_blocks(n, 256), 256>>>(out, tok, wte, wpe, T, C, n);
+  GPU_LAUNCHED();
+}
+
+void gpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
+  size_t n = (size_t)B * T * C;
+  embed_bwd_wte_kernel<<<gpu_blocks(n, 256), 256>>>(dwte, dout, tok, C, n);
+  GPU_LAUNCHED();
+  embed_bwd_wpe_kernel<<<gpu_blocks((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
+  GPU_LAUNCHED();
+}
+
+/* ---- LayerNorm: one warp per row --------------------------------------------------------------- */
+
+enum { LN_WARPS = 8, LN_SMEM_MAX_C = 4096 };
+
+/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) */
+__global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                     const float *b, int N, int C, float eps) {
+  int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C;
+  float *o = out + (size_t)row * C;
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  float m = gpu_warp_sum(s) / (float)C;
+  float v = 0.0f; /* two passes over the row, as on the CPU */
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  float r = 1.0f / sqrtf(gpu_warp_sum(v) / (float)C + eps);
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+/* dinp (N,C) +=; dw, db (C) += summed over the rows. Each block strides over rows with its warps and
+ * gathers its dw, db in shared memory (when C fits) before one atomicAdd per element and block. */
+__global__ void layernorm_bwd_kernel(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                     const float *w, const float *mean, const float *rstd, int N, int C, int shared) {
+  extern __shared__ float acc[]; /* (2C) when shared: dw then db */
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float *adw = shared ? acc : dw, *adb = shared ? acc + C : db;
+  if (shared) {
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) acc[c] = 0.0f;
+    __syncthreads();
+  }
+  for (int row = blockIdx.x * LN_WARPS + warp; row < N; row += gridDim.x * LN_WARPS) {
+    const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float s1 = 0.0f, s2 = 0.0f; /* sums of dnorm and dnorm * norm, with dnorm = dout * w */
+    for (int c = lane; c < C; c += 32) {
+      float n = (x[c] - m) * r, dn = d[c] * w[c];
+      s1 += dn;
+      s2 += dn * n;
+    }
+    s1 = gpu_warp_sum(s1) / (float)C;
+    s2 = gpu_warp_sum(s2) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+      float n = (x[c] - m) * r, dn = d[c] * w[c];
+      dx[c] += (dn - s1 - n * s2) * r;
+      atomicAdd(&adw[c], d[c] * n);
+      atomicAdd(&adb[c], d[c]);
+    }
+  }
+  if (shared) {
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      atomicAdd(&dw[c], acc[c]);
+      atomicAdd(&db[c], acc[C + c]);
+    }
+  }
+}
+
+void gpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                       int C, float eps) {
+  layernorm_fwd_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(out, mean, rstd, inp, w, b, N, C, eps);
+  GPU_LAUNCHED();
+}
+
+void gpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                       const float *mean, const float *rstd, int N, int C) {
+  int shared = C <= LN_SMEM_MAX_C;
+  /* a few blocks per multiprocessor: enough to fill the GPU, few shared-memory flushes */
+  int blocks = (N + LN_WARPS - 1) / LN_WARPS, most = 4 * gpu.prop.multiProcessorCount;
+  if (blocks > most) blocks = most;
+  size_t smem = shared ? 2 * (size_t)C * sizeof(float) : 0;
+  layernorm_bwd_kernel<<<blocks, 32 * LN_WARPS, smem>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, shared);
+  GPU_LAUNCHED();
+}
+
+/* ---- elementwise ----------------------------------------------------------------------------- */
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+__global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + GELU_A * x * x * x)));
+  }
+}
+
+/* dinp may alias dout: each element is read before it is written, by the same thread */
+__global__ void gelu_bwd_kernel(float *dinp, const float *dout, const float *inp, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float x = inp[i];
+    float t = tanhf(GELU_S * (x + GELU_A * x * x * x));
+    float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+}
+
+__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_kernel(float *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] += src[i];
+}
+
+void gpu_gelu_fwd(float *out, const float *inp, size_t n) {
+  gelu_fwd_kernel<<<gpu_blocks(n, 256), 256>>>(out, inp, n);
+  GPU_LAUNCHED();
+}
+
+void gpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n) {
+  gelu_bwd_kernel<<<gpu_blocks(n, 256), 256>>>(dinp, dout, inp, n);
+  GPU_LAUNCHED();
+}
+
+void gpu_residual_fwd(float *out, const float *a, const float *b, size_t n) {
+  residual_kernel<<<gpu_blocks(n, 256), 256>>>(out, a, b, n);
+  GPU_LAUNCHED();
+}
+
+void gpu_accumulate(float *dst, const float *src, size_t n) {
+  accumulate_kernel<<<gpu_blocks(n, 256), 256>>>(dst, src, n);
+  GPU_LAUNCHED();
+}
+
+/* ---- softmax + cross-entropy: one block per row ------------------------------------------------- */
+
+enum { XENT_THREADS = 512 };
+
+/* (m, s) <- the log-sum-exp pair of both: s * exp(m) + s2 * exp(m2) = s' * exp(m') */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
+  float M = fmaxf(m, m2);
+  if (M == -INFINITY) return;
+  s = s * expf(m - M) + s2 * expf(m2 - M);
+  m = M;
+}
+
+/* losses (N) = logsumexp(logits[i]) - logits[i, targets[i]]; with dscale != 0 the logits (N,V)
+ * become dscale * (softmax - onehot(target)). One pass finds the row's maximum and sum together
+ * (online softmax); a second writes the gradient. */
+__global__ void xent_kernel(float *losses, float *logits, const int32_t *targets, int V, float dscale) {
+  __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
+  __shared__ float row_m, row_s;
+  float *x = logits + (size_t)blockIdx.x * V;
+  const int tgt = targets[blockIdx.x];
+  const float xt = x[tgt]; /* read before any thread overwrites the row */
+  float m = -INFINITY, s = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float xv = x[v];
+    if (xv > m) {
+      s = s * expf(m - xv) + 1.0f;
+      m = xv;
+    } else {
+      s += expf(xv - m);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(GPU_FULL_MASK, m, o), s2 = __shfl_xor_sync(GPU_FULL_MASK, s, o);
+    lse_merge(m, s, m2, s2);
+  }
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) sm[warp] = m, ss[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float M = sm[0], S = ss[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) lse_merge(M, S, sm[w], ss[w]);
+    row_m = M;
+    row_s = S;
+    losses[blockIdx.x] = M + logf(S) - xt;
+  }
+  __syncthreads();
+  if (dscale != 0.0f) {
+    const float M = row_m, k = dscale / row_s;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) x[v] = expf(x[v] - M) * k - (v == tgt ? dscale : 0.0f);
+  }
+}
+
+void gpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale) {
+  if (N <= 0) return;
+  xent_kernel<<<N, XENT_THREADS>>>(losses, logits, targets, V, dscale);
+  GPU_LAUNCHED();
+}
+
+/* ---- AdamW ----------------------------------------------------------------------------------- */
+
+/* PyTorch's AdamW, as cpu_adamw: the bias corrections come from the host in float */
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float gs,
+                             float step_size, float rbc2, float decay, float eps) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float gi = g[i] * gs;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * rbc2 + eps);
+  }
+}
+
+void gpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a) {
+  if (n == 0) return;
+  const float b1 = a->beta1, b2 = a->beta2;
+  const float bc1 = 1.0f - powf(b1, (float)a->step), bc2 = 1.0f - powf(b2, (float)a->step);
+  const float step_size = a->lr / bc1, rbc2 = 1.0f / sqrtf(bc2);
+  const float decay = 1.0f - a->lr * a->weight_decay;
+  adamw_kernel<<<gpu_blocks(n, 256), 256>>>(p, g, m, v, n, b1, b2, a->grad_scale, step_size, rbc2, decay, a->eps);
+  GPU_LAUNCHED();
+}
+
+/* ---- sum of squares -------------------------------------------------------------------------- */
+
+enum { SUMSQ_BLOCKS = 1024, SUMSQ_THREADS = 256 };
+
+/* part (gridDim.x): each block's sum of x^2 in double */
+__global__ void sumsq_kernel(double *part, const float *x, size_t n) {
+  __shared__ double ws[SUMSQ_THREADS / 32];
+  double s = 0.0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    s += (double)x[i] * (double)x[i];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(GPU_FULL_MASK, s, o);
+  if (threadIdx.x % 32 == 0) ws[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int w = 0; w < SUMSQ_THREADS / 32; w++) t += ws[w];
+    part[blockIdx.x] = t;
+  }
+}
+
+double gpu_sumsq(const float *x, size_t n) {
+  if (n == 0) return 0.0;
+  unsigned blocks = gpu_blocks(n, SUMSQ_THREADS);
+  if (blocks > SUMSQ_BLOCKS) blocks = SUMSQ_BLOCKS;
+  double *part = (double *)gpu_workspace(SUMSQ_BLOCKS * sizeof(double)), host[SUMSQ_BLOCKS];
+  sumsq_kernel<<<blocks, SUMSQ_THREADS>>>(part, x, n);
+  GPU_LAUNCHED();
+  GPU_CHECK(cudaMemcpy(host, part, blocks * sizeof(double), cudaMemcpyDeviceToHost));
+  double total = 0.0; /* the blocks' sums in a fixed order: the same result every time */
+  for (unsigned b = 0; b < blocks; b++) total += host[b];
+  return total;
+}

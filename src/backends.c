@@ -1,0 +1,90 @@
+/* backends: the backend of a run, from &system backend and precision, this build and the machine. */
+#include "config.h" /* first: GREENLM_HAVE_CUDA decides what backend.h declares */
+
+#include "backends.h"
+
+#include <string.h>
+
+#include "comm.h"
+#include "util.h"
+
+const backend *backends_plan(const cfg_config *cfg) {
+#ifdef GREENLM_HAVE_CUDA
+  if (strcmp(cfg->system.backend, "cpu") != 0) return backend_cuda();
+#endif
+  (void)cfg;
+  return backend_cpu();
+}
+
+/* This rank's backend, or NULL with the reason in err and hint, and the key at fault in key. */
+static const backend *choose(const cfg_config *cfg, MPI_Comm comm, char *err, char *hint, size_t len, char *key,
+                             char *note, size_t nlen) {
+  const cfg_system *sy = &cfg->system;
+  if (strcmp(sy->backend, "cpu") == 0) return backend_cpu();
+#ifdef GREENLM_HAVE_CUDA
+  int rank, lrank, nlocal;
+  MPI_Comm node;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &lrank);
+  MPI_Comm_size(node, &nlocal);
+  MPI_Comm_free(&node);
+  char why[256] = "";
+  int n = gpu_device_count(why, sizeof why);
+  if (n > 0) {
+    gpu_open(lrank % n, sy->precision);
+    const backend *be = backend_cuda();
+    char how[256];
+    util_snprintf(note, nlen, "backend: cuda, precision %s; GPU = node rank mod %d visible GPU%s%s; MPI: %s",
+                  sy->precision, n, n == 1 ? "" : "s", nlocal > n ? " (ranks share GPUs)" : "",
+                  comm_describe(be, how, sizeof how));
+    return be;
+  }
+  if (strcmp(sy->backend, "auto") == 0 && strcmp(sy->precision, "fp32") == 0) {
+    util_snprintf(note, nlen, "backend: auto: no usable GPU (%s): the CPU backend", why);
+    return backend_cpu();
+  }
+  if (strcmp(sy->backend, "auto") == 0) {
+    strcpy(key, "precision");
+    util_snprintf(err, len, "backend = 'auto' found no usable GPU (%s), and the CPU backend computes in fp32 only", why);
+    util_snprintf(hint, len, "run where GPUs are visible (nvidia-smi, CUDA_VISIBLE_DEVICES), or set precision = 'fp32'");
+  } else {
+    util_snprintf(err, len, "backend = 'cuda', but no usable GPU (%s)", why);
+    util_snprintf(hint, len, "run on GPU nodes (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set backend = 'auto' "
+                             "(the CPU where there is no GPU)");
+  }
+  return NULL;
+#else
+  /* 'auto' in a build without CUDA; cfg_load refused 'cuda' and any precision but fp32 */
+  (void)comm, (void)err, (void)hint, (void)len, (void)key, (void)note, (void)nlen;
+  return backend_cpu();
+#endif
+}
+
+const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, nml_errors *errs, char *note, size_t len) {
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  char err[512] = "", hint[512] = "", key[16] = "backend";
+  note[0] = '\0';
+  const backend *be = choose(cfg, comm, err, hint, sizeof err, key, note, len);
+  /* the first rank that failed tells why; 'auto' must come out the same everywhere */
+  int failed = be ? size : rank, first, kind = be == backend_cpu() ? 1 : 2, lo, hi;
+  MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Allreduce(&kind, &lo, 1, MPI_INT, MPI_MIN, comm);
+  MPI_Allreduce(&kind, &hi, 1, MPI_INT, MPI_MAX, comm);
+  if (first < size) {
+    MPI_Bcast(err, sizeof err, MPI_CHAR, first, comm);
+    MPI_Bcast(hint, sizeof hint, MPI_CHAR, first, comm);
+    MPI_Bcast(key, sizeof key, MPI_CHAR, first, comm);
+    if (rank == 0) cfg_error_at(cfg, errs, "system", key, hint, "rank %d: %s", first, err);
+    return NULL;
+  }
+  if (lo != hi) {
+    if (rank == 0)
+      cfg_error_at(cfg, errs, "system", "backend", "set backend = 'cuda' (GPU nodes only) or 'cpu' explicitly",
+                   "backend = 'auto' chose CUDA on some ranks and the CPU on others (some nodes have no GPU)");
+    return NULL;
+  }
+  return be;
+}

@@ -1,0 +1,388 @@
+/* test_gpu_parity: the CUDA backend against the CPU backend (the reference), op by op and for
+ * whole training steps.
+ *
+ * Every op of the backend table, forward and backward, runs on both backends on the same random
+ * inputs, for several shapes (row, key and tile counts that are not multiples of the kernels'
+ * tiles; global and local attention; every head-size class of the attention kernels), and at each
+ * GEMM precision. Accumulating outputs start from random values so "+=" is checked. The error of a
+ * tensor is max |gpu - cpu| / max |cpu|; the bounds:
+ *   elementwise, LayerNorm, embedding, softmax/cross-entropy, AdamW, attention: 1e-4 (fp32 math
+ *     in every mode; only the order of sums and the exp differ)
+ *   GEMMs: fp32 2e-5 (K up to 512), tf32 and fp16 inputs (10-bit mantissa) 5e-3, bf16 (7-bit) 3e-2
+ * Then a tiny GPT-Neo (global and local layers) trains 4 steps on each backend from the same
+ * initialisation and data, at each precision (fp16 with dynamic loss scaling): losses within 1e-4
+ * (fp32) or 3e-2 (tensor-core GEMMs) relative, parameters within 1e-3 (fp32) or 5e-2 of the
+ * largest.
+ *
+ * It needs a build configured --with-cuda and a GPU; otherwise it prints SKIP and exits 77. */
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "backend.h"
+#include "cfg.h"
+#include "prepare.h"
+#include "rng.h"
+#include "testing.h"
+#include "train.h"
+#include "util.h"
+
+#ifdef GREENLM_HAVE_CUDA
+
+static const backend *cpu, *gpu;
+static rng_state R;
+static const char *prec; /* the GEMM precision under test */
+
+static float *frand(size_t n, double scale) {
+  float *x = malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_normal(&R));
+  return x;
+}
+static float *fcopy(const float *x, size_t n) {
+  float *y = malloc((n ? n : 1) * sizeof(float));
+  memcpy(y, x, n * sizeof(float));
+  return y;
+}
+static int32_t *irand(size_t n, int below) {
+  int32_t *x = malloc((n ? n : 1) * sizeof(int32_t));
+  for (size_t i = 0; i < n; i++) x[i] = (int32_t)rng_below(&R, (uint64_t)below);
+  return x;
+}
+/* A device copy of host memory. */
+static void *up(const void *h, size_t bytes) {
+  void *d = gpu->alloc(bytes);
+  gpu->to_device(d, h, bytes);
+  return d;
+}
+/* Compare n floats of device memory d with the CPU result c. */
+static void cmp(const char *what, const float *d, const float *c, size_t n, double tol) {
+  float *h = malloc((n ? n : 1) * sizeof(float));
+  gpu->to_host(h, d, n * sizeof(float));
+  double e = t_rel_err(h, c, n);
+  T_CHECK(e <= tol, "%s [%s]: relative error %.3g > %.1e", what, prec, e, tol);
+  printf("  %-44s %-4s rel err %.2e (bound %.0e)\n", what, prec, e, tol);
+  free(h);
+}
+
+static double gemm_tol(void) {
+  return !strcmp(prec, "fp32") ? 2e-5 : !strcmp(prec, "bf16") ? 3e-2 : 5e-3;
+}
+static const double TOL = 1e-4; /* fp32 math outside the GEMMs */
+
+/* ---- ops --------------------------------------------------------------------------------------- */
+
+static void test_embed(int B, int T, int C, int V) {
+  char w[96];
+  size_t N = (size_t)B * T;
+  int32_t *tok = irand(N, V); /* repeated tokens: the backward's atomics collide */
+  float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1), *dout = frand(N * C, 1);
+  float *out = frand(N * C, 1), *dwte = frand((size_t)V * C, 1), *dwpe = frand((size_t)T * C, 1);
+  int32_t *gtok = up(tok, N * sizeof(int32_t));
+  float *gwte = up(wte, (size_t)V * C * 4), *gwpe = up(wpe, (size_t)T * C * 4), *gdout = up(dout, N * C * 4);
+  float *gout = up(out, N * C * 4), *gdwte = up(dwte, (size_t)V * C * 4), *gdwpe = up(dwpe, (size_t)T * C * 4);
+  cpu->embed_fwd(out, tok, wte, wpe, B, T, C);
+  gpu->embed_fwd(gout, gtok, gwte, gwpe, B, T, C);
+  snprintf(w, sizeof w, "embed fwd B=%d T=%d C=%d V=%d", B, T, C, V);
+  cmp(w, gout, out, N * C, TOL);
+  cpu->embed_bwd(dwte, dwpe, dout, tok, B, T, C);
+  gpu->embed_bwd(gdwte, gdwpe, gdout, gtok, B, T, C);
+  snprintf(w, sizeof w, "embed bwd dwte += B=%d T=%d C=%d V=%d", B, T, C, V);
+  cmp(w, gdwte, dwte, (size_t)V * C, TOL);
+  snprintf(w, sizeof w, "embed bwd dwpe += B=%d T=%d C=%d", B, T, C);
+  cmp(w, gdwpe, dwpe, (size_t)T * C, TOL);
+  free(tok), free(wte), free(wpe), free(dout), free(out), free(dwte), free(dwpe);
+  gpu->free(gtok), gpu->free(gwte), gpu->free(gwpe), gpu->free(gdout), gpu->free(gout), gpu->free(gdwte);
+  gpu->free(gdwpe);
+}
+
+static void test_layernorm(int N, int C) {
+  char w[96];
+  size_t n = (size_t)N * C;
+  float *inp = frand(n, 2), *lw = frand((size_t)C, 1), *lb = frand((size_t)C, 1), *dout = frand(n, 1);
+  for (size_t i = 0; i < n; i++) inp[i] += 0.5f; /* a mean to remove */
+  float *out = frand(n, 1), *mean = frand((size_t)N, 1), *rstd = frand((size_t)N, 1);
+  float *dinp = frand(n, 1), *dw = frand((size_t)C, 1), *db = frand((size_t)C, 1);
+  float *ginp = up(inp, n * 4), *gw = up(lw, (size_t)C * 4), *gb = up(lb, (size_t)C * 4), *gdout = up(dout, n * 4);
+  float *gout = up(out, n * 4), *gmean = up(mean, (size_t)N * 4), *grstd = up(rstd, (size_t)N * 4);
+  float *gdinp = up(dinp, n * 4), *gdw = up(dw, (size_t)C * 4), *gdb = up(db, (size_t)C * 4);
+  cpu->layernorm_fwd(out, mean, rstd, inp, lw, lb, N, C, 1e-5f);
+  gpu->layernorm_fwd(gout, gmean, grstd, ginp, gw, gb, N, C, 1e-5f);
+  snprintf(w, sizeof w, "layernorm fwd N=%d C=%d", N, C);
+  cmp(w, gout, out, n, TOL);
+  cmp("  mean", gmean, mean, (size_t)N, TOL);
+  cmp("  rstd", grstd, rstd, (size_t)N, TOL);
+  cpu->layernorm_bwd(dinp, dw, db, dout, inp, lw, mean, rstd, N, C);
+  gpu->layernorm_bwd(gdinp, gdw, gdb, gdout, ginp, gw, gmean, grstd, N, C);
+  snprintf(w, sizeof w, "layernorm bwd dinp += N=%d C=%d", N, C);
+  cmp(w, gdinp, dinp, n, TOL);
+  cmp("  dw +=", gdw, dw, (size_t)C, TOL);
+  cmp("  db +=", gdb, db, (size_t)C, TOL);
+  free(inp), free(lw), free(lb), free(dout), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db);
+  gpu->free(ginp), gpu->free(gw), gpu->free(gb), gpu->free(gdout), gpu->free(gout), gpu->free(gmean);
+  gpu->free(grstd), gpu->free(gdinp), gpu->free(gdw), gpu->free(gdb);
+}
+
+static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
+  char w[96];
+  float *inp = frand((size_t)N * K, 1), *wt = frand((size_t)M * K, 0.5), *bias = frand((size_t)M, 1);
+  float *dout = frand((size_t)N * M, 1), *out = frand((size_t)N * M, 1), *dinp = frand((size_t)N * K, 1);
+  float *dw = frand((size_t)M * K, 1), *db = frand((size_t)M, 1);
+  float *ginp = up(inp, (size_t)N * K * 4), *gwt = up(wt, (size_t)M * K * 4), *gbias = up(bias, (size_t)M * 4);
+  float *gdout = up(dout, (size_t)N * M * 4), *gout = up(out, (size_t)N * M * 4), *gdinp = up(dinp, (size_t)N * K * 4);
+  float *gdw = up(dw, (size_t)M * K * 4), *gdb = up(db, (size_t)M * 4);
+  cpu->matmul_fwd(out, inp, wt, with_bias ? bias : NULL, N, K, M);
+  gpu->matmul_fwd(gout, ginp, gwt, with_bias ? gbias : NULL, N, K, M);
+  snprintf(w, sizeof w, "matmul fwd N=%d K=%d M=%d%s", N, K, M, with_bias ? " +bias" : "");
+  cmp(w, gout, out, (size_t)N * M, gemm_tol());
+  cpu->matmul_bwd(with_dinp ? dinp : NULL, dw, with_bias ? db : NULL, dout, inp, wt, N, K, M);
+  gpu->matmul_bwd(with_dinp ? gdinp : NULL, gdw, with_bias ? gdb : NULL, gdout, ginp, gwt, N, K, M);
+  snprintf(w, sizeof w, "matmul bwd N=%d K=%d M=%d: dinp%s", N, K, M, with_dinp ? "" : " (NULL: untouched)");
+  cmp(w, gdinp, dinp, (size_t)N * K, with_dinp ? gemm_tol() : 0.0);
+  cmp("  dw +=", gdw, dw, (size_t)M * K, gemm_tol());
+  cmp(with_bias ? "  dbias +=" : "  dbias (NULL: untouched)", gdb, db, (size_t)M, with_bias ? TOL : 0.0);
+  free(inp), free(wt), free(bias), free(dout), free(out), free(dinp), free(dw), free(db);
+  gpu->free(ginp), gpu->free(gwt), gpu->free(gbias), gpu->free(gdout), gpu->free(gout), gpu->free(gdinp);
+  gpu->free(gdw), gpu->free(gdb);
+}
+
+static void test_attention(int B, int T, int C, int H, int window, float scale) {
+  char w[128];
+  size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, nl = (size_t)B * H * T;
+  float *qkv = frand(n3, 1), *dout = frand(n, 1), *out = frand(n, 1), *lse = frand(nl, 1), *dqkv = frand(n3, 1);
+  float *gqkv = up(qkv, n3 * 4), *gdout = up(dout, n * 4), *gout = up(out, n * 4), *glse = up(lse, nl * 4);
+  float *gdqkv = up(dqkv, n3 * 4);
+  float *scratch = malloc(cpu->attention_scratch(T) + 64);
+  float *gscratch = gpu->alloc(gpu->attention_scratch(T));
+  cpu->attention_fwd(out, lse, qkv, scratch, B, T, C, H, window, scale);
+  gpu->attention_fwd(gout, glse, gqkv, gscratch, B, T, C, H, window, scale);
+  snprintf(w, sizeof w, "attention fwd B=%d T=%d C=%d H=%d (hs %d) %s%d", B, T, C, H, C / H,
+           window > 0 ? "local " : "global", window > 0 ? window : T);
+  cmp(w, gout, out, n, TOL);
+  cmp("  lse", glse, lse, nl, TOL);
+  cpu->attention_bwd(dqkv, dout, out, lse, qkv, scratch, B, T, C, H, window, scale);
+  gpu->attention_bwd(gdqkv, gdout, gout, glse, gqkv, gscratch, B, T, C, H, window, scale);
+  cmp("  bwd dqkv (overwritten)", gdqkv, dqkv, n3, TOL);
+  free(qkv), free(dout), free(out), free(lse), free(dqkv), free(scratch);
+  gpu->free(gqkv), gpu->free(gdout), gpu->free(gout), gpu->free(glse), gpu->free(gdqkv), gpu->free(gscratch);
+}
+
+static void test_elementwise(size_t n) {
+  char w[96];
+  float *x = frand(n, 2), *y = frand(n, 1), *d = frand(n, 1), *o = frand(n, 1);
+  float *gx = up(x, n * 4), *gy = up(y, n * 4), *gd = up(d, n * 4), *go = up(o, n * 4);
+  cpu->gelu_fwd(o, x, n);
+  gpu->gelu_fwd(go, gx, n);
+  snprintf(w, sizeof w, "gelu_new fwd n=%zu", n);
+  cmp(w, go, o, n, TOL);
+  cpu->gelu_bwd(d, d, x, n); /* in place, as the model calls it */
+  gpu->gelu_bwd(gd, gd, gx, n);
+  cmp("  gelu_new bwd (dinp aliases dout)", gd, d, n, TOL);
+  cpu->residual_fwd(o, x, y, n);
+  gpu->residual_fwd(go, gx, gy, n);
+  cmp("  residual", go, o, n, TOL);
+  cpu->accumulate(y, x, n);
+  gpu->accumulate(gy, gx, n);
+  cmp("  accumulate +=", gy, y, n, TOL);
+  double s1 = cpu->sumsq(x, n), s2 = gpu->sumsq(gx, n);
+  T_CHECK(fabs(s1 - s2) <= 1e-6 * s1, "sumsq n=%zu: gpu %.12g vs cpu %.12g", n, s2, s1);
+  printf("  %-44s %-4s rel err %.2e (bound 1e-06)\n", "sumsq (double, on the host)", prec, fabs(s1 - s2) / s1);
+  free(x), free(y), free(d), free(o);
+  gpu->free(gx), gpu->free(gy), gpu->free(gd), gpu->free(go);
+}
+
+static void test_xent(int N, int V) {
+  char w[96];
+  size_t n = (size_t)N * V;
+  float *logits = frand(n, 3), *losses = frand((size_t)N, 1);
+  int32_t *tgt = irand((size_t)N, V);
+  float *l2 = fcopy(logits, n), *glog = up(logits, n * 4), *glog2 = up(logits, n * 4), *gloss = up(losses, (size_t)N * 4);
+  int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
+  float dscale = 1.0f / (float)N;
+  cpu->xent_fwd_bwd(losses, logits, tgt, N, V, dscale);
+  gpu->xent_fwd_bwd(gloss, glog, gtgt, N, V, dscale);
+  snprintf(w, sizeof w, "softmax+xent N=%d V=%d: losses", N, V);
+  cmp(w, gloss, losses, (size_t)N, TOL);
+  cmp("  dlogits (dscale 1/N)", glog, logits, n, TOL);
+  cpu->xent_fwd_bwd(losses, l2, tgt, N, V, 0.0f);
+  gpu->xent_fwd_bwd(gloss, glog2, gtgt, N, V, 0.0f);
+  cmp("  losses, forward only (dscale 0)", gloss, losses, (size_t)N, TOL);
+  free(logits), free(losses), free(tgt), free(l2);
+  gpu->free(glog), gpu->free(glog2), gpu->free(gloss), gpu->free(gtgt);
+}
+
+static void test_adamw(size_t n) {
+  float *p = frand(n, 1), *g = frand(n, 1), *m = frand(n, 0.1), *v = frand(n, 0.1);
+  for (size_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+  float *gp = up(p, n * 4), *gg = up(g, n * 4), *gm = up(m, n * 4), *gv = up(v, n * 4);
+  backend_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                          .grad_scale = 0.5f, .step = 7};
+  cpu->adamw(p, g, m, v, n, &a);
+  gpu->adamw(gp, gg, gm, gv, n, &a);
+  cmp("adamw: parameters", gp, p, n, TOL);
+  cmp("  first moments", gm, m, n, TOL);
+  cmp("  second moments", gv, v, n, TOL);
+  free(p), free(g), free(m), free(v);
+  gpu->free(gp), gpu->free(gg), gpu->free(gm), gpu->free(gv);
+}
+
+static void test_memory(void) {
+  size_t n = 1000;
+  float *h = frand(n, 1), *back = malloc(n * 4);
+  float *a = gpu->alloc(n * 4), *b = gpu->alloc(n * 4);
+  gpu->to_host(back, a, n * 4);
+  int zero = 1;
+  for (size_t i = 0; i < n; i++) zero &= back[i] == 0.0f;
+  T_CHECK(zero, "alloc is not zero-filled");
+  gpu->to_device(a, h, n * 4);
+  gpu->copy(b, a, n * 4);
+  gpu->to_host(back, b, n * 4);
+  T_CHECK(memcmp(back, h, n * 4) == 0, "to_device / copy / to_host do not round-trip");
+  gpu->zero(b, n * 4);
+  gpu->to_host(back, b, n * 4);
+  T_CHECK(back[0] == 0.0f && back[n - 1] == 0.0f, "zero left data");
+  gpu->sync();
+  free(h), free(back);
+  gpu->free(a), gpu->free(b);
+}
+
+static void test_ops(void) {
+  printf("== ops, precision %s ==\n", prec);
+  test_embed(2, 17, 24, 50);
+  test_embed(3, 64, 96, 300);
+  test_layernorm(37, 96);
+  test_layernorm(130, 768);
+  test_layernorm(5, 5000); /* beyond the shared-memory path of the backward */
+  test_matmul(7, 13, 5, 1, 1);
+  test_matmul(64, 96, 200, 1, 1);
+  test_matmul(130, 257, 67, 0, 0);
+  test_matmul(256, 512, 384, 1, 1);
+  test_elementwise(1000003);
+  test_xent(5, 50257);
+  test_xent(33, 1000);
+  test_adamw(100003);
+  if (strcmp(prec, "fp32") == 0) { /* no GEMM inside: once is enough */
+    test_memory();
+    test_attention(2, 37, 64, 4, 0, 1.0f);         /* hs 16, GPT-Neo's unscaled scores */
+    test_attention(1, 100, 128, 2, 0, 0.125f);     /* hs 64, GPT-2's 1/sqrt(hs) */
+    test_attention(2, 77, 96, 3, 16, 1.0f);        /* hs 32, local window */
+    test_attention(1, 300, 256, 2, 64, 1.0f);      /* hs 128, local window over several tiles */
+    test_attention(1, 129, 256, 2, 0, 1.0f);       /* hs 128, global */
+    test_attention(1, 50, 512, 2, 0, 0.0625f);     /* hs 256 */
+    test_attention(2, 33, 40, 2, 1, 1.0f);         /* hs 20, window 1: each query sees itself */
+    test_attention(1, 1, 64, 2, 0, 1.0f);          /* one token */
+  }
+}
+
+/* ---- whole training steps ---------------------------------------------------------------------- */
+
+enum { STEPS = 4 };
+
+static cfg_config *deck(const char *dir, const char *backend, const char *precision) {
+  char text[8192];
+  const char *top = getenv("TOP_SRCDIR");
+  snprintf(text, sizeof text,
+           "&job task = 'prepare', 'train', seed = 11, run_dir = '%s/run' /\n"
+           "&prepare input = '%s/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,\n"
+           "  train_out = '%s/train.nc', val_out = '%s/val.nc' /\n"
+           "&model vocab_size = 256, block_size = 64, n_layer = 2, n_embd = 64, n_head = 4,\n"
+           "  attention_types = 'global', 'local', window_size = 16 /\n"
+           "&training seq_len = 64, micro_batch_size = 3, global_batch_size = 6, max_steps = %d,\n"
+           "  lr = 1e-3, min_lr = 1e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 2 /\n"
+           "&system backend = '%s', precision = '%s' /\n",
+           dir, top ? top : ".", dir, dir, STEPS, backend, precision);
+  cfg_config *c = calloc(1, sizeof *c);
+  nml_errors e = {0};
+  int bad = cfg_load(c, text, "parity.nml", NULL, 0, &e) + cfg_resolve_layout(c, 1, &e);
+  if (bad) nml_errors_print(&e, 10);
+  T_CHECK(bad == 0, "deck rejected");
+  nml_errors_free(&e);
+  return c;
+}
+
+static float *train(const cfg_config *c, const backend *be, double *loss, size_t *n) {
+  nml_errors e = {0};
+  trainer *t = trainer_open(c, be, MPI_COMM_SELF, &e);
+  nml_errors_print(&e, 10);
+  nml_errors_free(&e);
+  T_CHECK(t != NULL, "trainer_open on %s failed", be->name);
+  if (!t) return NULL;
+  for (int s = 0; s < STEPS; s++) {
+    trainer_step_info info;
+    T_CHECK(trainer_step(t, s, &info) == 0, "%s: step %d diverged", be->name, s);
+    loss[s] = info.loss;
+  }
+  float *p = trainer_gather_params(t, n);
+  trainer_close(t);
+  return p;
+}
+
+static void test_training(const char *dir) {
+  cfg_config *c = deck(dir, "cpu", "fp32");
+  T_CHECK(prep_run(c, MPI_COMM_SELF) == 0, "prepare failed");
+  double lc[STEPS];
+  size_t nc, ng;
+  float *pc = train(c, cpu, lc, &nc);
+  free(c);
+  static const char *precs[] = {"fp32", "tf32", "bf16", "fp16"}; /* fp16 with loss scaling */
+  for (int k = 0; k < 4; k++) {
+    prec = precs[k];
+    gpu_open(0, prec);
+    c = deck(dir, "cuda", prec);
+    double lg[STEPS], worst = 0;
+    float *pg = train(c, gpu, lg, &ng);
+    for (int s = 0; s < STEPS; s++)
+      if (fabs(lg[s] - lc[s]) / lc[s] > worst) worst = fabs(lg[s] - lc[s]) / lc[s];
+    double pe = pc && pg && nc == ng ? t_rel_err(pg, pc, nc) : INFINITY;
+    int fp32 = k == 0;
+    printf("training %d steps, %s: losses %.5f..%.5f (cpu %.5f..%.5f), loss rel err %.2e, parameters %.2e\n", STEPS,
+           prec, lg[0], lg[STEPS - 1], lc[0], lc[STEPS - 1], worst, pe);
+    T_CHECK(worst <= (fp32 ? 1e-4 : 3e-2), "training [%s]: a step's loss differs by %.3g relative", prec, worst);
+    T_CHECK(pe <= (fp32 ? 1e-3 : 5e-2), "training [%s]: parameters differ by %.3g", prec, pe);
+    free(pg), free(c);
+  }
+  free(pc);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  char why[256];
+  int n = gpu_device_count(why, sizeof why);
+  if (n == 0) {
+    printf("SKIP: no usable GPU (%s): the parity test needs one\n", why);
+    MPI_Finalize();
+    return 77;
+  }
+  const char *out = getenv("TEST_OUT");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/gpu_parity", out ? out : "tests/out");
+  util_mkdir_p(dir);
+  cpu = backend_cpu();
+  gpu = backend_cuda();
+  rng_seed(&R, 2024, 0, 0);
+  static const char *precs[] = {"fp32", "tf32", "bf16", "fp16"};
+  for (int k = 0; k < 4; k++) {
+    prec = precs[k];
+    gpu_open(0, prec);
+    char desc[512];
+    if (k == 0) printf("GPU: %s\n", gpu->describe(desc, sizeof desc));
+    test_ops();
+  }
+  test_training(dir);
+  int rc = t_done("test_gpu_parity");
+  MPI_Finalize();
+  return rc;
+}
+
+#else /* a build without CUDA */
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  printf("SKIP: this build has no CUDA backend (configure --with-cuda)\n");
+  MPI_Finalize();
+  return 77;
+}
+
+#endif
