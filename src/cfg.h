@@ -61,6 +61,7 @@ typedef struct {
   X(g, REAL, adam_eps, "1e-8", "(0, 1)", "AdamW epsilon")                                           \
   X(g, REAL, weight_decay, "0.1", "[0, 10]", "Decoupled weight decay of the weight matrices and embeddings (never biases or LayerNorm parameters)") \
   X(g, REAL, grad_clip, "1.0", "[0, inf)", "Clip the global gradient norm to this value; 0 disables clipping") \
+  X(g, BOOL, recompute, ".false.", "", "Activation recomputation: keep only each transformer block's input per micro-batch and recompute the block's inner activations in the backward pass (less memory, about a quarter more compute)") \
   X(g, INT, eval_every, "100", "[0, inf)", "Steps between validation-loss evaluations; 0 evaluates only at the end") \
   X(g, INT, eval_batches, "8", "[1, inf)", "Micro-batches of validation data per evaluation")
 

@@ -110,7 +110,7 @@ static backend profiled(const backend *be, int vocab) {
 /* ---- the benchmark ------------------------------------------------------------------------------ */
 
 typedef struct {
-  int L, C, H, V, B, T, steps, warmup, threads, peak_n, profile;
+  int L, C, H, V, B, T, steps, warmup, threads, peak_n, profile, recompute;
   double peak_seconds, peak; /* peak: given GFLOP/s (0: measure) */
   const char *arch, *backend, *precision;
 } bench_args;
@@ -124,21 +124,21 @@ static void usage(FILE *fp) {
   fprintf(fp, "usage: greenlm-bench [--arch gpt-neo|gpt2] [--layers L] [--embd C] [--heads H] [--vocab V]\n"
               "                     [--batch B] [--seq T] [--steps N] [--warmup W] [--threads t]\n"
               "                     [--peak-size n] [--peak-seconds s] [--peak GFLOPS] [--profile]\n"
-              "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16]\n"
+              "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--recompute]\n"
               "defaults: --layers 4 --embd 256 --heads 4 --vocab 50304 --batch 8 --seq 128 --steps 3 --warmup 1\n"
               "          --threads 1 --peak-size 2048 --peak-seconds 2 --backend cpu --precision fp32\n");
 }
 
 static int parse(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32"};
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32"};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
       usage(stdout);
       return 0;
     }
-    if (!strcmp(k, "--profile")) {
-      a->profile = 1;
+    if (!strcmp(k, "--profile") || !strcmp(k, "--recompute")) {
+      *(!strcmp(k, "--profile") ? &a->profile : &a->recompute) = 1;
       continue;
     }
     if (i + 1 >= argc) {
@@ -235,7 +235,9 @@ int main(int argc, char **argv) {
   backend prof = profiled(be, a.V);
   if (a.profile) be = &prof; /* every op synchronised and timed: slightly slower steps */
   gpt_model m;
-  gpt_init(&m, &s, be, a.B, a.T, gpt_whole(&s), 1);
+  gpt_part whole = gpt_whole(&s);
+  whole.recompute = a.recompute; /* activation recomputation: MFU still counts the model's FLOPs only */
+  gpt_init(&m, &s, be, a.B, a.T, whole, 1);
   optim_state opt;
   optim_init(&opt, be, 0, m.nparams);
   cfg_training tc;
@@ -305,9 +307,9 @@ int main(int argc, char **argv) {
   for (char *c = engine; *c; c++)
     if (*c == ' ') *c = '_';
   printf("result: arch=%s L=%d C=%d H=%d V=%d B=%d T=%d threads=%d peak_gflops=%.1f ms_per_step=%.1f "
-         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f backend=%s precision=%s engine=%s\n",
+         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f backend=%s precision=%s recompute=%d activation_bytes=%zu engine=%s\n",
          a.arch, a.L, a.C, a.H, a.V, a.B, a.T, a.threads, peak, 1e3 * per, tps, tps * fpt / 1e9, mfu, a.backend,
-         a.precision, engine);
+         a.precision, a.recompute, m.mem.acts, engine);
   free(x);
   free(y);
   free(step_ms);

@@ -156,7 +156,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   a.fc = take(&b, N * F);
   a.gel = take(&b, N * F);
   a.blk_stride = b;
-  a.blk = take(&cur, (size_t)nl * b);
+  if (!p.recompute) a.blk = take(&cur, (size_t)nl * b); /* per block and slot; else shared, below */
   if (p.has_head) {
     a.lnf = take(&cur, N * C);
     a.lnf_mean = take(&cur, N);
@@ -165,6 +165,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   }
   a.slot = cur;
   cur *= (size_t)p.nslots;
+  if (p.recompute) a.blk = take(&cur, b); /* one block's inner activations, rebuilt as needed */
   a.dres = take(&cur, N * C);
   a.dsmall = take(&cur, N * C);
   a.dbig = take(&cur, N * (F > 3 * C ? F : 3 * C));
@@ -173,7 +174,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   return a;
 }
 
-gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1}; }
+gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1, 0}; }
 
 gpt_tensor *gpt_list_tensors(const gpt_shape *s, gpt_part part, int *n) {
   tensor_list tl;
@@ -216,6 +217,7 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
   m->has_embed = part.has_embed;
   m->has_head = part.has_head;
   m->nslots = part.nslots;
+  m->recompute = part.recompute;
   tensor_list tl;
   build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
   m->tensors = tl.v;
@@ -301,7 +303,7 @@ typedef struct {
 } block_acts;
 
 static act_layout layout(const gpt_model *m) {
-  gpt_part p = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots};
+  gpt_part p = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute};
   return plan_acts(&m->s, m->be, m->B, m->T, p);
 }
 
@@ -311,7 +313,7 @@ static float *slot_base(const gpt_model *m, const act_layout *a, int slot) {
 }
 
 static void block_acts_of(const gpt_model *m, const act_layout *a, int slot, int l, block_acts *ba) {
-  float *base = slot_base(m, a, slot) + a->blk + (size_t)(l - m->layer_lo) * a->blk_stride;
+  float *base = m->recompute ? m->acts + a->blk : slot_base(m, a, slot) + a->blk + (size_t)(l - m->layer_lo) * a->blk_stride;
   ba->ln1 = base + a->ln1;
   ba->ln1_mean = base + a->ln1_mean;
   ba->ln1_rstd = base + a->ln1_rstd;
@@ -355,32 +357,43 @@ void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t 
   if (targets) m->be->to_device(m->targets + at, targets, n);
 }
 
-void gpt_forward(gpt_model *m, int slot, int B, int T) {
+/* Block l's forward pass from its input x (N,C) into its inner activations ba, and its output
+ * into y (N,C) unless y is NULL (the recomputation in the backward pass, which needs only ba). */
+static void block_forward(gpt_model *m, const act_layout *a, int l, const block_acts *ba, const float *x, float *y, int B,
+                          int T) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, F = s->F, N = B * T;
+  float *tmp = m->acts + a->dsmall, *scratch = m->acts + a->scratch;
+  gpt_block_ptrs p;
+  gpt_block(m, m->params, l, &p);
+  be->layernorm_fwd(ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
+  be->matmul_fwd(ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);                                   /* (N,3C) */
+  be->attention_fwd(ba->att, ba->lse, ba->qkv, scratch, B, T, C, s->H, s->window[l], s->attn_scale); /* (N,C) */
+  be->matmul_fwd(tmp, ba->att, p.out_w, p.out_b, N, C, C);
+  be->residual_fwd(ba->mid, x, tmp, (size_t)N * C);
+  be->layernorm_fwd(ba->ln2, ba->ln2_mean, ba->ln2_rstd, ba->mid, p.ln2_w, p.ln2_b, N, C, s->eps);
+  be->matmul_fwd(ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* (N,F) */
+  be->gelu_fwd(ba->gel, ba->fc, (size_t)N * F);
+  if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
+  be->matmul_fwd(tmp, ba->gel, p.proj_w, p.proj_b, N, F, C);
+  be->residual_fwd(y, ba->mid, tmp, (size_t)N * C);
+}
+
+void gpt_forward(gpt_model *m, int slot, int B, int T) {
+  const backend *be = m->be;
+  const gpt_shape *s = &m->s;
+  const int C = s->C, N = B * T;
   act_layout a = layout(m);
-  float *tmp = m->acts + a.dsmall, *scratch = m->acts + a.scratch;
   if (m->has_embed)
     be->embed_fwd(res_at(m, &a, slot, 0, (size_t)N), m->tokens + (size_t)slot * m->B * m->T,
                   tensor_ptr(m, m->params, "transformer.wte.weight"), tensor_ptr(m, m->params, "transformer.wpe.weight"),
                   B, T, C);
   for (int l = m->layer_lo; l < m->layer_hi; l++) {
-    gpt_block_ptrs p;
     block_acts ba;
-    gpt_block(m, m->params, l, &p);
     block_acts_of(m, &a, slot, l, &ba);
-    float *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N), *y = res_at(m, &a, slot, l - m->layer_lo + 1, (size_t)N);
-    be->layernorm_fwd(ba.ln1, ba.ln1_mean, ba.ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
-    be->matmul_fwd(ba.qkv, ba.ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);                      /* (N,3C) */
-    be->attention_fwd(ba.att, ba.lse, ba.qkv, scratch, B, T, C, s->H, s->window[l], s->attn_scale); /* (N,C) */
-    be->matmul_fwd(tmp, ba.att, p.out_w, p.out_b, N, C, C);
-    be->residual_fwd(ba.mid, x, tmp, (size_t)N * C);
-    be->layernorm_fwd(ba.ln2, ba.ln2_mean, ba.ln2_rstd, ba.mid, p.ln2_w, p.ln2_b, N, C, s->eps);
-    be->matmul_fwd(ba.fc, ba.ln2, p.fc_w, p.fc_b, N, C, F); /* (N,F) */
-    be->gelu_fwd(ba.gel, ba.fc, (size_t)N * F);
-    be->matmul_fwd(tmp, ba.gel, p.proj_w, p.proj_b, N, F, C);
-    be->residual_fwd(y, ba.mid, tmp, (size_t)N * C);
+    block_forward(m, &a, l, &ba, res_at(m, &a, slot, l - m->layer_lo, (size_t)N),
+                  res_at(m, &a, slot, l - m->layer_lo + 1, (size_t)N), B, T);
   }
   if (m->has_head) {
     float *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N), *base = slot_base(m, &a, slot);
@@ -432,6 +445,7 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
     gpt_block(m, m->grads, l, &g);
     block_acts_of(m, &a, slot, l, &ba);
     float *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
+    if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
     /* MLP: dres is d(block output) */
     be->matmul_bwd(dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C); /* dgel (N,F) */
     be->gelu_bwd(dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,F) */

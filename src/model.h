@@ -69,17 +69,20 @@ typedef struct {
   size_t total;
 } gpt_memory;
 
-/* What a rank holds: blocks [lo, hi), the embedding, the head; activation slots. */
+/* What a rank holds: blocks [lo, hi), the embedding, the head; activation slots; whether the
+ * blocks' inner activations are recomputed in the backward pass (then one block's worth is kept,
+ * shared by all blocks and slots, instead of one per block and slot). */
 typedef struct {
   int lo, hi, has_embed, has_head;
   int nslots;
+  int recompute;
 } gpt_part;
 
 typedef struct {
   gpt_shape s;
   const backend *be;
   int B, T; /* the largest micro-batch the arena is planned for */
-  int layer_lo, layer_hi, has_embed, has_head, nslots;
+  int layer_lo, layer_hi, has_embed, has_head, nslots, recompute;
 
   gpt_tensor *tensors;
   int ntensors;

@@ -56,6 +56,7 @@ void par_plan(par_layout *L, const cfg_config *cfg, int nranks, int rank) {
   L->D = (int)cfg->parallel.data_parallel;
   L->m = (int)cfg->parallel.micro_batches;
   L->zero = (int)cfg->parallel.zero_stage;
+  L->recompute = cfg->training.recompute;
   UTIL_CHECK(L->P * L->D == nranks, NULL, "internal: layout %d x %d for %d ranks", L->P, L->D, nranks);
   if (strcmp(cfg->parallel.rank_order, "stages_adjacent") == 0) {
     L->stage = rank % L->P;
@@ -96,7 +97,7 @@ void par_free(par_layout *L) {
 
 gpt_part par_stage_part(const par_layout *L, int s) {
   int inflight = L->P - s; /* 1F1B: stage s holds at most P - s micro-batches at once */
-  return (gpt_part){L->lo[s], L->lo[s + 1], s == 0, s == L->P - 1, L->m < inflight ? L->m : inflight};
+  return (gpt_part){L->lo[s], L->lo[s + 1], s == 0, s == L->P - 1, L->m < inflight ? L->m : inflight, L->recompute};
 }
 
 gpt_part par_part(const par_layout *L) { return par_stage_part(L, L->stage); }

@@ -24,6 +24,7 @@
 typedef struct {
   int size, rank;  /* in the job's communicator */
   int P, D, m, zero;
+  int recompute;   /* &training recompute: blocks' inner activations recomputed in the backward pass */
   int stage, replica;
   int *lo;         /* (P + 1) layer boundaries: stage s holds blocks [lo[s], lo[s+1]) */
   double *cost;    /* (P) relative cost of each stage */

@@ -21,7 +21,7 @@ void pipe_init(pipe_state *p, const par_layout *L, gpt_model *m, int B, int T) {
   p->T = T;
   p->tokens = util_malloc((size_t)B * T * sizeof(int32_t), "batch tokens");
   p->targets = util_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
-  gpt_part part = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots};
+  gpt_part part = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute};
   size_t nb = pipe_bytes(&m->s, part, B, T);
   p->bsend = nb ? m->be->alloc(nb) : NULL;
   p->fsend = util_malloc((size_t)m->nslots * sizeof(MPI_Request), "sends");

@@ -34,9 +34,10 @@ static void test_memory_plan(void) {
   for (int i = 0; i < 3; i++) {
     gpt_shape s;
     shape_of(&s, cases[i].arch, cases[i].L, cases[i].C, cases[i].H, cases[i].V, cases[i].maxT, 8);
-    /* the whole model; a first stage with 3 activation slots; a last stage */
-    gpt_part parts[3] = {gpt_whole(&s), {0, s.L - 1, 1, 0, 3}, {s.L - 1, s.L, 0, 1, 1}};
-    for (int k = 0; k < 3; k++) {
+    /* the whole model; a first stage with 3 activation slots; a last stage; the first stage with
+     * recomputation (one block's inner activations instead of one per block and slot) */
+    gpt_part parts[4] = {gpt_whole(&s), {0, s.L - 1, 1, 0, 3, 0}, {s.L - 1, s.L, 0, 1, 1, 0}, {0, s.L - 1, 1, 0, 3, 1}};
+    for (int k = 0; k < 4; k++) {
       gpt_memory plan = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[k]);
       t_counted = 0;
       gpt_model m;
@@ -44,6 +45,10 @@ static void test_memory_plan(void) {
       T_CHECK(t_counted == plan.total, "%s case %d part %d: planned %zu bytes, allocated %zu", cases[i].arch, i, k,
               plan.total, t_counted);
       T_CHECK(plan.params == m.nparams * sizeof(float) && m.nparams == gpt_part_params(&s, parts[k]), "parameter bytes");
+      if (k == 3) {
+        gpt_memory kept = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[1]);
+        T_CHECK(plan.acts < kept.acts, "recomputation plans %zu activation bytes, not fewer than %zu", plan.acts, kept.acts);
+      }
       gpt_free(&m);
     }
     gpt_shape_free(&s);
@@ -57,7 +62,7 @@ static void test_init(void) {
   gpt_init(&a, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
   gpt_init(&b, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
   gpt_init(&c, &s, backend_cpu(), 1, 8, gpt_whole(&s), 12);
-  gpt_init(&part, &s, backend_cpu(), 1, 8, (gpt_part){1, 2, 0, 0, 1}, 11); /* block 1 only */
+  gpt_init(&part, &s, backend_cpu(), 1, 8, (gpt_part){1, 2, 0, 0, 1, 0}, 11); /* block 1 only */
   T_CHECK(!memcmp(a.params, b.params, a.nparams * sizeof(float)), "same seed, same parameters");
   T_CHECK(memcmp(a.params, c.params, a.nparams * sizeof(float)) != 0, "another seed, other parameters");
   gpt_block_ptrs pa, pp;

@@ -8,7 +8,8 @@
  * for its stage. Each layout also continues the serial run from a checkpoint written after half
  * the steps (another layout, ZeRO on or off): the same bounds hold for the second half. The layout
  * P=2 x D=2 runs once more with the CPU backend posing as device memory, so that every message
- * and checkpoint goes through host staging (comm.h), as on a GPU without CUDA-aware MPI. */
+ * and checkpoint goes through host staging (comm.h), as on a GPU without CUDA-aware MPI. With
+ * activation recomputation, one rank must repeat the serial run bitwise and P=2 x D=2 match it. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 enum { STEPS = 10 };
 
 static int staged; /* the backend claims device memory: MPI goes through host staging buffers */
+static int recompute; /* &training recompute: blocks recomputed in the backward pass */
 
 typedef struct {
   double loss[STEPS], val;
@@ -42,10 +44,10 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&model vocab_size = 256, block_size = 32, n_layer = 4, n_embd = 32, n_head = 4,\n"
            "  attention_types = 'global', 'local', window_size = 8 /\n"
            "&training seq_len = 32, micro_batch_size = 2, global_batch_size = 8, max_steps = %d,\n"
-           "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4 /\n"
+           "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4, recompute = %s /\n"
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
            "  bucket_mb = 0.01 /\n",
-           dir, top ? top : ".", dir, dir, STEPS, P, D, zero, order);
+           dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order);
   cfg_config *c = calloc(1, sizeof *c);
   nml_errors e = {0};
   int bad = cfg_load(c, text, "parallel.nml", NULL, 0, &e) + cfg_resolve_layout(c, nranks, &e);
@@ -130,10 +132,10 @@ int main(int argc, char **argv) {
   static const struct {
     int P, D;
     const char *order;
-    int staged;
-  } layouts[] = {{1, 2, "replicas_adjacent", 0}, {1, 4, "replicas_adjacent", 0}, {2, 1, "replicas_adjacent", 0},
-                 {4, 1, "replicas_adjacent", 0}, {2, 2, "replicas_adjacent", 0}, {2, 2, "stages_adjacent", 0},
-                 {2, 2, "replicas_adjacent", 1}};
+    int staged, recompute;
+  } layouts[] = {{1, 2, "replicas_adjacent", 0, 0}, {1, 4, "replicas_adjacent", 0, 0}, {2, 1, "replicas_adjacent", 0, 0},
+                 {4, 1, "replicas_adjacent", 0, 0}, {2, 2, "replicas_adjacent", 0, 0}, {2, 2, "stages_adjacent", 0, 0},
+                 {2, 2, "replicas_adjacent", 1, 0}, {1, 1, "replicas_adjacent", 0, 1}, {2, 2, "replicas_adjacent", 0, 1}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
     for (int mode = 0; mode < 4; mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
       int zero = mode & 1, resumed = mode >> 1;
@@ -142,6 +144,7 @@ int main(int argc, char **argv) {
       MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &sub);
       run_result r = {0};
       staged = layouts[i].staged;
+      recompute = layouts[i].recompute;
       if (sub != MPI_COMM_NULL) {
         cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
         train_from(c, sub, &r, resumed ? ckpt : NULL, NULL);
@@ -157,8 +160,11 @@ int main(int argc, char **argv) {
         }
         double ve = fabs(r.val - ref.val) / fabs(ref.val);
         double pe = r.params && r.n == ref.n ? t_rel_err(r.params, ref.params, r.n) : INFINITY;
-        printf("P=%d D=%d ZeRO-%d %-17s %s%s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
-               layouts[i].order, resumed ? "restarted" : "from start", staged ? ", host staging" : "", worst, ve, pe);
+        printf("P=%d D=%d ZeRO-%d %-17s %s%s%s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
+               layouts[i].order, resumed ? "restarted" : "from start", staged ? ", host staging" : "",
+               recompute ? ", recomputation" : "", worst, ve, pe);
+        if (P * D == 1) /* recomputation alone repeats the same arithmetic: bitwise the serial run */
+          T_CHECK(worst == 0 && ve == 0 && pe == 0, "recomputation on one rank differs from the serial run");
         T_CHECK(worst <= 1e-5, "P=%d D=%d ZeRO-%d %s: a step's loss differs by %.3g relative", P, D, zero,
                 layouts[i].order, worst);
         T_CHECK(ve <= 1e-5, "P=%d D=%d ZeRO-%d: validation loss differs by %.3g", P, D, zero, ve);

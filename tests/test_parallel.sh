@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_parallel: the layout-equivalence program on 4 ranks (oversubscribed on small machines), and
-# the dry run's memory per rank: AdamW state drops to 1/D of it with ZeRO-1.
+# the dry run's memory per rank: AdamW state drops to 1/D of it with ZeRO-1, activations with
+# recomputation.
 . "$(dirname "$0")/lib.sh"
 $MPIEXEC -n 4 "$(dirname "$GREENLM")/../tests/test_parallel"
 check "the parallel layouts differ from the serial run (see above)" [ $? -eq 0 ]
@@ -13,4 +14,12 @@ a0=$(adam 0)
 a1=$(adam 1)
 check "dry run: AdamW with ZeRO-1 on 4 replicas is $a1 MiB, not a quarter of $a0 MiB" \
   awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(a > 0 && b > 0 && (a / b) > 3.99 && (a / b) < 4.01) }'
+acts() { # acts RECOMPUTE: the activation GiB of GPT-Neo 1.3B planned for 1 rank
+  greenlm --dry-run --set training.recompute="$1" "$TOP_SRCDIR/input/neo-1.3b.nml" |
+    sed -n 's/^! memory per rank, stage 0: .*activations \([0-9.]*\) GiB.*/\1/p'
+}
+k0=$(acts F)
+k1=$(acts T)
+check "dry run: activations of GPT-Neo 1.3B with recomputation $k1 GiB, not below a quarter of $k0 GiB" \
+  awk -v a="$k0" -v b="$k1" 'BEGIN { exit !(a > 0 && b > 0 && b < a / 4) }'
 finish
