@@ -17,6 +17,15 @@ extern "C" int gpu_device_count(char *why, size_t len) {
   return n;
 }
 
+extern "C" int gpu_device_bus_id(int device, char *buf, size_t len) {
+  if (cudaDeviceGetPCIBusId(buf, (int)len, device) != cudaSuccess) {
+    cudaGetLastError();
+    buf[0] = '\0';
+    return -1;
+  }
+  return 0;
+}
+
 static cublasComputeType_t compute_type(const char *precision) {
   if (strcmp(precision, "tf32") == 0) return CUBLAS_COMPUTE_32F_FAST_TF32;
   if (strcmp(precision, "bf16") == 0) return CUBLAS_COMPUTE_32F_FAST_16BF;

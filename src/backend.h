@@ -120,6 +120,8 @@ const backend *backend_cuda(void);
 /* CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies); 0 when there are none or no
  * usable driver, with the reason in why. */
 int gpu_device_count(char *why, size_t len);
+/* PCI bus id of visible device `device` as CUDA writes it ("0000:3B:00.0"); 0, or -1 with "". */
+int gpu_device_bus_id(int device, char *buf, size_t len);
 /* Make device `device` this process's device and set the GEMM precision ("fp32", "tf32", "bf16"
  * or "fp16"). Errors are fatal. Called again (with the same device) it changes the precision. */
 void gpu_open(int device, const char *precision);

@@ -3,9 +3,11 @@
 
 #include "backends.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
+#include "topo.h"
 #include "util.h"
 
 const backend *backends_plan(const cfg_config *cfg) {
@@ -22,21 +24,27 @@ static const backend *choose(const cfg_config *cfg, MPI_Comm comm, char *err, ch
   const cfg_system *sy = &cfg->system;
   if (strcmp(sy->backend, "cpu") == 0) return backend_cpu();
 #ifdef GREENLM_HAVE_CUDA
-  int rank, lrank, nlocal;
+  int rank;
   MPI_Comm node;
   MPI_Comm_rank(comm, &rank);
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &lrank);
-  MPI_Comm_size(node, &nlocal);
-  MPI_Comm_free(&node);
   char why[256] = "";
   int n = gpu_device_count(why, sizeof why);
   if (n > 0) {
-    gpu_open(lrank % n, sy->precision);
+    /* the GPU nearest to this rank's cores (hwloc PCI locality), the node's GPUs shared evenly */
+    char **bus = util_malloc((size_t)n * sizeof *bus, "bus ids"), where[320];
+    for (int d = 0; d < n; d++) {
+      bus[d] = util_malloc(32, "bus id");
+      if (gpu_device_bus_id(d, bus[d], 32) != 0) free(bus[d]), bus[d] = NULL;
+    }
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int d = topo_choose_device(node, strcmp(cfg->parallel.bind, "none") != 0, n, bus, where, sizeof where);
+    MPI_Comm_free(&node);
+    for (int i = 0; i < n; i++) free(bus[i]);
+    free(bus);
+    gpu_open(d, sy->precision);
     const backend *be = backend_cuda();
     char how[256];
-    util_snprintf(note, nlen, "backend: cuda, precision %s; GPU = node rank mod %d visible GPU%s%s; MPI: %s",
-                  sy->precision, n, n == 1 ? "" : "s", nlocal > n ? " (ranks share GPUs)" : "",
+    util_snprintf(note, nlen, "backend: cuda, precision %s; %s; MPI: %s", sy->precision, where,
                   comm_describe(be, how, sizeof how));
     return be;
   }
