@@ -69,6 +69,19 @@ static uint64_t checksum_part(float *restrict y, const float *restrict x, size_t
   return s;
 }
 
+/* The same sum over elements [a, b) as they lie in the file (big-endian IEEE 754 bytes, raw),
+ * converted to host floats on the way into y unless y is NULL: the read side's one pass. */
+static uint64_t checksum_from_file(float *restrict y, const unsigned char *restrict raw, size_t a, size_t b) {
+  uint64_t s = 0;
+  for (size_t i = a; i < b; i++) {
+    const unsigned char *q = raw + 4 * (i - a);
+    uint32_t bits = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | (uint32_t)q[3];
+    if (y) memcpy(&y[i - a], &bits, sizeof bits);
+    s += (uint64_t)bits * (2 * (uint64_t)i + 1);
+  }
+  return s;
+}
+
 /* Backend address of stage-buffer element `off` of kind k (0 params, 1 adam_m, 2 adam_v). */
 static float *addr(const ckpt_state *s, int k, size_t off) {
   return k == 0 ? s->m->params + off : (k == 1 ? s->opt->m : s->opt->v) + (off - s->opt->lo);
@@ -77,23 +90,27 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
 /* ---- staged I/O: every element passes once through a small host buffer ------------------------- */
 
 /* Tensors go to and from the file through a host buffer of CKPT_STAGE bytes that stays in the
- * processor's cache: copied from the backend (checksummed on the way), posted as non-blocking puts
- * (PnetCDF swaps the bytes to big-endian in place), written by one collective wait; reads the other
- * way round. So a checkpoint moves each byte between memory and the page cache once, as a plain
- * fwrite does, and the GPU backend needs no host copy of the model. Every batch is far below
- * PnetCDF 1.12's 2 GiB per wait.
+ * processor's cache. Writes: copied from the backend (checksummed on the way), posted as
+ * non-blocking puts (PnetCDF swaps the bytes to big-endian in place), written by one collective
+ * wait per batch, far below PnetCDF 1.12's 2 GiB per wait. Reads: the header and the variables'
+ * places come from PnetCDF (ncmpi_open, ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one
+ * contiguous run of big-endian floats, so each rank preads its own runs into the stage and
+ * converts, checksums and copies them to the backend in one pass. So a checkpoint moves each byte
+ * between memory and the page cache once, as plain fwrite and fread do, and the GPU backend needs
+ * no host copy of the model.
  *
- * Each rank also keeps a descriptor of its own to the file, to tell the kernel what comes: after
- * every batch written, to start writing it to the disk (so the final sync finds little left to do);
- * while reading, CKPT_AHEAD bytes ahead of the batch being read, to fetch them. */
+ * Each rank keeps a descriptor of its own to the file, to tell the kernel what comes: after every
+ * batch written, to start writing it to the disk (so the final sync finds little left to do);
+ * while reading, to fetch CKPT_AHEAD bytes ahead of the batch being read (and to read). */
 #define CKPT_STAGE ((size_t)8 << 20)
 #define CKPT_AHEAD ((MPI_Offset)128 << 20)
 
 typedef struct {
-  float *dst;   /* read: backend address the elements go to */
-  size_t pos;   /* offset in the stage buffer (elements) */
-  size_t a, n;  /* elements [a, a + n) of the variable */
-  int sum;      /* index into sums, or -1 when not counted */
+  float *dst;     /* read: backend address the elements go to */
+  size_t pos;     /* offset in the stage buffer (elements) */
+  size_t a, n;    /* elements [a, a + n) of the variable */
+  int sum;        /* index into sums, or -1 when not counted */
+  MPI_Offset off; /* read: file offset of element a */
 } io_seg;
 
 typedef struct {
@@ -147,22 +164,41 @@ static void io_ahead(io_stream *io) {
   }
 }
 
-/* One collective wait for what is posted; reads then leave the stage for the backend. */
+/* Writes: one collective wait for what is posted. Reads: each segment's bytes from the file into
+ * the stage, then converted, checksummed and copied to the backend in one pass. */
 static void io_flush(io_stream *io) {
-  int rc = ncmpi_wait_all(io->nc, io->nreq, io->req, io->st);
-  for (int i = 0; i < io->nreq && rc == NC_NOERR; i++) rc = io->st[i];
-  if (rc != NC_NOERR && io->rc == NC_NOERR) io->rc = rc;
-  if (!io->write && rc == NC_NOERR)
-    for (int i = 0; i < io->nseg; i++) {
-      io_seg *g = &io->seg[i];
-      float *x = io->stage + g->pos;
-      if (g->sum >= 0 && io->be->host_memory) {
-        io->sums[g->sum] += checksum_part(g->dst, x, g->a, g->a + g->n); /* copied and summed in one pass */
-      } else {
-        if (g->sum >= 0) io->sums[g->sum] += checksum_part(NULL, x, g->a, g->a + g->n);
-        io->be->to_device(g->dst, x, g->n * sizeof(float));
-      }
+  int rc = NC_NOERR;
+  if (io->write) {
+    rc = ncmpi_wait_all(io->nc, io->nreq, io->req, io->st);
+    for (int i = 0; i < io->nreq && rc == NC_NOERR; i++) rc = io->st[i];
+  }
+  for (int i = 0; i < io->nseg && rc == NC_NOERR; i++) {
+    io_seg *g = &io->seg[i];
+    unsigned char *raw = (unsigned char *)(io->stage + g->pos);
+    size_t want = g->n * sizeof(float), got = 0;
+    while (got < want) {
+      ssize_t r = pread(io->fd, raw + got, want - got, (off_t)(g->off + (MPI_Offset)got));
+      if (r <= 0 && !(r < 0 && errno == EINTR)) break;
+      if (r > 0) got += (size_t)r;
     }
+    if (got < want) {
+      rc = NC_EREAD; /* the file ends early: truncated */
+      break;
+    }
+    if (io->be->host_memory) {
+      uint64_t s = checksum_from_file(g->dst, raw, g->a, g->a + g->n); /* converted and summed in one pass */
+      if (g->sum >= 0) io->sums[g->sum] += s;
+    } else {
+      if (g->sum >= 0) io->sums[g->sum] += checksum_from_file(NULL, raw, g->a, g->a + g->n);
+      uint32_t *w = (uint32_t *)(void *)raw; /* to host order in place, then to the device */
+      for (size_t k = 0; k < g->n; k++) {
+        const unsigned char *q = raw + 4 * k;
+        w[k] = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | (uint32_t)q[3];
+      }
+      io->be->to_device(g->dst, raw, g->n * sizeof(float));
+    }
+  }
+  if (rc != NC_NOERR && io->rc == NC_NOERR) io->rc = rc;
 #ifdef SYNC_FILE_RANGE_WRITE
   if (io->write && io->fd >= 0 && io->nreq) sync_file_range(io->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 #endif
@@ -196,6 +232,11 @@ static void io_post(io_stream *io, int var, int cols, size_t x, size_t n, float 
  * (-1: not counted). Reads go in the order io_expect announced them. */
 static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float *x, int sum) {
   size_t c = cols > 1 ? (size_t)cols : 0;
+  MPI_Offset var_off = 0; /* reads go straight to the variable's bytes (CDF-5: contiguous, big-endian) */
+  if (!io->write && (io->fd < 0 || ncmpi_inq_varoffset(io->nc, var, &var_off) != NC_NOERR)) {
+    if (io->rc == NC_NOERR) io->rc = NC_EREAD;
+    return;
+  }
   while (a < b) {
     if (io->used == io->cap) io_flush(io);
     size_t n = b - a < io->cap - io->used ? b - a : io->cap - io->used;
@@ -212,11 +253,11 @@ static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float
         io->segcap = io->segcap ? 2 * io->segcap : 256;
         io->seg = util_realloc(io->seg, (size_t)io->segcap * sizeof *io->seg, "segments");
       }
-      io->seg[io->nseg++] = (io_seg){x, io->used, a, n, sum};
+      io->seg[io->nseg++] = (io_seg){x, io->used, a, n, sum, var_off + (MPI_Offset)(a * sizeof(float))};
       io->consumed += (MPI_Offset)(n * sizeof(float));
       io_ahead(io);
     }
-    io_post(io, var, cols, a, n, buf);
+    if (io->write) io_post(io, var, cols, a, n, buf);
     io->used += n, a += n, x += n;
   }
 }
@@ -259,12 +300,11 @@ static void share_pieces(const ckpt_state *s, int k) {
   free(stage);
 }
 
-/* MPI-IO hints. Each rank reads and writes large contiguous runs of its own. Writes let ROMIO
- * decide per call whether to aggregate them (two-phase collective buffering, 'automatic'); reads
- * go directly, every rank its own runs (measured faster with 2 ranks on the development machine,
- * and each replica reads a different piece anyway); data sieving, which turns such runs into read-modify-write cycles
- * through a small buffer, is off (on the development machine it read checkpoints 15x slower than
- * fread). PNETCDF_HINTS in the environment still overrides these. */
+/* MPI-IO hints. Each rank writes large contiguous runs of its own; ROMIO may decide per call
+ * whether to aggregate them (two-phase collective buffering, 'automatic'). Reads of the
+ * header go directly (the data is read with pread, above). Data sieving, which turns runs into
+ * read-modify-write cycles through a small buffer, is off. PNETCDF_HINTS in the environment still
+ * overrides these. */
 static MPI_Info io_hints(void) {
   MPI_Info info;
   MPI_Info_create(&info);
