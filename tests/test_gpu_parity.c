@@ -27,6 +27,7 @@
 #include "prepare.h"
 #include "rng.h"
 #include "testing.h"
+#include "testdeck.h"
 #include "train.h"
 #include "util.h"
 
@@ -293,13 +294,7 @@ static cfg_config *deck(const char *dir, const char *backend, const char *precis
            "  lr = 1e-3, min_lr = 1e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 2 /\n"
            "&system backend = '%s', precision = '%s' /\n",
            dir, top ? top : ".", dir, dir, STEPS, backend, precision);
-  cfg_config *c = calloc(1, sizeof *c);
-  nml_errors e = {0};
-  int bad = cfg_load(c, text, "parity.nml", NULL, 0, &e) + cfg_resolve_layout(c, 1, &e);
-  if (bad) nml_errors_print(&e, 10);
-  T_CHECK(bad == 0, "deck rejected");
-  nml_errors_free(&e);
-  return c;
+  return t_load_deck(text, "parity.nml", 1);
 }
 
 static float *train(const cfg_config *c, const backend *be, double *loss, size_t *n) {

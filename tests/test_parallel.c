@@ -20,6 +20,7 @@
 #include "par.h"
 #include "prepare.h"
 #include "testing.h"
+#include "testdeck.h"
 #include "train.h"
 #include "util.h"
 
@@ -48,13 +49,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
            "  bucket_mb = 0.01 /\n",
            dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order);
-  cfg_config *c = calloc(1, sizeof *c);
-  nml_errors e = {0};
-  int bad = cfg_load(c, text, "parallel.nml", NULL, 0, &e) + cfg_resolve_layout(c, nranks, &e);
-  if (bad) nml_errors_print(&e, 10);
-  T_CHECK(bad == 0, "deck for P=%d D=%d rejected", P, D);
-  nml_errors_free(&e);
-  return c;
+  return t_load_deck(text, "parallel.nml", nranks);
 }
 
 /* Train STEPS steps on comm; with restart, from that checkpoint (written after STEPS/2 steps). With

@@ -21,6 +21,7 @@
 #include "optim.h"
 #include "prepare.h"
 #include "testing.h"
+#include "testdeck.h"
 #include "train.h"
 #include "util.h"
 
@@ -58,13 +59,7 @@ static cfg_config *deck(const char *dir, double loss_scale, long window) {
            "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 2 /\n"
            "&system loss_scale = %.17g, loss_scale_window = %ld /\n",
            dir, top ? top : ".", dir, dir, loss_scale, window);
-  cfg_config *c = calloc(1, sizeof *c);
-  nml_errors e = {0};
-  int bad = cfg_load(c, text, "scaler.nml", NULL, 0, &e) + cfg_resolve_layout(c, 1, &e);
-  if (bad) nml_errors_print(&e, 10);
-  T_CHECK(bad == 0, "deck rejected");
-  nml_errors_free(&e);
-  return c;
+  return t_load_deck(text, "scaler.nml", 1);
 }
 
 static trainer *open_trainer(cfg_config *c, const char *precision) {
