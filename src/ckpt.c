@@ -262,6 +262,21 @@ static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float
   }
 }
 
+/* Rank 0 reserves the whole file's blocks before the ranks write their pieces at once, so the file
+ * system lays it out in one run rather than interleaving the writers' extents (which made reading
+ * a piece back slower than reading a file written by one writer). Where the file system cannot
+ * (posix_fallocate fails), nothing changes. */
+static void reserve(int nc, const char *path, int last_var, size_t last_numel, MPI_Comm comm) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Offset off;
+  if (rank == 0 && ncmpi_inq_varoffset(nc, last_var, &off) == NC_NOERR) {
+    int fd = open(path, O_WRONLY);
+    if (fd >= 0) posix_fallocate(fd, 0, (off_t)(off + (MPI_Offset)(last_numel * sizeof(float)))), close(fd);
+  }
+  MPI_Barrier(comm);
+}
+
 /* The last wait, then as many empty ones as the busiest rank made (waits are collective). */
 static void io_close(io_stream *io, MPI_Comm comm) {
   if (io->nreq || io->nseg) io_flush(io);
@@ -508,6 +523,7 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
     nrc = define(nc, s, all, nall, sums, vars); /* checksums 0 until the data has passed */
     if (nrc == NC_NOERR) nrc = ncmpi_enddef(nc);
     io.rc = nrc;
+    if (nrc == NC_NOERR) reserve(nc, tmp, vars[3 * nall - 1], all[nall - 1].numel, comm);
     size_t lo, hi;
     own_piece(s->m, L, &lo, &hi);
     ckpt_piece *p;
