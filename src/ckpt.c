@@ -56,6 +56,10 @@ static void own_piece(const gpt_model *m, const par_layout *L, size_t *lo, size_
   *hi = par_piece(m->nparams, L->D, L->replica + 1);
 }
 
+/* One element's part of a variable's checksum: its bits times an odd weight per position (2i + 1),
+ * modulo 2^64, so that any changed, swapped or zeroed element changes the sum (doc/formats.md). */
+static inline uint64_t checksum_term(uint32_t bits, size_t i) { return (uint64_t)bits * (2 * (uint64_t)i + 1); }
+
 /* Checksum contribution of elements [a, b) of a variable, their values x (host); copied to y on
  * the way unless y is NULL. */
 static uint64_t checksum_part(float *restrict y, const float *restrict x, size_t a, size_t b) {
@@ -64,7 +68,7 @@ static uint64_t checksum_part(float *restrict y, const float *restrict x, size_t
     uint32_t bits;
     memcpy(&bits, &x[i - a], sizeof bits);
     if (y) memcpy(&y[i - a], &bits, sizeof bits);
-    s += (uint64_t)bits * (2 * (uint64_t)i + 1); /* an odd weight per position: any change shows */
+    s += checksum_term(bits, i);
   }
   return s;
 }
@@ -77,7 +81,7 @@ static uint64_t checksum_from_file(float *restrict y, const unsigned char *restr
     const unsigned char *q = raw + 4 * (i - a);
     uint32_t bits = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | (uint32_t)q[3];
     if (y) memcpy(&y[i - a], &bits, sizeof bits);
-    s += (uint64_t)bits * (2 * (uint64_t)i + 1);
+    s += checksum_term(bits, i);
   }
   return s;
 }
@@ -207,6 +211,7 @@ static void io_flush(io_stream *io) {
   io->waits++;
 }
 
+/* Write: post elements [x, x + n) of var from buf as a non-blocking put (a hyperslab). */
 static void io_post(io_stream *io, int var, int cols, size_t x, size_t n, float *buf) {
   MPI_Offset start[2], count[2];
   if (cols <= 1) {
@@ -221,8 +226,7 @@ static void io_post(io_stream *io, int var, int cols, size_t x, size_t n, float 
     io->req = util_realloc(io->req, (size_t)io->reqcap * sizeof(int), "requests");
     io->st = util_realloc(io->st, (size_t)io->reqcap * sizeof(int), "statuses");
   }
-  int rc = io->write ? ncmpi_iput_vara_float(io->nc, var, start, count, buf, &io->req[io->nreq])
-                     : ncmpi_iget_vara_float(io->nc, var, start, count, buf, &io->req[io->nreq]);
+  int rc = ncmpi_iput_vara_float(io->nc, var, start, count, buf, &io->req[io->nreq]);
   if (rc == NC_NOERR) io->nreq++;
   else if (io->rc == NC_NOERR) io->rc = rc;
 }
