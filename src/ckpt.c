@@ -93,10 +93,13 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
 
 /* ---- staged I/O: every element passes once through a small host buffer ------------------------- */
 
-/* Tensors go to and from the file through a host buffer of CKPT_STAGE bytes that stays in the
- * processor's cache. Writes: copied from the backend (checksummed on the way), posted as
+/* Tensors go to and from the file through a host buffer of &checkpoint stage_mb (8 MiB) that stays
+ * in the processor's cache. Writes: copied from the backend (checksummed on the way), posted as
  * non-blocking puts (PnetCDF swaps the bytes to big-endian in place), written by one collective
- * wait per batch, far below PnetCDF 1.12's 2 GiB per wait. Reads: the header and the variables'
+ * wait per batch, far below PnetCDF 1.12's 2 GiB per wait. Ranks whose pieces differ in size need
+ * different numbers of waits: each wait is preceded by an agreement (an MPI_Allreduce of "this
+ * rank has data to write now"), and a rank that has written everything keeps taking part with
+ * empty waits until no rank has data left (io_close). Reads: the header and the variables'
  * places come from PnetCDF (ncmpi_open, ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one
  * contiguous run of big-endian floats, so each rank preads its own runs into the stage and
  * converts, checksums and copies them to the backend in one pass. So a checkpoint moves each byte
@@ -106,7 +109,6 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
  * Each rank keeps a descriptor of its own to the file, to tell the kernel what comes: after every
  * batch written, to start writing it to the disk (so the final sync finds little left to do);
  * while reading, to fetch CKPT_AHEAD bytes ahead of the batch being read (and to read). */
-#define CKPT_STAGE ((size_t)8 << 20)
 #define CKPT_AHEAD ((MPI_Offset)128 << 20)
 
 typedef struct {
@@ -131,16 +133,24 @@ typedef struct {
   int *req, *st;
   int nreq, reqcap;
   uint64_t *sums; /* checksums of what passed, per variable (3 per tensor) */
-  int waits, rc;
+  int rc;
+  MPI_Comm comm;        /* the ranks writing or reading the file together */
   int fd;               /* this rank's own descriptor of the file, or -1 */
   io_extent *ext;       /* read: the extents to come, in the order they are read */
   int next, nexp, expcap; /* ext[0, nexp) announced; ext[next] the first not yet advised */
   MPI_Offset advised, consumed, ext_done; /* bytes; ext_done of ext[next] already advised */
 } io_stream;
 
-static void io_open(io_stream *io, int nc, int write, const backend *be, uint64_t *sums, int nsums, const char *path) {
-  *io = (io_stream){.nc = nc, .write = write, .be = be, .sums = sums, .cap = CKPT_STAGE / sizeof(float)};
-  io->stage = util_malloc(CKPT_STAGE, "checkpoint staging");
+/* Elements in the staging buffer: &checkpoint stage_mb, at least one. */
+static size_t stage_elems(const ckpt_state *s) {
+  size_t n = (size_t)(s->cfg->checkpoint.stage_mb * (1 << 20)) / sizeof(float);
+  return n ? n : 1;
+}
+
+static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint64_t *sums, int nsums, const char *path,
+                    MPI_Comm comm) {
+  *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
+  io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
   io->fd = open(path, O_RDONLY);
   memset(sums, 0, (size_t)nsums * sizeof *sums);
 }
@@ -168,11 +178,15 @@ static void io_ahead(io_stream *io) {
   }
 }
 
-/* Writes: one collective wait for what is posted. Reads: each segment's bytes from the file into
- * the stage, then converted, checksummed and copied to the backend in one pass. */
-static void io_flush(io_stream *io) {
-  int rc = NC_NOERR;
+/* Writes: the agreement, then (where any rank has data: `more` says whether this one has) one
+ * collective wait for what is posted; returns whether the wait took place. Reads: each segment's
+ * bytes from the file into the stage, then converted, checksummed and copied to the backend in one
+ * pass (no collectives); returns 0. */
+static int io_flush(io_stream *io, int more) {
+  int rc = NC_NOERR, any = 0;
   if (io->write) {
+    MPI_Allreduce(&more, &any, 1, MPI_INT, MPI_LOR, io->comm);
+    if (!any) return 0;
     rc = ncmpi_wait_all(io->nc, io->nreq, io->req, io->st);
     for (int i = 0; i < io->nreq && rc == NC_NOERR; i++) rc = io->st[i];
   }
@@ -208,7 +222,7 @@ static void io_flush(io_stream *io) {
 #endif
   io->nreq = io->nseg = 0;
   io->used = 0;
-  io->waits++;
+  return any;
 }
 
 /* Write: post elements [x, x + n) of var from buf as a non-blocking put (a hyperslab). */
@@ -242,7 +256,7 @@ static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float
     return;
   }
   while (a < b) {
-    if (io->used == io->cap) io_flush(io);
+    if (io->used == io->cap) io_flush(io, 1);
     size_t n = b - a < io->cap - io->used ? b - a : io->cap - io->used;
     if (c && a % c) n = n < c - a % c ? n : c - a % c; /* up to the end of a partial row */
     else if (c && n >= c) n -= n % c;                   /* whole rows */
@@ -281,12 +295,13 @@ static void reserve(int nc, const char *path, int last_var, size_t last_numel, M
   MPI_Barrier(comm);
 }
 
-/* The last wait, then as many empty ones as the busiest rank made (waits are collective). */
-static void io_close(io_stream *io, MPI_Comm comm) {
-  if (io->nreq || io->nseg) io_flush(io);
-  int most;
-  MPI_Allreduce(&io->waits, &most, 1, MPI_INT, MPI_MAX, comm);
-  while (io->waits < most) io_flush(io);
+/* Writes: this rank's last wait, then empty ones while other ranks still write. Reads: the last
+ * segments. */
+static void io_close(io_stream *io) {
+  if (io->write)
+    while (io_flush(io, io->nreq > 0)) continue;
+  else
+    io_flush(io, 0);
   free(io->stage), free(io->seg), free(io->req), free(io->st), free(io->ext);
 }
 
@@ -304,8 +319,8 @@ static void io_release(io_stream *io) {
 static void share_pieces(const ckpt_state *s, int k) {
   const par_layout *L = s->L;
   const backend *be = s->m->be;
-  size_t n = s->m->nparams, cap = be->host_memory ? (size_t)1 << 28 : CKPT_STAGE / sizeof(float);
-  float *stage = be->host_memory ? NULL : util_malloc(CKPT_STAGE, "checkpoint staging");
+  size_t n = s->m->nparams, cap = be->host_memory ? (size_t)1 << 28 : stage_elems(s);
+  float *stage = be->host_memory ? NULL : util_malloc(cap * sizeof(float), "checkpoint staging");
   for (int r = 0; r < L->D; r++) {
     size_t lo = par_piece(n, L->D, r), hi = par_piece(n, L->D, r + 1);
     for (size_t a = lo; a < hi; a += cap) {
@@ -523,7 +538,7 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
   int wrc = nrc; /* this rank's first error */
   if (nrc == NC_NOERR) {
     io_stream io;
-    io_open(&io, nc, 1, s->m->be, sums, 3 * nall, tmp);
+    io_open(&io, nc, 1, s, sums, 3 * nall, tmp, comm);
     nrc = define(nc, s, all, nall, sums, vars); /* checksums 0 until the data has passed */
     if (nrc == NC_NOERR) nrc = ncmpi_enddef(nc);
     io.rc = nrc;
@@ -535,7 +550,7 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
     for (int i = 0; i < n; i++)
       for (int k = 0; k < 3 && p[i].counted; k++) io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), 3 * p[i].t + k);
     if (n) free(p);
-    io_close(&io, comm);
+    io_close(&io);
     /* the checksums: every rank's share summed, into the attributes defined above (same size) */
     MPI_Allreduce(sums, total, nall * 3, MPI_UINT64_T, MPI_SUM, comm);
     if (nrc == NC_NOERR) {
@@ -684,7 +699,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
   if (errs->n == n0) {
     /* this replica's piece of the parameters and the moments, shared with the other replicas after */
     uint64_t *sums = util_malloc((size_t)nall * 3 * sizeof *sums, "checksums"), *total = util_malloc((size_t)nall * 3 * sizeof *total, "checksums");
-    io_open(&io, nc, 0, s->m->be, sums, 3 * nall, path);
+    io_open(&io, nc, 0, s, sums, 3 * nall, path, comm);
     size_t lo, hi;
     own_piece(s->m, L, &lo, &hi);
     ckpt_piece *p;
@@ -695,7 +710,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
       for (int k = 0; k < 3; k++)
         io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
     free(p);
-    io_close(&io, comm);
+    io_close(&io);
     int bad = io.rc != NC_NOERR, any;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
     if (any) {

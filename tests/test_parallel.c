@@ -9,7 +9,11 @@
  * the steps (another layout, ZeRO on or off): the same bounds hold for the second half. The layout
  * P=2 x D=2 runs once more with the CPU backend posing as device memory, so that every message
  * and checkpoint goes through host staging (comm.h), as on a GPU without CUDA-aware MPI. With
- * activation recomputation, one rank must repeat the serial run bitwise and P=2 x D=2 match it. */
+ * activation recomputation, one rank must repeat the serial run bitwise and P=2 x D=2 match it.
+ * Every layout run from the start also writes a checkpoint half-way, through a staging buffer of
+ * 10 KiB (&checkpoint stage_mb), so that ranks whose pieces differ in size make different numbers
+ * of collective waits; rank 0 alone continues from it, within the same bounds of the layout's own
+ * continuation. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -47,7 +51,8 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&training seq_len = 32, micro_batch_size = 2, global_batch_size = 8, max_steps = %d,\n"
            "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4, recompute = %s /\n"
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
-           "  bucket_mb = 0.01 /\n",
+           "  bucket_mb = 0.01 /\n"
+           "&checkpoint stage_mb = 0.01 /\n",
            dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order);
   return t_load_deck(text, "parallel.nml", nranks);
 }
@@ -137,14 +142,29 @@ int main(int argc, char **argv) {
       int P = layouts[i].P, D = layouts[i].D, n = P * D;
       MPI_Comm sub;
       MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &sub);
-      run_result r = {0};
+      run_result r = {0}, back = {0};
+      char mine[CFG_STR_LEN] = ""; /* the layout's own checkpoint */
       staged = layouts[i].staged;
       recompute = layouts[i].recompute;
       if (sub != MPI_COMM_NULL) {
         cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
-        train_from(c, sub, &r, resumed ? ckpt : NULL, NULL);
+        train_from(c, sub, &r, resumed ? ckpt : NULL, resumed ? NULL : mine);
         free(c);
         MPI_Comm_free(&sub);
+      }
+      if (!resumed && rank == 0) { /* the layout's checkpoint, continued by one rank */
+        cfg_config *c = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
+        train_from(c, MPI_COMM_SELF, &back, mine, NULL);
+        free(c);
+        double pe = back.params && back.n == r.n ? t_rel_err(back.params, r.params, r.n) : INFINITY;
+        printf("P=%d D=%d ZeRO-%d %-17s checkpoint continued by 1 rank: parameters %.2e from the layout's\n", P, D,
+               zero, layouts[i].order, pe);
+        T_CHECK(pe <= 1e-5, "P=%d D=%d ZeRO-%d: the layout's checkpoint continued on 1 rank differs by %.3g", P, D,
+                zero, pe);
+        T_CHECK(back.val == back.val && fabs(back.val - r.val) <= 1e-5 * fabs(r.val),
+                "P=%d D=%d ZeRO-%d: validation after the continuation %.6g, the layout's %.6g", P, D, zero, back.val,
+                r.val);
+        free(back.params);
       }
       if (resumed && rank == 0) memcpy(r.loss, ref.loss, STEPS / 2 * sizeof(double)); /* the first half is the serial run's */
       if (rank == 0) {

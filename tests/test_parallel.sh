@@ -3,7 +3,8 @@
 # the dry run's memory per rank: AdamW state drops to 1/D of it with ZeRO-1, activations with
 # recomputation.
 . "$(dirname "$0")/lib.sh"
-$MPIEXEC -n 4 "$(dirname "$GREENLM")/../tests/test_parallel"
+# a hang (mismatched collectives) fails instead of stopping the suite
+timeout 900 $MPIEXEC -n 4 "$(dirname "$GREENLM")/../tests/test_parallel"
 check "the parallel layouts differ from the serial run (see above)" [ $? -eq 0 ]
 
 adam() { # adam ZERO: the AdamW bytes of stage 0 planned for 4 replicas, in MiB
