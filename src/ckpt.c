@@ -8,6 +8,8 @@
 #include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,7 +77,7 @@ static uint64_t checksum_part(float *restrict y, const float *restrict x, size_t
 
 /* The same sum over elements [a, b) as they lie in the file (big-endian IEEE 754 bytes, raw),
  * converted to host floats on the way into y unless y is NULL: the read side's one pass. */
-static uint64_t checksum_from_file(float *restrict y, const unsigned char *restrict raw, size_t a, size_t b) {
+static uint64_t checksum_from_file(float *y, const unsigned char *raw, size_t a, size_t b) { /* y may be raw */
   uint64_t s = 0;
   for (size_t i = a; i < b; i++) {
     const unsigned char *q = raw + 4 * (i - a);
@@ -101,14 +103,15 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
  * rank has data to write now"), and a rank that has written everything keeps taking part with
  * empty waits until no rank has data left (io_close). Reads: the header and the variables'
  * places come from PnetCDF (ncmpi_open, ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one
- * contiguous run of big-endian floats, so each rank preads its own runs into the stage and
- * converts, checksums and copies them to the backend in one pass. So a checkpoint moves each byte
- * between memory and the page cache once, as plain fwrite and fread do, and the GPU backend needs
- * no host copy of the model.
+ * contiguous run of big-endian floats, so each rank maps the file (read-only) and converts,
+ * checksums and copies its own runs from the page cache to the backend in one pass (to the stage
+ * first for device memory; where the file cannot be mapped, its runs are pread into the stage).
+ * So a checkpoint moves each byte between memory and the page cache once, as plain fwrite and
+ * fread do, and the GPU backend needs no host copy of the model.
  *
  * Each rank keeps a descriptor of its own to the file, to tell the kernel what comes: after every
  * batch written, to start writing it to the disk (so the final sync finds little left to do);
- * while reading, to fetch CKPT_AHEAD bytes ahead of the batch being read (and to read). */
+ * while reading, to fetch CKPT_AHEAD bytes ahead of the batch being read. */
 #define CKPT_AHEAD ((MPI_Offset)128 << 20)
 
 typedef struct {
@@ -136,6 +139,10 @@ typedef struct {
   int rc;
   MPI_Comm comm;        /* the ranks writing or reading the file together */
   int fd;               /* this rank's own descriptor of the file, or -1 */
+  const unsigned char *map; /* read: the file mapped (read-only), or NULL: then pread into the stage */
+  size_t map_len;
+  void (*poll)(void *); /* read: called after each batch (sharing's progress), or NULL */
+  void *poll_arg;
   io_extent *ext;       /* read: the extents to come, in the order they are read */
   int next, nexp, expcap; /* ext[0, nexp) announced; ext[next] the first not yet advised */
   MPI_Offset advised, consumed, ext_done; /* bytes; ext_done of ext[next] already advised */
@@ -152,6 +159,11 @@ static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint6
   *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
   io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
   io->fd = open(path, O_RDONLY);
+  struct stat sb;
+  if (!write && io->fd >= 0 && fstat(io->fd, &sb) == 0 && sb.st_size > 0) {
+    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, io->fd, 0);
+    if (m != MAP_FAILED) io->map = m, io->map_len = (size_t)sb.st_size;
+  }
   memset(sums, 0, (size_t)nsums * sizeof *sums);
 }
 
@@ -192,10 +204,15 @@ static int io_flush(io_stream *io, int more) {
   }
   for (int i = 0; i < io->nseg && rc == NC_NOERR; i++) {
     io_seg *g = &io->seg[i];
-    unsigned char *raw = (unsigned char *)(io->stage + g->pos);
+    float *host = io->be->host_memory ? g->dst : io->stage + g->pos; /* where the converted floats go */
+    const unsigned char *raw = (const unsigned char *)(io->stage + g->pos);
     size_t want = g->n * sizeof(float), got = 0;
-    while (got < want) {
-      ssize_t r = pread(io->fd, raw + got, want - got, (off_t)(g->off + (MPI_Offset)got));
+    if (io->map) { /* straight from the page cache: no copy before the conversion */
+      got = (size_t)g->off + want <= io->map_len ? want : 0;
+      raw = io->map + g->off;
+    }
+    while (!io->map && got < want) { /* no mapping: into the stage */
+      ssize_t r = pread(io->fd, (unsigned char *)(io->stage + g->pos) + got, want - got, (off_t)(g->off + (MPI_Offset)got));
       if (r <= 0 && !(r < 0 && errno == EINTR)) break;
       if (r > 0) got += (size_t)r;
     }
@@ -203,20 +220,12 @@ static int io_flush(io_stream *io, int more) {
       rc = NC_EREAD; /* the file ends early: truncated */
       break;
     }
-    if (io->be->host_memory) {
-      uint64_t s = checksum_from_file(g->dst, raw, g->a, g->a + g->n); /* converted and summed in one pass */
-      if (g->sum >= 0) io->sums[g->sum] += s;
-    } else {
-      if (g->sum >= 0) io->sums[g->sum] += checksum_from_file(NULL, raw, g->a, g->a + g->n);
-      uint32_t *w = (uint32_t *)(void *)raw; /* to host order in place, then to the device */
-      for (size_t k = 0; k < g->n; k++) {
-        const unsigned char *q = raw + 4 * k;
-        w[k] = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | (uint32_t)q[3];
-      }
-      io->be->to_device(g->dst, raw, g->n * sizeof(float));
-    }
+    uint64_t s = checksum_from_file(host, raw, g->a, g->a + g->n); /* converted and summed in one pass */
+    if (g->sum >= 0) io->sums[g->sum] += s;
+    if (!io->be->host_memory) io->be->to_device(g->dst, host, want);
   }
   if (rc != NC_NOERR && io->rc == NC_NOERR) io->rc = rc;
+  if (!io->write && io->poll) io->poll(io->poll_arg);
 #ifdef SYNC_FILE_RANGE_WRITE
   if (io->write && io->fd >= 0 && io->nreq) sync_file_range(io->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 #endif
@@ -308,6 +317,7 @@ static void io_close(io_stream *io) {
 /* After the file is synced (or read): its pages leave the page cache, which they would otherwise
  * fill at the cost of the training data's (a checkpoint is read once, on restart). */
 static void io_release(io_stream *io) {
+  if (io->map) munmap((void *)io->map, io->map_len), io->map = NULL;
   if (io->fd < 0) return;
   posix_fadvise(io->fd, 0, 0, POSIX_FADV_DONTNEED);
   close(io->fd);
@@ -332,6 +342,60 @@ static void share_pieces(const ckpt_state *s, int k) {
     }
   }
   free(stage);
+}
+
+/* The same, overlapped with the reading (backends in host memory): each replica's piece goes out in
+ * chunks of SHARE_CHUNK elements as non-blocking broadcasts, posted in one order on every rank of
+ * the data-parallel communicator: chunk c of kind k of replica r, for c, then k, then r. A rank
+ * posts the chunks it receives at once and those it sends as soon as its reading has passed them
+ * (share_post), and drives the posted ones on after each batch it reads (share_poll). So the
+ * replicas exchange their pieces while the file is still being read. */
+enum { SHARE_CHUNK = 1 << 22 };
+
+typedef struct {
+  const ckpt_state *s;
+  int nk;              /* kinds shared: 1 (the parameters; ZeRO-1 keeps the moments apart) or 3 */
+  size_t next, total;  /* chunks posted, chunks in all */
+  MPI_Request *req;    /* (total) */
+} sharer;
+
+static void share_open(sharer *h, const ckpt_state *s) {
+  const par_layout *L = s->L;
+  size_t most = par_piece(s->m->nparams, L->D, 1) + 1; /* pieces differ by one element at most */
+  *h = (sharer){.s = s, .nk = L->zero ? 1 : 3};
+  h->total = (most + SHARE_CHUNK - 1) / SHARE_CHUNK * (size_t)h->nk * (size_t)L->D;
+  h->req = util_malloc((h->total ? h->total : 1) * sizeof *h->req, "requests");
+}
+
+/* Post chunks in order, up to the first one this rank sends beyond `landed` (its piece is read up to
+ * that stage-buffer offset). */
+static void share_post(sharer *h, size_t landed) {
+  const par_layout *L = h->s->L;
+  size_t n = h->s->m->nparams;
+  while (h->next < h->total) {
+    size_t x = h->next, chunk = x / ((size_t)L->D * (size_t)h->nk);
+    int r = (int)(x % (size_t)L->D), k = (int)(x / (size_t)L->D % (size_t)h->nk);
+    size_t a = par_piece(n, L->D, r) + chunk * SHARE_CHUNK, hi = par_piece(n, L->D, r + 1);
+    size_t c = a < hi ? (hi - a < SHARE_CHUNK ? hi - a : SHARE_CHUNK) : 0;
+    if (c && r == L->replica && a + c > landed) break;
+    h->req[h->next++] = MPI_REQUEST_NULL;
+    if (c) MPI_Ibcast(addr(h->s, k, a), (int)c, MPI_FLOAT, r, L->dp, &h->req[h->next - 1]);
+  }
+}
+
+static void share_poll(void *arg) {
+  sharer *h = arg;
+  for (size_t i = 0; i < h->next; i++) { /* MPI_Test one by one: GCC 12 misreads MPICH's MPI_STATUSES_IGNORE */
+    int done;
+    if (h->req[i] != MPI_REQUEST_NULL) MPI_Test(&h->req[i], &done, MPI_STATUS_IGNORE);
+  }
+}
+
+/* The rest: every chunk posted, all complete. */
+static void share_close(sharer *h) {
+  share_post(h, SIZE_MAX);
+  for (size_t i = 0; i < h->next; i++) MPI_Wait(&h->req[i], MPI_STATUS_IGNORE);
+  free(h->req);
 }
 
 /* MPI-IO hints. Each rank writes large contiguous runs of its own; ROMIO may decide per call
@@ -704,13 +768,23 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
     own_piece(s->m, L, &lo, &hi);
     ckpt_piece *p;
     int n = pieces_of(s->m, L, lo, hi, &p);
+    sharer sh;
+    int overlap = L->D > 1 && s->m->be->host_memory; /* device memory: shared after, through a host buffer */
+    if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
     for (int i = 0; i < n; i++)
       for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
       for (int k = 0; k < 3; k++)
         io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
+      if (overlap) io_flush(&io, 0), share_post(&sh, p[i].off + (p[i].b - p[i].a)); /* piece i is in place */
+    }
     free(p);
     io_close(&io);
+    if (overlap) {
+      double t1 = util_now();
+      share_close(&sh);
+      st->share_seconds = util_now() - t1;
+    }
     int bad = io.rc != NC_NOERR, any;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
     if (any) {
@@ -729,7 +803,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
                           "checksum mismatch in variable %s%s", KIND_PREFIX[k], all[i].name);
         }
       if (shown > 10) nml_error_add(errs, path, 0, 0, NULL, "... and %d more variables with wrong checksums", shown - 10);
-      if (!shown) {
+      if (!shown && !overlap) {
         double t1 = util_now();
         share_pieces(s, 0);
         if (!L->zero) share_pieces(s, 1), share_pieces(s, 2); /* without ZeRO every replica keeps all moments */
