@@ -160,7 +160,8 @@ static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint6
   io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
   io->fd = open(path, O_RDONLY);
   struct stat sb;
-  if (!write && io->fd >= 0 && fstat(io->fd, &sb) == 0 && sb.st_size > 0) {
+  const char *use_map = getenv("GREENLM_CKPT_MMAP"); /* "0": pread, as where files cannot be mapped */
+  if (!write && io->fd >= 0 && !(use_map && !strcmp(use_map, "0")) && fstat(io->fd, &sb) == 0 && sb.st_size > 0) {
     void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, io->fd, 0);
     if (m != MAP_FAILED) io->map = m, io->map_len = (size_t)sb.st_size;
   }
