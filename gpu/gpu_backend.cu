@@ -157,11 +157,13 @@ static const char *gpu_describe(char *buf, size_t len) {
   cublasGetVersion(gpu.blas, &blas);
   cudaRuntimeGetVersion(&rt);
   char mem[32];
+  int tc = gpu.prop.major >= 8 && (!strcmp(gpu.precision, "bf16") || !strcmp(gpu.precision, "fp16"));
   util_snprintf(buf, len,
                 "%s (sm_%d%d, %s), CUDA %d.%d, cuBLAS %d.%d.%d; GEMMs %s (fp32 storage and accumulation), fused "
-                "fp32 attention",
+                "attention %s",
                 gpu.prop.name, gpu.prop.major, gpu.prop.minor, util_fmt_bytes((double)gpu.prop.totalGlobalMem, mem, 32),
-                rt / 1000, rt % 1000 / 10, blas / 10000, blas / 100 % 100, blas % 100, gpu.precision);
+                rt / 1000, rt % 1000 / 10, blas / 10000, blas / 100 % 100, blas % 100, gpu.precision,
+                tc ? "on tensor cores at the GEMM precision (head sizes 33-128; fp32 otherwise)" : "in fp32");
   return buf;
 }
 
