@@ -8,8 +8,6 @@
 #include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,10 +101,10 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
  * rank has data to write now"), and a rank that has written everything keeps taking part with
  * empty waits until no rank has data left (io_close). Reads: the header and the variables'
  * places come from PnetCDF (ncmpi_open, ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one
- * contiguous run of big-endian floats, so each rank maps the file (read-only) and converts,
- * checksums and copies its own runs from the page cache to the backend in one pass (to the stage
- * first for device memory; where the file cannot be mapped, its runs are pread into the stage).
- * So a checkpoint moves each byte between memory and the page cache once, as plain fwrite and
+ * contiguous run of big-endian floats, so each rank preads its own runs into the stage and
+ * converts, checksums and copies them to the backend in one pass (in place in the stage, then to
+ * the device, for device memory). (Mapping the file instead, to convert straight from the page
+ * cache, was slower on the development machine.) So a checkpoint moves each byte between memory and the page cache once, as plain fwrite and
  * fread do, and the GPU backend needs no host copy of the model.
  *
  * Each rank keeps a descriptor of its own to the file, to tell the kernel what comes: after every
@@ -139,8 +137,6 @@ typedef struct {
   int rc;
   MPI_Comm comm;        /* the ranks writing or reading the file together */
   int fd;               /* this rank's own descriptor of the file, or -1 */
-  const unsigned char *map; /* read: the file mapped (read-only), or NULL: then pread into the stage */
-  size_t map_len;
   void (*poll)(void *); /* read: called after each batch (sharing's progress), or NULL */
   void *poll_arg;
   io_extent *ext;       /* read: the extents to come, in the order they are read */
@@ -159,12 +155,6 @@ static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint6
   *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
   io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
   io->fd = open(path, O_RDONLY);
-  struct stat sb;
-  const char *use_map = getenv("GREENLM_CKPT_MMAP"); /* "0": pread, as where files cannot be mapped */
-  if (!write && io->fd >= 0 && !(use_map && !strcmp(use_map, "0")) && fstat(io->fd, &sb) == 0 && sb.st_size > 0) {
-    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, io->fd, 0);
-    if (m != MAP_FAILED) io->map = m, io->map_len = (size_t)sb.st_size;
-  }
   memset(sums, 0, (size_t)nsums * sizeof *sums);
 }
 
@@ -205,15 +195,11 @@ static int io_flush(io_stream *io, int more) {
   }
   for (int i = 0; i < io->nseg && rc == NC_NOERR; i++) {
     io_seg *g = &io->seg[i];
-    float *host = io->be->host_memory ? g->dst : io->stage + g->pos; /* where the converted floats go */
-    const unsigned char *raw = (const unsigned char *)(io->stage + g->pos);
+    unsigned char *raw = (unsigned char *)(io->stage + g->pos);
+    float *host = io->be->host_memory ? g->dst : io->stage + g->pos; /* the converted floats: in place for devices */
     size_t want = g->n * sizeof(float), got = 0;
-    if (io->map) { /* straight from the page cache: no copy before the conversion */
-      got = (size_t)g->off + want <= io->map_len ? want : 0;
-      raw = io->map + g->off;
-    }
-    while (!io->map && got < want) { /* no mapping: into the stage */
-      ssize_t r = pread(io->fd, (unsigned char *)(io->stage + g->pos) + got, want - got, (off_t)(g->off + (MPI_Offset)got));
+    while (got < want) {
+      ssize_t r = pread(io->fd, raw + got, want - got, (off_t)(g->off + (MPI_Offset)got));
       if (r <= 0 && !(r < 0 && errno == EINTR)) break;
       if (r > 0) got += (size_t)r;
     }
@@ -318,7 +304,6 @@ static void io_close(io_stream *io) {
 /* After the file is synced (or read): its pages leave the page cache, which they would otherwise
  * fill at the cost of the training data's (a checkpoint is read once, on restart). */
 static void io_release(io_stream *io) {
-  if (io->map) munmap((void *)io->map, io->map_len), io->map = NULL;
   if (io->fd < 0) return;
   posix_fadvise(io->fd, 0, 0, POSIX_FADV_DONTNEED);
   close(io->fd);

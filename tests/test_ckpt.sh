@@ -5,8 +5,7 @@
 #     restarted from 'latest' each time ends with bitwise the same parameters;
 #   - SIGUSR1 makes a run write a checkpoint and exit 0; the restart ends the same way too; SIGTERM
 #     does the same, and every_minutes writes checkpoints by wall time;
-#   - a checkpoint written by 2 ranks restarts on 1 rank; read through pread instead of a mapping
-#     of the file, it continues as through the mapping;
+#   - a checkpoint written by 2 ranks restarts on 1 rank;
 #   - a truncated or corrupted checkpoint, one of another model shape or vocabulary, an unwritable
 #     directory and a full disk (a file-size limit) give clear errors and leave older checkpoints
 #     as they were.
@@ -103,12 +102,6 @@ greenlm --set "job.run_dir=$out/one" --set parallel.zero_stage=0 --set "checkpoi
   "$deck" > "$out/one.out" 2>&1
 check "restarting a 2-rank checkpoint on 1 rank failed: $(tail -n 5 "$out/one.out")" [ $? -eq 0 ]
 
-# reads through pread instead of a mapping of the file (GREENLM_CKPT_MMAP=0): bitwise the same end
-GREENLM_CKPT_MMAP=0 run2 pread --set "checkpoint.restart=$out/ref/checkpoints/$mid"
-check "restarting through pread failed: $(tail -n 5 "$out/pread.out")" [ $? -eq 0 ]
-check "the restart through pread ends with other parameters than the uninterrupted run ($(hash_of pread) vs $ref)" \
-  [ "$(hash_of pread)" = "$ref" ]
-
 # bad input: nothing is run, the error names the problem
 last=$(ls "$out/ref/checkpoints" | grep '^ckpt-.*\.nc$' | tail -n 1)
 cp "$out/ref/checkpoints/$last" "$out/truncated.nc"
@@ -124,7 +117,6 @@ refused() { # refused NAME EXPECTED [options]
   check "$name: a run was written" [ ! -e "$out/$name/verdict.json" ]
 }
 refused truncated "damaged or truncated\|checksum mismatch" --set "checkpoint.restart=$out/truncated.nc"
-GREENLM_CKPT_MMAP=0 refused truncated-pread "damaged or truncated\|checksum mismatch" --set "checkpoint.restart=$out/truncated.nc"
 refused corrupt "checksum mismatch in variable" --set "checkpoint.restart=$out/corrupt.nc"
 refused shape "variable .* has shape" --set model.n_embd=64 --set "checkpoint.restart=$out/ref/checkpoints/$last"
 refused vocab "vocab_size is 256, the deck's 300" --set model.vocab_size=300 --set "checkpoint.restart=$out/ref/checkpoints/$last"
