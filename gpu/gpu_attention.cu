@@ -374,6 +374,15 @@ __device__ __forceinline__ void mma_abt(frag_acc &acc, const E *a, const E *b, i
   }
 }
 
+/* dst (16 x 16 floats in shared memory, column-major) = a b^T, as mma_abt. */
+template <typename E, int HP>
+__device__ __forceinline__ void abt_to_smem(float *dst, const E *a, const E *b, int pitch) {
+  frag_acc acc;
+  wmma::fill_fragment(acc, 0.0f);
+  mma_abt<E, HP>(acc, a, b, pitch);
+  wmma::store_matrix_sync(dst, acc, 16, wmma::mem_col_major);
+}
+
 /* acc (16 x HP) += a b: a (16 x 16) column-major with ldm 16 (a warp's P or dS block), b 16 rows
  * of HP elements in shared memory, `pitch` apart; acc[dd] holds columns 16 dd .. 16 dd + 15. */
 template <typename E, int HP>
@@ -445,12 +454,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     __syncthreads();
     /* S (16 rows, TC_TILE keys) = q k^T, to Ss as (key, row) */
 #pragma unroll
-    for (int jj = 0; jj < TC_TILE / 16; jj++) {
-      frag_acc s;
-      wmma::fill_fragment(s, 0.0f);
-      mma_abt<E, HP>(s, Qs + warp * 16 * P, Ks + jj * 16 * P, P);
-      wmma::store_matrix_sync(Ss + jj * 256, s, 16, wmma::mem_col_major);
-    }
+    for (int jj = 0; jj < TC_TILE / 16; jj++) abt_to_smem<E, HP>(Ss + jj * 256, Qs + warp * 16 * P, Ks + jj * 16 * P, P);
     __syncwarp();
     /* the lane's scores: Ss[32c + lane] is (row r, key j0 + 2c + half); -inf where not visible */
     float sv[TC_TILE / 2], mt = -INFINITY;
@@ -542,13 +546,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     __syncthreads();
     for (int jj = 0; jj < TC_TILE / 16; jj++) {
       /* S, dP (16 rows, 16 keys) = q k^T, dO v^T, to Ss, dPs as (key, row) */
-      frag_acc s, dp;
-      wmma::fill_fragment(s, 0.0f);
-      wmma::fill_fragment(dp, 0.0f);
-      mma_abt<E, HP>(s, Qs + warp * 16 * P, Ks + jj * 16 * P, P);
-      mma_abt<E, HP>(dp, dOs + warp * 16 * P, Vs + jj * 16 * P, P);
-      wmma::store_matrix_sync(Ss, s, 16, wmma::mem_col_major);
-      wmma::store_matrix_sync(dPs, dp, 16, wmma::mem_col_major);
+      abt_to_smem<E, HP>(Ss, Qs + warp * 16 * P, Ks + jj * 16 * P, P);
+      abt_to_smem<E, HP>(dPs, dOs + warp * 16 * P, Vs + jj * 16 * P, P);
       __syncwarp();
       /* dS = P (dP - D), P = exp(scale s - lse): element 32c + lane is (row r, key 2c + half) */
 #pragma unroll
@@ -615,13 +614,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     __syncthreads();
     for (int ii = 0; ii < TC_TILE / 16; ii++) {
       /* S^T, dP^T (16 keys, 16 queries) = k q^T, v dO^T, to Ss, dPs as (query, key) */
-      frag_acc s, dp;
-      wmma::fill_fragment(s, 0.0f);
-      wmma::fill_fragment(dp, 0.0f);
-      mma_abt<E, HP>(s, Ks + warp * 16 * P, Qs + ii * 16 * P, P);
-      mma_abt<E, HP>(dp, Vs + warp * 16 * P, dOs + ii * 16 * P, P);
-      wmma::store_matrix_sync(Ss, s, 16, wmma::mem_col_major);
-      wmma::store_matrix_sync(dPs, dp, 16, wmma::mem_col_major);
+      abt_to_smem<E, HP>(Ss, Ks + warp * 16 * P, Qs + ii * 16 * P, P);
+      abt_to_smem<E, HP>(dPs, Vs + warp * 16 * P, dOs + ii * 16 * P, P);
       __syncwarp();
       /* P = exp(scale s - lse), dS = P (dP - D): element 32c + lane is (key r, query 2c + half) */
 #pragma unroll
