@@ -103,9 +103,10 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
  * places come from PnetCDF (ncmpi_open, ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one
  * contiguous run of big-endian floats, so each rank preads its own runs into the stage and
  * converts, checksums and copies them to the backend in one pass (in place in the stage, then to
- * the device, for device memory). (Mapping the file instead, to convert straight from the page
- * cache, was slower on the development machine.) So a checkpoint moves each byte between memory and the page cache once, as plain fwrite and
- * fread do, and the GPU backend needs no host copy of the model.
+ * the device, for device memory; mapping the file instead, to convert straight from the page
+ * cache, was slower on the development machine). So a checkpoint moves each byte between memory
+ * and the page cache once, as plain fwrite and fread do, and the GPU backend needs no host copy
+ * of the model.
  *
  * Each rank keeps a descriptor of its own to the file, to tell the kernel what comes: after every
  * batch written, to start writing it to the disk (so the final sync finds little left to do);
