@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "rdahead.h"
 #include "util.h"
 
 #define CKPT_FORMAT "greenlm checkpoint"
@@ -93,37 +94,30 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
 
 /* ---- staged I/O: every element passes once through a small host buffer ------------------------- */
 
-/* Tensors go to and from the file through a host buffer of &checkpoint stage_mb (8 MiB) that stays
- * in the processor's cache. Writes: copied from the backend (checksummed on the way), posted as
+/* Writes: tensors go to the file through a host buffer of &checkpoint stage_mb (8 MiB) that stays
+ * in the processor's cache: copied from the backend (checksummed on the way), posted as
  * non-blocking puts (PnetCDF swaps the bytes to big-endian in place), written by one collective
  * wait per batch, far below PnetCDF 1.12's 2 GiB per wait. Ranks whose pieces differ in size need
  * different numbers of waits: each wait is preceded by an agreement (an MPI_Allreduce of "this
  * rank has data to write now"), and a rank that has written everything keeps taking part with
- * empty waits until no rank has data left (io_close). Reads: the header and the variables'
- * places come from PnetCDF (ncmpi_open, ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one
- * contiguous run of big-endian floats, so each rank preads its own runs into the stage and
- * converts, checksums and copies them to the backend in one pass (in place in the stage, then to
- * the device, for device memory; mapping the file instead, to convert straight from the page
- * cache, was slower on the development machine). So a checkpoint moves each byte between memory
- * and the page cache once, as plain fwrite and fread do, and the GPU backend needs no host copy
- * of the model.
+ * empty waits until no rank has data left (io_close). Each rank keeps a descriptor of its own to
+ * the file, to ask the kernel after every batch to start writing it to the disk (so the final
+ * sync finds little left to do).
  *
- * Each rank keeps a descriptor of its own to the file, to tell the kernel what comes: after every
- * batch written, to start writing it to the disk (so the final sync finds little left to do);
- * while reading, to fetch CKPT_AHEAD bytes ahead of the batch being read. */
-#define CKPT_AHEAD ((MPI_Offset)128 << 20)
+ * Reads: the header and the variables' places come from PnetCDF (ncmpi_open,
+ * ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one contiguous run of big-endian floats.
+ * Each rank announces its runs in order (io_expect), a reader thread of its own reads them ahead
+ * (rdahead: straight from the disk with &checkpoint direct_read, so no page cache and no kernel
+ * copy), and the rank converts, checksums and copies them to the backend in one pass, batch by
+ * batch of stage_mb (in place in the reader's buffer, then to the device, for device memory). The
+ * conversion overlaps the disk, and the GPU backend needs no host copy of the model. */
 
 typedef struct {
   float *dst;     /* read: backend address the elements go to */
-  size_t pos;     /* offset in the stage buffer (elements) */
   size_t a, n;    /* elements [a, a + n) of the variable */
   int sum;        /* index into sums, or -1 when not counted */
   MPI_Offset off; /* read: file offset of element a */
 } io_seg;
-
-typedef struct {
-  MPI_Offset off, len; /* bytes of the file */
-} io_extent;
 
 typedef struct {
   int nc, write;
@@ -140,9 +134,10 @@ typedef struct {
   int fd;               /* this rank's own descriptor of the file, or -1 */
   void (*poll)(void *); /* read: called after each batch (sharing's progress), or NULL */
   void *poll_arg;
-  io_extent *ext;       /* read: the extents to come, in the order they are read */
-  int next, nexp, expcap; /* ext[0, nexp) announced; ext[next] the first not yet advised */
-  MPI_Offset advised, consumed, ext_done; /* bytes; ext_done of ext[next] already advised */
+  rdahead_extent *ext;  /* read: the extents to come, in the order they are read */
+  int nexp, expcap;     /* ext[0, nexp) announced */
+  rdahead *ra;          /* read: the reader thread, once started (io_start) */
+  int direct;           /* read: straight from the disk (&checkpoint direct_read) */
 } io_stream;
 
 /* Elements in the staging buffer: &checkpoint stage_mb, at least one. */
@@ -154,7 +149,8 @@ static size_t stage_elems(const ckpt_state *s) {
 static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint64_t *sums, int nsums, const char *path,
                     MPI_Comm comm) {
   *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
-  io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
+  if (write) io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
+  io->direct = s->cfg->checkpoint.direct_read;
   io->fd = open(path, O_RDONLY);
   memset(sums, 0, (size_t)nsums * sizeof *sums);
 }
@@ -167,25 +163,18 @@ static void io_expect(io_stream *io, int var, size_t a, size_t b) {
     io->expcap = io->expcap ? 2 * io->expcap : 256;
     io->ext = util_realloc(io->ext, (size_t)io->expcap * sizeof *io->ext, "extents");
   }
-  io->ext[io->nexp++] = (io_extent){off + (MPI_Offset)(a * sizeof(float)), (MPI_Offset)((b - a) * sizeof(float))};
+  io->ext[io->nexp++] = (rdahead_extent){off + (MPI_Offset)(a * sizeof(float)), (MPI_Offset)((b - a) * sizeof(float))};
 }
 
-/* Read: ask for the bytes up to CKPT_AHEAD past those consumed. */
-static void io_ahead(io_stream *io) {
-  while (io->fd >= 0 && io->next < io->nexp && io->advised < io->consumed + CKPT_AHEAD) {
-    io_extent *e = &io->ext[io->next];
-    MPI_Offset len = e->len - io->ext_done, room = io->consumed + CKPT_AHEAD - io->advised;
-    if (len > room) len = room;
-    posix_fadvise(io->fd, e->off + io->ext_done, len, POSIX_FADV_WILLNEED);
-    io->advised += len, io->ext_done += len;
-    if (io->ext_done == e->len) io->next++, io->ext_done = 0;
-  }
+/* Read: every extent announced; the reader thread starts on them. */
+static void io_start(io_stream *io, const char *path) {
+  io->ra = rdahead_open(path, io->ext, io->nexp, io->cap * sizeof(float), io->direct);
 }
 
 /* Writes: the agreement, then (where any rank has data: `more` says whether this one has) one
  * collective wait for what is posted; returns whether the wait took place. Reads: each segment's
- * bytes from the file into the stage, then converted, checksummed and copied to the backend in one
- * pass (no collectives); returns 0. */
+ * bytes as the reader delivers them, converted, checksummed and copied to the backend in one pass
+ * (no collectives); returns 0. */
 static int io_flush(io_stream *io, int more) {
   int rc = NC_NOERR, any = 0;
   if (io->write) {
@@ -196,21 +185,21 @@ static int io_flush(io_stream *io, int more) {
   }
   for (int i = 0; i < io->nseg && rc == NC_NOERR; i++) {
     io_seg *g = &io->seg[i];
-    unsigned char *raw = (unsigned char *)(io->stage + g->pos);
-    float *host = io->be->host_memory ? g->dst : io->stage + g->pos; /* the converted floats: in place for devices */
-    size_t want = g->n * sizeof(float), got = 0;
-    while (got < want) {
-      ssize_t r = pread(io->fd, raw + got, want - got, (off_t)(g->off + (MPI_Offset)got));
-      if (r <= 0 && !(r < 0 && errno == EINTR)) break;
-      if (r > 0) got += (size_t)r;
+    for (size_t done = 0; done < g->n && rc == NC_NOERR;) { /* elements */
+      size_t got = 0;
+      int64_t at = -1;
+      unsigned char *raw = io->ra ? rdahead_take(io->ra, (g->n - done) * sizeof(float), &got, &at) : NULL;
+      if (!raw || got % sizeof(float) || at != g->off + (MPI_Offset)(done * sizeof(float))) {
+        rc = NC_EREAD; /* the file ends early (truncated) or cannot be read */
+        break;
+      }
+      size_t k = got / sizeof(float);
+      float *host = io->be->host_memory ? g->dst + done : (float *)raw; /* in place for devices */
+      uint64_t s = checksum_from_file(host, raw, g->a + done, g->a + done + k); /* converted and summed in one pass */
+      if (g->sum >= 0) io->sums[g->sum] += s;
+      if (!io->be->host_memory) io->be->to_device(g->dst + done, host, got);
+      done += k;
     }
-    if (got < want) {
-      rc = NC_EREAD; /* the file ends early: truncated */
-      break;
-    }
-    uint64_t s = checksum_from_file(host, raw, g->a, g->a + g->n); /* converted and summed in one pass */
-    if (g->sum >= 0) io->sums[g->sum] += s;
-    if (!io->be->host_memory) io->be->to_device(g->dst, host, want);
   }
   if (rc != NC_NOERR && io->rc == NC_NOERR) io->rc = rc;
   if (!io->write && io->poll) io->poll(io->poll_arg);
@@ -257,22 +246,22 @@ static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float
     size_t n = b - a < io->cap - io->used ? b - a : io->cap - io->used;
     if (c && a % c) n = n < c - a % c ? n : c - a % c; /* up to the end of a partial row */
     else if (c && n >= c) n -= n % c;                   /* whole rows */
-    float *buf = io->stage + io->used;
-    if (io->write && io->be->host_memory && sum >= 0) {
-      io->sums[sum] += checksum_part(buf, x, a, a + n); /* copied and summed in one pass */
-    } else if (io->write) {
-      io->be->to_host(buf, x, n * sizeof(float));
-      if (sum >= 0) io->sums[sum] += checksum_part(NULL, buf, a, a + n);
+    if (io->write) {
+      float *buf = io->stage + io->used;
+      if (io->be->host_memory && sum >= 0) {
+        io->sums[sum] += checksum_part(buf, x, a, a + n); /* copied and summed in one pass */
+      } else {
+        io->be->to_host(buf, x, n * sizeof(float));
+        if (sum >= 0) io->sums[sum] += checksum_part(NULL, buf, a, a + n);
+      }
+      io_post(io, var, cols, a, n, buf);
     } else {
       if (io->nseg == io->segcap) {
         io->segcap = io->segcap ? 2 * io->segcap : 256;
         io->seg = util_realloc(io->seg, (size_t)io->segcap * sizeof *io->seg, "segments");
       }
-      io->seg[io->nseg++] = (io_seg){x, io->used, a, n, sum, var_off + (MPI_Offset)(a * sizeof(float))};
-      io->consumed += (MPI_Offset)(n * sizeof(float));
-      io_ahead(io);
+      io->seg[io->nseg++] = (io_seg){x, a, n, sum, var_off + (MPI_Offset)(a * sizeof(float))};
     }
-    if (io->write) io_post(io, var, cols, a, n, buf);
     io->used += n, a += n, x += n;
   }
 }
@@ -299,6 +288,9 @@ static void io_close(io_stream *io) {
     while (io_flush(io, io->nreq > 0)) continue;
   else
     io_flush(io, 0);
+  if (io->ra) io->direct = rdahead_direct(io->ra);
+  rdahead_close(io->ra);
+  io->ra = NULL;
   free(io->stage), free(io->seg), free(io->req), free(io->st), free(io->ext);
 }
 
@@ -719,7 +711,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
   double t0 = util_now();
   int n0 = errs->n, nc;
   io_stream io = {.fd = -1};
-  st->share_seconds = 0;
+  st->share_seconds = 0, st->direct = 0;
   if (st->path != path) util_snprintf(st->path, sizeof st->path, "%s", path);
   MPI_Info info = io_hints();
   int rc = ncmpi_open(comm, path, NC_NOWRITE, info, &nc);
@@ -760,6 +752,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
     if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
     for (int i = 0; i < n; i++)
       for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
+    io_start(&io, path);
     for (int i = 0; i < n; i++) {
       for (int k = 0; k < 3; k++)
         io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
@@ -767,6 +760,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
     }
     free(p);
     io_close(&io);
+    st->direct = io.direct;
     if (overlap) {
       double t1 = util_now();
       share_close(&sh);

@@ -44,6 +44,7 @@ typedef struct {
 typedef struct {
   double seconds, bytes; /* the whole job's bytes of tensors */
   double share_seconds;  /* read: of seconds, those spent passing pieces between replicas */
+  int direct;            /* read: straight from the disk (O_DIRECT took), not through the page cache */
   char path[CFG_STR_LEN + 64];
 } ckpt_stats;
 

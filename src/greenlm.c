@@ -175,7 +175,7 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
 
 int main(int argc, char **argv) {
   signal(SIGXFSZ, SIG_IGN); /* a file-size limit makes writes fail with an error, not kill the job */
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   /* GREENLM_FILE_SIZE_LIMIT=bytes: a file-size limit set after MPI has started (its shared-memory
    * files are not limited), to rehearse a full disk or a quota */
   const char *fsize = getenv("GREENLM_FILE_SIZE_LIMIT");

@@ -198,7 +198,7 @@ static int parse(int argc, char **argv, bench_args *a) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   bench_args a;
   int rc = parse(argc, argv, &a);
   if (rc >= 0) util_exit_all(rc);

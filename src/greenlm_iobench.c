@@ -74,7 +74,7 @@ static void warm_read(const char *scratch, char *buf, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -172,7 +172,8 @@ int main(int argc, char **argv) {
         best_r = st.seconds < best_r ? st.seconds : best_r;
         double rf = st.seconds - st.share_seconds;
         best_rf = rf < best_rf ? rf : best_rf;
-        if (!rank) printf(", read %.2f s (%.2f s sharing)%s", st.seconds, st.share_seconds, turn ? "\n" : "; ");
+        if (!rank) printf(", read %.2f s (%.2f s sharing%s)%s", st.seconds, st.share_seconds, st.direct ? "" : ", page cache",
+                          turn ? "\n" : "; ");
       } else { /* the same bytes by fwrite and fread */
         remove(raw);
         raw_write(scratch, buf, mine);

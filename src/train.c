@@ -546,8 +546,9 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header) {
         return 1;
       }
       if (rank == 0)
-        metrics_printf(&r.out, "restart: %s, step %ld: checksums verified, %.3g GB read in %.2f s (%.2f GB/s; %.2f s of it "
-                       "sharing pieces between replicas)\n", path, start, st.bytes / 1e9, st.seconds, st.bytes / 1e9 / st.seconds,
+        metrics_printf(&r.out, "restart: %s, step %ld: checksums verified, %.3g GB read in %.2f s (%.2f GB/s, %s; %.2f s "
+                       "of it sharing pieces between replicas)\n", path, start, st.bytes / 1e9, st.seconds,
+                       st.bytes / 1e9 / st.seconds, st.direct ? "straight from the disk" : "through the page cache",
                        st.share_seconds);
     } else if (rank == 0) {
       ckpt_dir(cfg, dir, sizeof dir);

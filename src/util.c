@@ -34,6 +34,11 @@ void util_fatal_at(const char *file, int line, const char *hint, const char *fmt
   exit(1);
 }
 
+void util_mpi_init(int *argc, char ***argv) {
+  int provided;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+}
+
 void util_exit_all(int status) {
   fflush(stdout);
   fflush(stderr);

@@ -30,6 +30,10 @@ void util_fatal_at(const char *file, int line, const char *hint, const char *fmt
     if (!(cond)) util_fatal_at(__FILE__, __LINE__, (hint), __VA_ARGS__);                           \
   } while (0)
 
+/* MPI_Init_thread at MPI_THREAD_FUNNELED: greenlm's own threads (the energy sampler, the
+ * checkpoint reader) and OpenBLAS's make no MPI calls; only the main thread does. */
+void util_mpi_init(int *argc, char ***argv);
+
 /* Rank of this process in MPI_COMM_WORLD (0 before MPI_Init). */
 int util_rank(void);
 void util_set_rank(int rank);

@@ -5,7 +5,8 @@
 #     restarted from 'latest' each time ends with bitwise the same parameters;
 #   - SIGUSR1 makes a run write a checkpoint and exit 0; the restart ends the same way too; SIGTERM
 #     does the same, and every_minutes writes checkpoints by wall time;
-#   - a checkpoint written by 2 ranks restarts on 1 rank;
+#   - a checkpoint written by 2 ranks restarts on 1 rank, read straight from the disk and through
+#     the page cache alike;
 #   - a truncated or corrupted checkpoint, one of another model shape or vocabulary, an unwritable
 #     directory and a full disk (a file-size limit) give clear errors and leave older checkpoints
 #     as they were.
@@ -101,6 +102,13 @@ mid=$(ls "$out/ref/checkpoints" | grep '^ckpt-.*\.nc$' | head -n 1)
 greenlm --set "job.run_dir=$out/one" --set parallel.zero_stage=0 --set "checkpoint.restart=$out/ref/checkpoints/$mid" \
   "$deck" > "$out/one.out" 2>&1
 check "restarting a 2-rank checkpoint on 1 rank failed: $(tail -n 5 "$out/one.out")" [ $? -eq 0 ]
+# the same through the page cache instead of straight from the disk: the same run
+greenlm --set "job.run_dir=$out/cached" --set parallel.zero_stage=0 --set "checkpoint.restart=$out/ref/checkpoints/$mid" \
+  --set checkpoint.direct_read=F "$deck" > "$out/cached.out" 2>&1
+check "restarting through the page cache failed: $(tail -n 5 "$out/cached.out")" [ $? -eq 0 ]
+check "direct_read = F did not read through the page cache" grep -q "through the page cache" "$out/cached.out"
+check "the two ways of reading continued differently ($(hash_of cached) vs $(hash_of one))" \
+  [ -n "$(hash_of one)" -a "$(hash_of cached)" = "$(hash_of one)" ]
 
 # bad input: nothing is run, the error names the problem
 last=$(ls "$out/ref/checkpoints" | grep '^ckpt-.*\.nc$' | tail -n 1)

@@ -364,7 +364,7 @@ static void test_training(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   char why[256];
   int n = gpu_device_count(why, sizeof why);
   if (n == 0) {
@@ -396,7 +396,7 @@ int main(int argc, char **argv) {
 #else /* a build without CUDA */
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   printf("SKIP: this build has no CUDA backend (configure --with-cuda)\n");
   MPI_Finalize();
   return 77;

@@ -18,7 +18,7 @@
 #include "util.h"
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   const char *top = getenv("TOP_SRCDIR"), *out = getenv("TEST_OUT");
   char dir[4096], deck[16384];
   snprintf(dir, sizeof dir, "%s/loader", out ? out : "tests/out");

@@ -12,6 +12,7 @@
 #include "model.h"
 #include "rng.h"
 #include "testing.h"
+#include "util.h"
 
 static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V, int maxT, int window) {
   cfg_model mc;
@@ -146,7 +147,7 @@ static void test_accumulation(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   test_memory_plan();
   test_init();
   test_causality();

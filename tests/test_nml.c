@@ -8,6 +8,7 @@
 #include "cfg.h"
 #include "nml.h"
 #include "testing.h"
+#include "util.h"
 
 static int load(cfg_config *c, const char *text, char *const *sets, int nsets) {
   nml_errors e = {0};
@@ -129,7 +130,7 @@ static void test_error_places(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   test_syntax();
   test_logicals();
   test_overrides();

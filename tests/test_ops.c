@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "rng.h"
 #include "testing.h"
+#include "util.h"
 
 static const backend *be;
 static rng_state R;
@@ -413,7 +414,7 @@ static void test_adamw(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   be = backend_cpu();
   rng_seed(&R, 42, 0, 0);
   test_embedding();

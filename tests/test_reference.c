@@ -186,7 +186,7 @@ out:
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   const char *top = getenv("TOP_SRCDIR");
   char path[4096];
   const char *arch[] = {"gpt-neo", "gpt2"};

@@ -175,7 +175,7 @@ static void test_overflow(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   const char *out = getenv("TEST_OUT");
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/scaler", out ? out : "tests/out");

@@ -204,7 +204,7 @@ static void test_bytes(void) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   const char *out = getenv("TEST_OUT");
   snprintf(tmpdir, sizeof tmpdir, "%s/tok", out ? out : "tests/out");
   util_mkdir_p(tmpdir);

@@ -4,6 +4,7 @@
 
 #include "testing.h"
 #include "topo.h"
+#include "util.h"
 
 /* near: one string per rank, one character per device: '1' near, '0' far, '?' unknown */
 static void expect(const char *what, int nranks, int ndev, const char *const *rows, const int *want) {
@@ -16,7 +17,7 @@ static void expect(const char *what, int nranks, int ndev, const char *const *ro
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  util_mpi_init(&argc, &argv);
   /* two sockets, GPUs 0-1 on the first, 2-3 on the second; 8 ranks, 4 per socket */
   const char *two[] = {"1100", "1100", "1100", "1100", "0011", "0011", "0011", "0011"};
   expect("two sockets", 8, 4, two, (const int[]){0, 1, 0, 1, 2, 3, 2, 3});
