@@ -99,7 +99,9 @@ typedef struct {
   X(g, BOOL, at_end, ".true.", "", "Write a checkpoint when training ends (completed, time limit or signal)") \
   X(g, INT, keep, "3", "[1, inf)", "Checkpoints kept in the directory; older ones are deleted after a new one is complete") \
   X(g, REAL, stage_mb, "8", "(0, 2047]", "Size in MiB of each rank's staging buffer: tensors pass through it to and from the file, one collective wait per buffer written (small enough to stay in the processor's cache)") \
-  X(g, BOOL, direct_read, ".true.", "", "Read checkpoints straight from the disk into buffers of stage_mb, ahead of their use on a thread of their own (O_DIRECT: no page cache, no kernel copy); .false., or a file system that refuses it, reads through the page cache") \
+  X(g, BOOL, direct_read, ".true.", "", "Read checkpoints straight from the disk, ahead of their use on a thread of their own (O_DIRECT: no page cache, no kernel copy); .false., or a file system that refuses it, reads through the page cache") \
+  X(g, REAL, read_mb, "8", "(0, 2047]", "Size in MiB of each read request, and of each of the reader's 2 x read_requests buffers (no more than a rank's share of the checkpoint)") \
+  X(g, INT, read_requests, "4", "[1, 64]", "Reads in flight per rank while a checkpoint is read (reader threads): several keep the disk busy") \
   X(g, STR, restart, "''", "", "Continue from a checkpoint: its path, or 'latest' (the newest in dir; none there starts from step 0)")
 
 #define CFG_GROUP_SAMPLE(X, g)                                                                        \

@@ -106,11 +106,13 @@ static float *addr(const ckpt_state *s, int k, size_t off) {
  *
  * Reads: the header and the variables' places come from PnetCDF (ncmpi_open,
  * ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one contiguous run of big-endian floats.
- * Each rank announces its runs in order (io_expect), a reader thread of its own reads them ahead
- * (rdahead: straight from the disk with &checkpoint direct_read, so no page cache and no kernel
- * copy), and the rank converts, checksums and copies them to the backend in one pass, batch by
- * batch of stage_mb (in place in the reader's buffer, then to the device, for device memory). The
- * conversion overlaps the disk, and the GPU backend needs no host copy of the model. */
+ * Each rank announces its runs in order (io_expect), reader threads of its own read them ahead,
+ * read_requests at a time, in requests of &checkpoint read_mb covering as many runs as fit
+ * (rdahead: straight from the disk with direct_read, so no page cache and no kernel copy), and
+ * the rank converts, checksums
+ * and copies them to the backend in one pass, batch by batch of stage_mb (in place in the
+ * reader's buffer, then to the device, for device memory). The conversion overlaps the disk, and
+ * the GPU backend needs no host copy of the model. */
 
 typedef struct {
   float *dst;     /* read: backend address the elements go to */
@@ -138,6 +140,8 @@ typedef struct {
   int nexp, expcap;     /* ext[0, nexp) announced */
   rdahead *ra;          /* read: the reader thread, once started (io_start) */
   int direct;           /* read: straight from the disk (&checkpoint direct_read) */
+  double read_mb;       /* read: the reader's requests and buffers, MiB (&checkpoint read_mb) */
+  int requests;         /* read: reads in flight (&checkpoint read_requests) */
 } io_stream;
 
 /* Elements in the staging buffer: &checkpoint stage_mb, at least one. */
@@ -150,7 +154,8 @@ static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint6
                     MPI_Comm comm) {
   *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
   if (write) io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
-  io->direct = s->cfg->checkpoint.direct_read;
+  io->direct = s->cfg->checkpoint.direct_read, io->read_mb = s->cfg->checkpoint.read_mb;
+  io->requests = s->cfg->checkpoint.read_requests;
   io->fd = open(path, O_RDONLY);
   memset(sums, 0, (size_t)nsums * sizeof *sums);
 }
@@ -168,7 +173,8 @@ static void io_expect(io_stream *io, int var, size_t a, size_t b) {
 
 /* Read: every extent announced; the reader thread starts on them. */
 static void io_start(io_stream *io, const char *path) {
-  io->ra = rdahead_open(path, io->ext, io->nexp, io->cap * sizeof(float), io->direct);
+  size_t chunk = (size_t)(io->read_mb * (1 << 20));
+  io->ra = rdahead_open(path, io->ext, io->nexp, chunk, io->requests, io->direct);
 }
 
 /* Writes: the agreement, then (where any rank has data: `more` says whether this one has) one
@@ -187,9 +193,9 @@ static int io_flush(io_stream *io, int more) {
     io_seg *g = &io->seg[i];
     for (size_t done = 0; done < g->n && rc == NC_NOERR;) { /* elements */
       size_t got = 0;
-      int64_t at = -1;
-      unsigned char *raw = io->ra ? rdahead_take(io->ra, (g->n - done) * sizeof(float), &got, &at) : NULL;
-      if (!raw || got % sizeof(float) || at != g->off + (MPI_Offset)(done * sizeof(float))) {
+      MPI_Offset at = g->off + (MPI_Offset)(done * sizeof(float));
+      unsigned char *raw = io->ra ? rdahead_take(io->ra, at, (g->n - done) * sizeof(float), &got) : NULL;
+      if (!raw || got % sizeof(float)) {
         rc = NC_EREAD; /* the file ends early (truncated) or cannot be read */
         break;
       }

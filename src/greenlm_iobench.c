@@ -34,7 +34,9 @@
 
 static void usage(FILE *fp) {
   fprintf(fp, "usage: greenlm-iobench --dir DIR [--layers L] [--embd C] [--heads H] [--vocab V] [--repeat R]\n"
-              "defaults: --layers 12 --embd 768 --heads 12 --vocab 50304 --repeat 3 (GPT-2-124M: 1.5 GB)\n");
+              "                       [--stage-mb MB] [--read-mb MB] [--read-requests N] [--direct-read T|F]\n"
+              "defaults: --layers 12 --embd 768 --heads 12 --vocab 50304 --repeat 3 (GPT-2-124M: 1.5 GB),\n"
+              "          --stage-mb 8 --read-mb 8 --read-requests 4 --direct-read T (the &checkpoint keys)\n");
 }
 
 /* fwrite n bytes to path, fsync, drop from the page cache; returns seconds (collective max). */
@@ -79,7 +81,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   util_set_rank(rank);
-  const char *dir = NULL;
+  const char *dir = NULL, *stage_mb = "8", *read_mb = "8", *requests = "4", *direct = "T";
   long L = 12, C = 768, H = 12, V = 50304, reps = 3;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help")) {
@@ -97,6 +99,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "--heads")) H = atol(v);
     else if (!strcmp(k, "--vocab")) V = atol(v);
     else if (!strcmp(k, "--repeat")) reps = atol(v);
+    else if (!strcmp(k, "--stage-mb")) stage_mb = v;
+    else if (!strcmp(k, "--read-mb")) read_mb = v;
+    else if (!strcmp(k, "--read-requests")) requests = v;
+    else if (!strcmp(k, "--direct-read")) direct = v;
     else {
       if (!rank) fprintf(stderr, "greenlm-iobench: error: unknown option '%s'\n", k), usage(stderr);
       util_exit_all(2);
@@ -111,8 +117,9 @@ int main(int argc, char **argv) {
   snprintf(text, sizeof text,
            "&job task = 'train', run_dir = '%s' /\n&model vocab_size = %ld, block_size = 64, n_layer = %ld, n_embd = %ld,\n"
            "  n_head = %ld /\n&training seq_len = 8, micro_batch_size = 1 /\n&data train = 'x', val = 'y' /\n"
-           "&parallel zero_stage = 1 /\n&checkpoint dir = '%s/ckpt', keep = 1 /\n",
-           dir, V, L, C, H, dir);
+           "&parallel zero_stage = 1 /\n&checkpoint dir = '%s/ckpt', keep = 1, stage_mb = %s, read_mb = %s,\n"
+           "  read_requests = %s, direct_read = %s /\n",
+           dir, V, L, C, H, dir, stage_mb, read_mb, requests, direct);
   cfg_config *cfg = util_calloc(1, sizeof *cfg, "configuration");
   nml_errors errs = {0};
   if (cfg_load(cfg, text, "iobench", NULL, 0, &errs) || cfg_resolve_layout(cfg, size, &errs)) {

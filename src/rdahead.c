@@ -12,128 +12,170 @@
 #include "util.h"
 
 typedef struct {
-  unsigned char *mem;  /* (chunk) bytes, RDAHEAD_ALIGN-aligned */
-  unsigned char *data; /* the piece's first byte in mem */
-  int64_t off;         /* its place in the file */
-  size_t len;          /* its bytes; 0 with err */
-  int err;
+  int64_t lo, hi, need; /* file bytes [lo, hi) to read, the extents' up to need */
+} rdahead_window;
+
+typedef struct {
+  unsigned char *mem; /* (chunk) bytes, RDAHEAD_ALIGN-aligned */
+  int64_t window;     /* the window in it, once read (-1: none yet) */
+  int64_t hi;         /* as far as the read got */
+  int err;            /* the read failed or ended before the extents' bytes */
 } rdahead_buf;
 
 struct rdahead {
   int fd, direct;
-  rdahead_extent *ext;
-  int n;
   size_t chunk;
-  rdahead_buf buf[RDAHEAD_BUFS];
-  int head, count; /* buffers filled and not yet given back: buf[head], ... (count of them) */
-  size_t taken;    /* bytes of buf[head] already taken */
-  int stop;        /* the caller closes: the reader leaves */
-  int done;        /* the reader has left: no more pieces come */
-  pthread_t thread;
+  rdahead_window *win;
+  int64_t nwin;
+  rdahead_buf *buf; /* (nbuf) */
+  pthread_t *thread; /* (nthread) */
+  int nbuf, nthread; /* nthread: requests in flight, the readers' stride */
+  int started;       /* readers running (to join) */
+  int64_t cur;      /* the caller's window; windows before it are given back */
+  int stop;         /* the caller closes: the readers leave */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 };
 
-/* Read bytes [lo, hi) of the file into mem (lo aligned for direct reads), at least `need` of them
- * (a direct read of the file's last block ends at its end). Returns 0, or -1 (errno). A direct
- * read the file system refuses (EINVAL) turns the descriptor to page-cache reads, and retries. */
-static int read_at(rdahead *r, unsigned char *mem, int64_t lo, int64_t hi, size_t need) {
-  size_t got = 0, want = (size_t)(hi - lo);
-  while (got < want) {
-    ssize_t k = pread(r->fd, mem + got, want - got, (off_t)(lo + (int64_t)got));
+/* Read bytes [lo, hi) of the file into mem. Returns the bytes read (short at the file's end) or
+ * -1. A direct read the file system refuses (EINVAL) turns the descriptor to page-cache reads. */
+static int64_t read_at(rdahead *r, unsigned char *mem, int64_t lo, int64_t hi) {
+  int64_t got = 0;
+  while (got < hi - lo) {
+    ssize_t k = pread(r->fd, mem + got, (size_t)(hi - lo - got), (off_t)(lo + got));
     if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && errno == EINVAL && r->direct && got == 0) {
+    if (k < 0 && errno == EINVAL && r->direct) {
       int fl = fcntl(r->fd, F_GETFL);
       if (fl < 0 || fcntl(r->fd, F_SETFL, fl & ~O_DIRECT) < 0) return -1;
       pthread_mutex_lock(&r->mu);
-      r->direct = 0; /* the aligned blocks are read through the page cache instead */
+      r->direct = 0; /* the (aligned) windows are read through the page cache instead */
       pthread_mutex_unlock(&r->mu);
       continue;
     }
-    if (k <= 0) break;
-    got += (size_t)k;
+    if (k < 0) return -1;
+    if (k == 0) break;
+    got += k;
   }
-  return got >= need ? 0 : -1;
+  return got;
 }
 
-/* The thread: every extent in order, in pieces that fill one buffer each. */
-static void *reader(void *arg) {
-  rdahead *r = arg;
-  int slot = 0;
-  for (int e = 0; e < r->n; e++) {
-    int64_t p = r->ext[e].off, end = p + r->ext[e].len;
-    while (p < end) {
-      pthread_mutex_lock(&r->mu);
-      while (r->count == RDAHEAD_BUFS && !r->stop) pthread_cond_wait(&r->cv, &r->mu);
-      int stop = r->stop;
-      pthread_mutex_unlock(&r->mu);
-      if (stop) return NULL;
-      rdahead_buf *b = &r->buf[slot];
-      /* direct: the aligned blocks around [p, p + m), m ending on a block boundary unless at the
-       * extent's end; page cache: [p, p + m) itself */
-      int64_t lo = r->direct ? p - p % RDAHEAD_ALIGN : p, m = end - p;
-      if (m > lo + (int64_t)r->chunk - p) m = lo + (int64_t)r->chunk - p;
-      int64_t hi = r->direct ? (p + m + RDAHEAD_ALIGN - 1) / RDAHEAD_ALIGN * RDAHEAD_ALIGN : p + m;
-      int rc = read_at(r, b->mem, lo, hi, (size_t)(p + m - lo));
-      b->data = b->mem + (p - lo), b->off = p, b->len = rc ? 0 : (size_t)m, b->err = rc != 0;
-      pthread_mutex_lock(&r->mu);
-      r->count++;
-      pthread_cond_broadcast(&r->cv);
-      pthread_mutex_unlock(&r->mu);
-      if (rc) return NULL; /* the caller stops at this piece */
-      slot = (slot + 1) % RDAHEAD_BUFS, p += m;
+/* The windows over the n extents, in order: each from byte p of extent e on, up to `chunk` bytes,
+ * covering the following extents as long as they start at most RDAHEAD_GAP after the previous
+ * one ends and within the window. Returns the count; *out to free(). */
+static int64_t make_windows(const rdahead_extent *ext, int n, size_t chunk, int direct, rdahead_window **out) {
+  int64_t cap = 16, nw = 0;
+  rdahead_window *w = util_malloc((size_t)cap * sizeof *w, "windows");
+  int e = 0;
+  while (e < n && ext[e].len == 0) e++;
+  int64_t p = e < n ? ext[e].off : 0;
+  while (e < n) {
+    int64_t lo = direct ? p - p % RDAHEAD_ALIGN : p, limit = lo + (int64_t)chunk, end;
+    for (;;) {
+      int64_t stop = ext[e].off + ext[e].len;
+      end = stop < limit ? stop : limit;
+      if (end < stop) { /* the extent goes on in the next window */
+        p = end;
+        break;
+      }
+      while (++e < n && ext[e].len == 0) continue;
+      p = e < n ? ext[e].off : 0;
+      if (e == n || p < end || p - end > RDAHEAD_GAP || p >= limit) break;
     }
+    if (nw == cap) w = util_realloc(w, (size_t)(cap *= 2) * sizeof *w, "windows");
+    w[nw++] = (rdahead_window){lo, direct ? (end + RDAHEAD_ALIGN - 1) / RDAHEAD_ALIGN * RDAHEAD_ALIGN : end, end};
   }
-  pthread_mutex_lock(&r->mu);
-  r->done = 1;
-  pthread_cond_broadcast(&r->cv);
-  pthread_mutex_unlock(&r->mu);
+  *out = w;
+  return nw;
+}
+
+/* Reader t of T: windows t, t + T, ..., window w into buffer w % r->nbuf once the caller has
+ * given back the window before it there. */
+typedef struct {
+  rdahead *r;
+  int t;
+} rdahead_arg;
+
+static void *reader(void *arg) {
+  rdahead *r = ((rdahead_arg *)arg)->r;
+  int t = ((rdahead_arg *)arg)->t;
+  free(arg);
+  for (int64_t w = t; w < r->nwin; w += r->nthread) {
+    rdahead_buf *b = &r->buf[w % r->nbuf];
+    pthread_mutex_lock(&r->mu);
+    while (w - r->nbuf >= r->cur && !r->stop) pthread_cond_wait(&r->cv, &r->mu);
+    int stop = r->stop;
+    pthread_mutex_unlock(&r->mu);
+    if (stop) break;
+    const rdahead_window *x = &r->win[w];
+    int64_t got = read_at(r, b->mem, x->lo, x->hi);
+    pthread_mutex_lock(&r->mu);
+    b->hi = got < 0 ? x->lo : x->lo + got, b->err = got < 0 || x->lo + got < x->need, b->window = w;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+  }
   return NULL;
 }
 
-rdahead *rdahead_open(const char *path, const rdahead_extent *ext, int n, size_t chunk, int direct) {
+rdahead *rdahead_open(const char *path, const rdahead_extent *ext, int n, size_t chunk, int requests, int direct) {
   int fd = direct ? open(path, O_RDONLY | O_DIRECT) : -1;
   if (fd < 0) fd = open(path, O_RDONLY), direct = 0;
   if (fd < 0) return NULL;
   rdahead *r = util_calloc(1, sizeof *r, "reader");
-  r->fd = fd, r->direct = direct, r->n = n;
-  r->chunk = (chunk + RDAHEAD_ALIGN - 1) / RDAHEAD_ALIGN * RDAHEAD_ALIGN;
-  if (r->chunk < 2 * RDAHEAD_ALIGN) r->chunk = 2 * RDAHEAD_ALIGN; /* room for a piece and its alignment */
-  r->ext = util_malloc((size_t)(n ? n : 1) * sizeof *ext, "extents");
-  if (n) memcpy(r->ext, ext, (size_t)n * sizeof *ext);
+  r->fd = fd, r->direct = direct;
+  /* a window never needs more than all the extents and their alignment */
+  size_t most = 2 * RDAHEAD_ALIGN;
+  for (int i = 0; i < n; i++) most += (size_t)ext[i].len + RDAHEAD_ALIGN;
+  r->chunk = chunk < most ? chunk : most;
+  r->chunk = (r->chunk + RDAHEAD_ALIGN - 1) / RDAHEAD_ALIGN * RDAHEAD_ALIGN;
+  if (r->chunk < 2 * RDAHEAD_ALIGN) r->chunk = 2 * RDAHEAD_ALIGN; /* room for a block and its alignment */
+  /* windows laid out for direct reads (aligned) serve page-cache reads as well */
+  r->nwin = make_windows(ext, n, r->chunk, 1, &r->win);
   int ok = 1;
-  for (int i = 0; i < RDAHEAD_BUFS; i++) {
+  r->nthread = requests < 1 ? 1 : requests;
+  if (r->nthread > r->nwin) r->nthread = r->nwin ? (int)r->nwin : 1;
+  r->nbuf = 2 * r->nthread;
+  r->buf = util_calloc((size_t)r->nbuf, sizeof *r->buf, "reader buffers");
+  r->thread = util_calloc((size_t)r->nthread, sizeof *r->thread, "readers");
+  for (int i = 0; i < r->nbuf; i++) {
     void *mem = NULL;
     if (posix_memalign(&mem, RDAHEAD_ALIGN, r->chunk) != 0) ok = 0;
-    r->buf[i].mem = mem;
+    r->buf[i] = (rdahead_buf){.mem = mem, .window = -1};
   }
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->cv, NULL);
-  if (!ok || pthread_create(&r->thread, NULL, reader, r) != 0) {
-    r->thread = pthread_self(); /* nothing to join */
-    r->stop = 1;
+  for (int t = 0; ok && t < r->nthread; t++) {
+    rdahead_arg *a = util_malloc(sizeof *a, "reader");
+    *a = (rdahead_arg){r, t};
+    if (pthread_create(&r->thread[t], NULL, reader, a) != 0) free(a), ok = 0;
+    else r->started++;
+  }
+  if (!ok) {
     rdahead_close(r);
     return NULL;
   }
   return r;
 }
 
-void *rdahead_take(rdahead *r, size_t want, size_t *got, int64_t *off) {
+void *rdahead_take(rdahead *r, int64_t off, size_t want, size_t *got) {
+  *got = 0;
   pthread_mutex_lock(&r->mu);
-  if (r->count && r->taken == r->buf[r->head].len && !r->buf[r->head].err) { /* the last piece is used up */
-    r->head = (r->head + 1) % RDAHEAD_BUFS, r->count--, r->taken = 0;
+  rdahead_buf *b = NULL;
+  while (r->cur < r->nwin) {
+    const rdahead_window *x = &r->win[r->cur];
+    if (off >= x->lo && off < x->need) { /* its window: wait for it */
+      b = &r->buf[r->cur % r->nbuf];
+      while (b->window != r->cur) pthread_cond_wait(&r->cv, &r->mu);
+      break;
+    }
+    r->cur++; /* used up: its buffer goes back to the readers */
     pthread_cond_broadcast(&r->cv);
   }
-  while (r->count == 0 && !r->done) pthread_cond_wait(&r->cv, &r->mu);
-  int none = r->count == 0; /* asked for more than the extents hold */
-  rdahead_buf *b = &r->buf[r->head];
   pthread_mutex_unlock(&r->mu);
-  *got = 0, *off = none ? -1 : b->off + (int64_t)r->taken;
-  if (none || b->err) return NULL;
-  size_t k = b->len - r->taken < want ? b->len - r->taken : want;
-  unsigned char *p = b->data + r->taken;
-  r->taken += k, *got = k;
-  return p;
+  if (!b || b->err || off >= b->hi) return NULL;
+  const rdahead_window *x = &r->win[b->window];
+  size_t k = (size_t)(x->need - off) < want ? (size_t)(x->need - off) : want;
+  *got = k;
+  return b->mem + (off - x->lo);
 }
 
 int rdahead_direct(rdahead *r) {
@@ -149,11 +191,11 @@ void rdahead_close(rdahead *r) {
   r->stop = 1;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
-  if (!pthread_equal(r->thread, pthread_self())) pthread_join(r->thread, NULL);
+  for (int t = 0; t < r->started; t++) pthread_join(r->thread[t], NULL);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
-  for (int i = 0; i < RDAHEAD_BUFS; i++) free(r->buf[i].mem);
+  for (int i = 0; i < r->nbuf; i++) free(r->buf[i].mem);
   close(r->fd);
-  free(r->ext);
+  free(r->buf), free(r->thread), free(r->win);
   free(r);
 }

@@ -12,7 +12,8 @@
  * activation recomputation, one rank must repeat the serial run bitwise and P=2 x D=2 match it.
  * Every layout run from the start also writes a checkpoint half-way, through a staging buffer of
  * 10 KiB (&checkpoint stage_mb), so that ranks whose pieces differ in size make different numbers
- * of collective waits; rank 0 alone continues from it, within the same bounds of the layout's own
+ * of collective waits, and reads it back in many reads of 20 KiB, three in flight (read_mb,
+ * read_requests); rank 0 alone continues from it, within the same bounds of the layout's own
  * continuation. */
 #include <math.h>
 #include <mpi.h>
@@ -52,7 +53,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4, recompute = %s /\n"
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
            "  bucket_mb = 0.01 /\n"
-           "&checkpoint stage_mb = 0.01 /\n",
+           "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n",
            dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order);
   return t_load_deck(text, "parallel.nml", nranks);
 }
