@@ -7,9 +7,10 @@
  *     the resolved deck, the model's shape, the tokenizer's hash, the writer's layout, version.
  * Replica r of a stage writes piece r (of D equal pieces) of the stage's parameter buffer and of
  * the moments (with ZeRO-1 exactly the piece whose moments it keeps); the last stage leaves the
- * tied embedding to the first. Non-blocking puts and one collective wait per batch of at most
- * 1.5 GiB per rank (PnetCDF 1.12's limit is 2 GiB). The file is written as NAME.tmp, synced, and
- * renamed; a crash leaves the previous checkpoints as they were.
+ * tied embedding to the first. Non-blocking puts and one collective wait per batch of
+ * &checkpoint stage_mb per rank (PnetCDF 1.12's limit is 2 GiB). The file is written as NAME.tmp,
+ * synced, and renamed; a crash leaves the previous checkpoints as they were. Reads go around
+ * PnetCDF for the data: reader threads (rdahead) read each rank's runs straight from the disk.
  *
  * Checksums: for element i of a variable with bit pattern x, mix(i, x) summed modulo 2^64. The sum
  * does not depend on which rank holds which element, so a job of another layout verifies what it
