@@ -1,4 +1,4 @@
-/* rdahead: a file's extents read in order by a thread of its own, ahead of their use. */
+/* rdahead: a file's extents read in order by threads of their own, ahead of their use. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "rdahead.h"
 
@@ -38,18 +38,21 @@ struct rdahead {
 };
 
 /* Read bytes [lo, hi) of the file into mem. Returns the bytes read (short at the file's end) or
- * -1. A direct read the file system refuses (EINVAL) turns the descriptor to page-cache reads. */
+ * -1. A read refused with EINVAL (direct reads the file system does not take) turns the
+ * descriptor, which the readers share, to page-cache reads and is tried once more. */
 static int64_t read_at(rdahead *r, unsigned char *mem, int64_t lo, int64_t hi) {
   int64_t got = 0;
+  int retried = 0;
   while (got < hi - lo) {
     ssize_t k = pread(r->fd, mem + got, (size_t)(hi - lo - got), (off_t)(lo + got));
     if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && errno == EINVAL && r->direct) {
-      int fl = fcntl(r->fd, F_GETFL);
-      if (fl < 0 || fcntl(r->fd, F_SETFL, fl & ~O_DIRECT) < 0) return -1;
+    if (k < 0 && errno == EINVAL && !retried) {
       pthread_mutex_lock(&r->mu);
-      r->direct = 0; /* the (aligned) windows are read through the page cache instead */
+      int fl = fcntl(r->fd, F_GETFL);
+      if (fl >= 0 && (fl & O_DIRECT)) fcntl(r->fd, F_SETFL, fl & ~O_DIRECT);
+      r->direct = 0;
       pthread_mutex_unlock(&r->mu);
+      retried = 1;
       continue;
     }
     if (k < 0) return -1;
@@ -59,17 +62,19 @@ static int64_t read_at(rdahead *r, unsigned char *mem, int64_t lo, int64_t hi) {
   return got;
 }
 
-/* The windows over the n extents, in order: each from byte p of extent e on, up to `chunk` bytes,
- * covering the following extents as long as they start at most RDAHEAD_GAP after the previous
- * one ends and within the window. Returns the count; *out to free(). */
-static int64_t make_windows(const rdahead_extent *ext, int n, size_t chunk, int direct, rdahead_window **out) {
+/* The windows over the n extents, in order: each from the aligned block around byte p of extent e
+ * on, up to `chunk` bytes, covering the following extents as long as they start at most
+ * RDAHEAD_GAP after the previous one ends and within the window, to the end of an aligned block
+ * (as direct reads need; page-cache reads take the same windows). Returns the count; *out to
+ * free(). */
+static int64_t make_windows(const rdahead_extent *ext, int n, size_t chunk, rdahead_window **out) {
   int64_t cap = 16, nw = 0;
   rdahead_window *w = util_malloc((size_t)cap * sizeof *w, "windows");
   int e = 0;
   while (e < n && ext[e].len == 0) e++;
   int64_t p = e < n ? ext[e].off : 0;
   while (e < n) {
-    int64_t lo = direct ? p - p % RDAHEAD_ALIGN : p, limit = lo + (int64_t)chunk, end;
+    int64_t lo = p - p % RDAHEAD_ALIGN, limit = lo + (int64_t)chunk, end;
     for (;;) {
       int64_t stop = ext[e].off + ext[e].len;
       end = stop < limit ? stop : limit;
@@ -82,7 +87,7 @@ static int64_t make_windows(const rdahead_extent *ext, int n, size_t chunk, int 
       if (e == n || p < end || p - end > RDAHEAD_GAP || p >= limit) break;
     }
     if (nw == cap) w = util_realloc(w, (size_t)(cap *= 2) * sizeof *w, "windows");
-    w[nw++] = (rdahead_window){lo, direct ? (end + RDAHEAD_ALIGN - 1) / RDAHEAD_ALIGN * RDAHEAD_ALIGN : end, end};
+    w[nw++] = (rdahead_window){lo, (end + RDAHEAD_ALIGN - 1) / RDAHEAD_ALIGN * RDAHEAD_ALIGN, end};
   }
   *out = w;
   return nw;
@@ -128,8 +133,7 @@ rdahead *rdahead_open(const char *path, const rdahead_extent *ext, int n, size_t
   r->chunk = chunk < most ? chunk : most;
   r->chunk = (r->chunk + RDAHEAD_ALIGN - 1) / RDAHEAD_ALIGN * RDAHEAD_ALIGN;
   if (r->chunk < 2 * RDAHEAD_ALIGN) r->chunk = 2 * RDAHEAD_ALIGN; /* room for a block and its alignment */
-  /* windows laid out for direct reads (aligned) serve page-cache reads as well */
-  r->nwin = make_windows(ext, n, r->chunk, 1, &r->win);
+  r->nwin = make_windows(ext, n, r->chunk, &r->win);
   int ok = 1;
   r->nthread = requests < 1 ? 1 : requests;
   if (r->nthread > r->nwin) r->nthread = r->nwin ? (int)r->nwin : 1;
