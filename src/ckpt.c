@@ -138,10 +138,8 @@ typedef struct {
   void *poll_arg;
   rdahead_extent *ext;  /* read: the extents to come, in the order they are read */
   int nexp, expcap;     /* ext[0, nexp) announced */
-  rdahead *ra;          /* read: the reader thread, once started (io_start) */
-  int direct;           /* read: straight from the disk (&checkpoint direct_read) */
-  double read_mb;       /* read: the reader's requests and buffers, MiB (&checkpoint read_mb) */
-  int requests;         /* read: reads in flight (&checkpoint read_requests) */
+  rdahead *ra;          /* read: the reader threads, once started (io_start) */
+  int direct;           /* read: the file was read straight from the disk (known at io_close) */
 } io_stream;
 
 /* Elements in the staging buffer: &checkpoint stage_mb, at least one. */
@@ -154,8 +152,6 @@ static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint6
                     MPI_Comm comm) {
   *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
   if (write) io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
-  io->direct = s->cfg->checkpoint.direct_read, io->read_mb = s->cfg->checkpoint.read_mb;
-  io->requests = s->cfg->checkpoint.read_requests;
   io->fd = open(path, O_RDONLY);
   memset(sums, 0, (size_t)nsums * sizeof *sums);
 }
@@ -171,10 +167,9 @@ static void io_expect(io_stream *io, int var, size_t a, size_t b) {
   io->ext[io->nexp++] = (rdahead_extent){off + (MPI_Offset)(a * sizeof(float)), (MPI_Offset)((b - a) * sizeof(float))};
 }
 
-/* Read: every extent announced; the reader thread starts on them. */
-static void io_start(io_stream *io, const char *path) {
-  size_t chunk = (size_t)(io->read_mb * (1 << 20));
-  io->ra = rdahead_open(path, io->ext, io->nexp, chunk, io->requests, io->direct);
+/* Read: every extent announced; the reader threads start on them (&checkpoint read_mb, read_requests, direct_read). */
+static void io_start(io_stream *io, const char *path, const cfg_checkpoint *ck) {
+  io->ra = rdahead_open(path, io->ext, io->nexp, (size_t)(ck->read_mb * (1 << 20)), ck->read_requests, ck->direct_read);
 }
 
 /* Writes: the agreement, then (where any rank has data: `more` says whether this one has) one
@@ -758,7 +753,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs)
     if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
     for (int i = 0; i < n; i++)
       for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
-    io_start(&io, path);
+    io_start(&io, path, &s->cfg->checkpoint);
     for (int i = 0; i < n; i++) {
       for (int k = 0; k < 3; k++)
         io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
