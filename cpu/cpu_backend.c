@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "util.h"
+#include "base/util.h"
 
 static void *cpu_alloc(size_t bytes) {
   void *p = util_aligned_alloc(bytes, "CPU backend buffer");

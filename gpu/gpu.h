@@ -18,9 +18,9 @@
 #include <cuda_runtime.h>
 
 #include "config.h" /* GREENLM_HAVE_CUDA: backend.h declares the entry points */
-#include "backend.h"
+#include "model/backend.h"
 extern "C" {
-#include "util.h"
+#include "base/util.h"
 }
 
 /* ---- errors ---------------------------------------------------------------------------------- */

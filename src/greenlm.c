@@ -11,18 +11,18 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "backends.h"
-#include "cfg.h"
+#include "model/backend.h"
+#include "model/backends.h"
+#include "deck/cfg.h"
 #include "config.h"
-#include "model.h"
-#include "nml.h"
-#include "optim.h"
-#include "par.h"
-#include "bpe.h"
-#include "prepare.h"
+#include "model/gpt.h"
+#include "deck/nml.h"
+#include "model/optim.h"
+#include "parallel/par.h"
+#include "text/bpe.h"
+#include "text/prepare.h"
 #include "train.h"
-#include "util.h"
+#include "base/util.h"
 
 static void usage(FILE *fp) {
   fprintf(fp,
@@ -255,7 +255,7 @@ int main(int argc, char **argv) {
     const char *task = cfg->job.task.v[i];
     if (rank == 0) printf("== task: %s ==\n", task), fflush(stdout);
     if (!strcmp(task, "tokenizer")) rc = bpe_run_task(cfg, MPI_COMM_WORLD);
-    else if (!strcmp(task, "prepare")) rc = prep_run(cfg, MPI_COMM_WORLD);
+    else if (!strcmp(task, "prepare")) rc = prepare_run(cfg, MPI_COMM_WORLD);
     else rc = train_run(cfg, be, header);
   }
   free(text);

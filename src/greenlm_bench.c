@@ -17,12 +17,12 @@
 #include <string.h>
 
 #include "config.h" /* first: GREENLM_HAVE_CUDA decides what backend.h declares */
-#include "backend.h"
-#include "cfg.h"
-#include "model.h"
-#include "optim.h"
-#include "rng.h"
-#include "util.h"
+#include "model/backend.h"
+#include "deck/cfg.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "base/rng.h"
+#include "base/util.h"
 
 /* ---- --profile: a backend table that times every op ------------------------------------------ */
 

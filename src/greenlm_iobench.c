@@ -22,15 +22,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cfg.h"
-#include "ckpt.h"
+#include "model/backend.h"
+#include "deck/cfg.h"
+#include "io/ckpt.h"
 #include "config.h"
-#include "grad.h"
-#include "model.h"
-#include "optim.h"
-#include "par.h"
-#include "util.h"
+#include "parallel/grad.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "parallel/par.h"
+#include "base/util.h"
 
 static void usage(FILE *fp) {
   fprintf(fp, "usage: greenlm-iobench --dir DIR [--layers L] [--embd C] [--heads H] [--vocab V] [--repeat R]\n"

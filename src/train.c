@@ -11,18 +11,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "io/ckpt.h"
 #include "config.h"
-#include "data.h"
-#include "energy.h"
-#include "metrics.h"
-#include "model.h"
-#include "optim.h"
-#include "par.h"
-#include "sample.h"
-#include "tok.h"
-#include "topo.h"
-#include "util.h"
+#include "text/data.h"
+#include "energy/energy.h"
+#include "energy/metrics.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "parallel/par.h"
+#include "model/sample.h"
+#include "text/tok.h"
+#include "parallel/topo.h"
+#include "base/util.h"
 
 struct trainer {
   const cfg_config *cfg;

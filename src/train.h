@@ -8,14 +8,14 @@
 #include <mpi.h>
 #include <stddef.h>
 
-#include "backend.h"
-#include "cfg.h"
-#include "ckpt.h"
-#include "grad.h"
-#include "model.h"
-#include "par.h"
-#include "nml.h"
-#include "pipe.h"
+#include "model/backend.h"
+#include "deck/cfg.h"
+#include "io/ckpt.h"
+#include "parallel/grad.h"
+#include "model/gpt.h"
+#include "parallel/par.h"
+#include "deck/nml.h"
+#include "parallel/pipe.h"
 
 typedef struct trainer trainer;
 

@@ -13,9 +13,9 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include "energy.h"
+#include "energy/energy.h"
 #include "testing.h"
-#include "util.h"
+#include "base/util.h"
 
 static char root[4096], stub_file[4200];
 

@@ -28,14 +28,14 @@
 #include <string.h>
 
 #include "config.h"
-#include "backend.h"
-#include "cfg.h"
-#include "prepare.h"
-#include "rng.h"
+#include "model/backend.h"
+#include "deck/cfg.h"
+#include "text/prepare.h"
+#include "base/rng.h"
 #include "testing.h"
 #include "testdeck.h"
 #include "train.h"
-#include "util.h"
+#include "base/util.h"
 
 #ifdef GREENLM_HAVE_CUDA
 
@@ -338,7 +338,7 @@ static float *train(const cfg_config *c, const backend *be, double *loss, size_t
 
 static void test_training(const char *dir) {
   cfg_config *c = deck(dir, "cpu", "fp32");
-  T_CHECK(prep_run(c, MPI_COMM_SELF) == 0, "prepare failed");
+  T_CHECK(prepare_run(c, MPI_COMM_SELF) == 0, "prepare failed");
   double lc[STEPS];
   size_t nc, ng;
   float *pc = train(c, cpu, lc, &nc);

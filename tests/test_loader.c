@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cfg.h"
-#include "data.h"
-#include "prepare.h"
+#include "deck/cfg.h"
+#include "text/data.h"
+#include "text/prepare.h"
 #include "testing.h"
-#include "tok.h"
-#include "util.h"
+#include "text/tok.h"
+#include "base/util.h"
 
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
   nml_errors errs = {0};
   T_CHECK(cfg_load(cfg, deck, "loader.nml", NULL, 0, &errs) == 0, "deck rejected");
   nml_errors_print(&errs, 5);
-  T_CHECK(prep_run(cfg, MPI_COMM_WORLD) == 0, "prepare failed");
+  T_CHECK(prepare_run(cfg, MPI_COMM_WORLD) == 0, "prepare failed");
   tok_tokenizer tok;
   tok_init_bytes(&tok);
   data_loader d, e;

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cfg.h"
-#include "model.h"
-#include "rng.h"
+#include "deck/cfg.h"
+#include "model/gpt.h"
+#include "base/rng.h"
 #include "testing.h"
-#include "util.h"
+#include "base/util.h"
 
 static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V, int maxT, int window) {
   cfg_model mc;

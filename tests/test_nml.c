@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cfg.h"
-#include "nml.h"
+#include "deck/cfg.h"
+#include "deck/nml.h"
 #include "testing.h"
-#include "util.h"
+#include "base/util.h"
 
 static int load(cfg_config *c, const char *text, char *const *sets, int nsets) {
   nml_errors e = {0};

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "rng.h"
+#include "model/backend.h"
+#include "base/rng.h"
 #include "testing.h"
-#include "util.h"
+#include "base/util.h"
 
 static const backend *be;
 static rng_state R;

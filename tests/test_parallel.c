@@ -20,14 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "cfg.h"
-#include "par.h"
-#include "prepare.h"
+#include "model/backend.h"
+#include "deck/cfg.h"
+#include "parallel/par.h"
+#include "text/prepare.h"
 #include "testing.h"
 #include "testdeck.h"
 #include "train.h"
-#include "util.h"
+#include "base/util.h"
 
 enum { STEPS = 10 };
 
@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
   }
   /* the dataset, prepared by all ranks */
   cfg_config *c0 = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
-  T_CHECK(prep_run(c0, MPI_COMM_WORLD) == 0, "prepare failed");
+  T_CHECK(prepare_run(c0, MPI_COMM_WORLD) == 0, "prepare failed");
   /* the serial reference on rank 0, with a checkpoint half-way */
   run_result ref = {0};
   char ckpt[CFG_STR_LEN] = "";

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "rdahead.h"
+#include "io/rdahead.h"
 #include "testing.h"
 
 static unsigned char byte_at(int64_t i) { return (unsigned char)((uint64_t)i * 2654435761u >> 13); }

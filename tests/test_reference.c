@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cfg.h"
-#include "model.h"
-#include "optim.h"
+#include "deck/cfg.h"
+#include "model/gpt.h"
+#include "model/optim.h"
 #include "testing.h"
-#include "util.h"
+#include "base/util.h"
 
 static int nc_ok(int err, const char *what) {
   if (err != NC_NOERR) fprintf(stderr, "PnetCDF error (%s): %s\n", what, ncmpi_strerror(err));

@@ -16,14 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "cfg.h"
-#include "optim.h"
-#include "prepare.h"
+#include "model/backend.h"
+#include "deck/cfg.h"
+#include "model/optim.h"
+#include "text/prepare.h"
 #include "testing.h"
 #include "testdeck.h"
 #include "train.h"
-#include "util.h"
+#include "base/util.h"
 
 static void test_rule(void) {
   optim_scaler s;
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
   util_mkdir_p(dir);
   test_rule();
   cfg_config *c = deck(dir, 65536, 2000);
-  T_CHECK(prep_run(c, MPI_COMM_SELF) == 0, "prepare failed");
+  T_CHECK(prepare_run(c, MPI_COMM_SELF) == 0, "prepare failed");
   free(c);
   test_exact(dir);
   test_overflow(dir);

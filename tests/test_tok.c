@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "rng.h"
+#include "base/rng.h"
 #include "testing.h"
-#include "tok.h"
-#include "util.h"
+#include "text/tok.h"
+#include "base/util.h"
 
 static char tmpdir[4096];
 

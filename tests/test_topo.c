@@ -3,8 +3,8 @@
 #include <mpi.h>
 
 #include "testing.h"
-#include "topo.h"
-#include "util.h"
+#include "parallel/topo.h"
+#include "base/util.h"
 
 /* near: one string per rank, one character per device: '1' near, '0' far, '?' unknown */
 static void expect(const char *what, int nranks, int ndev, const char *const *rows, const int *want) {

@@ -5,8 +5,8 @@
 
 #include <stdlib.h>
 
-#include "cfg.h"
-#include "nml.h"
+#include "deck/cfg.h"
+#include "deck/nml.h"
 
 static inline cfg_config *t_load_deck(const char *text, const char *name, int nranks) {
   cfg_config *c = calloc(1, sizeof *c);

@@ -1,0 +1,808 @@
+/* cfg: deck tables -> typed configuration, validation, resolved echo and reference docs. */
+#include "deck/cfg.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "base/util.h"
+
+/* ---- tables ---------------------------------------------------------------------------------- */
+
+#define CFG_KEY(g, type, n, def, range, doc) {#n, CFG_T_##type, offsetof(cfg_config, g.n), def, range, doc},
+#define CFG_GROUP_KEYS(gname, GMACRO, gdoc) GMACRO(CFG_KEY, gname)
+static const cfg_key cfg_key_table[CFG_NKEYS] = {CFG_GROUPS(CFG_GROUP_KEYS)};
+
+#define CFG_GROUP_SIZE(g, type, n, def, range, doc) +1
+#define CFG_GROUP_ENTRY(gname, GMACRO, gdoc) {#gname, gdoc, 0, 0 GMACRO(CFG_GROUP_SIZE, gname)},
+static cfg_group cfg_group_table[] = {CFG_GROUPS(CFG_GROUP_ENTRY)};
+enum { CFG_NGROUPS = sizeof cfg_group_table / sizeof cfg_group_table[0] };
+
+const cfg_key *cfg_keys(void) { return cfg_key_table; }
+
+const cfg_group *cfg_groups(int *ngroups) {
+  int first = 0;
+  for (int g = 0; g < CFG_NGROUPS; g++) {
+    cfg_group_table[g].first = first;
+    first += cfg_group_table[g].nkeys;
+  }
+  if (ngroups) *ngroups = CFG_NGROUPS;
+  return cfg_group_table;
+}
+
+static int find_group(const char *name) {
+  cfg_groups(NULL);
+  for (int g = 0; g < CFG_NGROUPS; g++)
+    if (util_strieq(cfg_group_table[g].name, name)) return g;
+  return -1;
+}
+
+static int find_key_in(int g, const char *key) {
+  const cfg_group *gr = &cfg_groups(NULL)[g];
+  for (int k = gr->first; k < gr->first + gr->nkeys; k++)
+    if (util_strieq(cfg_key_table[k].name, key)) return k;
+  return -1;
+}
+
+int cfg_find(const char *group, const char *key) {
+  int g = find_group(group);
+  return g < 0 ? -1 : find_key_in(g, key);
+}
+
+/* ---- ranges ---------------------------------------------------------------------------------- */
+
+typedef struct {
+  double lo, hi;
+  int lo_open, hi_open;
+} cfg_interval;
+
+/* "[a, b]", "(a, b)", "[a, inf)"; returns 0 when r is an interval. */
+static int parse_interval(const char *r, cfg_interval *iv) {
+  if (!r || (r[0] != '[' && r[0] != '(')) return -1;
+  iv->lo_open = r[0] == '(';
+  char *end;
+  const char *p = r + 1;
+  while (*p == ' ') p++;
+  if (strncmp(p, "-inf", 4) == 0) {
+    iv->lo = -INFINITY;
+    end = (char *)p + 4;
+  } else {
+    iv->lo = strtod(p, &end);
+  }
+  p = strchr(end, ',');
+  if (!p) return -1;
+  p++;
+  while (*p == ' ') p++;
+  if (strncmp(p, "inf", 3) == 0) {
+    iv->hi = INFINITY;
+    end = (char *)p + 3;
+  } else {
+    iv->hi = strtod(p, &end);
+  }
+  iv->hi_open = strchr(end, ')') != NULL;
+  return 0;
+}
+
+static int in_interval(double x, const cfg_interval *iv) {
+  if (iv->lo_open ? !(x > iv->lo) : !(x >= iv->lo)) return 0;
+  if (iv->hi_open ? !(x < iv->hi) : !(x <= iv->hi)) return 0;
+  return 1;
+}
+
+/* Canonical spelling of word among "a|b|c" (case-insensitive), or NULL. */
+static const char *match_choice(const char *word, const char *choices, char *buf, size_t len) {
+  const char *p = choices;
+  while (*p) {
+    const char *bar = strchr(p, '|');
+    size_t n = bar ? (size_t)(bar - p) : strlen(p);
+    if (n < len) {
+      memcpy(buf, p, n);
+      buf[n] = '\0';
+      if (util_strieq(buf, word)) return buf;
+    }
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return NULL;
+}
+
+/* "'a', 'b' or 'c'" for messages. */
+static void choices_text(const char *choices, char *out, size_t len) {
+  out[0] = '\0';
+  const char *p = choices;
+  int first = 1;
+  while (*p) {
+    const char *bar = strchr(p, '|');
+    size_t n = bar ? (size_t)(bar - p) : strlen(p);
+    size_t o = strlen(out);
+    snprintf(out + o, len - o, "%s'%.*s'", first ? "" : (bar ? ", " : " or "), (int)n, p);
+    first = 0;
+    if (!bar) break;
+    p = bar + 1;
+  }
+}
+
+static const char *type_name(cfg_type t) {
+  switch (t) {
+  case CFG_T_INT: return "integer";
+  case CFG_T_REAL: return "real";
+  case CFG_T_BOOL: return "logical";
+  case CFG_T_STR: return "string";
+  case CFG_T_STRLIST: return "list of strings";
+  }
+  return "?";
+}
+
+/* "n_layer is an integer in [1, 4096]: Number of transformer blocks L" */
+static void key_hint(int k, char *out, size_t len) {
+  const cfg_key *key = &cfg_key_table[k];
+  char allowed[256] = "";
+  if (key->range[0] == '[' || key->range[0] == '(') {
+    snprintf(allowed, sizeof allowed, " in %s", key->range);
+  } else if (key->range[0]) {
+    char c[200];
+    choices_text(key->range, c, sizeof c);
+    snprintf(allowed, sizeof allowed, ", one of %s", c);
+  }
+  snprintf(out, len, "%s is a%s %s%s: %s", key->name, key->type == CFG_T_INT ? "n" : "", type_name(key->type),
+           allowed, key->doc);
+}
+
+/* ---- assignment ------------------------------------------------------------------------------ */
+
+static void *field(cfg_config *cfg, int k) { return (char *)cfg + cfg_key_table[k].offset; }
+static const void *cfield(const cfg_config *cfg, int k) { return (const char *)cfg + cfg_key_table[k].offset; }
+
+/* Assign entry e (already matched to key k) into cfg. Returns 0 or the number of errors added. */
+static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group, nml_errors *errs) {
+  const cfg_key *key = &cfg_key_table[k];
+  char hint[600];
+  key_hint(k, hint, sizeof hint);
+  int n0 = errs->n;
+  if (key->type != CFG_T_STRLIST && e->nvals != 1) {
+    nml_error_add(errs, e->file, e->line, e->col, hint, "&%s %s: takes one value, got %d", group, key->name,
+                  e->nvals);
+    return errs->n - n0;
+  }
+  const nml_value *v = &e->vals[0];
+  cfg_interval iv;
+  int has_iv = parse_interval(key->range, &iv) == 0;
+  switch (key->type) {
+  case CFG_T_INT: {
+    if (v->kind == NML_BOOL || v->kind == NML_STR || (v->kind == NML_REAL && (v->r != floor(v->r) || fabs(v->r) > 9.007199254740992e15))) {
+      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected an integer, got '%s'", group,
+                    key->name, v->text);
+      break;
+    }
+    double x = v->r;
+    if (has_iv && !in_interval(x, &iv)) {
+      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
+                    v->text, key->range);
+      break;
+    }
+    *(long *)field(cfg, k) = v->kind == NML_INT ? (long)v->i : (long)v->r;
+    break;
+  }
+  case CFG_T_REAL: {
+    if (v->kind != NML_INT && v->kind != NML_REAL) {
+      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a real number, got '%s'", group,
+                    key->name, v->text);
+      break;
+    }
+    if (has_iv && !in_interval(v->r, &iv)) {
+      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
+                    v->text, key->range);
+      break;
+    }
+    *(double *)field(cfg, k) = v->r;
+    break;
+  }
+  case CFG_T_BOOL:
+    if (v->kind != NML_BOOL) {
+      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected .true. or .false., got '%s'", group,
+                    key->name, v->text);
+      break;
+    }
+    *(int *)field(cfg, k) = (int)v->i;
+    break;
+  case CFG_T_STR: {
+    if (v->kind != NML_STR) {
+      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a quoted string, got %s", group,
+                    key->name, v->text);
+      break;
+    }
+    if (strlen(v->text) >= CFG_STR_LEN) {
+      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: string longer than %d characters", group,
+                    key->name, CFG_STR_LEN - 1);
+      break;
+    }
+    const char *text = v->text;
+    char canon[CFG_ITEM_LEN];
+    if (key->range[0]) {
+      text = match_choice(v->text, key->range, canon, sizeof canon);
+      if (!text) {
+        char c[200];
+        choices_text(key->range, c, sizeof c);
+        nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s = '%s' is not allowed (expected %s)", group,
+                      key->name, v->text, c);
+        break;
+      }
+    }
+    util_strlcpy((char *)field(cfg, k), text, CFG_STR_LEN);
+    break;
+  }
+  case CFG_T_STRLIST: {
+    cfg_strlist *l = field(cfg, k);
+    if (e->nvals > CFG_LIST_MAX) {
+      nml_error_add(errs, e->file, e->line, e->col, hint, "&%s %s: at most %d entries, got %d", group, key->name,
+                    CFG_LIST_MAX, e->nvals);
+      break;
+    }
+    cfg_strlist tmp;
+    memset(&tmp, 0, sizeof tmp);
+    for (int i = 0; i < e->nvals; i++) {
+      const nml_value *vi = &e->vals[i];
+      char canon[CFG_ITEM_LEN];
+      const char *text = vi->text;
+      if (vi->kind != NML_STR) {
+        nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: expected quoted strings, got %s", group,
+                      key->name, vi->text);
+        continue;
+      }
+      if (key->range[0] && !(text = match_choice(vi->text, key->range, canon, sizeof canon))) {
+        char c[200];
+        choices_text(key->range, c, sizeof c);
+        nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry '%s' is not allowed (expected %s)",
+                      group, key->name, vi->text, c);
+        continue;
+      }
+      if (strlen(text) >= CFG_ITEM_LEN) {
+        nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry longer than %d characters", group,
+                      key->name, CFG_ITEM_LEN - 1);
+        continue;
+      }
+      util_strlcpy(tmp.v[tmp.n++], text, CFG_ITEM_LEN);
+    }
+    if (errs->n == n0) *l = tmp;
+    break;
+  }
+  }
+  return errs->n - n0;
+}
+
+static void set_origin(cfg_config *cfg, int k, const char *file, int line, int col) {
+  util_strlcpy(cfg->origin[k].file, file, sizeof cfg->origin[k].file);
+  cfg->origin[k].line = line;
+  cfg->origin[k].col = col;
+  cfg->origin[k].derived = 0;
+}
+
+/* Closest name among the keys of group g (or all groups when g < 0) within a small distance. */
+static const char *closest_key(int g, const char *key, int *dist) {
+  const char *best = NULL;
+  int bd = 99;
+  int lo = 0, hi = CFG_NKEYS;
+  if (g >= 0) {
+    lo = cfg_groups(NULL)[g].first;
+    hi = lo + cfg_groups(NULL)[g].nkeys;
+  }
+  for (int k = lo; k < hi; k++) {
+    const char *name = cfg_key_table[k].name;
+    size_t lk = strlen(key), ln = strlen(name), m = lk < ln ? lk : ln;
+    /* a name that starts the other ("lrate" / "lr") counts as one edit away */
+    int d = m >= 2 && strncmp(key, name, m) == 0 ? 1 : util_edit_distance(key, name);
+    if (d < bd) {
+      bd = d;
+      best = cfg_key_table[k].name;
+    }
+  }
+  *dist = bd;
+  return best;
+}
+
+static int close_enough(const char *a, int d) {
+  int n = (int)strlen(a);
+  return d <= (n <= 4 ? 1 : n <= 8 ? 2 : 3);
+}
+
+/* Apply one parsed document (deck or override) to cfg. */
+static void apply_doc(cfg_config *cfg, const nml_doc *doc, nml_errors *errs) {
+  for (int i = 0; i < doc->n; i++) {
+    const nml_group *gr = &doc->groups[i];
+    int g = find_group(gr->name);
+    if (g < 0) {
+      const cfg_group *all = cfg_groups(NULL);
+      const char *best = NULL;
+      int bd = 99;
+      char list[512] = "";
+      for (int j = 0; j < CFG_NGROUPS; j++) {
+        int d = util_edit_distance(gr->name, all[j].name);
+        if (d < bd) {
+          bd = d;
+          best = all[j].name;
+        }
+        size_t o = strlen(list);
+        snprintf(list + o, sizeof list - o, "%s&%s", j ? ", " : "", all[j].name);
+      }
+      char hint[640];
+      snprintf(hint, sizeof hint, "the groups are %s", list);
+      if (best && close_enough(gr->name, bd))
+        nml_error_add(errs, gr->file, gr->line, gr->col, hint, "unknown group '&%s'; did you mean '&%s'?",
+                      gr->name, best);
+      else
+        nml_error_add(errs, gr->file, gr->line, gr->col, hint, "unknown group '&%s'", gr->name);
+      continue;
+    }
+    for (int j = 0; j < gr->n; j++) {
+      const nml_entry *e = &gr->entries[j];
+      int k = find_key_in(g, e->key);
+      if (k < 0) {
+        int d;
+        const char *best = closest_key(g, e->key, &d);
+        int other = -1;
+        for (int h = 0; h < CFG_NGROUPS; h++)
+          if (h != g && find_key_in(h, e->key) >= 0) other = h;
+        char hint[1024];
+        if (other >= 0) {
+          snprintf(hint, sizeof hint, "'%s' belongs to &%s; move it there", e->key, cfg_groups(NULL)[other].name);
+        } else {
+          const cfg_group *cg = &cfg_groups(NULL)[g];
+          int o = snprintf(hint, sizeof hint, "keys of &%s:", cg->name);
+          for (int m = cg->first; m < cg->first + cg->nkeys && o < (int)sizeof hint; m++)
+            o += snprintf(hint + o, sizeof hint - (size_t)o, " %s", cfg_key_table[m].name);
+        }
+        if (best && close_enough(e->key, d))
+          nml_error_add(errs, e->file, e->line, e->col, hint, "&%s: unknown key '%s'; did you mean '%s'?", gr->name,
+                        e->key, best);
+        else
+          nml_error_add(errs, e->file, e->line, e->col, hint, "&%s: unknown key '%s'", gr->name, e->key);
+        continue;
+      }
+      if (assign(cfg, k, e, cfg_group_table[g].name, errs) == 0) set_origin(cfg, k, e->file, e->line, e->col);
+    }
+  }
+}
+
+void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, const char *key, const char *hint,
+                  const char *fmt, ...) {
+  int k = cfg_find(group, key);
+  UTIL_CHECK(k >= 0, NULL, "internal: no key %s.%s", group, key);
+  char msg[640];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const cfg_origin *o = &cfg->origin[k];
+  if (o->derived && o->line > 0) /* the place of the key it was derived from */
+    nml_error_add(errs, o->file, o->line, o->col, hint, "&%s %s (derived from this key): %s", group, key, msg);
+  else if (o->file[0] && o->line > 0)
+    nml_error_add(errs, o->file, o->line, o->col, hint, "&%s %s: %s", group, key, msg);
+  else if (o->file[0])
+    nml_error_add(errs, o->file, 0, 0, hint, "&%s %s: %s", group, key, msg);
+  else
+    nml_error_add(errs, cfg->deck_path, 0, 0, hint, "&%s %s (default): %s", group, key, msg);
+}
+
+/* ---- cross-field checks and derived values --------------------------------------------------- */
+
+int cfg_has_task(const cfg_config *cfg, const char *task) {
+  for (int i = 0; i < cfg->job.task.n; i++)
+    if (strcmp(cfg->job.task.v[i], task) == 0) return 1;
+  return 0;
+}
+
+/* The tasks' order and what each task needs. */
+static void check_tasks(const cfg_config *cfg, nml_errors *errs) {
+  static const char *order[] = {"tokenizer", "prepare", "train"};
+  const cfg_strlist *t = &cfg->job.task;
+  int last = -1;
+  for (int i = 0; i < t->n; i++) {
+    int k = 0;
+    while (strcmp(order[k], t->v[i]) != 0) k++;
+    if (k <= last) {
+      cfg_error_at(cfg, errs, "job", "task", "list each task once, in the order they run: 'tokenizer', 'prepare', 'train'",
+                   "task '%s' is listed twice or out of order", t->v[i]);
+      return;
+    }
+    last = k;
+  }
+  if (t->n == 0) cfg_error_at(cfg, errs, "job", "task", "e.g. task = 'train'", "no task given");
+  const cfg_tokenizer *tk = &cfg->tokenizer;
+  int bpe = strcmp(tk->kind, "bpe") == 0;
+  if (cfg_has_task(cfg, "tokenizer")) {
+    if (!bpe)
+      cfg_error_at(cfg, errs, "tokenizer", "kind", "set kind = 'bpe' (the 'tokenizer' task learns a BPE vocabulary)",
+                   "kind = '%s' has no vocabulary to learn", tk->kind);
+    if (tk->corpus.n == 0 && cfg->prepare.input.n == 0)
+      cfg_error_at(cfg, errs, "tokenizer", "corpus", "list text files in &tokenizer corpus or &prepare input",
+                   "the 'tokenizer' task has no text to learn from");
+  }
+  if (bpe && !tk->dir[0])
+    cfg_error_at(cfg, errs, "tokenizer", "dir", "give the directory of encoder.json and vocab.bpe, e.g. dir = 'runs/tok'",
+                 "kind = 'bpe' needs a tokenizer directory");
+  if (cfg_has_task(cfg, "prepare")) {
+    const cfg_prepare *pr = &cfg->prepare;
+    if (pr->input.n == 0)
+      cfg_error_at(cfg, errs, "prepare", "input", "list text files, directories or glob patterns, e.g. input = 'data/*.txt'",
+                   "the 'prepare' task has no input");
+    if (!pr->train_out[0])
+      cfg_error_at(cfg, errs, "prepare", "train_out", "e.g. train_out = 'runs/data/train.nc'",
+                   "the 'prepare' task needs a training dataset name");
+    if (!pr->val_out[0] && pr->val_fraction > 0)
+      cfg_error_at(cfg, errs, "prepare", "val_out", "e.g. val_out = 'runs/data/val.nc', or val_fraction = 0",
+                   "val_fraction = %g needs a validation dataset name", pr->val_fraction);
+    if (strcmp(pr->documents, "separator_line") == 0 && !pr->separator[0])
+      cfg_error_at(cfg, errs, "prepare", "separator", "give the separator line, or documents = 'blank_line'",
+                   "documents = 'separator_line' needs a separator");
+  }
+  if (cfg_has_task(cfg, "train")) {
+    if (!cfg->data.train[0] && !cfg->prepare.train_out[0])
+      cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
+                   "task 'train' needs a training dataset");
+    if (!cfg->data.val[0] && !cfg->prepare.val_out[0])
+      cfg_error_at(cfg, errs, "data", "val", "give a validation dataset, e.g. val = 'runs/data/val.nc'",
+                   "task 'train' needs a validation dataset");
+  }
+}
+
+static void check_consistency(cfg_config *cfg, nml_errors *errs) {
+  cfg_model *m = &cfg->model;
+  if (m->n_embd % m->n_head != 0) {
+    char hint[256];
+    int o = snprintf(hint, sizeof hint, "n_head must divide n_embd = %ld; divisors:", m->n_embd);
+    int shown = 0;
+    for (long d = 1; d <= m->n_embd && shown < 12 && o < (int)sizeof hint; d++)
+      if (m->n_embd % d == 0) {
+        o += snprintf(hint + o, sizeof hint - (size_t)o, " %ld", d);
+        shown++;
+      }
+    cfg_error_at(cfg, errs, "model", "n_head", hint, "n_embd = %ld is not divisible by n_head = %ld", m->n_embd,
+                 m->n_head);
+  }
+  if (m->attention_types.n < 1)
+    cfg_error_at(cfg, errs, "model", "attention_types", "give at least one of 'global' or 'local'",
+                 "the attention pattern is empty");
+  if (strcmp(m->arch, "gpt2") == 0) {
+    for (int i = 0; i < m->attention_types.n; i++)
+      if (strcmp(m->attention_types.v[i], "local") == 0) {
+        cfg_error_at(cfg, errs, "model", "attention_types",
+                     "GPT-2 layers are all global: set attention_types = 'global' or arch = 'gpt-neo'",
+                     "arch = 'gpt2' has no local attention layers");
+        break;
+      }
+  }
+  cfg_training *t = &cfg->training;
+  if (t->seq_len > m->block_size) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "lower seq_len to at most %ld or raise &model block_size", m->block_size);
+    cfg_error_at(cfg, errs, "training", "seq_len", hint, "seq_len = %ld exceeds &model block_size = %ld", t->seq_len,
+                 m->block_size);
+  }
+  if (cfg->parallel.pipeline_stages > m->n_layer)
+    cfg_error_at(cfg, errs, "parallel", "pipeline_stages", "every stage needs at least one layer: pipeline_stages <= n_layer",
+                 "pipeline_stages = %ld is more than n_layer = %ld", cfg->parallel.pipeline_stages, m->n_layer);
+  if (t->min_lr > t->lr)
+    cfg_error_at(cfg, errs, "training", "min_lr", "the floor must not exceed the peak: min_lr <= lr",
+                 "min_lr = %g is larger than lr = %g", t->min_lr, t->lr);
+  if (t->decay_steps > 0 && t->decay_steps < t->warmup_steps)
+    cfg_error_at(cfg, errs, "training", "decay_steps", "decay_steps counts from step 0 and must be >= warmup_steps",
+                 "decay_steps = %ld ends before the warm-up (warmup_steps = %ld)", t->decay_steps, t->warmup_steps);
+  if (strcmp(cfg->tokenizer.kind, "bytes") == 0 && m->vocab_size < 256)
+    cfg_error_at(cfg, errs, "model", "vocab_size", "the 'bytes' tokenizer needs vocab_size >= 256",
+                 "vocab_size = %ld is smaller than the 256 byte tokens of &tokenizer kind = 'bytes'", m->vocab_size);
+  check_tasks(cfg, errs);
+  if (cfg->sample.top_k > m->vocab_size)
+    cfg_error_at(cfg, errs, "sample", "top_k", "top_k must not exceed &model vocab_size (0 means all tokens)",
+                 "top_k = %ld exceeds vocab_size = %ld", cfg->sample.top_k, m->vocab_size);
+  if (cfg->job.run_dir[0] == '\0')
+    cfg_error_at(cfg, errs, "job", "run_dir", "give a directory, e.g. run_dir = 'runs/test'", "run_dir is empty");
+  /* what this build cannot run wherever it runs; the machine decides the rest (backends.c) */
+  const cfg_system *sy = &cfg->system;
+  int on_cpu = strcmp(sy->backend, "cpu") == 0;
+#ifndef GREENLM_HAVE_CUDA
+  if (strcmp(sy->backend, "cuda") == 0)
+    cfg_error_at(cfg, errs, "system", "backend", "rebuild with ./configure --with-cuda (doc/gpu.md), or set backend = 'cpu'",
+                 "backend = 'cuda', but this greenlm was built without CUDA");
+  on_cpu = on_cpu || strcmp(sy->backend, "auto") == 0;
+#endif
+  if (on_cpu && strcmp(sy->precision, "fp32") != 0)
+    cfg_error_at(cfg, errs, "system", "precision",
+                 "set precision = 'fp32', or run on GPUs: backend = 'cuda' in a build configured --with-cuda (doc/gpu.md)",
+                 "precision = '%s' needs the CUDA backend; the CPU backend computes in fp32 only", sy->precision);
+}
+
+/* group.key now holds a value derived from from_group.from_key: errors point at the latter. */
+static void set_derived(cfg_config *cfg, const char *group, const char *key, const char *from_group,
+                        const char *from_key) {
+  int k = cfg_find(group, key);
+  cfg->origin[k] = cfg->origin[cfg_find(from_group, from_key)];
+  cfg->origin[k].derived = 1;
+}
+
+static void derive(cfg_config *cfg) {
+  if (cfg->model.n_inner == 0) {
+    cfg->model.n_inner = 4 * cfg->model.n_embd;
+    set_derived(cfg, "model", "n_inner", "model", "n_embd");
+  }
+  if (!cfg->data.train[0] && cfg->prepare.train_out[0]) {
+    util_strlcpy(cfg->data.train, cfg->prepare.train_out, sizeof cfg->data.train);
+    set_derived(cfg, "data", "train", "prepare", "train_out");
+  }
+  if (!cfg->data.val[0] && cfg->prepare.val_out[0]) {
+    util_strlcpy(cfg->data.val, cfg->prepare.val_out, sizeof cfg->data.val);
+    set_derived(cfg, "data", "val", "prepare", "val_out");
+  }
+  if (cfg->training.decay_steps == 0) {
+    cfg->training.decay_steps = cfg->training.max_steps;
+    set_derived(cfg, "training", "decay_steps", "training", "max_steps");
+  }
+}
+
+/* ---- the layout ------------------------------------------------------------------------------ */
+
+int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs) {
+  int n0 = errs->n;
+  cfg_parallel *p = &cfg->parallel;
+  cfg_training *t = &cfg->training;
+  long P = p->pipeline_stages;
+  char fits[256] = "";
+  int o = snprintf(fits, sizeof fits, "with %d rank%s: pipeline_stages =", nranks, nranks == 1 ? "" : "s");
+  for (long q = 1; q <= nranks && q <= cfg->model.n_layer && o < (int)sizeof fits - 8; q++)
+    if (nranks % q == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q);
+  if (nranks % P != 0) {
+    cfg_error_at(cfg, errs, "parallel", "pipeline_stages", fits,
+                 "%d rank%s cannot form pipelines of %ld stages (pipeline_stages x data_parallel must equal the rank count)",
+                 nranks, nranks == 1 ? "" : "s", P);
+    return errs->n - n0;
+  }
+  if (p->data_parallel == 0) {
+    p->data_parallel = nranks / P;
+    set_derived(cfg, "parallel", "data_parallel", "parallel", "pipeline_stages");
+  } else if (p->data_parallel * P != nranks) {
+    char hint[300];
+    snprintf(hint, sizeof hint, "set data_parallel = %ld (or 0 to derive it), or start %ld ranks", nranks / P,
+             p->data_parallel * P);
+    cfg_error_at(cfg, errs, "parallel", "data_parallel", hint,
+                 "pipeline_stages x data_parallel = %ld x %ld = %ld, not the %d rank%s of the job", P, p->data_parallel,
+                 P * p->data_parallel, nranks, nranks == 1 ? "" : "s");
+    return errs->n - n0;
+  }
+  long D = p->data_parallel, B = t->micro_batch_size, per = B * D; /* sequences per micro-batch round */
+  if (t->global_batch_size == 0) {
+    long m = p->micro_batches ? p->micro_batches : 1;
+    t->global_batch_size = per * m;
+    set_derived(cfg, "training", "global_batch_size", "training", "micro_batch_size");
+  }
+  if (t->global_batch_size % per != 0) {
+    char hint[300];
+    long lo = t->global_batch_size / per * per;
+    snprintf(hint, sizeof hint, "use a multiple of micro_batch_size x data_parallel = %ld x %ld = %ld, e.g. %ld or %ld", B,
+             D, per, lo > 0 ? lo : per, lo > 0 ? lo + per : 2 * per);
+    cfg_error_at(cfg, errs, "training", "global_batch_size", hint,
+                 "global_batch_size = %ld is not a multiple of micro_batch_size x data_parallel = %ld",
+                 t->global_batch_size, per);
+    return errs->n - n0;
+  }
+  long m = t->global_batch_size / per;
+  if (p->micro_batches == 0) {
+    p->micro_batches = m;
+    set_derived(cfg, "parallel", "micro_batches", "training", "global_batch_size");
+  } else if (p->micro_batches != m) {
+    char hint[200];
+    snprintf(hint, sizeof hint, "set micro_batches = %ld or 0 to derive it, or global_batch_size = %ld", m,
+             p->micro_batches * per);
+    cfg_error_at(cfg, errs, "parallel", "micro_batches", hint,
+                 "micro_batches = %ld disagrees with global_batch_size / (micro_batch_size x data_parallel) = %ld",
+                 p->micro_batches, m);
+  }
+  return errs->n - n0;
+}
+
+/* ---- loading --------------------------------------------------------------------------------- */
+
+/* Deck text holding every default: "&job\n task = 'train'\n ... /\n..." */
+static char *defaults_text(void) {
+  size_t cap = 8192, n = 0;
+  char *s = util_malloc(cap, "defaults");
+  int ng;
+  const cfg_group *gr = cfg_groups(&ng);
+  for (int g = 0; g < ng; g++) {
+    for (int k = gr[g].first - 1; k < gr[g].first + gr[g].nkeys + 1; k++) {
+      char line[512];
+      if (k < gr[g].first)
+        snprintf(line, sizeof line, "&%s\n", gr[g].name);
+      else if (k == gr[g].first + gr[g].nkeys)
+        snprintf(line, sizeof line, "/\n");
+      else if (cfg_key_table[k].def[0])
+        snprintf(line, sizeof line, " %s = %s\n", cfg_key_table[k].name, cfg_key_table[k].def);
+      else
+        line[0] = '\0'; /* an empty list: nothing to set */
+      size_t l = strlen(line);
+      if (n + l + 1 > cap) s = util_realloc(s, cap *= 2, "defaults");
+      memcpy(s + n, line, l + 1);
+      n += l;
+    }
+  }
+  return s;
+}
+
+/* Turn "group.key=value" into a one-group deck; returns NULL when malformed. A string (or list of
+ * strings) value given without quotes on the command line is quoted here: --set job.run_dir=runs/a
+ * means what it says. */
+static char *override_text(const char *ov) {
+  const char *dot = strchr(ov, '.'), *eq = strchr(ov, '=');
+  if (!dot || !eq || dot > eq || dot == ov || eq == dot + 1) return NULL;
+  char group[64], key[64];
+  util_snprintf(group, sizeof group, "%.*s", (int)(dot - ov), ov);
+  util_snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+  const char *val = eq + 1;
+  int k = cfg_find(group, key);
+  int quote = k >= 0 && (cfg_key_table[k].type == CFG_T_STR || cfg_key_table[k].type == CFG_T_STRLIST) &&
+              !strchr(val, '\'') && !strchr(val, '"');
+  size_t n = 2 * strlen(ov) + 32;
+  char *s = util_malloc(n, "override");
+  int o = snprintf(s, n, "&%s\n%s = ", group, key);
+  if (!quote) {
+    o += snprintf(s + o, n - (size_t)o, "%s", val);
+  } else { /* 'a', 'b' for a comma-separated list; one string otherwise */
+    int list = cfg_key_table[k].type == CFG_T_STRLIST;
+    s[o++] = '\'';
+    for (const char *c = val; *c; c++) {
+      if (list && *c == ',') o += snprintf(s + o, n - (size_t)o, "', '");
+      else s[o++] = *c;
+    }
+    s[o++] = '\'';
+    s[o] = '\0';
+  }
+  snprintf(s + o, n - (size_t)o, "\n/\n");
+  return s;
+}
+
+int cfg_load(cfg_config *cfg, const char *deck_text, const char *deck_name, char *const *overrides,
+             int noverrides, nml_errors *errs) {
+  memset(cfg, 0, sizeof *cfg);
+  util_strlcpy(cfg->deck_path, deck_name, sizeof cfg->deck_path);
+  int n0 = errs->n;
+
+  char *dtext = defaults_text();
+  nml_doc ddoc = {0};
+  nml_parse(dtext, "(defaults)", &ddoc, errs);
+  apply_doc(cfg, &ddoc, errs);
+  UTIL_CHECK(errs->n == n0, NULL, "internal: the built-in defaults do not parse: %s",
+             errs->n > n0 ? errs->v[n0].msg : "");
+  nml_doc_free(&ddoc);
+  free(dtext);
+  for (int k = 0; k < CFG_NKEYS; k++) set_origin(cfg, k, "", 0, 0);
+
+  nml_doc doc = {0};
+  nml_parse(deck_text, deck_name, &doc, errs);
+  apply_doc(cfg, &doc, errs);
+  nml_doc_free(&doc);
+
+  for (int i = 0; i < noverrides; i++) {
+    char *text = override_text(overrides[i]);
+    char where[300];
+    snprintf(where, sizeof where, "--set %s", overrides[i]);
+    if (!text) {
+      nml_error_add(errs, where, 0, 0, "write --set group.key=value, e.g. --set training.lr=3e-4",
+                    "malformed override");
+      continue;
+    }
+    nml_doc odoc = {0};
+    int e0 = errs->n;
+    nml_parse(text, "--set", &odoc, errs);
+    apply_doc(cfg, &odoc, errs);
+    for (int k = 0; k < CFG_NKEYS; k++)
+      if (strcmp(cfg->origin[k].file, "--set") == 0) set_origin(cfg, k, where, 0, 0);
+    for (int e = e0; e < errs->n; e++) { /* an override has no lines: name the option instead */
+      util_strlcpy(errs->v[e].file, where, sizeof errs->v[e].file);
+      errs->v[e].line = errs->v[e].col = 0;
+    }
+    nml_doc_free(&odoc);
+    free(text);
+  }
+  if (errs->n > n0) return errs->n - n0;
+  check_consistency(cfg, errs);
+  if (errs->n > n0) return errs->n - n0;
+  derive(cfg);
+  return 0;
+}
+
+/* ---- echo and reference ---------------------------------------------------------------------- */
+
+static void format_value(const cfg_config *cfg, int k, char *out, int len) {
+  const void *p = cfield(cfg, k);
+  switch (cfg_key_table[k].type) {
+  case CFG_T_INT: snprintf(out, (size_t)len, "%ld", *(const long *)p); break;
+  case CFG_T_REAL: nml_format_real(*(const double *)p, out, len); break;
+  case CFG_T_BOOL: snprintf(out, (size_t)len, "%s", *(const int *)p ? ".true." : ".false."); break;
+  case CFG_T_STR: nml_format_string((const char *)p, out, len); break;
+  case CFG_T_STRLIST: {
+    const cfg_strlist *l = p;
+    int o = 0;
+    out[0] = '\0';
+    for (int i = 0; i < l->n && o < len - 40; i++) {
+      char w[CFG_ITEM_LEN + 4];
+      nml_format_string(l->v[i], w, sizeof w);
+      o += snprintf(out + o, (size_t)(len - o), "%s%s", i ? ", " : "", w);
+    }
+    break;
+  }
+  }
+}
+
+void cfg_write_deck(const cfg_config *cfg, FILE *fp, const char *header) {
+  if (header) {
+    const char *p = header;
+    while (*p) {
+      const char *nl = strchr(p, '\n');
+      int n = nl ? (int)(nl - p) : (int)strlen(p);
+      fprintf(fp, "! %.*s\n", n, p);
+      p += n + (nl != NULL);
+    }
+    fprintf(fp, "\n");
+  }
+  int ng;
+  const cfg_group *gr = cfg_groups(&ng);
+  for (int g = 0; g < ng; g++) {
+    int w = 0;
+    for (int k = gr[g].first; k < gr[g].first + gr[g].nkeys; k++)
+      if ((int)strlen(cfg_key_table[k].name) > w) w = (int)strlen(cfg_key_table[k].name);
+    fprintf(fp, "&%s\n", gr[g].name);
+    for (int k = gr[g].first; k < gr[g].first + gr[g].nkeys; k++) {
+      char v[CFG_STR_LEN * 2 + 64];
+      format_value(cfg, k, v, sizeof v);
+      const cfg_origin *o = &cfg->origin[k];
+      const char *mark = o->derived ? "  ! derived" : !o->file[0] ? "  ! default" : "";
+      if (cfg_key_table[k].type == CFG_T_STRLIST && ((const cfg_strlist *)cfield(cfg, k))->n == 0)
+        fprintf(fp, "  ! %-*s   (empty list)%s\n", w, cfg_key_table[k].name, mark); /* a namelist cannot say "empty" */
+      else
+        fprintf(fp, "  %-*s = %s%s\n", w, cfg_key_table[k].name, v, mark);
+    }
+    fprintf(fp, "/\n\n");
+  }
+}
+
+void cfg_write_reference(FILE *fp) {
+  fprintf(fp, "# Deck reference\n\n"
+              "Generated by `greenlm --deck-reference` from the tables in `src/deck/cfg.h`; `make check` fails\n"
+              "when this file and the tables disagree (regenerate it with `make deck-reference`).\n\n"
+              "A deck is a Fortran namelist file: groups `&name ... /`, entries `key = value` separated\n"
+              "by commas or newlines, `!` comments, quoted strings, logicals (`.true.`, `.false.`, `T`,\n"
+              "`F`), integers, reals (`1e-4`, `1.0d-4`), lists (`'global', 'local'`) and repeat counts\n"
+              "(`4*0.5`). Names are case-insensitive. Every key has a default; a deck names only what it\n"
+              "changes. `greenlm --set group.key=value` overrides a key from the command line.\n\n"
+              "Ranges: `[a, b]` includes its ends, `(a, b)` excludes them.\n\n");
+  int ng;
+  const cfg_group *gr = cfg_groups(&ng);
+  for (int g = 0; g < ng; g++) {
+    fprintf(fp, "## &%s\n\n%s.\n\n", gr[g].name, gr[g].doc);
+    fprintf(fp, "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n");
+    for (int k = gr[g].first; k < gr[g].first + gr[g].nkeys; k++) {
+      const cfg_key *key = &cfg_key_table[k];
+      char allowed[256];
+      if (!key->range[0])
+        snprintf(allowed, sizeof allowed, "any");
+      else if (key->range[0] == '[' || key->range[0] == '(')
+        snprintf(allowed, sizeof allowed, "`%s`", key->range);
+      else {
+        int o = 0;
+        const char *p = key->range;
+        while (*p && o < (int)sizeof allowed - 40) {
+          const char *bar = strchr(p, '|');
+          int n = bar ? (int)(bar - p) : (int)strlen(p);
+          o += snprintf(allowed + o, sizeof allowed - (size_t)o, "%s`'%.*s'`", o ? ", " : "", n, p);
+          if (!bar) break;
+          p = bar + 1;
+        }
+      }
+      char def[300];
+      snprintf(def, sizeof def, key->def[0] ? "`%s`" : "(empty)", key->def);
+      fprintf(fp, "| `%s` | %s | %s | %s | %s |\n", key->name, type_name(key->type), def, allowed, key->doc);
+    }
+    fprintf(fp, "\n");
+  }
+}

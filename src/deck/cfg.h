@@ -1,0 +1,224 @@
+/* cfg: the deck's groups as tables, and the typed configuration they fill.
+ *
+ * Each group is one X-macro list of (type, key, default, range, doc). From it come the C struct
+ * field, the parser binding, the range check, the resolved-deck echo and doc/deck-reference.md;
+ * nothing else lists the keys. Defaults are written as deck text and parsed like user input.
+ * A range is an interval ("[1, 4096]", "(0, 1]", "[0, inf)") for numbers, or a set of allowed
+ * words ("cosine|linear|constant") for strings and string lists; "" means unrestricted. */
+#ifndef GREENLM_CFG_H
+#define GREENLM_CFG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "deck/nml.h"
+
+#define CFG_STR_LEN 1024
+#define CFG_LIST_MAX 64
+#define CFG_ITEM_LEN 1024
+
+typedef struct {
+  int n;
+  char v[CFG_LIST_MAX][CFG_ITEM_LEN];
+} cfg_strlist;
+
+/* ---- the groups ------------------------------------------------------------------------------ */
+
+#define CFG_GROUP_JOB(X, g)                                                                           \
+  X(g, STRLIST, task, "'train'", "tokenizer|prepare|train", "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'train' trains the model on &data") \
+  X(g, STR, name, "'greenlm'", "", "Name of the run, used in reports")                               \
+  X(g, STR, run_dir, "'runs/default'", "", "Directory that receives deck.resolved.nml, log.txt, metrics.csv and verdict.json") \
+  X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
+  X(g, INT, seed, "1234", "[0, 9007199254740991]", "Seed of parameter initialisation, data order and sampling") \
+  X(g, INT, log_every, "10", "[1, inf)", "Optimizer steps between progress lines and metrics.csv rows")
+
+#define CFG_GROUP_MODEL(X, g)                                                                         \
+  X(g, STR, arch, "'gpt-neo'", "gpt-neo|gpt2", "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers) or 'gpt2' (scaled scores, q/k/v bias, all global)") \
+  X(g, INT, vocab_size, "50257", "[2, 16777216]", "Vocabulary size V (rows of the tied token embedding wte)") \
+  X(g, INT, block_size, "2048", "[1, 1048576]", "Longest sequence the model can see: rows of the position embedding wpe") \
+  X(g, INT, n_layer, "12", "[1, 4096]", "Number of transformer blocks L")                          \
+  X(g, INT, n_embd, "768", "[1, 1048576]", "Hidden size C")                                        \
+  X(g, INT, n_head, "12", "[1, 4096]", "Attention heads H; head size is C/H")                      \
+  X(g, INT, n_inner, "0", "[0, 4194304]", "MLP hidden size; 0 means 4*n_embd")                     \
+  X(g, STRLIST, attention_types, "'global', 'local'", "global|local", "Attention kind of each layer, as a pattern repeated over the layers") \
+  X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
+  X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm")                   \
+  X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings")
+
+#define CFG_GROUP_TRAINING(X, g)                                                                      \
+  X(g, INT, seq_len, "128", "[1, 1048576]", "Tokens per training sequence T (at most block_size)")  \
+  X(g, INT, micro_batch_size, "4", "[1, 1048576]", "Sequences per micro-batch B (one forward/backward pass)") \
+  X(g, INT, global_batch_size, "0", "[0, 1073741824]", "Sequences per optimizer step; a multiple of micro_batch_size (gradients are accumulated); 0 means micro_batch_size") \
+  X(g, INT, max_steps, "1000", "[1, inf)", "Optimizer steps to train")                              \
+  X(g, REAL, max_minutes, "0", "[0, inf)", "Stop training (with the end-of-run verdict) after this many minutes of wall time; 0 means no limit") \
+  X(g, REAL, lr, "6e-4", "(0, 10]", "Peak learning rate")                                           \
+  X(g, REAL, min_lr, "6e-5", "[0, 10]", "Learning rate at the end of the decay (the floor)")       \
+  X(g, INT, warmup_steps, "100", "[0, inf)", "Steps of linear warm-up from lr/warmup_steps to lr") \
+  X(g, STR, lr_decay, "'cosine'", "cosine|linear|constant", "Decay from lr to min_lr after the warm-up") \
+  X(g, INT, decay_steps, "0", "[0, inf)", "Step at which the decay reaches min_lr; 0 means max_steps") \
+  X(g, REAL, beta1, "0.9", "[0, 1)", "AdamW first-moment decay")                                    \
+  X(g, REAL, beta2, "0.95", "[0, 1)", "AdamW second-moment decay")                                  \
+  X(g, REAL, adam_eps, "1e-8", "(0, 1)", "AdamW epsilon")                                           \
+  X(g, REAL, weight_decay, "0.1", "[0, 10]", "Decoupled weight decay of the weight matrices and embeddings (never biases or LayerNorm parameters)") \
+  X(g, REAL, grad_clip, "1.0", "[0, inf)", "Clip the global gradient norm to this value; 0 disables clipping") \
+  X(g, BOOL, recompute, ".false.", "", "Activation recomputation: keep only each transformer block's input per micro-batch and recompute the block's inner activations in the backward pass (less memory, about a quarter more compute)") \
+  X(g, INT, eval_every, "100", "[0, inf)", "Steps between validation-loss evaluations; 0 evaluates only at the end") \
+  X(g, INT, eval_batches, "8", "[1, inf)", "Micro-batches of validation data per evaluation")
+
+#define CFG_GROUP_TOKENIZER(X, g)                                                                  \
+  X(g, STR, kind, "'bytes'", "bytes|bpe", "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary)") \
+  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe: read by 'bpe', written by the 'tokenizer' task") \
+  X(g, INT, vocab_size, "4096", "[258, 16777216]", "Vocabulary the 'tokenizer' task learns, <|endoftext|> included") \
+  X(g, STRLIST, corpus, "", "", "Text the 'tokenizer' task learns from (files, directories, glob patterns); empty means &prepare input")
+
+#define CFG_GROUP_PREPARE(X, g)                                                                    \
+  X(g, STRLIST, input, "", "", "Text to turn into token datasets: files, directories (their files) or glob patterns") \
+  X(g, STR, documents, "'file'", "file|line|blank_line|separator_line", "How the text divides into documents: one per 'file', one per 'line', separated by blank lines ('blank_line') or by lines equal to separator ('separator_line')") \
+  X(g, STR, separator, "'<|endoftext|>'", "", "The separator line of documents = 'separator_line'") \
+  X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of the documents held out for validation (chosen by a seeded shuffle)") \
+  X(g, STR, train_out, "''", "", "Training dataset to write (NetCDF)")                             \
+  X(g, STR, val_out, "''", "", "Validation dataset to write (NetCDF)")
+
+#define CFG_GROUP_DATA(X, g)                                                                       \
+  X(g, STR, train, "''", "", "Training dataset (NetCDF, from the 'prepare' task); empty means &prepare train_out") \
+  X(g, STR, val, "''", "", "Validation dataset; empty means &prepare val_out")
+
+#define CFG_GROUP_PARALLEL(X, g)                                                                   \
+  X(g, INT, pipeline_stages, "1", "[1, 4096]", "Pipeline stages P: the layers are split into P consecutive groups, one per rank of a pipeline") \
+  X(g, INT, data_parallel, "0", "[0, 1048576]", "Data-parallel replicas D; 0 means ranks / pipeline_stages. P x D must equal the rank count") \
+  X(g, INT, micro_batches, "0", "[0, 1048576]", "Micro-batches m per optimizer step on each replica; 0 means global_batch_size / (micro_batch_size x D)") \
+  X(g, INT, zero_stage, "0", "[0, 1]", "0: every replica keeps all optimizer state; 1: AdamW state sharded across the replicas of a stage (ZeRO-1)") \
+  X(g, STR, rank_order, "'replicas_adjacent'", "replicas_adjacent|stages_adjacent", "Which ranks are consecutive: the D replicas of a stage ('replicas_adjacent') or the P stages of a pipeline ('stages_adjacent')") \
+  X(g, REAL, bucket_mb, "25", "(0, 1e6]", "Size in MiB of the gradient buckets exchanged across replicas while the backward pass goes on") \
+  X(g, STR, bind, "'auto'", "auto|none", "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
+
+#define CFG_GROUP_CHECKPOINT(X, g)                                                                 \
+  X(g, STR, dir, "''", "", "Directory of the checkpoints; empty means run_dir/checkpoints")     \
+  X(g, INT, every_steps, "0", "[0, inf)", "Write a checkpoint every this many steps; 0: never by step count") \
+  X(g, REAL, every_minutes, "0", "[0, inf)", "Write a checkpoint when this many minutes of wall time have passed since the last; 0: never by time") \
+  X(g, BOOL, at_end, ".true.", "", "Write a checkpoint when training ends (completed, time limit or signal)") \
+  X(g, INT, keep, "3", "[1, inf)", "Checkpoints kept in the directory; older ones are deleted after a new one is complete") \
+  X(g, REAL, stage_mb, "8", "(0, 2047]", "Size in MiB of each rank's staging buffer: tensors pass through it to and from the file, one collective wait per buffer written (small enough to stay in the processor's cache)") \
+  X(g, BOOL, direct_read, ".true.", "", "Read checkpoints straight from the disk, ahead of their use on a thread of their own (O_DIRECT: no page cache, no kernel copy); .false., or a file system that refuses it, reads through the page cache") \
+  X(g, REAL, read_mb, "8", "(0, 2047]", "Size in MiB of each read request, and of each of the reader's 2 x read_requests buffers (no more than a rank's share of the checkpoint)") \
+  X(g, INT, read_requests, "4", "[1, 64]", "Reads in flight per rank while a checkpoint is read (reader threads): several keep the disk busy") \
+  X(g, STR, restart, "''", "", "Continue from a checkpoint: its path, or 'latest' (the newest in dir; none there starts from step 0)")
+
+#define CFG_GROUP_SAMPLE(X, g)                                                                        \
+  X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate after training; 0 skips sampling")    \
+  X(g, STR, prompt, "''", "", "Text the sample continues; empty starts from a newline")             \
+  X(g, REAL, temperature, "0.8", "(0, 100]", "Sampling temperature")                                \
+  X(g, INT, top_k, "40", "[0, inf)", "Sample among the k most likely tokens; 0 means all")
+
+#define CFG_GROUP_SYSTEM(X, g)                                                                        \
+  X(g, STR, backend, "'auto'", "auto|cpu|cuda", "Compute backend: 'cpu' (OpenBLAS and C kernels), 'cuda' (cuBLAS and CUDA kernels; a build configured --with-cuda, doc/gpu.md), 'auto' (CUDA where built and a GPU is visible, else the CPU)") \
+  X(g, STR, precision, "'fp32'", "fp32|tf32|bf16|fp16", "Precision of the GEMMs, which accumulate in fp32 (storage stays fp32): 'fp32', or on the CUDA backend the tensor-core modes 'tf32', 'bf16' and 'fp16' (with dynamic loss scaling)") \
+  X(g, REAL, loss_scale, "65536", "[1, 1e300]", "precision = 'fp16': initial loss scale; halved (and the step skipped) when the gradients overflow") \
+  X(g, INT, loss_scale_window, "2000", "[1, inf)", "precision = 'fp16': good steps in a row after which the loss scale doubles") \
+  X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 keeps OpenBLAS's own choice (OPENBLAS_NUM_THREADS)") \
+  X(g, REAL, peak_gflops, "0", "[0, inf)", "Peak GFLOP/s of one rank for MFU; 0 measures a GEMM at start-up (at the GEMM precision; e.g. 989000 is an H100/H200's dense bf16 peak)")
+
+#define CFG_GROUP_ENERGY(X, g)                                                                        \
+  X(g, REAL, pue, "1.0", "[1, 10]", "Power usage effectiveness of the site (facility energy / IT energy); 1.0 counts the IT equipment only") \
+  X(g, STR, region, "'world'", "world|usa|iso-ne|new-york|france|germany|quebec|sweden", "Grid whose carbon intensity applies, from the built-in table with its sources (doc/energy.md); grid_intensity overrides it") \
+  X(g, REAL, grid_intensity, "0", "[0, 5000]", "Grid carbon intensity in gCO2e/kWh; 0 takes it from region") \
+  X(g, REAL, cpu_tdp_w, "0", "[0, 100000]", "CPU power in W per node for a labelled estimate where RAPL is missing (W x utilisation); 0 means no estimate") \
+  X(g, REAL, gpu_tdp_w, "0", "[0, 100000]", "GPU board power in W for a labelled estimate where NVML is missing (an upper bound); 0 means no estimate") \
+  X(g, STR, attribution, "'equal'", "equal|cpu_time", "How a node's CPU and DRAM energy is shared among its ranks: equal shares, or shares of CPU time") \
+  X(g, REAL, sample_seconds, "5", "[0.01, 60]", "Seconds between RAPL reads by the sampling thread (well below the counters' wrap time)")
+
+/* Every group, in deck order: X(name, NAME_MACRO, doc) */
+#define CFG_GROUPS(X)                                                                              \
+  X(job, CFG_GROUP_JOB, "The run: task, run directory, seed and logging")                        \
+  X(model, CFG_GROUP_MODEL, "The network: a GPT-Neo (or GPT-2) decoder")                         \
+  X(training, CFG_GROUP_TRAINING, "Batches, schedule, AdamW and evaluation")                      \
+  X(tokenizer, CFG_GROUP_TOKENIZER, "The tokenizer, and the vocabulary the 'tokenizer' task learns") \
+  X(prepare, CFG_GROUP_PREPARE, "Text to token datasets: inputs, documents, validation split")      \
+  X(data, CFG_GROUP_DATA, "The token datasets training reads")                                    \
+  X(parallel, CFG_GROUP_PARALLEL, "MPI decomposition: pipeline stages x data-parallel replicas, ZeRO-1, binding") \
+  X(checkpoint, CFG_GROUP_CHECKPOINT, "PnetCDF checkpoints: when to write them, how many to keep, restarting") \
+  X(sample, CFG_GROUP_SAMPLE, "Text generated from the trained model at the end of the run")     \
+  X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \
+  X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")
+
+/* ---- generated structs ----------------------------------------------------------------------- */
+
+#define CFG_FIELD_INT(n) long n;
+#define CFG_FIELD_REAL(n) double n;
+#define CFG_FIELD_BOOL(n) int n;
+#define CFG_FIELD_STR(n) char n[CFG_STR_LEN];
+#define CFG_FIELD_STRLIST(n) cfg_strlist n;
+#define CFG_FIELD(g, type, n, def, range, doc) CFG_FIELD_##type(n)
+#define CFG_STRUCT(gname, GMACRO, gdoc) typedef struct { GMACRO(CFG_FIELD, gname) } cfg_##gname;
+CFG_GROUPS(CFG_STRUCT)
+#undef CFG_STRUCT
+
+#define CFG_COUNT(g, type, n, def, range, doc) +1
+#define CFG_GROUP_COUNT(gname, GMACRO, gdoc) GMACRO(CFG_COUNT, gname)
+enum { CFG_NKEYS = 0 CFG_GROUPS(CFG_GROUP_COUNT) };
+#undef CFG_GROUP_COUNT
+
+typedef enum { CFG_T_INT, CFG_T_REAL, CFG_T_BOOL, CFG_T_STR, CFG_T_STRLIST } cfg_type;
+
+typedef struct {
+  const char *name;
+  cfg_type type;
+  size_t offset; /* within the whole cfg_config */
+  const char *def;
+  const char *range;
+  const char *doc;
+} cfg_key;
+
+typedef struct {
+  const char *name;
+  const char *doc;
+  int first, nkeys; /* slice of cfg_keys() */
+} cfg_group;
+
+/* Where a key's value came from. */
+typedef struct {
+  char file[256]; /* deck path, "--set", or "" for the default */
+  int line, col;
+  int derived;    /* the value was derived from the key set at file:line:col */
+} cfg_origin;
+
+typedef struct cfg_config {
+#define CFG_MEMBER(gname, GMACRO, gdoc) cfg_##gname gname;
+  CFG_GROUPS(CFG_MEMBER)
+#undef CFG_MEMBER
+  cfg_origin origin[CFG_NKEYS];
+  char deck_path[CFG_STR_LEN];
+} cfg_config;
+
+const cfg_key *cfg_keys(void);
+const cfg_group *cfg_groups(int *ngroups);
+/* Index of group.key in cfg_keys(), or -1. */
+int cfg_find(const char *group, const char *key);
+
+/* Fill cfg from defaults, the deck text and the --set overrides ("group.key=value"), then check
+ * types, ranges and cross-field consistency and derive implied values (n_inner, batch sizes,
+ * decay_steps). Returns the number of errors added to errs; cfg is usable only when 0. */
+int cfg_load(cfg_config *cfg, const char *deck_text, const char *deck_name, char *const *overrides,
+             int noverrides, nml_errors *errs);
+
+/* Derive the layout keys that depend on the rank count (data_parallel, micro_batches,
+ * global_batch_size) and check that the layout fits nranks. Returns the number of errors. */
+int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs);
+
+/* Whether the deck's &job task list has this task. */
+int cfg_has_task(const cfg_config *cfg, const char *task);
+
+/* Report an error at the place where group.key was set (or "default"). */
+void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, const char *key, const char *hint,
+                  const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
+/* Write the resolved deck (a valid deck) with a header comment; defaults are marked. */
+void cfg_write_deck(const cfg_config *cfg, FILE *fp, const char *header);
+/* Write the Markdown deck reference (doc/deck-reference.md). */
+void cfg_write_reference(FILE *fp);
+
+#endif

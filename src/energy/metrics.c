@@ -1,0 +1,92 @@
+/* metrics: progress lines, log.txt, metrics.csv and JSON reports. */
+#include "energy/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, size_t errlen) {
+  memset(mo, 0, sizeof *mo);
+  char path[4096];
+  if (util_mkdir_p(run_dir) != 0) {
+    snprintf(err, errlen, "cannot create run directory '%s': %s", run_dir, strerror(errno));
+    return -1;
+  }
+  snprintf(path, sizeof path, "%s/log.txt", run_dir);
+  mo->log = fopen(path, append ? "a" : "w");
+  snprintf(path, sizeof path, "%s/metrics.csv", run_dir);
+  FILE *old = append ? fopen(path, "r") : NULL; /* a header only when the file starts */
+  if (old) fclose(old);
+  mo->csv = mo->log ? fopen(path, append ? "a" : "w") : NULL;
+  if (!mo->log || !mo->csv) {
+    snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    metrics_close(mo);
+    return -1;
+  }
+  if (!old)
+    fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
+                     "compute,bubble,exchange,bytes_per_step\n");
+  fflush(mo->csv);
+  return 0;
+}
+
+void metrics_close(metrics_out *mo) {
+  if (mo->log) fclose(mo->log);
+  if (mo->csv) fclose(mo->csv);
+  mo->log = mo->csv = NULL;
+}
+
+void metrics_printf(metrics_out *mo, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+  if (mo && mo->log) {
+    va_start(ap, fmt);
+    vfprintf(mo->log, fmt, ap);
+    va_end(ap);
+    fflush(mo->log);
+  }
+}
+
+void metrics_log(metrics_out *mo, const char *fmt, ...) {
+  if (!mo || !mo->log) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(mo->log, fmt, ap);
+  va_end(ap);
+  fflush(mo->log);
+}
+
+void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
+  if (!mo->csv) return;
+  /* empty fields for values that are not finite (no evaluation this step, no energy sensor) */
+  const struct {
+    double v;
+    const char *fmt;
+  } col[] = {{r->loss, "%.6f"},      {r->lr, "%.6e"},  {r->grad_norm, "%.6f"}, {r->ms_per_step, "%.3f"},
+             {r->tokens_per_s, "%.1f"}, {r->mfu, "%.5f"}, {r->val_loss, "%.6f"},  {r->watts, "%.2f"},
+             {r->energy_j, "%.3f"}};
+  fprintf(mo->csv, "%ld", r->step);
+  for (size_t i = 0; i < sizeof col / sizeof col[0]; i++) {
+    fputc(',', mo->csv);
+    if (isfinite(col[i].v)) fprintf(mo->csv, col[i].fmt, col[i].v);
+  }
+  fprintf(mo->csv, ",%s,%.4f,%.4f,%.4f,%.0f\n", r->energy_status, r->compute, r->bubble, r->exchange,
+          r->bytes_per_step);
+  fflush(mo->csv);
+}
+
+int metrics_write_json(const char *run_dir, const char *name, json_t *obj) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", run_dir, name);
+  util_atomic_file af;
+  if (util_atomic_open(&af, path) != 0) return -1;
+  if (json_dumpf(obj, af.fp, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0 || fputc('\n', af.fp) == EOF) {
+    util_atomic_abort(&af);
+    return -1;
+  }
+  return util_atomic_close(&af);
+}

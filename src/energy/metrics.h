@@ -1,0 +1,38 @@
+/* metrics: what a run tells its user: progress lines on stdout and in log.txt, one metrics.csv
+ * row per logging step, and machine-readable JSON files written crash-safely (temporary name,
+ * fsync, rename). Only rank 0 calls these. */
+#ifndef GREENLM_METRICS_H
+#define GREENLM_METRICS_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "base/util.h"
+
+typedef struct {
+  FILE *log, *csv;
+} metrics_out;
+
+typedef struct {
+  long step;
+  double loss, lr, grad_norm, ms_per_step, tokens_per_s, mfu;
+  double val_loss; /* NAN when not evaluated at this step */
+  double watts, energy_j;
+  const char *energy_status;
+  double compute, bubble, exchange; /* shares of the ranks' time: passes, waiting for neighbours, gradient exchange */
+  double bytes_per_step;            /* payload sent by all ranks (activations, gradients) */
+} metrics_row;
+
+/* Open log.txt and metrics.csv in run_dir (created when missing); append to them when resuming
+ * a run. Returns 0, or -1 with err. */
+int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, size_t errlen);
+void metrics_close(metrics_out *mo);
+/* Print to stdout and append to log.txt (when open). */
+void metrics_printf(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);
+/* Append to log.txt only (what stdout already showed). */
+void metrics_log(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);
+void metrics_csv_row(metrics_out *mo, const metrics_row *r);
+/* Write obj as run_dir/name crash-safely. Returns 0 or -1. */
+int metrics_write_json(const char *run_dir, const char *name, json_t *obj);
+
+#endif

@@ -1,0 +1,821 @@
+/* ckpt: collective PnetCDF checkpoint writing and reading, with layout-free checksums. */
+#define _GNU_SOURCE /* sync_file_range, where there is one */
+#include "io/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pnetcdf.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "io/rdahead.h"
+#include "base/util.h"
+
+#define CKPT_FORMAT "greenlm checkpoint"
+#define CKPT_VERSION 1
+
+static const char *const KIND_PREFIX[3] = {"", "adam_m.", "adam_v."};
+
+void ckpt_dir(const cfg_config *cfg, char *dir, size_t len) {
+  if (cfg->checkpoint.dir[0])
+    util_snprintf(dir, len, "%s", cfg->checkpoint.dir);
+  else
+    util_snprintf(dir, len, "%s/checkpoints", cfg->job.run_dir);
+}
+
+/* ---- which elements this rank owns ------------------------------------------------------------ */
+
+/* One piece of a tensor: elements [a, b) of whole-model tensor `t`, at `off` in the stage buffer. */
+typedef struct {
+  int t;       /* index in the whole model's tensor list */
+  size_t a, b; /* flat range within the tensor */
+  size_t off;  /* stage-buffer offset of element a */
+  int counted; /* 0 for the last stage's copy of the tied embedding (the first stage's counts) */
+} ckpt_piece;
+
+/* The pieces of [lo, hi) of the stage buffer, tensor by tensor. Returns the count; *out to free(). */
+static int pieces_of(const gpt_model *m, const par_layout *L, size_t lo, size_t hi, ckpt_piece **out) {
+  ckpt_piece *p = util_malloc(((size_t)m->ntensors + 1) * sizeof *p, "pieces");
+  int n = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    int copy = L->P > 1 && L->stage == L->P - 1 && t->layer < 0 && strcmp(t->name, "transformer.wte.weight") == 0;
+    size_t a = lo > t->offset ? lo : t->offset, b = hi < t->offset + t->numel ? hi : t->offset + t->numel;
+    if (b > a) p[n++] = (ckpt_piece){t->index, a - t->offset, b - t->offset, a, !copy};
+  }
+  *out = p;
+  return n;
+}
+
+/* This replica's piece of the stage buffer: what it writes, and reads before sharing it. */
+static void own_piece(const gpt_model *m, const par_layout *L, size_t *lo, size_t *hi) {
+  *lo = par_piece(m->nparams, L->D, L->replica);
+  *hi = par_piece(m->nparams, L->D, L->replica + 1);
+}
+
+/* One element's part of a variable's checksum: its bits times an odd weight per position (2i + 1),
+ * modulo 2^64, so that any changed, swapped or zeroed element changes the sum (doc/formats.md). */
+static inline uint64_t checksum_term(uint32_t bits, size_t i) { return (uint64_t)bits * (2 * (uint64_t)i + 1); }
+
+/* Checksum contribution of elements [a, b) of a variable, their values x (host); copied to y on
+ * the way unless y is NULL. */
+static uint64_t checksum_part(float *restrict y, const float *restrict x, size_t a, size_t b) {
+  uint64_t s = 0;
+  for (size_t i = a; i < b; i++) {
+    uint32_t bits;
+    memcpy(&bits, &x[i - a], sizeof bits);
+    if (y) memcpy(&y[i - a], &bits, sizeof bits);
+    s += checksum_term(bits, i);
+  }
+  return s;
+}
+
+/* The same sum over elements [a, b) as they lie in the file (big-endian IEEE 754 bytes, raw),
+ * converted to host floats on the way into y unless y is NULL: the read side's one pass. */
+static uint64_t checksum_from_file(float *y, const unsigned char *raw, size_t a, size_t b) { /* y may be raw */
+  uint64_t s = 0;
+  for (size_t i = a; i < b; i++) {
+    const unsigned char *q = raw + 4 * (i - a);
+    uint32_t bits = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | (uint32_t)q[3];
+    if (y) memcpy(&y[i - a], &bits, sizeof bits);
+    s += checksum_term(bits, i);
+  }
+  return s;
+}
+
+/* Backend address of stage-buffer element `off` of kind k (0 params, 1 adam_m, 2 adam_v). */
+static float *addr(const ckpt_state *s, int k, size_t off) {
+  return k == 0 ? s->m->params + off : (k == 1 ? s->opt->m : s->opt->v) + (off - s->opt->lo);
+}
+
+/* ---- staged I/O: every element passes once through a small host buffer ------------------------- */
+
+/* Writes: tensors go to the file through a host buffer of &checkpoint stage_mb (8 MiB) that stays
+ * in the processor's cache: copied from the backend (checksummed on the way), posted as
+ * non-blocking puts (PnetCDF swaps the bytes to big-endian in place), written by one collective
+ * wait per batch, far below PnetCDF 1.12's 2 GiB per wait. Ranks whose pieces differ in size need
+ * different numbers of waits: each wait is preceded by an agreement (an MPI_Allreduce of "this
+ * rank has data to write now"), and a rank that has written everything keeps taking part with
+ * empty waits until no rank has data left (io_close). Each rank keeps a descriptor of its own to
+ * the file, to ask the kernel after every batch to start writing it to the disk (so the final
+ * sync finds little left to do).
+ *
+ * Reads: the header and the variables' places come from PnetCDF (ncmpi_open,
+ * ncmpi_inq_varoffset); a CDF-5 fixed-size variable is one contiguous run of big-endian floats.
+ * Each rank announces its runs in order (io_expect), reader threads of its own read them ahead,
+ * read_requests at a time, in requests of &checkpoint read_mb covering as many runs as fit
+ * (rdahead: straight from the disk with direct_read, so no page cache and no kernel copy), and
+ * the rank converts, checksums
+ * and copies them to the backend in one pass, batch by batch of stage_mb (in place in the
+ * reader's buffer, then to the device, for device memory). The conversion overlaps the disk, and
+ * the GPU backend needs no host copy of the model. */
+
+typedef struct {
+  float *dst;     /* read: backend address the elements go to */
+  size_t a, n;    /* elements [a, a + n) of the variable */
+  int sum;        /* index into sums, or -1 when not counted */
+  MPI_Offset off; /* read: file offset of element a */
+} io_seg;
+
+typedef struct {
+  int nc, write;
+  const backend *be;
+  float *stage;
+  size_t cap, used; /* elements */
+  io_seg *seg;
+  int nseg, segcap;
+  int *req, *st;
+  int nreq, reqcap;
+  uint64_t *sums; /* checksums of what passed, per variable (3 per tensor) */
+  int rc;
+  MPI_Comm comm;        /* the ranks writing or reading the file together */
+  int fd;               /* this rank's own descriptor of the file, or -1 */
+  void (*poll)(void *); /* read: called after each batch (sharing's progress), or NULL */
+  void *poll_arg;
+  rdahead_extent *ext;  /* read: the extents to come, in the order they are read */
+  int nexp, expcap;     /* ext[0, nexp) announced */
+  rdahead *ra;          /* read: the reader threads, once started (io_start) */
+  int direct;           /* read: the file was read straight from the disk (known at io_close) */
+} io_stream;
+
+/* Elements in the staging buffer: &checkpoint stage_mb, at least one. */
+static size_t stage_elems(const ckpt_state *s) {
+  size_t n = (size_t)(s->cfg->checkpoint.stage_mb * (1 << 20)) / sizeof(float);
+  return n ? n : 1;
+}
+
+static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint64_t *sums, int nsums, const char *path,
+                    MPI_Comm comm) {
+  *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
+  if (write) io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
+  io->fd = open(path, O_RDONLY);
+  memset(sums, 0, (size_t)nsums * sizeof *sums);
+}
+
+/* Read: elements [a, b) of var will be read, after those announced before. */
+static void io_expect(io_stream *io, int var, size_t a, size_t b) {
+  MPI_Offset off;
+  if (io->fd < 0 || ncmpi_inq_varoffset(io->nc, var, &off) != NC_NOERR) return;
+  if (io->nexp == io->expcap) {
+    io->expcap = io->expcap ? 2 * io->expcap : 256;
+    io->ext = util_realloc(io->ext, (size_t)io->expcap * sizeof *io->ext, "extents");
+  }
+  io->ext[io->nexp++] = (rdahead_extent){off + (MPI_Offset)(a * sizeof(float)), (MPI_Offset)((b - a) * sizeof(float))};
+}
+
+/* Read: every extent announced; the reader threads start on them (&checkpoint read_mb, read_requests, direct_read). */
+static void io_start(io_stream *io, const char *path, const cfg_checkpoint *ck) {
+  io->ra = rdahead_open(path, io->ext, io->nexp, (size_t)(ck->read_mb * (1 << 20)), ck->read_requests, ck->direct_read);
+}
+
+/* Writes: the agreement, then (where any rank has data: `more` says whether this one has) one
+ * collective wait for what is posted; returns whether the wait took place. Reads: each segment's
+ * bytes as the reader delivers them, converted, checksummed and copied to the backend in one pass
+ * (no collectives); returns 0. */
+static int io_flush(io_stream *io, int more) {
+  int rc = NC_NOERR, any = 0;
+  if (io->write) {
+    MPI_Allreduce(&more, &any, 1, MPI_INT, MPI_LOR, io->comm);
+    if (!any) return 0;
+    rc = ncmpi_wait_all(io->nc, io->nreq, io->req, io->st);
+    for (int i = 0; i < io->nreq && rc == NC_NOERR; i++) rc = io->st[i];
+  }
+  for (int i = 0; i < io->nseg && rc == NC_NOERR; i++) {
+    io_seg *g = &io->seg[i];
+    for (size_t done = 0; done < g->n && rc == NC_NOERR;) { /* elements */
+      size_t got = 0;
+      MPI_Offset at = g->off + (MPI_Offset)(done * sizeof(float));
+      unsigned char *raw = io->ra ? rdahead_take(io->ra, at, (g->n - done) * sizeof(float), &got) : NULL;
+      if (!raw || got % sizeof(float)) {
+        rc = NC_EREAD; /* the file ends early (truncated) or cannot be read */
+        break;
+      }
+      size_t k = got / sizeof(float);
+      float *host = io->be->host_memory ? g->dst + done : (float *)raw; /* in place for devices */
+      uint64_t s = checksum_from_file(host, raw, g->a + done, g->a + done + k); /* converted and summed in one pass */
+      if (g->sum >= 0) io->sums[g->sum] += s;
+      if (!io->be->host_memory) io->be->to_device(g->dst + done, host, got);
+      done += k;
+    }
+  }
+  if (rc != NC_NOERR && io->rc == NC_NOERR) io->rc = rc;
+  if (!io->write && io->poll) io->poll(io->poll_arg);
+#ifdef SYNC_FILE_RANGE_WRITE
+  if (io->write && io->fd >= 0 && io->nreq) sync_file_range(io->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+  io->nreq = io->nseg = 0;
+  io->used = 0;
+  return any;
+}
+
+/* Write: post elements [x, x + n) of var from buf as a non-blocking put (a hyperslab). */
+static void io_post(io_stream *io, int var, int cols, size_t x, size_t n, float *buf) {
+  MPI_Offset start[2], count[2];
+  if (cols <= 1) {
+    start[0] = (MPI_Offset)x, count[0] = (MPI_Offset)n;
+  } else {
+    start[0] = (MPI_Offset)(x / (size_t)cols), start[1] = (MPI_Offset)(x % (size_t)cols);
+    count[0] = (MPI_Offset)(n / (size_t)cols), count[1] = cols;
+    if (n < (size_t)cols || x % (size_t)cols) count[0] = 1, count[1] = (MPI_Offset)n;
+  }
+  if (io->nreq == io->reqcap) {
+    io->reqcap = io->reqcap ? 2 * io->reqcap : 256;
+    io->req = util_realloc(io->req, (size_t)io->reqcap * sizeof(int), "requests");
+    io->st = util_realloc(io->st, (size_t)io->reqcap * sizeof(int), "statuses");
+  }
+  int rc = ncmpi_iput_vara_float(io->nc, var, start, count, buf, &io->req[io->nreq]);
+  if (rc == NC_NOERR) io->nreq++;
+  else if (io->rc == NC_NOERR) io->rc = rc;
+}
+
+/* Elements [a, b) of variable var (rows, cols, row-major) from or to backend memory at x, as
+ * hyperslabs (a partial first row, whole rows, a partial last row), counted in checksum `sum`
+ * (-1: not counted). Reads go in the order io_expect announced them. */
+static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float *x, int sum) {
+  size_t c = cols > 1 ? (size_t)cols : 0;
+  MPI_Offset var_off = 0; /* reads go straight to the variable's bytes (CDF-5: contiguous, big-endian) */
+  if (!io->write && (io->fd < 0 || ncmpi_inq_varoffset(io->nc, var, &var_off) != NC_NOERR)) {
+    if (io->rc == NC_NOERR) io->rc = NC_EREAD;
+    return;
+  }
+  while (a < b) {
+    if (io->used == io->cap) io_flush(io, 1);
+    size_t n = b - a < io->cap - io->used ? b - a : io->cap - io->used;
+    if (c && a % c) n = n < c - a % c ? n : c - a % c; /* up to the end of a partial row */
+    else if (c && n >= c) n -= n % c;                   /* whole rows */
+    if (io->write) {
+      float *buf = io->stage + io->used;
+      if (io->be->host_memory && sum >= 0) {
+        io->sums[sum] += checksum_part(buf, x, a, a + n); /* copied and summed in one pass */
+      } else {
+        io->be->to_host(buf, x, n * sizeof(float));
+        if (sum >= 0) io->sums[sum] += checksum_part(NULL, buf, a, a + n);
+      }
+      io_post(io, var, cols, a, n, buf);
+    } else {
+      if (io->nseg == io->segcap) {
+        io->segcap = io->segcap ? 2 * io->segcap : 256;
+        io->seg = util_realloc(io->seg, (size_t)io->segcap * sizeof *io->seg, "segments");
+      }
+      io->seg[io->nseg++] = (io_seg){x, a, n, sum, var_off + (MPI_Offset)(a * sizeof(float))};
+    }
+    io->used += n, a += n, x += n;
+  }
+}
+
+/* Rank 0 reserves the whole file's blocks before the ranks write their pieces at once, so the file
+ * system lays it out in one run rather than interleaving the writers' extents (which made reading
+ * a piece back slower than reading a file written by one writer). Where the file system cannot
+ * (posix_fallocate fails), nothing changes. */
+static void reserve(int nc, const char *path, int last_var, size_t last_numel, MPI_Comm comm) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Offset off;
+  if (rank == 0 && ncmpi_inq_varoffset(nc, last_var, &off) == NC_NOERR) {
+    int fd = open(path, O_WRONLY);
+    if (fd >= 0) posix_fallocate(fd, 0, (off_t)(off + (MPI_Offset)(last_numel * sizeof(float)))), close(fd);
+  }
+  MPI_Barrier(comm);
+}
+
+/* Writes: this rank's last wait, then empty ones while other ranks still write. Reads: the last
+ * segments. */
+static void io_close(io_stream *io) {
+  if (io->write)
+    while (io_flush(io, io->nreq > 0)) continue;
+  else
+    io_flush(io, 0);
+  if (io->ra) io->direct = rdahead_direct(io->ra);
+  rdahead_close(io->ra);
+  io->ra = NULL;
+  free(io->stage), free(io->seg), free(io->req), free(io->st), free(io->ext);
+}
+
+/* After the file is synced (or read): its pages leave the page cache, which they would otherwise
+ * fill at the cost of the training data's (a checkpoint is read once, on restart). */
+static void io_release(io_stream *io) {
+  if (io->fd < 0) return;
+  posix_fadvise(io->fd, 0, 0, POSIX_FADV_DONTNEED);
+  close(io->fd);
+  io->fd = -1;
+}
+
+/* Each replica's piece of the stage buffer of kind k to every replica of the stage: broadcasts
+ * over the data-parallel communicator, in place on host memory, through a host buffer otherwise. */
+static void share_pieces(const ckpt_state *s, int k) {
+  const par_layout *L = s->L;
+  const backend *be = s->m->be;
+  size_t n = s->m->nparams, cap = be->host_memory ? (size_t)1 << 28 : stage_elems(s);
+  float *stage = be->host_memory ? NULL : util_malloc(cap * sizeof(float), "checkpoint staging");
+  for (int r = 0; r < L->D; r++) {
+    size_t lo = par_piece(n, L->D, r), hi = par_piece(n, L->D, r + 1);
+    for (size_t a = lo; a < hi; a += cap) {
+      size_t c = hi - a < cap ? hi - a : cap;
+      float *x = addr(s, k, a);
+      if (stage && L->replica == r) be->to_host(stage, x, c * sizeof(float));
+      MPI_Bcast(stage ? stage : x, (int)c, MPI_FLOAT, r, L->dp);
+      if (stage && L->replica != r) be->to_device(x, stage, c * sizeof(float));
+    }
+  }
+  free(stage);
+}
+
+/* The same, overlapped with the reading (backends in host memory): each replica's piece goes out in
+ * chunks of SHARE_CHUNK elements as non-blocking broadcasts, posted in one order on every rank of
+ * the data-parallel communicator: chunk c of kind k of replica r, for c, then k, then r. A rank
+ * posts the chunks it receives at once and those it sends as soon as its reading has passed them
+ * (share_post), and drives the posted ones on after each batch it reads (share_poll). So the
+ * replicas exchange their pieces while the file is still being read. */
+enum { SHARE_CHUNK = 1 << 22 };
+
+typedef struct {
+  const ckpt_state *s;
+  int nk;              /* kinds shared: 1 (the parameters; ZeRO-1 keeps the moments apart) or 3 */
+  size_t next, total;  /* chunks posted, chunks in all */
+  MPI_Request *req;    /* (total) */
+} sharer;
+
+static void share_open(sharer *h, const ckpt_state *s) {
+  const par_layout *L = s->L;
+  size_t most = par_piece(s->m->nparams, L->D, 1) + 1; /* pieces differ by one element at most */
+  *h = (sharer){.s = s, .nk = L->zero ? 1 : 3};
+  h->total = (most + SHARE_CHUNK - 1) / SHARE_CHUNK * (size_t)h->nk * (size_t)L->D;
+  h->req = util_malloc((h->total ? h->total : 1) * sizeof *h->req, "requests");
+}
+
+/* Post chunks in order, up to the first one this rank sends beyond `landed` (its piece is read up to
+ * that stage-buffer offset). */
+static void share_post(sharer *h, size_t landed) {
+  const par_layout *L = h->s->L;
+  size_t n = h->s->m->nparams;
+  while (h->next < h->total) {
+    size_t x = h->next, chunk = x / ((size_t)L->D * (size_t)h->nk);
+    int r = (int)(x % (size_t)L->D), k = (int)(x / (size_t)L->D % (size_t)h->nk);
+    size_t a = par_piece(n, L->D, r) + chunk * SHARE_CHUNK, hi = par_piece(n, L->D, r + 1);
+    size_t c = a < hi ? (hi - a < SHARE_CHUNK ? hi - a : SHARE_CHUNK) : 0;
+    if (c && r == L->replica && a + c > landed) break;
+    h->req[h->next++] = MPI_REQUEST_NULL;
+    if (c) MPI_Ibcast(addr(h->s, k, a), (int)c, MPI_FLOAT, r, L->dp, &h->req[h->next - 1]);
+  }
+}
+
+static void share_poll(void *arg) {
+  sharer *h = arg;
+  for (size_t i = 0; i < h->next; i++) { /* MPI_Test one by one: GCC 12 misreads MPICH's MPI_STATUSES_IGNORE */
+    int done;
+    if (h->req[i] != MPI_REQUEST_NULL) MPI_Test(&h->req[i], &done, MPI_STATUS_IGNORE);
+  }
+}
+
+/* The rest: every chunk posted, all complete. */
+static void share_close(sharer *h) {
+  share_post(h, SIZE_MAX);
+  for (size_t i = 0; i < h->next; i++) MPI_Wait(&h->req[i], MPI_STATUS_IGNORE);
+  free(h->req);
+}
+
+/* MPI-IO hints. Each rank writes large contiguous runs of its own; ROMIO may decide per call
+ * whether to aggregate them (two-phase collective buffering, 'automatic'). Reads of the
+ * header go directly (the data is read with pread, above). Data sieving, which turns runs into
+ * read-modify-write cycles through a small buffer, is off. PNETCDF_HINTS in the environment still
+ * overrides these. */
+static MPI_Info io_hints(void) {
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "romio_cb_read", "disable");
+  MPI_Info_set(info, "romio_cb_write", "automatic");
+  MPI_Info_set(info, "romio_ds_read", "disable");
+  MPI_Info_set(info, "romio_ds_write", "disable");
+  return info;
+}
+
+/* ---- the file's header -------------------------------------------------------------------------- */
+
+static int put_text(int nc, int var, const char *name, const char *v) {
+  return ncmpi_put_att_text(nc, var, name, (MPI_Offset)strlen(v), v);
+}
+
+static int put_i64(int nc, const char *name, long long v) {
+  return ncmpi_put_att_longlong(nc, NC_GLOBAL, name, NC_INT64, 1, &v);
+}
+
+static int put_f64(int nc, const char *name, double v) { return ncmpi_put_att_double(nc, NC_GLOBAL, name, NC_DOUBLE, 1, &v); }
+
+/* The model-shape attributes, written and checked alike. */
+typedef struct {
+  const char *name;
+  long long value;
+} shape_attr;
+
+static int shape_attrs(const cfg_config *cfg, shape_attr *a) {
+  const cfg_model *m = &cfg->model;
+  int n = 0;
+  a[n++] = (shape_attr){"vocab_size", m->vocab_size};
+  a[n++] = (shape_attr){"block_size", m->block_size};
+  a[n++] = (shape_attr){"n_layer", m->n_layer};
+  a[n++] = (shape_attr){"n_embd", m->n_embd};
+  a[n++] = (shape_attr){"n_head", m->n_head};
+  a[n++] = (shape_attr){"n_inner", m->n_inner};
+  a[n++] = (shape_attr){"window_size", m->window_size};
+  return n;
+}
+
+static void attention_pattern(const cfg_model *m, char *buf, size_t len) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < m->attention_types.n && o + 1 < len; i++)
+    o += (size_t)util_snprintf(buf + o, len - o, "%s%s", i ? "," : "", m->attention_types.v[i]);
+}
+
+static int define(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, const uint64_t *sums, int *vars) {
+  const cfg_config *cfg = s->cfg;
+  int rc = NC_NOERR;
+  /* one dimension per distinct length */
+  enum { MAXD = 64 };
+  long long dlen[MAXD];
+  int did[MAXD], nd = 0;
+  for (int i = 0; i < nall && rc == NC_NOERR; i++) {
+    long long lens[2] = {all[i].rows, all[i].cols};
+    int dims[2];
+    int ndim = all[i].cols > 1 ? 2 : 1;
+    for (int d = 0; d < ndim; d++) {
+      int k = 0;
+      while (k < nd && dlen[k] != lens[d]) k++;
+      if (k == nd) {
+        char name[32];
+        snprintf(name, sizeof name, "n%lld", lens[d]);
+        UTIL_CHECK(nd < MAXD, NULL, "internal: too many dimension lengths");
+        rc = ncmpi_def_dim(nc, name, (MPI_Offset)lens[d], &did[nd]);
+        dlen[nd++] = lens[d];
+      }
+      dims[d] = did[k];
+    }
+    for (int k = 0; k < 3 && rc == NC_NOERR; k++) {
+      char name[160];
+      snprintf(name, sizeof name, "%s%s", KIND_PREFIX[k], all[i].name);
+      rc = ncmpi_def_var(nc, name, NC_FLOAT, ndim, dims, &vars[3 * i + k]);
+      if (rc == NC_NOERR)
+        rc = ncmpi_put_att_ulonglong(nc, vars[3 * i + k], "checksum", NC_UINT64, 1, (const unsigned long long *)&sums[3 * i + k]);
+    }
+  }
+  if (rc != NC_NOERR) return rc;
+  char created[64], pattern[2048];
+  time_t now = time(NULL);
+  strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  attention_pattern(&cfg->model, pattern, sizeof pattern);
+  char *deck = NULL;
+  size_t dlen2 = 0;
+  FILE *fp = open_memstream(&deck, &dlen2);
+  cfg_write_deck(cfg, fp, NULL);
+  fclose(fp);
+  shape_attr sa[16];
+  int ns = shape_attrs(cfg, sa);
+  rc |= put_text(nc, NC_GLOBAL, "title", "greenlm checkpoint: parameters in their global shapes (Hugging Face names), "
+                                         "AdamW moments adam_m.* and adam_v.*, and the run state");
+  rc |= put_text(nc, NC_GLOBAL, "format", CKPT_FORMAT);
+  rc |= put_i64(nc, "format_version", CKPT_VERSION);
+  rc |= put_text(nc, NC_GLOBAL, "greenlm_version", PACKAGE_VERSION);
+  rc |= put_text(nc, NC_GLOBAL, "created", created);
+  rc |= put_text(nc, NC_GLOBAL, "arch", cfg->model.arch);
+  for (int i = 0; i < ns; i++) rc |= put_i64(nc, sa[i].name, sa[i].value);
+  rc |= put_text(nc, NC_GLOBAL, "attention_types", pattern);
+  rc |= put_f64(nc, "layer_norm_epsilon", cfg->model.layer_norm_epsilon);
+  rc |= put_text(nc, NC_GLOBAL, "tokenizer_hash", s->tokenizer_hash ? s->tokenizer_hash : "");
+  rc |= put_i64(nc, "step", s->step);
+  rc |= put_f64(nc, "tokens_trained", s->tokens);
+  rc |= put_i64(nc, "data_epoch", s->data ? s->data->epoch : 0);
+  rc |= put_i64(nc, "data_position", s->data ? (long long)s->data->pos : 0);
+  rc |= put_i64(nc, "seed", cfg->job.seed);
+  rc |= put_f64(nc, "loss_scale", s->loss_scale);
+  rc |= put_text(nc, NC_GLOBAL, "rng", "counter-based: initialisation, data order and sampling draw from streams "
+                                       "(seed, purpose, index); the data order is (seed, epoch) and the cursor "
+                                       "(data_epoch, data_position)");
+  rc |= put_i64(nc, "writer_ranks", s->L->size);
+  rc |= put_i64(nc, "writer_pipeline_stages", s->L->P);
+  rc |= put_i64(nc, "writer_data_parallel", s->L->D);
+  rc |= put_i64(nc, "writer_zero_stage", s->L->zero);
+  rc |= put_text(nc, NC_GLOBAL, "deck", deck);
+  free(deck);
+  return rc;
+}
+
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+static int cmp_long(const void *a, const void *b) {
+  long x = *(const long *)a, y = *(const long *)b;
+  return (x > y) - (x < y);
+}
+
+/* Steps of the files ckpt-STEP.n<tail> in dir, ascending: tail "c" lists the complete checkpoints,
+ * "c.tmp" the unfinished ones. Returns the count (*steps to free()). */
+static int list_checkpoints(const char *dir, const char *tail_want, long **steps) {
+  int n = 0, cap = 16;
+  *steps = util_malloc((size_t)cap * sizeof(long), "checkpoints");
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    long step;
+    char tail[8] = "";
+    if (sscanf(de->d_name, "ckpt-%ld.n%7s", &step, tail) == 2 && strcmp(tail, tail_want) == 0) {
+      if (n == cap) *steps = util_realloc(*steps, (size_t)(cap *= 2) * sizeof(long), "checkpoints");
+      (*steps)[n++] = step;
+    }
+  }
+  closedir(d);
+  qsort(*steps, (size_t)n, sizeof(long), cmp_long);
+  return n;
+}
+
+/* After a checkpoint is complete: the oldest beyond `keep` go, and so do unfinished ones left by
+ * jobs killed while writing (never read, but they take space). */
+static void prune(const char *dir, long keep) {
+  long *steps;
+  char path[CFG_STR_LEN + 64];
+  int n = list_checkpoints(dir, "c", &steps);
+  for (int i = 0; i < n - keep; i++) {
+    util_snprintf(path, sizeof path, "%s/ckpt-%08ld.nc", dir, steps[i]);
+    remove(path);
+  }
+  free(steps);
+  n = list_checkpoints(dir, "c.tmp", &steps);
+  for (int i = 0; i < n; i++) {
+    util_snprintf(path, sizeof path, "%s/ckpt-%08ld.nc.tmp", dir, steps[i]);
+    remove(path);
+  }
+  free(steps);
+}
+
+int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
+  const par_layout *L = s->L;
+  MPI_Comm comm = L->comm;
+  double t0 = util_now();
+  char dir[CFG_STR_LEN + 32], tmp[CFG_STR_LEN + 80];
+  ckpt_dir(s->cfg, dir, sizeof dir);
+  util_snprintf(st->path, sizeof st->path, "%s/ckpt-%08ld.nc", dir, s->step);
+  util_snprintf(tmp, sizeof tmp, "%s.tmp", st->path);
+  int rc = 0;
+  if (L->rank == 0 && util_mkdir_p(dir) != 0) {
+    util_snprintf(err, errlen, "cannot create checkpoint directory '%s': %s", dir, strerror(errno));
+    rc = -1;
+  } else if (L->rank == 0) {
+    remove(tmp); /* left by a job that died while writing this step */
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
+  if (rc) {
+    MPI_Bcast(err, (int)errlen, MPI_CHAR, 0, comm);
+    return -1;
+  }
+  gpt_shape shape;
+  gpt_shape_from_cfg(&shape, &s->cfg->model);
+  int nall;
+  gpt_tensor *all = gpt_list_tensors(&shape, gpt_whole(&shape), &nall);
+  uint64_t *sums = util_malloc((size_t)nall * 3 * sizeof *sums, "checksums"), *total = util_malloc((size_t)nall * 3 * sizeof *total, "checksums");
+  int *vars = util_malloc((size_t)nall * 3 * sizeof *vars, "variables");
+  MPI_Info info = io_hints();
+  int nc, nrc = ncmpi_create(comm, tmp, NC_CLOBBER | NC_64BIT_DATA, info, &nc);
+  MPI_Info_free(&info);
+  int wrc = nrc; /* this rank's first error */
+  if (nrc == NC_NOERR) {
+    io_stream io;
+    io_open(&io, nc, 1, s, sums, 3 * nall, tmp, comm);
+    nrc = define(nc, s, all, nall, sums, vars); /* checksums 0 until the data has passed */
+    if (nrc == NC_NOERR) nrc = ncmpi_enddef(nc);
+    io.rc = nrc;
+    if (nrc == NC_NOERR) reserve(nc, tmp, vars[3 * nall - 1], all[nall - 1].numel, comm);
+    size_t lo, hi;
+    own_piece(s->m, L, &lo, &hi);
+    ckpt_piece *p;
+    int n = nrc == NC_NOERR ? pieces_of(s->m, L, lo, hi, &p) : 0;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < 3 && p[i].counted; k++) io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), 3 * p[i].t + k);
+    if (n) free(p);
+    io_close(&io);
+    /* the checksums: every rank's share summed, into the attributes defined above (same size) */
+    MPI_Allreduce(sums, total, nall * 3, MPI_UINT64_T, MPI_SUM, comm);
+    if (nrc == NC_NOERR) {
+      int crc = ncmpi_redef(nc);
+      for (int i = 0; i < 3 * nall && crc == NC_NOERR; i++)
+        crc = ncmpi_put_att_ulonglong(nc, vars[i], "checksum", NC_UINT64, 1, (const unsigned long long *)&total[i]);
+      if (crc == NC_NOERR) crc = ncmpi_enddef(nc);
+      if (io.rc == NC_NOERR) io.rc = crc;
+    }
+    /* durable on every rank's node (each flushes what it wrote), then out of the page cache */
+    int crc = ncmpi_sync(nc);
+    if (io.rc == NC_NOERR) io.rc = crc;
+    io_release(&io);
+    crc = ncmpi_close(nc);
+    wrc = io.rc == NC_NOERR ? crc : io.rc;
+  }
+  /* all ranks agree; rank 0 gives the file its name (durably), and drops the oldest */
+  int bad = wrc != NC_NOERR, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (L->rank == 0) {
+    if (!any && util_commit(tmp, st->path) != 0) any = 1, wrc = NC_EWRITE;
+    if (any) remove(tmp);
+  }
+  st->seconds = util_now() - t0; /* the write, made durable and named; the pruning is housekeeping */
+  if (L->rank == 0 && !any) prune(dir, s->cfg->checkpoint.keep);
+  MPI_Bcast(&any, 1, MPI_INT, 0, comm);
+  if (any) {
+    int who = wrc != NC_NOERR ? L->rank : 1 << 30, first;
+    MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, comm);
+    util_snprintf(err, errlen, "writing checkpoint '%s' failed: %s", st->path,
+                  wrc != NC_NOERR ? ncmpi_strerror(wrc) : "");
+    MPI_Bcast(err, (int)errlen, MPI_CHAR, first < (1 << 30) ? first : 0, comm);
+    rc = -1;
+  }
+  st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape); /* parameters and two moments */
+  free(all), free(sums), free(total), free(vars);
+  gpt_shape_free(&shape);
+  return rc;
+}
+
+/* ---- finding and reading ------------------------------------------------------------------------ */
+
+int ckpt_find(const cfg_config *cfg, char *path, size_t len) {
+  const char *r = cfg->checkpoint.restart;
+  if (strcmp(r, "latest") != 0) {
+    util_snprintf(path, len, "%s", r);
+    return 1;
+  }
+  char dir[CFG_STR_LEN + 32];
+  ckpt_dir(cfg, dir, sizeof dir);
+  long *steps;
+  int n = list_checkpoints(dir, "c", &steps);
+  if (n) util_snprintf(path, len, "%s/ckpt-%08ld.nc", dir, steps[n - 1]);
+  free(steps);
+  return n > 0;
+}
+
+/* Compare the file's model with the deck's: every mismatch is an error. */
+static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt_tensor *all, int nall, int *vars,
+                        nml_errors *errs) {
+  const cfg_config *cfg = s->cfg;
+  shape_attr sa[16];
+  int ns = shape_attrs(cfg, sa);
+  char where[CFG_STR_LEN + 80];
+  util_snprintf(where, sizeof where, "%s", path);
+  const char *hint = "restart with the deck that made the checkpoint, or start a new run without &checkpoint restart";
+  for (int i = 0; i < ns; i++) {
+    long long v = -1;
+    ncmpi_get_att_longlong(nc, NC_GLOBAL, sa[i].name, &v);
+    if (v != sa[i].value)
+      nml_error_add(errs, where, 0, 0, hint, "the checkpoint's %s is %lld, the deck's %lld", sa[i].name, v, sa[i].value);
+  }
+  char text[2048] = "", pattern[2048];
+  MPI_Offset tl = 0;
+  if (ncmpi_inq_attlen(nc, NC_GLOBAL, "arch", &tl) == NC_NOERR && tl < (MPI_Offset)sizeof text) {
+    ncmpi_get_att_text(nc, NC_GLOBAL, "arch", text);
+    text[tl] = '\0';
+  }
+  if (strcmp(text, cfg->model.arch) != 0)
+    nml_error_add(errs, where, 0, 0, hint, "the checkpoint's arch is '%s', the deck's '%s'", text, cfg->model.arch);
+  attention_pattern(&cfg->model, pattern, sizeof pattern);
+  text[0] = '\0';
+  if (ncmpi_inq_attlen(nc, NC_GLOBAL, "attention_types", &tl) == NC_NOERR && tl < (MPI_Offset)sizeof text) {
+    ncmpi_get_att_text(nc, NC_GLOBAL, "attention_types", text);
+    text[tl] = '\0';
+  }
+  if (strcmp(text, pattern) != 0)
+    nml_error_add(errs, where, 0, 0, hint, "the checkpoint's attention_types are '%s', the deck's '%s'", text, pattern);
+  int shown = 0;
+  for (int i = 0; i < nall; i++)
+    for (int k = 0; k < 3; k++) {
+      char name[160];
+      snprintf(name, sizeof name, "%s%s", KIND_PREFIX[k], all[i].name);
+      int ndim = 0, dims[8];
+      MPI_Offset len[2] = {0, 1};
+      if (ncmpi_inq_varid(nc, name, &vars[3 * i + k]) != NC_NOERR) {
+        if (shown++ < 10) nml_error_add(errs, where, 0, 0, hint, "variable %s is missing", name);
+        continue;
+      }
+      ncmpi_inq_varndims(nc, vars[3 * i + k], &ndim);
+      if (ndim < 1 || ndim > 2) ndim = 0;
+      if (ndim) ncmpi_inq_vardimid(nc, vars[3 * i + k], dims);
+      for (int d = 0; d < ndim; d++) ncmpi_inq_dimlen(nc, dims[d], &len[d]);
+      if (ndim != (all[i].cols > 1 ? 2 : 1) || len[0] != all[i].rows || (ndim == 2 && len[1] != all[i].cols))
+        if (shown++ < 10)
+          nml_error_add(errs, where, 0, 0, hint, "variable %s has shape (%lld, %lld) in the checkpoint, (%d, %d) in the deck",
+                        name, (long long)len[0], (long long)len[1], all[i].rows, all[i].cols);
+    }
+  if (shown > 10) nml_error_add(errs, where, 0, 0, NULL, "... and %d more mismatched variables", shown - 10);
+}
+
+int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs) {
+  const par_layout *L = s->L;
+  MPI_Comm comm = L->comm;
+  double t0 = util_now();
+  int n0 = errs->n, nc;
+  io_stream io = {.fd = -1};
+  st->share_seconds = 0, st->direct = 0;
+  if (st->path != path) util_snprintf(st->path, sizeof st->path, "%s", path);
+  MPI_Info info = io_hints();
+  int rc = ncmpi_open(comm, path, NC_NOWRITE, info, &nc);
+  MPI_Info_free(&info);
+  if (rc != NC_NOERR) {
+    cfg_error_at(s->cfg, errs, "checkpoint", "restart", "give the path of a checkpoint, or 'latest'",
+                 "cannot open checkpoint '%s': %s", path, ncmpi_strerror(rc));
+    return errs->n - n0;
+  }
+  char format[64] = "";
+  MPI_Offset fl = 0;
+  if (ncmpi_inq_attlen(nc, NC_GLOBAL, "format", &fl) == NC_NOERR && fl < (MPI_Offset)sizeof format) {
+    ncmpi_get_att_text(nc, NC_GLOBAL, "format", format);
+    format[fl] = '\0';
+  }
+  if (strcmp(format, CKPT_FORMAT) != 0) {
+    cfg_error_at(s->cfg, errs, "checkpoint", "restart", "give the path of a checkpoint written by greenlm",
+                 "'%s' is not a greenlm checkpoint", path);
+    ncmpi_close(nc);
+    return errs->n - n0;
+  }
+  gpt_shape shape;
+  gpt_shape_from_cfg(&shape, &s->cfg->model);
+  int nall;
+  gpt_tensor *all = gpt_list_tensors(&shape, gpt_whole(&shape), &nall);
+  int *vars = util_malloc((size_t)nall * 3 * sizeof *vars, "variables");
+  check_shape(nc, s, path, all, nall, vars, errs);
+  if (errs->n == n0) {
+    /* this replica's piece of the parameters and the moments, shared with the other replicas after */
+    uint64_t *sums = util_malloc((size_t)nall * 3 * sizeof *sums, "checksums"), *total = util_malloc((size_t)nall * 3 * sizeof *total, "checksums");
+    io_open(&io, nc, 0, s, sums, 3 * nall, path, comm);
+    size_t lo, hi;
+    own_piece(s->m, L, &lo, &hi);
+    ckpt_piece *p;
+    int n = pieces_of(s->m, L, lo, hi, &p);
+    sharer sh;
+    int overlap = L->D > 1 && s->m->be->host_memory; /* device memory: shared after, through a host buffer */
+    if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
+    io_start(&io, path, &s->cfg->checkpoint);
+    for (int i = 0; i < n; i++) {
+      for (int k = 0; k < 3; k++)
+        io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
+      if (overlap) io_flush(&io, 0), share_post(&sh, p[i].off + (p[i].b - p[i].a)); /* piece i is in place */
+    }
+    free(p);
+    io_close(&io);
+    st->direct = io.direct;
+    if (overlap) {
+      double t1 = util_now();
+      share_close(&sh);
+      st->share_seconds = util_now() - t1;
+    }
+    int bad = io.rc != NC_NOERR, any;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+    if (any) {
+      nml_error_add(errs, path, 0, 0, "the file is damaged or truncated; restart from an older checkpoint",
+                    "reading the checkpoint failed: %s", ncmpi_strerror(bad ? io.rc : NC_EREAD));
+    } else {
+      /* verify: every rank's share of each variable, summed, against the writer's checksum */
+      MPI_Allreduce(sums, total, nall * 3, MPI_UINT64_T, MPI_SUM, comm);
+      int shown = 0;
+      for (int i = 0; i < nall; i++)
+        for (int k = 0; k < 3; k++) {
+          unsigned long long want = 0;
+          ncmpi_get_att_ulonglong(nc, vars[3 * i + k], "checksum", &want);
+          if (want != total[3 * i + k] && shown++ < 10)
+            nml_error_add(errs, path, 0, 0, "the file is damaged; restart from an older checkpoint",
+                          "checksum mismatch in variable %s%s", KIND_PREFIX[k], all[i].name);
+        }
+      if (shown > 10) nml_error_add(errs, path, 0, 0, NULL, "... and %d more variables with wrong checksums", shown - 10);
+      if (!shown && !overlap) {
+        double t1 = util_now();
+        share_pieces(s, 0);
+        if (!L->zero) share_pieces(s, 1), share_pieces(s, 2); /* without ZeRO every replica keeps all moments */
+        st->share_seconds = util_now() - t1;
+      }
+    }
+    free(sums), free(total);
+  }
+  if (errs->n == n0) {
+    long long step = 0, epoch = 0, pos = 0;
+    double tokens = 0, scale = 1;
+    ncmpi_get_att_longlong(nc, NC_GLOBAL, "step", &step);
+    ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_epoch", &epoch);
+    ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_position", &pos);
+    ncmpi_get_att_double(nc, NC_GLOBAL, "tokens_trained", &tokens);
+    ncmpi_get_att_double(nc, NC_GLOBAL, "loss_scale", &scale);
+    s->step = (long)step;
+    s->tokens = tokens;
+    s->loss_scale = scale;
+    if (s->data) data_seek(s->data, (long)epoch, (uint64_t)pos);
+  }
+  ncmpi_close(nc);
+  st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape);
+  free(all), free(vars);
+  gpt_shape_free(&shape);
+  st->seconds = util_now() - t0;
+  io_release(&io); /* housekeeping, as the pruning after a write */
+  /* every rank reports the same count (the messages live on rank 0) */
+  int mine = errs->n - n0, most;
+  MPI_Allreduce(&mine, &most, 1, MPI_INT, MPI_MAX, comm);
+  while (errs->n - n0 < most) nml_error_add(errs, path, 0, 0, NULL, "another rank found the checkpoint unusable");
+  return most;
+}

@@ -1,0 +1,69 @@
+/* ckpt: PnetCDF parallel checkpoints that restart a run exactly, on any layout.
+ *
+ * One CDF-5 file per checkpoint, written collectively by all ranks (doc/formats.md):
+ *   - every tensor in its global shape under its Hugging Face name, and its AdamW moments as
+ *     adam_m.<name> and adam_v.<name>, each with a checksum attribute;
+ *   - the run state as attributes: step, tokens, the loader's cursor, the seed, the loss scale,
+ *     the resolved deck, the model's shape, the tokenizer's hash, the writer's layout, version.
+ * Replica r of a stage writes piece r (of D equal pieces) of the stage's parameter buffer and of
+ * the moments (with ZeRO-1 exactly the piece whose moments it keeps); the last stage leaves the
+ * tied embedding to the first. Non-blocking puts and one collective wait per batch of
+ * &checkpoint stage_mb per rank (PnetCDF 1.12's limit is 2 GiB). The file is written as NAME.tmp,
+ * synced, and renamed; a crash leaves the previous checkpoints as they were. Reads go around
+ * PnetCDF for the data: reader threads (rdahead) read each rank's runs straight from the disk.
+ *
+ * Checksums: for element i of a variable with bit pattern x, mix(i, x) summed modulo 2^64. The sum
+ * does not depend on which rank holds which element, so a job of another layout verifies what it
+ * read without reading anything twice. */
+#ifndef GREENLM_CKPT_H
+#define GREENLM_CKPT_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deck/cfg.h"
+#include "text/data.h"
+#include "model/gpt.h"
+#include "deck/nml.h"
+#include "model/optim.h"
+#include "parallel/par.h"
+
+/* What a checkpoint holds of a rank, and the run state. */
+typedef struct {
+  const cfg_config *cfg;
+  const par_layout *L;
+  gpt_model *m;
+  optim_state *opt;
+  data_loader *data;
+  const char *tokenizer_hash;
+  long step;     /* optimizer steps done */
+  double tokens; /* tokens trained */
+  double loss_scale;
+} ckpt_state;
+
+typedef struct {
+  double seconds, bytes; /* the whole job's bytes of tensors */
+  double share_seconds;  /* read: of seconds, those spent passing pieces between replicas */
+  int direct;            /* read: straight from the disk (O_DIRECT took), not through the page cache */
+  char path[CFG_STR_LEN + 64];
+} ckpt_stats;
+
+/* The directory of the deck's checkpoints (&checkpoint dir, or run_dir/checkpoints). */
+void ckpt_dir(const cfg_config *cfg, char *dir, size_t len);
+
+/* Write dir/ckpt-<step>.nc and keep the newest &checkpoint keep. Collective over L->comm.
+ * Returns 0, or -1 with err (on every rank); older checkpoints are left as they were. */
+int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen);
+
+/* The checkpoint to restart from: &checkpoint restart is a path, or 'latest' (the newest complete
+ * checkpoint in the directory). Returns 1 and fills path, 0 when 'latest' finds none. */
+int ckpt_find(const cfg_config *cfg, char *path, size_t len);
+
+/* Read a checkpoint into the model, the optimizer state and the loader, and the step and token
+ * count into s. The model's shape is checked against the deck (every mismatch listed) and every
+ * variable's checksum verified. Collective. Returns the number of errors added to errs (the same
+ * count on every rank; the messages on rank 0). */
+int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs);
+
+#endif

@@ -1,0 +1,163 @@
+/* gpt: the GPT-Neo / GPT-2 decoder as Hugging Face's GPTNeoForCausalLM computes it.
+ *
+ *   x0 = wte[tok] + wpe[pos]                                           (B,T,C)
+ *   per block l:  h = x + out_proj(attn_l(ln_1(x)))                   (B,T,C)
+ *                 x = h + c_proj(gelu_new(c_fc(ln_2(h))))              (B,T,C)
+ *   logits = ln_f(x) @ wte^T                                           (B,T,V)  (tied embedding)
+ *
+ * GPT-Neo: q, k, v without bias, scores not scaled by 1/sqrt(head size), layers global or local
+ * (window). GPT-2: one biased qkv projection, scores scaled by 1/sqrt(head size), all global.
+ *
+ * A gpt_model holds a contiguous range of blocks [layer_lo, layer_hi) plus, optionally, the
+ * embedding (first pipeline stage) and the final LayerNorm + tied head (last stage); on one rank
+ * it holds them all. Parameters live in one contiguous buffer, gradients in another of the same
+ * layout, activations in one planned arena with `nslots` slots: a pipeline stage keeps the
+ * activations of several micro-batches in flight, one slot each. The AdamW moments belong to the
+ * optimizer (optim.c), which may hold only a shard of them. */
+#ifndef GREENLM_GPT_H
+#define GREENLM_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/backend.h"
+#include "deck/cfg.h"
+
+typedef enum { GPT_ARCH_NEO, GPT_ARCH_GPT2 } gpt_arch;
+
+typedef struct {
+  gpt_arch arch;
+  int V;        /* vocabulary */
+  int maxT;     /* block_size: rows of wpe */
+  int L, C, H;  /* layers, channels, heads */
+  int F;        /* MLP hidden size (n_inner) */
+  int *window;  /* (L): 0 for a global layer, the window size for a local one */
+  float eps;    /* LayerNorm epsilon */
+  float init_std;
+  float attn_scale; /* 1 for GPT-Neo, 1/sqrt(C/H) for GPT-2 */
+  int qkv_bias;     /* GPT-2 only */
+} gpt_shape;
+
+typedef enum { GPT_INIT_NORMAL, GPT_INIT_ONES, GPT_INIT_ZEROS } gpt_init_kind;
+
+typedef struct {
+  char name[96];   /* Hugging Face name, e.g. transformer.h.3.attn.attention.q_proj.weight */
+  size_t offset;   /* in floats, within the parameter buffer */
+  size_t numel;
+  int rows, cols;  /* cols = 1 for vectors */
+  int decay;       /* weight decay applies (matrices and embeddings) */
+  int layer;       /* block index, or -1 for embeddings and the final LayerNorm */
+  int index;       /* position in the whole model's tensor list (stable across layouts) */
+  gpt_init_kind init;
+  float init_std;
+} gpt_tensor;
+
+/* Pointers into a parameter-layout buffer (parameters or gradients) for one block. */
+typedef struct {
+  float *ln1_w, *ln1_b; /* (C) */
+  float *qkv_w;         /* (3C, C): q, k, v stacked */
+  float *qkv_b;         /* (3C) or NULL */
+  float *out_w, *out_b; /* (C, C), (C) */
+  float *ln2_w, *ln2_b; /* (C) */
+  float *fc_w, *fc_b;   /* (F, C), (F) */
+  float *proj_w, *proj_b; /* (C, F), (C) */
+} gpt_block_ptrs;
+
+/* Byte counts the model allocates; the dry run prints them and gpt_init allocates exactly these. */
+typedef struct {
+  size_t params, grads, acts, io;
+  size_t total;
+} gpt_memory;
+
+/* What a rank holds: blocks [lo, hi), the embedding, the head; activation slots; whether the
+ * blocks' inner activations are recomputed in the backward pass (then one block's worth is kept,
+ * shared by all blocks and slots, instead of one per block and slot). */
+typedef struct {
+  int lo, hi, has_embed, has_head;
+  int nslots;
+  int recompute;
+} gpt_part;
+
+typedef struct {
+  gpt_shape s;
+  const backend *be;
+  int B, T; /* the largest micro-batch the arena is planned for */
+  int layer_lo, layer_hi, has_embed, has_head, nslots, recompute;
+
+  gpt_tensor *tensors;
+  int ntensors;
+  size_t nparams;
+  float *params, *grads; /* backend memory, (nparams) each */
+
+  float *acts;       /* backend memory: nslots activation slots, then the shared gradient buffers */
+  int32_t *tokens;   /* backend memory (nslots, B, T) */
+  int32_t *targets;  /* backend memory (nslots, B, T) */
+  float *losses;     /* backend memory (B,T) */
+  float *losses_host;
+  gpt_memory mem;
+} gpt_model;
+
+/* The whole model on one rank, one activation slot. */
+gpt_part gpt_whole(const gpt_shape *s);
+
+/* Build the shape from the deck (window list expanded from attention_types). */
+void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m);
+void gpt_shape_free(gpt_shape *s);
+
+/* Parameter count of the whole model (all blocks, embeddings, final LayerNorm). */
+size_t gpt_count_params(const gpt_shape *s);
+/* Model FLOPs per trained token, 6N + 12 L C T (PaLM), N excluding the position embedding. */
+double gpt_flops_per_token(const gpt_shape *s, int T);
+
+/* Memory the model will allocate for micro-batches up to (B,T), without allocating. */
+gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, gpt_part part);
+/* The tensors a part holds, in buffer order (offsets within the part's buffer); free() the list. */
+gpt_tensor *gpt_list_tensors(const gpt_shape *s, gpt_part part, int *n);
+/* Parameters (floats) the part holds. */
+size_t gpt_part_params(const gpt_shape *s, gpt_part part);
+
+/* Allocate and initialise (seeded: tensor i from rng stream (seed, RNG_INIT, i), whichever rank
+ * holds it). */
+void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, gpt_part part, uint64_t seed);
+void gpt_free(gpt_model *m);
+
+/* Block l's pointers within buf (m->params or m->grads). */
+void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p);
+/* The tensor of that name, or NULL. */
+const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name);
+
+/* Copy B*T token ids and targets (either may be NULL) from host memory into a slot. */
+void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t *targets, int B, int T);
+/* The residual stream entering the first held block (B,T,C): a later pipeline stage receives its
+ * input here before gpt_forward. */
+float *gpt_input(const gpt_model *m, int slot, int B, int T);
+/* The residual stream leaving the last held block (B,T,C), after gpt_forward. */
+float *gpt_output(const gpt_model *m, int slot, int B, int T);
+/* Forward pass of a slot's micro-batch: from its tokens (first stage) or its input, up to the
+ * logits (last stage) or the output. */
+void gpt_forward(gpt_model *m, int slot, int B, int T);
+/* The logits of the slot's last forward pass (backend memory, (B,T,V)); last stage only. */
+float *gpt_logits(const gpt_model *m, int slot);
+/* Cross-entropy of the slot's logits against its targets: returns the sum of the B*T token
+ * losses. When dscale != 0 the logits are replaced by the gradient of dscale * (sum of losses),
+ * ready for gpt_backward. */
+double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale);
+
+/* The gradient flowing into the last held block's output (B,T,C): a stage without the head
+ * receives it here before gpt_backward. */
+float *gpt_grad_output(const gpt_model *m);
+/* The gradient with respect to the input (B,T,C) after gpt_backward: a stage without the
+ * embedding sends it to the previous stage. */
+float *gpt_grad_input(const gpt_model *m);
+
+/* Called during gpt_backward as soon as a part's gradients of this micro-batch have been added:
+ * GPT_HOOK_HEAD (final LayerNorm and, on this stage, the head's use of wte), each block l (in
+ * descending order), GPT_HOOK_EMBED (wte and wpe). */
+enum { GPT_HOOK_EMBED = -1, GPT_HOOK_HEAD = -2 };
+typedef void (*gpt_hook)(void *ctx, int what);
+
+/* Backward pass of a slot's micro-batch: adds its gradients into m->grads. */
+void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx);
+void gpt_zero_grad(gpt_model *m);
+
+#endif

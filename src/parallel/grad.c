@@ -1,0 +1,238 @@
+/* grad: bucketed, overlapped gradient reduction (allreduce or ZeRO-1 reduce-scatter/all-gather). */
+#include "parallel/grad.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/comm.h"
+#include "base/util.h"
+
+typedef struct {
+  size_t b0, b1;  /* element range in the buffer */
+  int t0, t1;     /* tensor range */
+  int *counts, *displs; /* ZeRO-1: each replica's share of [b0, b1) */
+  MPI_Request req;
+} grad_bucket;
+
+struct grad_exchange {
+  gpt_model *m;
+  const par_layout *L;
+  int D, rank, zero, tied; /* tied: this stage holds the tied embedding and P > 1 */
+  MPI_Comm dp;
+  size_t own_lo, own_hi;   /* this replica's piece of the buffer */
+  grad_bucket *b;
+  int nb, next;            /* buckets; the next to launch (they go out from nb - 1 down to 0) */
+  unsigned char *final;    /* per tensor */
+  float *recv;             /* ZeRO-1: where reduce-scatters land, (own_hi - own_lo) */
+  comm_stage gs, ps, rs;   /* MPI's view of the gradients, the parameters and recv (comm.h) */
+  int wte;                 /* index of transformer.wte.weight in m->tensors, or -1 */
+  grad_stats st;
+};
+
+
+size_t grad_exchange_bytes(size_t nparams, const par_layout *L) {
+  if (!L->zero || L->D == 1) return 0;
+  size_t most = 0; /* the largest piece: the landing area of any replica */
+  for (int r = 0; r < L->D; r++)
+    if (par_piece(nparams, L->D, r + 1) - par_piece(nparams, L->D, r) > most) most = par_piece(nparams, L->D, r + 1) - par_piece(nparams, L->D, r);
+  return most * sizeof(float);
+}
+
+size_t grad_own_params(size_t nparams, const par_layout *L, int replica) {
+  if (!L->zero) return nparams;
+  return par_piece(nparams, L->D, replica + 1) - par_piece(nparams, L->D, replica);
+}
+
+grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb) {
+  grad_exchange *g = util_calloc(1, sizeof *g, "gradient exchange");
+  g->m = m;
+  g->L = L;
+  g->D = L->D;
+  g->zero = L->zero;
+  g->dp = L->dp;
+  MPI_Comm_rank(L->dp, &g->rank);
+  const gpt_tensor *w = gpt_find_tensor(m, "transformer.wte.weight");
+  g->wte = w ? (int)(w - m->tensors) : -1;
+  g->tied = L->P > 1 && g->wte >= 0;
+  g->own_lo = par_piece(m->nparams, g->D, g->rank);
+  g->own_hi = par_piece(m->nparams, g->D, g->rank + 1);
+  g->final = util_calloc((size_t)m->ntensors, 1, "gradient flags");
+  /* buckets of whole tensors from the end of the buffer; the tied embedding alone */
+  const size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
+  g->b = util_calloc((size_t)m->ntensors, sizeof *g->b, "buckets");
+  int t1 = m->ntensors;
+  while (t1 > 0) {
+    int t0 = t1 - 1;
+    size_t n = m->tensors[t0].numel;
+    while (t0 > 0 && t0 - 1 != g->wte && t0 != g->wte && n + m->tensors[t0 - 1].numel <= cap) n += m->tensors[--t0].numel;
+    grad_bucket *k = &g->b[g->nb++];
+    k->t0 = t0;
+    k->t1 = t1;
+    k->b0 = m->tensors[t0].offset;
+    k->b1 = m->tensors[t1 - 1].offset + m->tensors[t1 - 1].numel;
+    t1 = t0;
+  }
+  /* buckets were made from the end: put them in buffer order (bucket 0 first) */
+  for (int i = 0; i < g->nb / 2; i++) {
+    grad_bucket t = g->b[i];
+    g->b[i] = g->b[g->nb - 1 - i];
+    g->b[g->nb - 1 - i] = t;
+  }
+  for (int i = 0; i < g->nb; i++) {
+    grad_bucket *k = &g->b[i];
+    k->req = MPI_REQUEST_NULL;
+    k->counts = util_malloc((size_t)g->D * sizeof(int), "bucket counts");
+    k->displs = util_malloc((size_t)g->D * sizeof(int), "bucket counts");
+    for (int r = 0; r < g->D; r++) {
+      size_t lo = par_piece(m->nparams, g->D, r), hi = par_piece(m->nparams, g->D, r + 1);
+      size_t a = k->b0 > lo ? k->b0 : lo, e = k->b1 < hi ? k->b1 : hi;
+      UTIL_CHECK(k->b1 - k->b0 < (size_t)1 << 31, "lower &parallel bucket_mb", "a bucket of %zu floats is too large",
+                 k->b1 - k->b0);
+      k->counts[r] = e > a ? (int)(e - a) : 0;
+      k->displs[r] = e > a ? (int)(a - k->b0) : 0;
+    }
+  }
+  if (g->zero && g->D > 1) g->recv = m->be->alloc(grad_exchange_bytes(m->nparams, L) );
+  /* host staging (where MPI cannot use backend memory) of what the exchanges touch */
+  comm_stage_init(&g->gs, m->be, g->D > 1 ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0);
+  comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0);
+  comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, L) / sizeof(float));
+  return g;
+}
+
+void grad_free(grad_exchange *g) {
+  if (!g) return;
+  for (int i = 0; i < g->nb; i++) free(g->b[i].counts), free(g->b[i].displs);
+  free(g->b);
+  free(g->final);
+  if (g->recv) g->m->be->free(g->recv);
+  comm_stage_free(&g->gs);
+  comm_stage_free(&g->ps);
+  comm_stage_free(&g->rs);
+  free(g);
+}
+
+void grad_own_range(const grad_exchange *g, size_t *lo, size_t *hi) {
+  *lo = g->zero ? g->own_lo : 0;
+  *hi = g->zero ? g->own_hi : g->m->nparams;
+}
+
+void grad_begin(grad_exchange *g) {
+  memset(g->final, 0, (size_t)g->m->ntensors);
+  g->next = g->nb - 1;
+}
+
+/* ZeRO-1: where bucket k's share of this replica lands in g->recv, in floats (0 for no share). */
+static size_t landing_at(const grad_exchange *g, const grad_bucket *k) {
+  return k->counts[g->rank] ? k->b0 + (size_t)k->displs[g->rank] - g->own_lo : 0;
+}
+static float *landing(const grad_exchange *g, const grad_bucket *k) { return g->recv + landing_at(g, k); }
+
+static void launch(grad_exchange *g, grad_bucket *k) {
+  if (g->D == 1) return;
+  int n = (int)(k->b1 - k->b0);
+  float *buf = comm_stage_send(&g->gs, k->b0, g->m->grads + k->b0, (size_t)n);
+  if (g->zero)
+    MPI_Ireduce_scatter(buf, comm_stage_recv(&g->rs, landing_at(g, k), landing(g, k)), k->counts,
+                        MPI_FLOAT, MPI_SUM, g->dp, &k->req);
+  else
+    MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, g->dp, &k->req);
+  g->st.bytes += (double)n * sizeof(float);
+}
+
+/* Launch, in order, every bucket whose tensors are all final. */
+static void launch_ready(grad_exchange *g) {
+  while (g->next >= 0) {
+    grad_bucket *k = &g->b[g->next];
+    for (int t = k->t0; t < k->t1; t++)
+      if (!g->final[t]) return;
+    launch(g, k);
+    g->next--;
+  }
+}
+
+void grad_hook(void *ctx, int what) {
+  grad_exchange *g = ctx;
+  gpt_model *m = g->m;
+  for (int t = 0; t < m->ntensors; t++) {
+    const gpt_tensor *x = &m->tensors[t];
+    int is_head = x->layer < 0 && strncmp(x->name, "transformer.ln_f", 16) == 0;
+    int is_emb = x->layer < 0 && !is_head;
+    if (t == g->wte) continue; /* final after the tied sum, in grad_finish */
+    if ((what == GPT_HOOK_HEAD && is_head) || (what == GPT_HOOK_EMBED && is_emb) || (what >= 0 && x->layer == what))
+      g->final[t] = 1;
+  }
+  launch_ready(g);
+  /* let the collectives already under way progress */
+  for (int i = g->nb - 1; i > g->next; i--) {
+    int done;
+    if (g->b[i].req != MPI_REQUEST_NULL) MPI_Test(&g->b[i].req, &done, MPI_STATUS_IGNORE);
+  }
+}
+
+void grad_finish(grad_exchange *g) {
+  gpt_model *m = g->m;
+  double t0 = util_now();
+  if (g->tied) {
+    const gpt_tensor *w = &m->tensors[g->wte];
+    float *buf = comm_stage_send(&g->gs, w->offset, m->grads + w->offset, w->numel);
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)w->numel, MPI_FLOAT, MPI_SUM, g->L->embed);
+    comm_stage_done(&g->gs, w->offset, m->grads + w->offset, w->numel);
+    g->st.bytes += (double)w->numel * sizeof(float);
+  }
+  memset(g->final, 1, (size_t)m->ntensors);
+  launch_ready(g);
+  for (int i = 0; i < g->nb; i++) {
+    grad_bucket *k = &g->b[i];
+    if (k->req != MPI_REQUEST_NULL) MPI_Wait(&k->req, MPI_STATUS_IGNORE);
+    if (g->D == 1) continue;
+    if (!g->zero) {
+      comm_stage_done(&g->gs, k->b0, m->grads + k->b0, k->b1 - k->b0);
+    } else if (k->counts[g->rank]) {
+      size_t n = (size_t)k->counts[g->rank];
+      comm_stage_done(&g->rs, landing_at(g, k), landing(g, k), n);
+      m->be->copy(m->grads + k->b0 + k->displs[g->rank], landing(g, k), n * sizeof(float));
+    }
+  }
+  g->st.wait_s += util_now() - t0;
+}
+
+double grad_sumsq(const grad_exchange *g) {
+  const gpt_model *m = g->m;
+  size_t lo = g->own_lo, hi = g->own_hi;
+  double s = 0.0;
+  if (g->tied && g->L->stage == g->L->P - 1) { /* the first stage counts the tied embedding */
+    const gpt_tensor *w = &m->tensors[g->wte];
+    size_t e = w->offset + w->numel;
+    if (lo < e) lo = e < hi ? e : hi;
+  }
+  if (hi > lo) s = m->be->sumsq(m->grads + lo, hi - lo);
+  return s;
+}
+
+void grad_gather_params(grad_exchange *g) {
+  if (!g->zero || g->D == 1) return;
+  double t0 = util_now();
+  MPI_Request *req = util_malloc((size_t)g->nb * sizeof *req, "all-gather requests");
+  for (int i = 0; i < g->nb; i++) {
+    grad_bucket *k = &g->b[i];
+    size_t mine = k->b0 + (size_t)k->displs[g->rank]; /* this replica's updated piece goes out */
+    comm_stage_send(&g->ps, mine, g->m->params + mine, (size_t)k->counts[g->rank]);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, comm_stage_recv(&g->ps, k->b0, g->m->params + k->b0), k->counts,
+                    k->displs, MPI_FLOAT, g->dp, &req[i]);
+    g->st.bytes += (double)k->counts[g->rank] * sizeof(float);
+  }
+  for (int i = 0; i < g->nb; i++) {
+    MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+    comm_stage_done(&g->ps, g->b[i].b0, g->m->params + g->b[i].b0, g->b[i].b1 - g->b[i].b0);
+  }
+  free(req);
+  g->st.wait_s += util_now() - t0;
+}
+
+grad_stats grad_take_stats(grad_exchange *g) {
+  grad_stats s = g->st;
+  memset(&g->st, 0, sizeof g->st);
+  return s;
+}

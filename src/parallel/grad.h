@@ -1,0 +1,58 @@
+/* grad: the exchange of gradients across the data-parallel replicas of a stage.
+ *
+ * The parameter buffer of a stage is cut into buckets of whole tensors (about &parallel
+ * bucket_mb each; the tied token embedding is a bucket of its own). During the backward pass of
+ * a step's last micro-batch, gpt_backward calls grad_hook as each block's gradients become final;
+ * a bucket whose tensors are all final is reduced at once with a non-blocking collective, while
+ * the backward pass goes on. Buckets start in one fixed order (from the end of the buffer) on every
+ * replica.
+ *
+ * Without ZeRO each bucket is summed with MPI_Iallreduce and every replica updates all parameters.
+ * With ZeRO-1 (&parallel zero_stage = 1) the stage's buffer is cut into D contiguous pieces,
+ * replica r owns piece r: buckets are reduce-scattered (MPI_Ireduce_scatter), each replica keeps
+ * AdamW state for its piece only and updates it, and grad_gather_params all-gathers the updated
+ * parameters (MPI_Iallgatherv).
+ *
+ * The tied embedding's gradients are summed between the first and the last stage (P > 1) before
+ * its bucket goes out. This module is the one place where gradient bytes move: a compressed
+ * exchange plugs in here. */
+#ifndef GREENLM_GRAD_H
+#define GREENLM_GRAD_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+#include "parallel/par.h"
+
+typedef struct {
+  double wait_s; /* time spent waiting for exchanges (not hidden behind computation) */
+  double bytes;  /* payload bytes this rank handed to collectives */
+} grad_stats;
+
+typedef struct grad_exchange grad_exchange;
+
+grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb);
+/* Backend bytes the exchange allocates for a stage of nparams parameters (the ZeRO-1 landing area). */
+size_t grad_exchange_bytes(size_t nparams, const par_layout *L);
+/* Parameters whose optimizer state a replica keeps: all of them, or its ZeRO-1 piece. */
+size_t grad_own_params(size_t nparams, const par_layout *L, int replica);
+void grad_free(grad_exchange *g);
+
+/* The part of the parameter buffer this rank's optimizer updates: [*lo, *hi). */
+void grad_own_range(const grad_exchange *g, size_t *lo, size_t *hi);
+
+/* A new step: no gradient is final yet. */
+void grad_begin(grad_exchange *g);
+/* gpt_hook for the backward pass of the step's last micro-batch. */
+void grad_hook(void *g, int what);
+/* Reduce what is left and wait: afterwards this rank's own range holds the summed gradients. */
+void grad_finish(grad_exchange *g);
+/* Sum of squares of this rank's piece of the summed gradients; summed over all ranks of the job,
+ * it counts every parameter of the model once (the tied embedding once). */
+double grad_sumsq(const grad_exchange *g);
+/* After the optimizer step: with ZeRO-1, all-gather the updated parameters. */
+void grad_gather_params(grad_exchange *g);
+/* Statistics since the last call. */
+grad_stats grad_take_stats(grad_exchange *g);
+
+#endif

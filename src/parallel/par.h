@@ -1,0 +1,53 @@
+/* par: the MPI decomposition of a training job: P pipeline stages x D data-parallel replicas.
+ *
+ * Each rank holds one stage of one replica. The layers are split into P consecutive groups
+ * balanced by cost (FLOPs per token of each block; the tied head counts for the last stage); the
+ * first stage also holds the embedding, the last the final LayerNorm and the head, and both hold
+ * the tied token embedding, whose gradients they sum every step.
+ *
+ * Communicators, all split from the job's communicator:
+ *   pipe   the P ranks of one replica, ranked by stage (activations go to stage +- 1)
+ *   dp     the D ranks of one stage, ranked by replica (gradients are reduced here)
+ *   embed  the first and the last stage of one replica (the tied embedding), when P > 1
+ *   node   the ranks sharing this node's memory (MPI_COMM_TYPE_SHARED), for topology
+ * Rank order: 'replicas_adjacent' puts the D replicas of a stage on consecutive ranks
+ * (stage = rank / D), 'stages_adjacent' a pipeline's stages (stage = rank % P). */
+#ifndef GREENLM_PAR_H
+#define GREENLM_PAR_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "deck/cfg.h"
+#include "model/gpt.h"
+
+typedef struct {
+  int size, rank;  /* in the job's communicator */
+  int P, D, m, zero;
+  int recompute;   /* &training recompute: blocks' inner activations recomputed in the backward pass */
+  int stage, replica;
+  int *lo;         /* (P + 1) layer boundaries: stage s holds blocks [lo[s], lo[s+1]) */
+  double *cost;    /* (P) relative cost of each stage */
+  MPI_Comm comm, pipe, dp, embed, node;
+} par_layout;
+
+/* The layout of a job of nranks ranks for this (resolved) deck, without communicators: sizes and
+ * the stage split. The rank is taken as `rank` (the dry run plans rank 0). */
+void par_plan(par_layout *L, const cfg_config *cfg, int nranks, int rank);
+/* par_plan for this rank of comm, plus the communicators. Collective over comm. */
+void par_create(par_layout *L, const cfg_config *cfg, MPI_Comm comm);
+void par_free(par_layout *L);
+
+/* Start of replica r's piece of a stage buffer of n elements, in D equal pieces (the ZeRO-1 pieces
+ * and the checkpoints' pieces): piece r is [par_piece(n, D, r), par_piece(n, D, r + 1)). */
+static inline size_t par_piece(size_t n, int D, int r) { return n * (size_t)r / (size_t)D; }
+
+/* What this rank's stage holds (with its activation slots: min(m, P - stage) for 1F1B). */
+gpt_part par_part(const par_layout *L);
+/* The same for stage s. */
+gpt_part par_stage_part(const par_layout *L, int s);
+
+/* "stage 0: layers 0-5 + embedding (cost 31%) ..." lines, into buf. */
+const char *par_describe(const par_layout *L, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,492 @@
+/* bpe: distributed byte-level BPE training. */
+#include "text/bpe.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/corpus.h"
+#include "text/tok.h"
+#include "base/util.h"
+
+int bpe_byte_rank(int b) {
+  /* GPT-2 lists the bytes that stand for themselves first, in byte order, then the others */
+  int c = tok_byte_to_char(b);
+  if (c < 256) {
+    int r = 0;
+    for (int x = 0; x < b; x++)
+      if (tok_byte_to_char(x) < 256) r++;
+    return r;
+  }
+  return 188 + (c - 256);
+}
+
+/* ---- growable buffers --------------------------------------------------------------------------- */
+
+typedef struct {
+  char *p;
+  size_t n, cap;
+} bytebuf;
+
+static void buf_put(bytebuf *b, const void *src, size_t n) {
+  if (b->n + n > b->cap) {
+    while (b->n + n > b->cap) b->cap = b->cap ? 2 * b->cap : 4096;
+    b->p = util_realloc(b->p, b->cap, "BPE buffer");
+  }
+  memcpy(b->p + b->n, src, n);
+  b->n += n;
+}
+
+typedef struct {
+  int32_t *v;
+  int n, cap;
+} ivec;
+
+static void ivec_push(ivec *l, int32_t x) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 4;
+    l->v = util_realloc(l->v, (size_t)l->cap * sizeof *l->v, "BPE list");
+  }
+  l->v[l->n++] = x;
+}
+
+/* Exchange per-destination byte buffers; returns the concatenation of what this rank receives. */
+static bytebuf exchange(bytebuf *out, MPI_Comm comm) {
+  int P;
+  MPI_Comm_size(comm, &P);
+  int *sc = util_calloc((size_t)P, sizeof(int), "exchange"), *rc = util_calloc((size_t)P, sizeof(int), "exchange");
+  int *sd = util_calloc((size_t)P, sizeof(int), "exchange"), *rd = util_calloc((size_t)P, sizeof(int), "exchange");
+  bytebuf all = {0}, in = {0};
+  for (int r = 0; r < P; r++) {
+    UTIL_CHECK(out[r].n < (size_t)1 << 30, "train the vocabulary on more ranks or a smaller corpus",
+               "BPE exchange of %zu bytes exceeds the 1 GiB per message limit", out[r].n);
+    sc[r] = (int)out[r].n;
+    sd[r] = (int)all.n;
+    if (out[r].n) buf_put(&all, out[r].p, out[r].n);
+    out[r].n = 0;
+  }
+  MPI_Alltoall(sc, 1, MPI_INT, rc, 1, MPI_INT, comm);
+  size_t total = 0;
+  for (int r = 0; r < P; r++) {
+    rd[r] = (int)total;
+    total += (size_t)rc[r];
+  }
+  in.cap = total ? total : 1;
+  in.p = util_malloc(in.cap, "exchange");
+  in.n = total;
+  MPI_Alltoallv(all.p, sc, sd, MPI_BYTE, in.p, rc, rd, MPI_BYTE, comm);
+  free(all.p);
+  free(sc), free(rc), free(sd), free(rd);
+  return in;
+}
+
+/* ---- the trainer's state ------------------------------------------------------------------------ */
+
+typedef struct {
+  int32_t *sym;
+  int n;
+  int64_t count;
+} bpe_word;
+
+typedef struct {
+  int64_t count;
+  uint64_t pair;
+} bpe_cand;
+
+typedef struct {
+  MPI_Comm comm;
+  int rank, P;
+  bpe_word *w; /* the words this rank owns */
+  size_t nw;
+  hmap_u64 where; /* pair -> index into wl: the owned words that (may) contain it */
+  ivec *wl;
+  size_t nwl, capwl;
+  hmap_u64 delta;  /* pair -> pending count change (int64) from this rank's words */
+  hmap_u64 gcount; /* owner side: pair -> global count */
+  bpe_cand *heap;  /* owner side: max-heap of (count, pair), entries may be stale */
+  size_t nh, caph;
+  bytebuf *out;    /* per-destination send buffers */
+} bpe_state;
+
+static uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
+static int owner_of(const bpe_state *s, uint64_t pair) { return (int)(hmap_mix64(pair) % (uint64_t)s->P); }
+
+/* Better candidate: more occurrences, then the smaller left id, then the smaller right id. */
+static int cand_better(bpe_cand x, bpe_cand y) { return x.count > y.count || (x.count == y.count && x.pair < y.pair); }
+
+static void heap_push(bpe_state *s, bpe_cand c) {
+  if (s->nh == s->caph) {
+    s->caph = s->caph ? 2 * s->caph : 1024;
+    s->heap = util_realloc(s->heap, s->caph * sizeof *s->heap, "BPE heap");
+  }
+  size_t i = s->nh++;
+  while (i > 0 && cand_better(c, s->heap[(i - 1) / 2])) {
+    s->heap[i] = s->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  s->heap[i] = c;
+}
+
+static void heap_pop(bpe_state *s) {
+  bpe_cand last = s->heap[--s->nh];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= s->nh) break;
+    if (c + 1 < s->nh && cand_better(s->heap[c + 1], s->heap[c])) c++;
+    if (!cand_better(s->heap[c], last)) break;
+    s->heap[i] = s->heap[c];
+    i = c;
+  }
+  s->heap[i] = last;
+}
+
+static void add_delta(bpe_state *s, uint64_t pair, int64_t d) {
+  uint64_t *v = hmap_u64_put(&s->delta, pair, 0, NULL);
+  *v = (uint64_t)((int64_t)*v + d);
+}
+
+static void note_word(bpe_state *s, uint64_t pair, int32_t word) {
+  int added;
+  uint64_t *slot = hmap_u64_put(&s->where, pair, s->nwl, &added);
+  if (added) {
+    if (s->nwl == s->capwl) {
+      s->capwl = s->capwl ? 2 * s->capwl : 1024;
+      s->wl = util_realloc(s->wl, s->capwl * sizeof *s->wl, "BPE lists");
+    }
+    memset(&s->wl[s->nwl++], 0, sizeof(ivec));
+  }
+  ivec *l = &s->wl[*slot];
+  if (l->n == 0 || l->v[l->n - 1] != word) ivec_push(l, word);
+}
+
+/* Send the pending deltas to the pairs' owners, who update the global counts and their heaps. */
+static void flush_deltas(bpe_state *s) {
+  for (size_t i = 0; i < s->delta.cap; i++) {
+    uint64_t k = s->delta.keys[i];
+    if (k == HMAP_EMPTY || s->delta.vals[i] == 0) continue;
+    int64_t d = (int64_t)s->delta.vals[i];
+    bytebuf *b = &s->out[owner_of(s, k)];
+    buf_put(b, &k, sizeof k);
+    buf_put(b, &d, sizeof d);
+  }
+  hmap_u64_clear(&s->delta);
+  bytebuf in = exchange(s->out, s->comm);
+  for (size_t o = 0; o + 16 <= in.n; o += 16) {
+    uint64_t k;
+    int64_t d;
+    memcpy(&k, in.p + o, 8);
+    memcpy(&d, in.p + o + 8, 8);
+    uint64_t *c = hmap_u64_put(&s->gcount, k, 0, NULL);
+    *c = (uint64_t)((int64_t)*c + d);
+    if ((int64_t)*c > 0) heap_push(s, (bpe_cand){(int64_t)*c, k});
+  }
+  free(in.p);
+}
+
+/* Replace every (a, b) in word wi by id m, recording pair-count changes and new pair locations. */
+static void merge_word(bpe_state *s, int32_t wi, int32_t a, int32_t b, int32_t m) {
+  bpe_word *w = &s->w[wi];
+  int found = 0;
+  for (int i = 0; i + 1 < w->n; i++)
+    if (w->sym[i] == a && w->sym[i + 1] == b) found = 1;
+  if (!found) return;
+  for (int i = 0; i + 1 < w->n; i++) add_delta(s, pair_key(w->sym[i], w->sym[i + 1]), -w->count);
+  int k = 0;
+  for (int i = 0; i < w->n; i++) {
+    if (i + 1 < w->n && w->sym[i] == a && w->sym[i + 1] == b) {
+      w->sym[k++] = m;
+      i++;
+    } else {
+      w->sym[k++] = w->sym[i];
+    }
+  }
+  w->n = k;
+  for (int i = 0; i + 1 < w->n; i++) {
+    uint64_t p = pair_key(w->sym[i], w->sym[i + 1]);
+    add_delta(s, p, w->count);
+    if (w->sym[i] == m || w->sym[i + 1] == m) note_word(s, p, wi);
+  }
+}
+
+/* Send each counted piece to its owner; owners sum the counts and build their word list. */
+static void distribute_words(bpe_state *s, const hmap_str *words) {
+  for (size_t i = 0; i < words->n; i++) {
+    size_t len;
+    const char *k = hmap_str_key(words, i, &len);
+    uint32_t l32 = (uint32_t)len;
+    int64_t c = words->val[i];
+    bytebuf *b = &s->out[util_hash64(k, len, 0) % (uint64_t)s->P];
+    buf_put(b, &l32, 4);
+    buf_put(b, &c, 8);
+    buf_put(b, k, len);
+  }
+  bytebuf in = exchange(s->out, s->comm);
+  hmap_str mine;
+  hmap_str_init(&mine, 1024);
+  for (size_t o = 0; o < in.n;) {
+    uint32_t l32;
+    int64_t c;
+    memcpy(&l32, in.p + o, 4);
+    memcpy(&c, in.p + o + 4, 8);
+    *hmap_str_put(&mine, in.p + o + 12, l32, 0, NULL) += c;
+    o += 12 + l32;
+  }
+  free(in.p);
+  s->nw = mine.n;
+  s->w = util_calloc(s->nw ? s->nw : 1, sizeof *s->w, "BPE words");
+  for (size_t i = 0; i < mine.n; i++) {
+    size_t len;
+    const unsigned char *k = (const unsigned char *)hmap_str_key(&mine, i, &len);
+    bpe_word *w = &s->w[i];
+    w->n = (int)len;
+    w->count = mine.val[i];
+    w->sym = util_malloc(len * sizeof(int32_t), "BPE word");
+    for (size_t j = 0; j < len; j++) w->sym[j] = bpe_byte_rank(k[j]);
+    for (size_t j = 0; j + 1 < len; j++) {
+      uint64_t p = pair_key(w->sym[j], w->sym[j + 1]);
+      add_delta(s, p, w->count);
+      note_word(s, p, (int32_t)i);
+    }
+  }
+  hmap_str_free(&mine);
+}
+
+/* ---- output ------------------------------------------------------------------------------------- */
+
+static int write_files(const char *dir, char **tok, const int *tlen, int ntok, const int32_t (*mg)[2], long nm,
+                       char *err, size_t errlen) {
+  if (util_mkdir_p(dir) != 0) {
+    snprintf(err, errlen, "cannot create tokenizer directory '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  char path[4096], chars[4096];
+  json_t *enc = json_object();
+  for (int i = 0; i < ntok; i++) {
+    tok_bytes_to_chars(tok[i], tlen[i], chars, sizeof chars);
+    json_object_set_new(enc, i == ntok - 1 ? "<|endoftext|>" : chars, json_integer(i));
+  }
+  util_atomic_file ae, av;
+  snprintf(path, sizeof path, "%s/encoder.json", dir);
+  int rc = util_atomic_open(&ae, path);
+  if (rc == 0 && json_dumpf(enc, ae.fp, JSON_COMPACT | JSON_ENSURE_ASCII) != 0) rc = -1;
+  json_decref(enc);
+  snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+  if (rc == 0 && util_atomic_open(&av, path) != 0) {
+    util_atomic_abort(&ae);
+    rc = -1;
+  } else if (rc == 0) {
+    fprintf(av.fp, "#version: 0.2\n");
+    for (long r = 0; r < nm; r++) {
+      char a[2048];
+      tok_bytes_to_chars(tok[mg[r][0]], tlen[mg[r][0]], a, sizeof a);
+      tok_bytes_to_chars(tok[mg[r][1]], tlen[mg[r][1]], chars, sizeof chars);
+      fprintf(av.fp, "%s %s\n", a, chars);
+    }
+    /* both files complete before either replaces an older one */
+    if (util_atomic_close(&av) != 0 || util_atomic_close(&ae) != 0) rc = -1;
+  }
+  if (rc != 0) snprintf(err, errlen, "cannot write the vocabulary in '%s': %s", dir, strerror(errno));
+  return rc;
+}
+
+/* ---- training ----------------------------------------------------------------------------------- */
+
+int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, char *err,
+              size_t errlen) {
+  double t0 = util_now();
+  bpe_state s;
+  memset(&s, 0, sizeof s);
+  s.comm = comm;
+  MPI_Comm_rank(comm, &s.rank);
+  MPI_Comm_size(comm, &s.P);
+  s.out = util_calloc((size_t)s.P, sizeof *s.out, "BPE buffers");
+  hmap_u64_init(&s.where, 1 << 12);
+  hmap_u64_init(&s.delta, 1 << 12);
+  hmap_u64_init(&s.gcount, 1 << 12);
+  memset(st, 0, sizeof *st);
+
+  long local[2] = {0, (long)words->n}, global[2];
+  for (size_t i = 0; i < words->n; i++) local[0] += (long)words->val[i];
+  distribute_words(&s, words);
+  local[1] = (long)s.nw;
+  MPI_Allreduce(local, global, 2, MPI_LONG, MPI_SUM, comm);
+  st->words = global[0];
+  st->unique = global[1];
+  flush_deltas(&s);
+
+  /* tokens: the 256 bytes in GPT-2's order, then merged tokens */
+  int ntok = 256, cap = vocab_size;
+  char **tok = util_calloc((size_t)cap, sizeof(char *), "BPE tokens");
+  int *tlen = util_calloc((size_t)cap, sizeof(int), "BPE tokens");
+  hmap_str ids;
+  hmap_str_init(&ids, (size_t)cap);
+  for (int b = 0; b < 256; b++) {
+    int r = bpe_byte_rank(b);
+    tok[r] = util_malloc(1, "token");
+    tok[r][0] = (char)b;
+    tlen[r] = 1;
+  }
+  for (int r = 0; r < 256; r++) *hmap_str_put(&ids, tok[r], 1, 0, NULL) = r;
+  int32_t(*mg)[2] = util_malloc((size_t)vocab_size * sizeof *mg, "BPE merges");
+  long nm = 0;
+  int rc = 0;
+  while (ntok < vocab_size - 1) {
+    /* this rank's best live pair */
+    bpe_cand mine = {0, 0};
+    while (s.nh > 0) {
+      bpe_cand top = s.heap[0];
+      uint64_t *c = hmap_u64_get(&s.gcount, top.pair);
+      if (c && (int64_t)*c == top.count) {
+        mine = top;
+        break;
+      }
+      heap_pop(&s);
+    }
+    bpe_cand *all = util_malloc((size_t)s.P * sizeof *all, "BPE candidates");
+    MPI_Allgather(&mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, comm);
+    bpe_cand best = all[0];
+    for (int r = 1; r < s.P; r++)
+      if (cand_better(all[r], best)) best = all[r];
+    free(all);
+    if (best.count <= 0) break; /* no pair left: every piece is one token */
+    if (owner_of(&s, best.pair) == s.rank) heap_pop(&s);
+    int32_t a = (int32_t)(best.pair >> 32), b = (int32_t)(uint32_t)best.pair;
+    /* the merged token: a new one, or the existing token with the same bytes */
+    int len = tlen[a] + tlen[b];
+    char *bytes = util_malloc((size_t)len, "token");
+    memcpy(bytes, tok[a], (size_t)tlen[a]);
+    memcpy(bytes + tlen[a], tok[b], (size_t)tlen[b]);
+    int added;
+    int64_t *id = hmap_str_put(&ids, bytes, (size_t)len, ntok, &added);
+    if (added) {
+      tok[ntok] = bytes;
+      tlen[ntok] = len;
+      ntok++;
+    } else {
+      free(bytes);
+    }
+    int32_t m = (int32_t)*id;
+    mg[nm][0] = a;
+    mg[nm][1] = b;
+    nm++;
+    uint64_t *slot = hmap_u64_get(&s.where, best.pair);
+    if (slot) {
+      ivec l = s.wl[*slot]; /* taken out: merge_word may grow s.wl */
+      memset(&s.wl[*slot], 0, sizeof l);
+      for (int k = 0; k < l.n; k++) merge_word(&s, l.v[k], a, b, m);
+      free(l.v);
+    }
+    flush_deltas(&s);
+  }
+  st->merges = nm;
+  if (ntok < vocab_size - 1) {
+    snprintf(err, errlen,
+             "the corpus supports only %d tokens (%ld merges): too little text for vocab_size = %d", ntok + 1, nm,
+             vocab_size);
+    rc = -1;
+  }
+  /* <|endoftext|> last */
+  tok[ntok] = util_strdup("<|endoftext|>");
+  tlen[ntok] = (int)strlen(tok[ntok]);
+  ntok++;
+  if (rc == 0) {
+    if (s.rank == 0) rc = write_files(dir, tok, tlen, ntok, (const int32_t(*)[2])mg, nm, err, errlen);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
+    MPI_Bcast(err, (int)errlen, MPI_CHAR, 0, comm);
+  }
+  for (int i = 0; i < ntok; i++) free(tok[i]);
+  free(tok), free(tlen), free(mg);
+  hmap_str_free(&ids);
+  for (size_t i = 0; i < s.nw; i++) free(s.w[i].sym);
+  for (size_t i = 0; i < s.nwl; i++) free(s.wl[i].v);
+  for (int r = 0; r < s.P; r++) free(s.out[r].p);
+  free(s.w), free(s.wl), free(s.heap), free(s.out);
+  hmap_u64_free(&s.where);
+  hmap_u64_free(&s.delta);
+  hmap_u64_free(&s.gcount);
+  st->seconds = util_now() - t0;
+  return rc;
+}
+
+/* ---- the task ----------------------------------------------------------------------------------- */
+
+typedef struct {
+  tok_tokenizer *pre;
+  hmap_str *words;
+} count_ctx;
+
+static void count_piece(const char *p, size_t n, void *ctx) { *hmap_str_put(((count_ctx *)ctx)->words, p, n, 0, NULL) += 1; }
+
+static void count_doc(const char *text, size_t len, int begins, int ends, void *ctx) {
+  (void)begins, (void)ends;
+  count_ctx *c = ctx;
+  tok_pieces(c->pre, text, len, count_piece, c);
+}
+
+int bpe_run_task(const cfg_config *cfg, MPI_Comm comm) {
+  int rank, P;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const cfg_tokenizer *tc = &cfg->tokenizer;
+  int own = tc->corpus.n > 0; /* else &prepare input */
+  nml_errors errs = {0};
+  char err[2048] = "";
+  corpus_set cs;
+  if (corpus_open(&cs, cfg, own ? "tokenizer" : "prepare", own ? "corpus" : "input", own ? &tc->corpus : &cfg->prepare.input,
+                  cfg->prepare.documents, cfg->prepare.separator, comm, &errs)) {
+    if (rank == 0) nml_errors_print(&errs, 20);
+    nml_errors_free(&errs);
+    return 1;
+  }
+  tok_tokenizer pre;
+  UTIL_CHECK(tok_init_pretokenizer(&pre, err, sizeof err) == 0, NULL, "%s", err);
+  hmap_str words;
+  hmap_str_init(&words, 1 << 16);
+  count_ctx c = {&pre, &words};
+  double t0 = util_now();
+  int rc = corpus_each(&cs, count_doc, &c, err, sizeof err), any;
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, comm);
+  double t_count = util_now() - t0;
+  bpe_stats st;
+  if (any == 0) {
+    rc = bpe_train(&words, (int)tc->vocab_size, comm, tc->dir, &st, err, sizeof err);
+    int small = strstr(err, "corpus supports") != NULL;
+    if (rc != 0)
+      cfg_error_at(cfg, &errs, "tokenizer", small ? "vocab_size" : "dir",
+                   small ? "learn from more text, or ask for a smaller vocab_size" : "check that dir is writable", "%s",
+                   err);
+  } else if (rc != 0) {
+    fprintf(stderr, "greenlm: error: %s\n", err);
+  }
+  if (rank == 0 && any == 0) {
+    if (rc != 0) {
+      nml_errors_print(&errs, 20);
+    } else {
+      /* read the files back: they must load as a tokenizer */
+      tok_tokenizer t;
+      int ok = tok_load_bpe(&t, tc->dir, err, sizeof err) == 0;
+      char b1[32];
+      printf("tokenizer: %s of text, %ld pieces (%ld distinct), %ld merges in %.2f s (counting %.2f s) on %d rank%s\n",
+             util_fmt_bytes((double)cs.total, b1, sizeof b1), st.words, st.unique, st.merges, st.seconds, t_count, P,
+             P == 1 ? "" : "s");
+      if (ok) {
+        printf("tokenizer: wrote %s/encoder.json and %s/vocab.bpe: %d tokens, hash %s\n", tc->dir, tc->dir,
+               t.vocab_size, t.hash_hex);
+        tok_free(&t);
+      } else {
+        fprintf(stderr, "greenlm: error: the vocabulary written does not load: %s\n", err);
+        rc = 1;
+      }
+      fflush(stdout);
+    }
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
+  hmap_str_free(&words);
+  tok_free(&pre);
+  corpus_close(&cs);
+  nml_errors_free(&errs);
+  return any != 0 || rc != 0;
+}

@@ -1,0 +1,42 @@
+/* bpe: training a byte-level BPE vocabulary, written in GPT-2's format (encoder.json + vocab.bpe).
+ *
+ * The corpus is cut into pieces by GPT-2's pre-tokenization pattern (tok_pieces); each rank counts
+ * the pieces of its own share of the text. Pieces are then owned by rank hash(piece) mod P and
+ * adjacent-pair counts by rank hash(pair) mod P: every merge step each rank proposes the most
+ * frequent pair it owns, all ranks agree on the global best (highest count; ties to the smaller
+ * left id, then the smaller right id), apply it to the pieces they own, and send the count changes
+ * to the pairs' owners. The vocabulary therefore depends only on the corpus and the size, never on
+ * the rank count.
+ *
+ * Token ids: 0..255 are the bytes in GPT-2's order (so byte tokens coincide with GPT-2's), then
+ * each new merged token in merge order, then <|endoftext|> last. A merge whose result already
+ * exists reuses that token (its merge is still listed). */
+#ifndef GREENLM_BPE_H
+#define GREENLM_BPE_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "deck/cfg.h"
+#include "base/hmap.h"
+
+typedef struct {
+  long merges;        /* merges learned */
+  long words, unique; /* pieces counted (all ranks) and distinct pieces */
+  double seconds;
+} bpe_stats;
+
+/* words: this rank's piece counts (piece bytes -> count). Learns merges until the vocabulary has
+ * vocab_size tokens including <|endoftext|>, then rank 0 writes dir/encoder.json and dir/vocab.bpe
+ * crash-safely. Collective over comm. Returns 0, or -1 with err (same on every rank). */
+int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, char *err,
+              size_t errlen);
+
+/* The 'tokenizer' task: count the pieces of &tokenizer corpus (or &prepare input) on every rank
+ * and train &tokenizer vocab_size into &tokenizer dir. Returns the exit status. Collective. */
+int bpe_run_task(const cfg_config *cfg, MPI_Comm comm);
+
+/* GPT-2's id of the single-byte token of byte b (0..255). */
+int bpe_byte_rank(int b);
+
+#endif

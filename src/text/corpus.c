@@ -1,0 +1,354 @@
+/* corpus: input expansion, rank shares at safe cut points, document pieces. */
+#include "text/corpus.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+#define CORPUS_BLOCK ((int64_t)32 << 20) /* bytes read and handed on at a time */
+
+/* ---- input expansion (rank 0) ------------------------------------------------------------------ */
+
+typedef struct {
+  char **path;
+  int64_t *bytes;
+  int n, cap;
+} file_list;
+
+static void list_add(file_list *l, const char *path, int64_t bytes) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 16;
+    l->path = util_realloc(l->path, (size_t)l->cap * sizeof *l->path, "file list");
+    l->bytes = util_realloc(l->bytes, (size_t)l->cap * sizeof *l->bytes, "file list");
+  }
+  l->path[l->n] = util_strdup(path);
+  l->bytes[l->n++] = bytes;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Add one input (file, directory or glob pattern). Returns 0 or writes a message to err. */
+static int expand_one(file_list *l, const char *in, char *err, size_t errlen, char *hint, size_t hintlen) {
+  if (strpbrk(in, "*?[")) {
+    glob_t g;
+    int rc = glob(in, 0, NULL, &g);
+    if (rc != 0) {
+      util_snprintf(err, errlen, "no file matches '%s'", in);
+      snprintf(hint, hintlen, "check the pattern; it is expanded from the working directory");
+      if (rc != GLOB_NOMATCH) globfree(&g);
+      return -1;
+    }
+    int n0 = l->n;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+      struct stat st;
+      if (stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode)) {
+        if (st.st_size == 0) {
+          util_snprintf(err, errlen, "'%s' (from '%s') is empty", g.gl_pathv[i], in);
+          snprintf(hint, hintlen, "remove empty files from the input");
+          globfree(&g);
+          return -1;
+        }
+        list_add(l, g.gl_pathv[i], (int64_t)st.st_size);
+      }
+    }
+    globfree(&g);
+    if (l->n == n0) {
+      util_snprintf(err, errlen, "'%s' matches no regular file", in);
+      snprintf(hint, hintlen, "check the pattern");
+      return -1;
+    }
+    return 0;
+  }
+  struct stat st;
+  if (stat(in, &st) != 0) {
+    util_snprintf(err, errlen, "cannot open '%s': %s", in, strerror(errno));
+    snprintf(hint, hintlen, "check the path (relative paths start at the working directory)");
+    return -1;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = opendir(in);
+    if (!d) {
+      util_snprintf(err, errlen, "cannot read directory '%s': %s", in, strerror(errno));
+      snprintf(hint, hintlen, "check its permissions");
+      return -1;
+    }
+    file_list sub = {0};
+    struct dirent *de;
+    while ((de = readdir(d))) {
+      if (de->d_name[0] == '.') continue;
+      char p[4096];
+      util_snprintf(p, sizeof p, "%s/%s", in, de->d_name);
+      struct stat fs;
+      if (stat(p, &fs) == 0 && S_ISREG(fs.st_mode) && fs.st_size > 0) list_add(&sub, p, (int64_t)fs.st_size);
+    }
+    closedir(d);
+    if (sub.n == 0) {
+      util_snprintf(err, errlen, "directory '%s' has no text (no non-empty regular files)", in);
+      snprintf(hint, hintlen, "point the input at files with text, or at a glob such as 'dir/*.txt'");
+      free(sub.path);
+      free(sub.bytes);
+      return -1;
+    }
+    /* sorted by name, carrying the sizes along */
+    int *order = util_malloc((size_t)sub.n * sizeof(int), "order");
+    char **names = util_malloc((size_t)sub.n * sizeof(char *), "order");
+    memcpy(names, sub.path, (size_t)sub.n * sizeof(char *));
+    qsort(names, (size_t)sub.n, sizeof(char *), cmp_str);
+    for (int i = 0; i < sub.n; i++)
+      for (int j = 0; j < sub.n; j++)
+        if (names[i] == sub.path[j]) order[i] = j;
+    for (int i = 0; i < sub.n; i++) list_add(l, sub.path[order[i]], sub.bytes[order[i]]);
+    for (int i = 0; i < sub.n; i++) free(sub.path[i]);
+    free(sub.path), free(sub.bytes), free(order), free(names);
+    return 0;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    util_snprintf(err, errlen, "'%s' is not a regular file", in);
+    snprintf(hint, hintlen, "give text files, directories of text files or glob patterns");
+    return -1;
+  }
+  if (st.st_size == 0) {
+    util_snprintf(err, errlen, "'%s' is empty", in);
+    snprintf(hint, hintlen, "give a file with text in it");
+    return -1;
+  }
+  list_add(l, in, (int64_t)st.st_size);
+  return 0;
+}
+
+/* ---- byte access and cut points ---------------------------------------------------------------- */
+
+static int file_of(const corpus_set *c, int64_t pos) {
+  int lo = 0, hi = c->nfiles - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (c->start[mid] <= pos) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/* Read n bytes of file f at file offset off. Returns bytes read or -1. */
+static ssize_t read_at(const corpus_set *c, int f, int64_t off, char *buf, size_t n) {
+  int fd = open(c->path[f], O_RDONLY);
+  if (fd < 0) return -1;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + (int64_t)got));
+    if (r < 0) {
+      close(fd);
+      return -1;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  return (ssize_t)got;
+}
+
+static int printable(unsigned char x) { return x > 0x20 && x < 0x7f; }
+
+/* Is file offset p (a line start, 0 < p) of a file whose bytes around p are in buf (buf[i] is byte
+ * base + i) a document boundary? */
+static int boundary_in(const corpus_set *c, const char *buf, int64_t base, int64_t p) {
+  const char *b = buf - base; /* b[x] is file byte x */
+  size_t sl = strlen(c->separator);
+  switch (c->mode) {
+  case CORPUS_DOC_LINE: return 1;
+  case CORPUS_DOC_BLANK_LINE: return p >= 2 && b[p - 2] == '\n' ? 1 : p == 1;
+  case CORPUS_DOC_SEPARATOR_LINE:
+    if (p - 1 < (int64_t)sl) return 0;
+    if (memcmp(b + p - 1 - (int64_t)sl, c->separator, sl) != 0) return 0;
+    return p - 1 == (int64_t)sl || b[p - 2 - (int64_t)sl] == '\n';
+  case CORPUS_DOC_FILE: return 0;
+  }
+  return 0;
+}
+
+/* Smallest cut point >= pos (a document boundary or a safe line start), or the stream end. */
+static int64_t find_cut(const corpus_set *c, int64_t pos, int *is_boundary) {
+  *is_boundary = 1;
+  if (pos >= c->total) return c->total;
+  int f = file_of(c, pos);
+  if (pos == c->start[f]) return pos;
+  const int64_t look = (int64_t)strlen(c->separator) + 2, win = 1 << 20;
+  char *buf = util_malloc((size_t)(look + win + 1), "cut search");
+  int64_t fsize = c->bytes[f], p = pos - c->start[f]; /* file offsets from here on */
+  int64_t found = -1;
+  while (found < 0 && p < fsize) {
+    int64_t base = p - look > 0 ? p - look : 0, end = p + win < fsize ? p + win : fsize;
+    ssize_t n = read_at(c, f, base, buf, (size_t)(end - base));
+    if (n < 0) break;
+    for (int64_t q = p; q < end; q++) {
+      if (buf[q - 1 - base] != '\n') continue; /* not a line start */
+      if (boundary_in(c, buf, base, q)) {
+        found = q;
+        break;
+      }
+      if (q >= 2 && q < fsize && printable((unsigned char)buf[q - 2 - base]) && printable((unsigned char)buf[q - base])) {
+        found = q;
+        *is_boundary = 0;
+        break;
+      }
+    }
+    p = end;
+  }
+  free(buf);
+  if (found >= 0) return c->start[f] + found;
+  *is_boundary = 1;
+  return f + 1 < c->nfiles ? c->start[f + 1] : c->total;
+}
+
+/* ---- open / close ------------------------------------------------------------------------------ */
+
+int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const char *key, const cfg_strlist *inputs,
+                const char *documents, const char *separator, MPI_Comm comm, nml_errors *errs) {
+  memset(c, 0, sizeof *c);
+  int rank, P;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  c->mode = !strcmp(documents, "line") ? CORPUS_DOC_LINE
+          : !strcmp(documents, "blank_line") ? CORPUS_DOC_BLANK_LINE
+          : !strcmp(documents, "separator_line") ? CORPUS_DOC_SEPARATOR_LINE
+                                                 : CORPUS_DOC_FILE;
+  util_strlcpy(c->separator, c->mode == CORPUS_DOC_SEPARATOR_LINE ? separator : "", sizeof c->separator);
+  int nerr = 0;
+  file_list l = {0};
+  if (rank == 0) {
+    if (inputs->n == 0) {
+      cfg_error_at(cfg, errs, group, key, "list text files, directories or glob patterns, e.g. 'data/*.txt'",
+                   "no input given");
+      nerr = 1;
+    }
+    for (int i = 0; i < inputs->n; i++) {
+      char err[1200], hint[200];
+      if (expand_one(&l, inputs->v[i], err, sizeof err, hint, sizeof hint) != 0) {
+        cfg_error_at(cfg, errs, group, key, hint, "%s", err);
+        nerr++;
+      }
+    }
+  }
+  MPI_Bcast(&nerr, 1, MPI_INT, 0, comm);
+  if (nerr) {
+    for (int i = 0; i < l.n; i++) free(l.path[i]);
+    free(l.path), free(l.bytes);
+    return nerr;
+  }
+  int nf = l.n; /* l holds the list on rank 0 only */
+  MPI_Bcast(&nf, 1, MPI_INT, 0, comm);
+  c->nfiles = nf;
+  c->path = util_calloc((size_t)nf, sizeof(char *), "corpus");
+  c->bytes = util_calloc((size_t)nf, sizeof(int64_t), "corpus");
+  c->start = util_calloc((size_t)nf + 1, sizeof(int64_t), "corpus");
+  if (rank == 0) memcpy(c->bytes, l.bytes, (size_t)nf * sizeof(int64_t));
+  MPI_Bcast(c->bytes, nf, MPI_INT64_T, 0, comm);
+  for (int i = 0; i < nf; i++) {
+    int len = rank == 0 ? (int)strlen(l.path[i]) : 0;
+    MPI_Bcast(&len, 1, MPI_INT, 0, comm);
+    c->path[i] = util_malloc((size_t)len + 1, "corpus path");
+    if (rank == 0) memcpy(c->path[i], l.path[i], (size_t)len + 1);
+    MPI_Bcast(c->path[i], len + 1, MPI_CHAR, 0, comm);
+    c->start[i + 1] = c->start[i] + c->bytes[i];
+  }
+  c->total = c->start[nf];
+  for (int i = 0; i < l.n; i++) free(l.path[i]);
+  free(l.path), free(l.bytes);
+  /* shares: from the first cut point at or after r * total / P */
+  int isb;
+  int64_t lo = rank == 0 ? 0 : find_cut(c, (int64_t)((double)c->total * rank / P), &isb);
+  int64_t *los = util_malloc((size_t)P * sizeof(int64_t), "shares");
+  MPI_Allgather(&lo, 1, MPI_INT64_T, los, 1, MPI_INT64_T, comm);
+  c->lo = lo;
+  c->hi = rank + 1 < P ? los[rank + 1] : c->total;
+  if (c->hi < c->lo) c->hi = c->lo; /* a later rank found the same cut: this share is empty */
+  free(los);
+  return 0;
+}
+
+void corpus_close(corpus_set *c) {
+  for (int i = 0; i < c->nfiles; i++) free(c->path[i]);
+  free(c->path), free(c->bytes), free(c->start);
+  memset(c, 0, sizeof *c);
+}
+
+/* ---- document pieces --------------------------------------------------------------------------- */
+
+/* Split one block [b0, b1) of file f (text in buf) into document pieces. */
+static void split_block(const corpus_set *c, const char *buf, int64_t b0, int64_t b1, int begins_at_b0,
+                        int ends_at_b1, corpus_fn fn, void *ctx) {
+  size_t n = (size_t)(b1 - b0), sl = strlen(c->separator);
+  if (c->mode == CORPUS_DOC_FILE) {
+    fn(buf, n, begins_at_b0, ends_at_b1, ctx);
+    return;
+  }
+  size_t doc = 0; /* start of the current document piece */
+  int doc_begins = begins_at_b0;
+  for (size_t i = 0; i < n;) {
+    const char *nl = memchr(buf + i, '\n', n - i);
+    size_t line_end = nl ? (size_t)(nl - buf) : n, next = nl ? line_end + 1 : n;
+    size_t len = line_end - i;
+    int is_sep = c->mode == CORPUS_DOC_LINE ? 1
+               : c->mode == CORPUS_DOC_BLANK_LINE ? len == 0
+                                                   : len == sl && memcmp(buf + i, c->separator, sl) == 0;
+    if (c->mode == CORPUS_DOC_LINE) {
+      /* the line itself is the document, without its newline */
+      if (len) fn(buf + i, len, doc_begins, nl != NULL || ends_at_b1, ctx);
+      doc_begins = 1;
+    } else if (is_sep && (nl || ends_at_b1)) {
+      /* an empty piece still closes a document that began on an earlier block or rank */
+      if (i > doc || !doc_begins) fn(buf + doc, i - doc, doc_begins, 1, ctx);
+      doc_begins = 1;
+      doc = next;
+    }
+    i = next;
+  }
+  if (c->mode != CORPUS_DOC_LINE && doc < n) fn(buf + doc, n - doc, doc_begins, ends_at_b1, ctx);
+}
+
+int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, char *err, size_t errlen) {
+  int64_t pos = c->lo;
+  int begins = 1;
+  if (pos < c->hi) {
+    /* does the share start a document? */
+    int f = file_of(c, pos);
+    if (pos != c->start[f]) {
+      int64_t p = pos - c->start[f], look = (int64_t)strlen(c->separator) + 2, base = p - look > 0 ? p - look : 0;
+      char buf[CFG_STR_LEN + 8];
+      ssize_t n = read_at(c, f, base, buf, (size_t)(p - base + 1));
+      begins = n > 0 && boundary_in(c, buf, base, p);
+    }
+  }
+  char *buf = NULL;
+  size_t cap = 0;
+  while (pos < c->hi) {
+    int f = file_of(c, pos);
+    int64_t fend = c->start[f] + c->bytes[f], stop = c->hi < fend ? c->hi : fend;
+    int isb = 1;
+    int64_t b1 = pos + CORPUS_BLOCK < stop ? find_cut(c, pos + CORPUS_BLOCK, &isb) : stop;
+    if (b1 > stop) b1 = stop, isb = 1;
+    int ends = b1 == fend || isb;
+    if (b1 == stop && stop == c->hi && stop != fend) { /* the share ends inside the file: at a cut point */
+      int tmp;
+      ends = find_cut(c, stop, &tmp) == stop && tmp;
+    }
+    size_t n = (size_t)(b1 - pos);
+    if (n > cap) buf = util_realloc(buf, cap = n, "corpus block");
+    if (read_at(c, f, pos - c->start[f], buf, n) != (ssize_t)n) {
+      util_snprintf(err, errlen, "cannot read '%s': %s", c->path[f], errno ? strerror(errno) : "file shrank");
+      free(buf);
+      return -1;
+    }
+    split_block(c, buf, pos, b1, begins, ends, fn, ctx);
+    begins = ends;
+    pos = b1;
+  }
+  free(buf);
+  return 0;
+}

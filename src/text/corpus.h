@@ -1,0 +1,53 @@
+/* corpus: text input for the tokenizer and prepare tasks, split into documents and across ranks.
+ *
+ * The inputs (files, directories or glob patterns, in the deck's order, each pattern's matches
+ * sorted) form one byte stream. Documents are one per file, one per line, separated by blank
+ * lines, or separated by lines equal to a separator; every file boundary ends a document too.
+ * Separator lines (and, in 'line' mode, the newline) are not part of any document.
+ *
+ * Each rank takes a contiguous share of the stream. Shares start at "cut points" only: a document
+ * boundary, or a line start where GPT-2's pre-tokenization is known to cut the same way as in the
+ * whole text (the byte before the newline and the first byte of the line are both printable,
+ * non-space ASCII). So tokenizing the shares separately gives exactly the tokens of the whole, for
+ * any number of ranks. A document may be split across ranks; its parts arrive in rank order. */
+#ifndef GREENLM_CORPUS_H
+#define GREENLM_CORPUS_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deck/cfg.h"
+#include "deck/nml.h"
+
+typedef enum { CORPUS_DOC_FILE, CORPUS_DOC_LINE, CORPUS_DOC_BLANK_LINE, CORPUS_DOC_SEPARATOR_LINE } corpus_doc_mode;
+
+typedef struct {
+  int nfiles;
+  char **path;
+  int64_t *bytes;  /* size of each file */
+  int64_t *start;  /* offset of each file in the stream */
+  int64_t total;
+  corpus_doc_mode mode;
+  char separator[CFG_STR_LEN];
+  /* this rank's share [lo, hi) of the stream */
+  int64_t lo, hi;
+} corpus_set;
+
+/* Expand the inputs on rank 0 (every input must name at least one non-empty regular file; a
+ * directory stands for the regular files in it) and share the list. Problems are reported at
+ * the deck key `group.key` that lists the inputs; returns the error count (same on all ranks). */
+int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const char *key, const cfg_strlist *inputs,
+                const char *documents, const char *separator, MPI_Comm comm, nml_errors *errs);
+void corpus_close(corpus_set *c);
+
+/* Called for each piece of a document in this rank's share, in stream order. begins: the piece is
+ * the start of its document (else it continues the previous rank's last document); ends: the
+ * document ends with this piece. Empty documents are skipped. */
+typedef void (*corpus_fn)(const char *text, size_t len, int begins, int ends, void *ctx);
+
+/* Read this rank's share and call fn for its document pieces. Returns 0, or -1 with err when a
+ * file cannot be read. */
+int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,508 @@
+/* tok: byte and GPT-2 byte-level BPE tokenizers. */
+#include "text/tok.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <errno.h>
+#include <jansson.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+static const char *GPT2_PATTERN =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char EOT_TEXT[] = "<|endoftext|>";
+
+void tok_ids_push(tok_ids *l, int32_t id) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 256;
+    l->v = util_realloc(l->v, l->cap * sizeof *l->v, "token ids");
+  }
+  l->v[l->n++] = id;
+}
+
+void tok_ids_free(tok_ids *l) {
+  free(l->v);
+  l->v = NULL;
+  l->n = l->cap = 0;
+}
+
+/* ---- GPT-2's byte <-> character map ------------------------------------------------------------ */
+
+int tok_byte_to_char(int b) {
+  /* printable Latin-1 bytes stand for themselves; the other 68 bytes map to 256, 257, ... in order */
+  if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) return b;
+  int n = 0;
+  for (int c = 0; c < b; c++)
+    if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
+  return 256 + n;
+}
+
+static int char_to_byte(int cp) {
+  static int table[324];
+  static int ready = 0;
+  if (!ready) {
+    for (int i = 0; i < 324; i++) table[i] = -1;
+    for (int b = 0; b < 256; b++) table[tok_byte_to_char(b)] = b;
+    ready = 1;
+  }
+  return cp >= 0 && cp < 324 ? table[cp] : -1;
+}
+
+/* Decode one UTF-8 code point; returns its length or -1. */
+static int utf8_next(const unsigned char *s, int n, int *cp) {
+  if (n < 1) return -1;
+  if (s[0] < 0x80) return *cp = s[0], 1;
+  if ((s[0] & 0xE0) == 0xC0 && n >= 2 && (s[1] & 0xC0) == 0x80) return *cp = ((s[0] & 0x1F) << 6) | (s[1] & 0x3F), 2;
+  if ((s[0] & 0xF0) == 0xE0 && n >= 3 && (s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80)
+    return *cp = ((s[0] & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F), 3;
+  return -1; /* GPT-2's alphabet needs no 4-byte sequences */
+}
+
+int tok_chars_to_bytes(const char *s, char *out, int outlen) {
+  int n = (int)strlen(s), k = 0;
+  for (int i = 0; i < n;) {
+    int cp, l = utf8_next((const unsigned char *)s + i, n - i, &cp);
+    if (l < 0) return -1;
+    int b = char_to_byte(cp);
+    if (b < 0 || k >= outlen) return -1;
+    out[k++] = (char)b;
+    i += l;
+  }
+  return k;
+}
+
+int tok_bytes_to_chars(const char *b, int n, char *out, int outlen) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    int cp = tok_byte_to_char((unsigned char)b[i]);
+    if (cp < 0x80) {
+      if (k + 1 >= outlen) break;
+      out[k++] = (char)cp;
+    } else {
+      if (k + 2 >= outlen) break;
+      out[k++] = (char)(0xC0 | (cp >> 6));
+      out[k++] = (char)(0x80 | (cp & 0x3F));
+    }
+  }
+  out[k] = '\0';
+  return k;
+}
+
+/* ---- identity ---------------------------------------------------------------------------------- */
+
+static uint64_t hash_u32(uint64_t h, uint32_t x) {
+  unsigned char b[4] = {(unsigned char)x, (unsigned char)(x >> 8), (unsigned char)(x >> 16), (unsigned char)(x >> 24)};
+  return util_hash64(b, 4, h);
+}
+
+uint64_t tok_hash_of(const tok_tokenizer *t) {
+  uint64_t h = 0;
+  for (int i = 0; i < t->vocab_size; i++) {
+    uint32_t len = (uint32_t)(t->off[i + 1] - t->off[i]);
+    h = hash_u32(h, len);
+    h = util_hash64(t->bytes + t->off[i], len, h);
+  }
+  /* merges in rank order */
+  uint32_t *pairs = util_calloc((size_t)t->nmerges * 2 + 1, sizeof(uint32_t), "merge list");
+  for (size_t i = 0; i < t->merges.cap; i++) {
+    uint64_t k = t->merges.keys[i];
+    if (k == HMAP_EMPTY) continue;
+    uint32_t rank = (uint32_t)(t->merges.vals[i] >> 32);
+    pairs[2 * rank] = (uint32_t)(k >> 32);
+    pairs[2 * rank + 1] = (uint32_t)k;
+  }
+  for (int r = 0; r < t->nmerges; r++) h = hash_u32(hash_u32(h, pairs[2 * r]), pairs[2 * r + 1]);
+  free(pairs);
+  return h;
+}
+
+static void finish_identity(tok_tokenizer *t) {
+  t->hash = tok_hash_of(t);
+  snprintf(t->hash_hex, sizeof t->hash_hex, "%016llx", (unsigned long long)t->hash);
+  t->max_len = 1;
+  for (int i = 0; i < t->vocab_size; i++)
+    if ((int)(t->off[i + 1] - t->off[i]) > t->max_len) t->max_len = (int)(t->off[i + 1] - t->off[i]);
+}
+
+/* ---- construction ------------------------------------------------------------------------------ */
+
+void tok_init_bytes(tok_tokenizer *t) {
+  memset(t, 0, sizeof *t);
+  t->kind = TOK_BYTES;
+  t->vocab_size = 256;
+  t->eot = -1;
+  t->bytes = util_malloc(256, "byte tokens");
+  t->off = util_malloc(257 * sizeof *t->off, "byte tokens");
+  for (int b = 0; b < 256; b++) {
+    t->bytes[b] = (char)b;
+    t->off[b] = (size_t)b;
+    t->byte_id[b] = b;
+  }
+  t->off[256] = 256;
+  hmap_u64_init(&t->merges, 1);
+  finish_identity(t);
+  snprintf(t->desc, sizeof t->desc, "bytes (vocabulary 256)");
+}
+
+static int compile_pattern(tok_tokenizer *t, char *err, size_t errlen) {
+  int code;
+  PCRE2_SIZE at;
+  pcre2_code *re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
+                                 PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
+  if (!re) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    snprintf(err, errlen, "PCRE2 cannot compile the GPT-2 pattern: %s", (char *)msg);
+    return -1;
+  }
+  pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter when JIT is missing */
+  t->re = re;
+  t->md = pcre2_match_data_create_from_pattern(re, NULL);
+  return 0;
+}
+
+int tok_load_bpe(tok_tokenizer *t, const char *dir, char *err, size_t errlen) {
+  memset(t, 0, sizeof *t);
+  t->kind = TOK_BPE;
+  t->eot = -1;
+  char path[4096], vpath[4096];
+  snprintf(path, sizeof path, "%s/encoder.json", dir);
+  snprintf(vpath, sizeof vpath, "%s/vocab.bpe", dir);
+  json_error_t je;
+  json_t *enc = json_load_file(path, 0, &je);
+  if (!enc) {
+    if (je.line <= 0)
+      snprintf(err, errlen, "cannot read %s: %s", path, je.text);
+    else
+      util_snprintf(err, errlen, "%s:%d:%d: corrupt JSON: %s", path, je.line, je.column, je.text);
+    return -1;
+  }
+  if (!json_is_object(enc) || json_object_size(enc) < 256) {
+    snprintf(err, errlen, "%s is not a GPT-2 encoder (expected a JSON object of at least 256 tokens)", path);
+    json_decref(enc);
+    return -1;
+  }
+  int n = (int)json_object_size(enc);
+  t->vocab_size = n;
+  char **tok = util_calloc((size_t)n, sizeof(char *), "tokens");
+  int *tlen = util_calloc((size_t)n, sizeof(int), "tokens");
+  const char *key;
+  json_t *val;
+  int rc = 0;
+  json_object_foreach(enc, key, val) {
+    json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
+    char buf[1024];
+    int len = tok_chars_to_bytes(key, buf, sizeof buf);
+    if (id < 0 || id >= n || tok[id]) {
+      util_snprintf(err, errlen, "%s: token \"%s\" has id %s; ids must be the integers 0..%d, each once", path, key,
+                    json_is_integer(val) ? "out of range or repeated" : "that is not an integer", n - 1);
+      rc = -1;
+      break;
+    }
+    if (len < 0) {
+      util_snprintf(err, errlen, "%s: token \"%s\" (id %lld) has characters outside GPT-2's byte alphabet", path, key,
+                    (long long)id);
+      rc = -1;
+      break;
+    }
+    tok[id] = util_malloc((size_t)len + 1, "token");
+    memcpy(tok[id], buf, (size_t)len);
+    tlen[id] = len;
+    if (len == (int)sizeof EOT_TEXT - 1 && memcmp(buf, EOT_TEXT, (size_t)len) == 0) t->eot = (int)id;
+  }
+  json_decref(enc);
+  hmap_str by_bytes;
+  hmap_str_init(&by_bytes, (size_t)n);
+  if (rc == 0) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)tlen[i];
+    t->bytes = util_malloc(total + 1, "token bytes");
+    t->off = util_malloc(((size_t)n + 1) * sizeof *t->off, "token offsets");
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+      t->off[i] = o;
+      memcpy(t->bytes + o, tok[i], (size_t)tlen[i]);
+      o += (size_t)tlen[i];
+      if (i != t->eot) *hmap_str_put(&by_bytes, tok[i], (size_t)tlen[i], i, NULL) = i;
+    }
+    t->off[n] = o;
+    for (int b = 0; b < 256 && rc == 0; b++) {
+      char c = (char)b;
+      int64_t *id = hmap_str_get(&by_bytes, &c, 1);
+      if (!id) {
+        snprintf(err, errlen, "%s lacks the single-byte token of byte 0x%02x; a byte-level vocabulary needs all 256", path,
+                 b);
+        rc = -1;
+      } else {
+        t->byte_id[b] = (int)*id;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) free(tok[i]);
+  free(tok);
+  free(tlen);
+
+  /* vocab.bpe: "#version: 0.2" then one merge "left right" per line, in rank order */
+  hmap_u64_init(&t->merges, (size_t)n);
+  FILE *fp = rc == 0 ? fopen(vpath, "r") : NULL;
+  if (rc == 0 && !fp) {
+    snprintf(err, errlen, "cannot open %s: %s", vpath, strerror(errno));
+    rc = -1;
+  }
+  char line[2048];
+  int lineno = 0;
+  while (rc == 0 && fgets(line, sizeof line, fp)) {
+    lineno++;
+    size_t l = strlen(line);
+    if (l && line[l - 1] == '\n') line[--l] = '\0';
+    if (l && line[l - 1] == '\r') line[--l] = '\0';
+    if (l == 0 || (lineno == 1 && line[0] == '#')) continue;
+    char *sp = strchr(line, ' ');
+    if (!sp || sp == line || !sp[1] || strchr(sp + 1, ' ')) {
+      util_snprintf(err, errlen, "%s:%d: expected \"left right\" (two tokens and one space), got \"%s\"", vpath, lineno,
+                    line);
+      rc = -1;
+      break;
+    }
+    *sp = '\0';
+    char a[1024], b[1024], ab[2048];
+    int la = tok_chars_to_bytes(line, a, sizeof a), lb = tok_chars_to_bytes(sp + 1, b, sizeof b);
+    int64_t *ia = la > 0 ? hmap_str_get(&by_bytes, a, (size_t)la) : NULL;
+    int64_t *ib = lb > 0 ? hmap_str_get(&by_bytes, b, (size_t)lb) : NULL;
+    int64_t *iab = NULL;
+    if (ia && ib) {
+      memcpy(ab, a, (size_t)la);
+      memcpy(ab + la, b, (size_t)lb);
+      iab = hmap_str_get(&by_bytes, ab, (size_t)(la + lb));
+    }
+    if (!ia || !ib || !iab) {
+      util_snprintf(err, errlen, "%s:%d: merge \"%s %s\": %s is not in encoder.json", vpath, lineno, line, sp + 1,
+                    !ia ? "the left token" : !ib ? "the right token" : "the merged token");
+      rc = -1;
+      break;
+    }
+    int added;
+    uint64_t *v = hmap_u64_put(&t->merges, ((uint64_t)*ia << 32) | (uint64_t)*ib, 0, &added);
+    if (!added) {
+      util_snprintf(err, errlen, "%s:%d: merge \"%s %s\" appears twice", vpath, lineno, line, sp + 1);
+      rc = -1;
+      break;
+    }
+    *v = ((uint64_t)t->nmerges << 32) | (uint64_t)*iab;
+    t->nmerges++;
+  }
+  if (fp) fclose(fp);
+  if (rc == 0 && t->nmerges == 0) {
+    snprintf(err, errlen, "%s has no merges", vpath);
+    rc = -1;
+  }
+  hmap_str_free(&by_bytes);
+  if (rc == 0) rc = compile_pattern(t, err, errlen);
+  if (rc != 0) {
+    tok_free(t);
+    return -1;
+  }
+  hmap_str_init(&t->cache, 1 << 14);
+  finish_identity(t);
+  snprintf(t->desc, sizeof t->desc, "byte-level BPE (vocabulary %d, %d merges) from %s", t->vocab_size, t->nmerges,
+           dir);
+  return 0;
+}
+
+int tok_open(tok_tokenizer *t, const char *kind, const char *dir, char *err, size_t errlen) {
+  if (strcmp(kind, "bpe") == 0) return tok_load_bpe(t, dir, err, errlen);
+  tok_init_bytes(t);
+  return 0;
+}
+
+int tok_init_pretokenizer(tok_tokenizer *t, char *err, size_t errlen) {
+  memset(t, 0, sizeof *t);
+  t->kind = TOK_BPE;
+  t->eot = -1;
+  hmap_u64_init(&t->merges, 1);
+  return compile_pattern(t, err, errlen);
+}
+
+void tok_free(tok_tokenizer *t) {
+  free(t->bytes);
+  free(t->off);
+  hmap_u64_free(&t->merges);
+  if (t->md) pcre2_match_data_free(t->md);
+  if (t->re) pcre2_code_free(t->re);
+  if (t->cache.slots) hmap_str_free(&t->cache);
+  tok_ids_free(&t->cache_ids);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- BPE ---------------------------------------------------------------------------------------- */
+
+typedef struct {
+  uint32_t rank, pos;
+} bpe_cand;
+
+static int cand_less(bpe_cand a, bpe_cand b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
+
+static void heap_push(bpe_cand *h, int *n, bpe_cand c) {
+  int i = (*n)++;
+  while (i > 0 && cand_less(c, h[(i - 1) / 2])) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = c;
+}
+
+static bpe_cand heap_pop(bpe_cand *h, int *n) {
+  bpe_cand top = h[0], last = h[--(*n)];
+  int i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && cand_less(h[c + 1], h[c])) c++;
+    if (!cand_less(h[c], last)) break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = last;
+  return top;
+}
+
+/* Merge rank and result of the pair (a, b), or 0 when they do not merge. */
+static int pair_merge(const tok_tokenizer *t, int32_t a, int32_t b, uint32_t *rank, int32_t *id) {
+  const uint64_t *v = hmap_u64_get(&t->merges, ((uint64_t)(uint32_t)a << 32) | (uint32_t)b);
+  if (!v) return 0;
+  *rank = (uint32_t)(*v >> 32);
+  *id = (int32_t)(uint32_t)*v;
+  return 1;
+}
+
+/* BPE of one piece: repeatedly merge the lowest-ranked adjacent pair (leftmost first). A heap keeps
+ * it O(n log n) however long the piece is. */
+static void bpe_piece(const tok_tokenizer *t, const unsigned char *p, size_t n, tok_ids *out) {
+  int32_t stack_id[64];
+  int stack_nx[64], stack_pv[64];
+  bpe_cand stack_h[128];
+  int32_t *id = n <= 64 ? stack_id : util_malloc(n * sizeof *id, "bpe");
+  int *nx = n <= 64 ? stack_nx : util_malloc(n * sizeof *nx, "bpe");
+  int *pv = n <= 64 ? stack_pv : util_malloc(n * sizeof *pv, "bpe");
+  bpe_cand *h = n <= 64 ? stack_h : util_malloc(2 * n * sizeof *h, "bpe");
+  int nh = 0;
+  for (size_t i = 0; i < n; i++) {
+    id[i] = t->byte_id[p[i]];
+    nx[i] = i + 1 < n ? (int)i + 1 : -1;
+    pv[i] = (int)i - 1;
+  }
+  for (size_t i = 0; i + 1 < n; i++) {
+    uint32_t r;
+    int32_t m;
+    if (pair_merge(t, id[i], id[i + 1], &r, &m)) heap_push(h, &nh, (bpe_cand){r, (uint32_t)i});
+  }
+  while (nh > 0) {
+    bpe_cand c = heap_pop(h, &nh);
+    int i = (int)c.pos, j = nx[i];
+    uint32_t r;
+    int32_t m;
+    if (id[i] < 0 || j < 0 || !pair_merge(t, id[i], id[j], &r, &m) || r != c.rank) continue; /* stale */
+    id[i] = m; /* merge j into i */
+    id[j] = -1;
+    nx[i] = nx[j];
+    if (nx[j] >= 0) pv[nx[j]] = i;
+    if (pv[i] >= 0 && pair_merge(t, id[pv[i]], id[i], &r, &m)) heap_push(h, &nh, (bpe_cand){r, (uint32_t)pv[i]});
+    if (nx[i] >= 0 && pair_merge(t, id[i], id[nx[i]], &r, &m)) heap_push(h, &nh, (bpe_cand){r, (uint32_t)i});
+  }
+  for (int i = 0; i >= 0; i = nx[i]) tok_ids_push(out, id[i]);
+  if (n > 64) free(id), free(nx), free(pv), free(h);
+}
+
+/* BPE with a cache of pieces already seen. */
+static void encode_piece(tok_tokenizer *t, const char *p, size_t n, tok_ids *out) {
+  int64_t *at = hmap_str_get(&t->cache, p, n);
+  if (at) {
+    /* stored as [count, ids...] */
+    const int32_t *c = t->cache_ids.v + *at;
+    for (int32_t k = 1; k <= c[0]; k++) tok_ids_push(out, c[k]);
+    return;
+  }
+  size_t start = out->n;
+  bpe_piece(t, (const unsigned char *)p, n, out);
+  if (n <= 256) {
+    if (t->cache.n > (1u << 20)) { /* bound the memory: start over */
+      hmap_str_clear(&t->cache);
+      t->cache_ids.n = 0;
+    }
+    *hmap_str_put(&t->cache, p, n, 0, NULL) = (int64_t)t->cache_ids.n;
+    tok_ids_push(&t->cache_ids, (int32_t)(out->n - start));
+    for (size_t k = start; k < out->n; k++) tok_ids_push(&t->cache_ids, out->v[k]);
+  }
+}
+
+void tok_pieces(tok_tokenizer *t, const char *text, size_t len, void (*fn)(const char *, size_t, void *), void *ctx) {
+  pcre2_code *re = t->re;
+  pcre2_match_data *md = t->md;
+  size_t pos = 0;
+  while (pos < len) {
+    int rc = pcre2_match(re, (PCRE2_SPTR)text, len, pos, 0, md, NULL);
+    if (rc < 0) { /* nothing more matches: the rest is bytes that are not valid UTF-8 */
+      fn(text + pos, len - pos, ctx);
+      break;
+    }
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    if (ov[0] > pos) fn(text + pos, ov[0] - pos, ctx); /* invalid bytes before the match */
+    fn(text + ov[0], ov[1] - ov[0], ctx);
+    pos = ov[1];
+  }
+}
+
+typedef struct {
+  tok_tokenizer *t;
+  tok_ids *out;
+} encode_ctx;
+
+static void encode_cb(const char *p, size_t n, void *ctx) {
+  encode_ctx *c = ctx;
+  encode_piece(c->t, p, n, c->out);
+}
+
+static void encode_ordinary(tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
+  if (t->kind == TOK_BYTES) {
+    for (size_t i = 0; i < len; i++) tok_ids_push(out, (unsigned char)text[i]);
+    return;
+  }
+  encode_ctx c = {t, out};
+  tok_pieces(t, text, len, encode_cb, &c);
+}
+
+void tok_encode(tok_tokenizer *t, const char *text, size_t len, int special, tok_ids *out) {
+  if (!special || t->eot < 0) {
+    encode_ordinary(t, text, len, out);
+    return;
+  }
+  const size_t el = sizeof EOT_TEXT - 1;
+  size_t pos = 0;
+  for (size_t i = 0; i + el <= len;) {
+    const char *hit = memchr(text + i, '<', len - i - el + 1);
+    if (!hit) break;
+    i = (size_t)(hit - text);
+    if (memcmp(hit, EOT_TEXT, el) == 0) {
+      encode_ordinary(t, text + pos, i - pos, out);
+      tok_ids_push(out, t->eot);
+      pos = i = i + el;
+    } else {
+      i++;
+    }
+  }
+  encode_ordinary(t, text + pos, len - pos, out);
+}
+
+size_t tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= t->vocab_size) continue;
+    size_t l = t->off[ids[i] + 1] - t->off[ids[i]];
+    memcpy(out + k, t->bytes + t->off[ids[i]], l);
+    k += l;
+  }
+  return k;
+}

@@ -1,0 +1,79 @@
+/* tok: tokenizers. 'bytes' (one token per byte, vocabulary 256) and byte-level BPE that encodes
+ * exactly as GPT-2 does, from a GPT-2-format encoder.json + vocab.bpe (GPT-2's own files, or a
+ * vocabulary trained by bpe.c).
+ *
+ * BPE encoding: the text is cut into pieces by GPT-2's pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * (PCRE2 with UTF and Unicode properties); each piece's bytes start as single-byte tokens and the
+ * adjacent pair of lowest merge rank is merged until none is left. Bytes that are not valid UTF-8
+ * match no part of the pattern and form pieces of their own, so any byte string encodes, and
+ * decoding returns exactly the original bytes. */
+#ifndef GREENLM_TOK_H
+#define GREENLM_TOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/hmap.h"
+
+typedef enum { TOK_BYTES, TOK_BPE } tok_kind;
+
+/* A growable list of token ids. */
+typedef struct {
+  int32_t *v;
+  size_t n, cap;
+} tok_ids;
+
+void tok_ids_push(tok_ids *l, int32_t id);
+void tok_ids_free(tok_ids *l);
+
+typedef struct {
+  tok_kind kind;
+  int vocab_size;
+  int eot;         /* id of <|endoftext|>, or -1 */
+  int nmerges;
+  int max_len;     /* longest token in bytes */
+  char *bytes;     /* token bytes, concatenated */
+  size_t *off;     /* (vocab_size + 1) offsets into bytes */
+  int byte_id[256];
+  hmap_u64 merges; /* (left << 32 | right) -> (rank << 32 | merged id) */
+  uint64_t hash;   /* identity of the vocabulary and merges (see tok_hash_of) */
+  char hash_hex[17];
+  char desc[128];
+  void *re, *md;   /* PCRE2 pattern and match data */
+  hmap_str cache;  /* piece bytes -> offset of its ids in cache_ids */
+  tok_ids cache_ids;
+} tok_tokenizer;
+
+/* The 256-token byte tokenizer. */
+void tok_init_bytes(tok_tokenizer *t);
+/* Load dir/encoder.json and dir/vocab.bpe. Returns 0, or -1 with a message naming the file, the
+ * line or token and what is wrong. */
+int tok_load_bpe(tok_tokenizer *t, const char *dir, char *err, size_t errlen);
+void tok_free(tok_tokenizer *t);
+/* kind "bytes" or "bpe" (then from dir). Returns 0 or -1 with err. */
+int tok_open(tok_tokenizer *t, const char *kind, const char *dir, char *err, size_t errlen);
+/* Only GPT-2's pre-tokenization pattern (for tok_pieces), no vocabulary. */
+int tok_init_pretokenizer(tok_tokenizer *t, char *err, size_t errlen);
+
+/* Encode len bytes of text, appending ids to out. With special != 0 the literal text
+ * "<|endoftext|>" becomes the end-of-text token; otherwise it is ordinary text. */
+void tok_encode(tok_tokenizer *t, const char *text, size_t len, int special, tok_ids *out);
+/* Bytes of the decoded ids, written to out (room for n * max_len bytes). Returns the length. */
+size_t tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char *out);
+
+/* Cut text into GPT-2 pre-tokenization pieces: calls fn(piece, len, ctx) for each, in order. */
+void tok_pieces(tok_tokenizer *t, const char *text, size_t len, void (*fn)(const char *, size_t, void *), void *ctx);
+
+/* GPT-2's byte <-> character map: the Unicode code point that stands for byte b in token strings. */
+int tok_byte_to_char(int b);
+/* UTF-8 text (a token string of encoder.json) -> bytes; returns the byte count or -1. */
+int tok_chars_to_bytes(const char *s, char *out, int outlen);
+/* bytes -> the token string (UTF-8) that stands for them; returns its length. */
+int tok_bytes_to_chars(const char *b, int n, char *out, int outlen);
+
+/* The identity hash of a vocabulary: FNV-1a over each token's bytes (in id order, each followed
+ * by a 0xff separator) and then each merge's (left, right) ids. */
+uint64_t tok_hash_of(const tok_tokenizer *t);
+
+#endif
