@@ -20,9 +20,10 @@ static void *cpu_host_alloc(size_t bytes) { return util_aligned_alloc(bytes, "ho
 
 static const char *cpu_describe(char *buf, size_t len) {
   /* openblas_get_config() starts "OpenBLAS 0.3.21 ..." */
-  char version[64] = "OpenBLAS";
+  char number[48] = "", version[64];
   const char *cfg = openblas_get_config(), *core = openblas_get_corename();
-  if (cfg) sscanf(cfg, "%*s %63s", version + 9), version[8] = ' ';
+  if (cfg) sscanf(cfg, "%*s %47s", number);
+  snprintf(version, sizeof version, "OpenBLAS%s%s", number[0] ? " " : "", number);
   int n = snprintf(buf, len, "%s with %s kernels, %d thread%s", version, core ? core : "unknown",
                    openblas_get_num_threads(), openblas_get_num_threads() == 1 ? "" : "s");
 #if defined(__x86_64__) && defined(__GNUC__)

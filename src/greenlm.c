@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/env.h"
 #include "model/backend.h"
 #include "model/backends.h"
 #include "deck/cfg.h"
@@ -22,6 +23,7 @@
 #include "text/bpe.h"
 #include "text/prepare.h"
 #include "train.h"
+#include "trainer.h"
 #include "base/util.h"
 
 static void usage(FILE *fp) {
@@ -109,57 +111,92 @@ static int parse_args(int argc, char **argv, args *a, int rank) {
   return -1;
 }
 
-/* Rank 0 reads the deck and broadcasts its text; NULL (on every rank) when it cannot be read. */
-static char *read_deck(const char *path, int rank) {
-  char err[600] = "";
-  long len = -1;
-  char *text = NULL;
-  if (rank == 0) {
-    size_t n;
-    text = util_read_file(path, &n, err, sizeof err);
-    len = text ? (long)n : -1;
-    if (!text) fprintf(stderr, "greenlm: error: %s\n  hint: give the path of a deck, e.g. input/tiny.nml\n", err);
+/* The program's state, from the command line to the exit status. */
+typedef struct {
+  int rank, size;
+  args a;
+  cfg_config *cfg;
+  const backend *be;
+  char header[4096];  /* the program and the command line, for the resolved deck */
+  err_list errs;
+} program;
+
+static const char NOTHING_DONE[] = "nothing was run or written";
+
+/* The environment: greenlm's variables checked, the file-size limit applied. Every rank. */
+static int check_environment(program *p) {
+  env_check(&p->errs);
+  if (err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE)) return 1;
+  long long limit = env_file_size_limit();
+  if (limit > 0) { /* after MPI has started: its shared-memory files are not limited */
+    struct rlimit rl = {(rlim_t)limit, (rlim_t)limit};
+    setrlimit(RLIMIT_FSIZE, &rl);
   }
-  MPI_Bcast(&len, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  if (len < 0) return NULL;
-  if (rank != 0) text = util_malloc((size_t)len + 1, "deck text");
-  MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return text;
+  return -1;
 }
 
-/* All ranks must have resolved the same configuration (same binary, same deck). */
-static void check_agreement(const cfg_config *cfg) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *fp = open_memstream(&buf, &len);
-  cfg_write_deck(cfg, fp, NULL);
-  fclose(fp);
-  unsigned long long h = util_hash64(buf, len, 0), lo, hi;
-  free(buf);
+/* All ranks must run the same build: the cfg_config bytes rank 0 sends mean the same to each. */
+static int check_builds(program *p) {
+  unsigned long long h = cfg_table_hash(), lo, hi;
   MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  UTIL_CHECK(lo == hi, "start every rank with the same greenlm binary and deck",
-             "ranks resolved different configurations");
+  if (lo == hi) return -1;
+  err_add(&p->errs, NULL, 0, 0, "start every rank with the same greenlm binary", "the ranks run different greenlm builds");
+  err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE);
+  return 1;
 }
 
+/* Rank 0 reads, checks and resolves the deck (with the layout for the ranks the run has, or
+ * --ranks); the other ranks receive the result. Returns -1 to go on, or the exit status. */
+static int read_config(program *p) {
+  int rc = check_environment(p);
+  if (rc < 0) rc = check_builds(p);
+  if (rc >= 0) return rc;
+  p->cfg = util_calloc(1, sizeof *p->cfg, "configuration");
+  if (p->rank == 0) {
+    size_t len = 0;
+    char *text = util_read_file(p->a.deck, NML_MAX_BYTES, &len, "deck", "give the path of a deck, e.g. input/tiny.nml",
+                                &p->errs);
+    if (text && cfg_load(p->cfg, text, len, p->a.deck, p->a.sets, p->a.nsets, &p->errs) == 0 &&
+        (cfg_has_task(p->cfg, "train") || p->a.dry_run))
+      cfg_resolve_layout(p->cfg, p->a.ranks > 0 ? p->a.ranks : p->size, &p->errs);
+    free(text);
+  }
+  if (err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE)) return 1;
+  MPI_Bcast(p->cfg, (int)sizeof *p->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
+  return -1;
+}
+
+static void make_header(program *p, int argc, char **argv) {
+  time_t now = time(NULL);
+  char date[64];
+  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  int o = util_snprintf(p->header, sizeof p->header, "greenlm %s resolved deck (a valid deck: run it again with greenlm FILE)\n"
+                                                     "from: %s\ndate: %s\nranks: %d\ncommand:", PACKAGE_VERSION, p->a.deck,
+                        date, p->size);
+  for (int i = 0; i < argc && o < (int)sizeof p->header - 2; i++)
+    o += util_snprintf(p->header + o, sizeof p->header - (size_t)o, " %s", argv[i]);
+}
+
+/* Rank 0: the resolved deck, the size, the layout and the memory per rank; nothing is opened. */
 static void dry_run(const cfg_config *cfg, const backend *be, const char *header, int nranks) {
   cfg_write_deck(cfg, stdout, header);
   gpt_shape s;
   gpt_shape_from_cfg(&s, &cfg->model);
   int T = (int)cfg->training.seq_len;
   size_t n = gpt_count_params(&s);
-  par_layout L;
-  par_plan(&L, cfg, nranks, 0);
+  par_layout lay;
+  par_plan(&lay, cfg, nranks, 0);
   char b[6][32], desc[4096];
   printf("! parameters: %zu (%.3f M)\n", n, (double)n / 1e6);
   printf("! FLOPs per token: %.6g (6N + 12LCT, N without wpe)\n", gpt_flops_per_token(&s, T));
   printf("! layout: %d rank%s = %d pipeline stage%s x %d replica%s, %d micro-batch%s per step, ZeRO-%d\n", nranks,
-         nranks == 1 ? "" : "s", L.P, L.P == 1 ? "" : "s", L.D, L.D == 1 ? "" : "s", L.m, L.m == 1 ? "" : "es", L.zero);
-  par_describe(&L, desc, sizeof desc);
+         nranks == 1 ? "" : "s", lay.P, lay.P == 1 ? "" : "s", lay.D, lay.D == 1 ? "" : "s", lay.nmicro, lay.nmicro == 1 ? "" : "es", lay.zero);
+  par_describe(&lay, desc, sizeof desc);
   for (char *line = strtok(desc, "\n"); line; line = strtok(NULL, "\n")) printf("! %s\n", line);
   size_t worst = 0;
-  for (int st = 0; st < L.P; st++) {
-    train_memory m = train_plan_memory(cfg, be, &L, st, 0);
+  for (int st = 0; st < lay.P; st++) {
+    trainer_memory m = trainer_plan_memory(cfg, be, &lay, st, 0);
     if (m.total > worst) worst = m.total;
     printf("! memory per rank, stage %d: parameters %s, gradients %s, AdamW %s, activations %s (%d slot%s), "
            "buffers %s; total %zu bytes (%s)\n",
@@ -169,98 +206,63 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
            util_fmt_bytes((double)m.total, b[5], 32));
   }
   printf("! memory per rank total: %zu bytes (%s) at the largest stage\n", worst, util_fmt_bytes((double)worst, b[5], 32));
-  par_free(&L);
+  par_free(&lay);
   gpt_shape_free(&s);
+}
+
+
+/* The deck's tasks in order, on the backend of the run; each task's errors reported once. */
+static int run_tasks(program *p) {
+  const cfg_config *cfg = p->cfg;
+  char note[640] = ""; /* how the backend was chosen, where there was a choice */
+  if (cfg_has_task(cfg, "train") && !(p->be = backends_open(cfg, MPI_COMM_WORLD, &p->errs, note, sizeof note))) {
+    err_report(&p->errs, MPI_COMM_WORLD, 20, "the deck cannot run here; nothing was run or written");
+    return 1;
+  }
+  if (p->rank == 0) {
+    printf("greenlm %s: deck %s, tasks", PACKAGE_VERSION, p->a.deck);
+    for (int i = 0; i < cfg->job.task.n; i++) printf(" %s", cfg->job.task.v[i]);
+    printf(", %d rank%s\n", p->size, p->size == 1 ? "" : "s");
+    if (note[0]) printf("%s\n", note);
+    printf("== resolved deck ==\n");
+    cfg_write_deck(cfg, stdout, NULL);
+    fflush(stdout);
+  }
+  int rc = 0;
+  for (int i = 0; i < cfg->job.task.n && rc == 0; i++) {
+    const char *task = cfg->job.task.v[i];
+    if (p->rank == 0) printf("== task: %s ==\n", task), fflush(stdout);
+    if (!strcmp(task, "tokenizer")) rc = bpe_run_task(cfg, MPI_COMM_WORLD, &p->errs);
+    else if (!strcmp(task, "prepare")) rc = prepare_run(cfg, MPI_COMM_WORLD, &p->errs);
+    else rc = train_run(cfg, p->be, p->header, &p->errs);
+    char outcome[160];
+    util_snprintf(outcome, sizeof outcome, "the '%s' task %s", task, rc ? "failed" : "went on");
+    err_report(&p->errs, MPI_COMM_WORLD, 20, rc ? outcome : NULL);
+    err_free(&p->errs);
+  }
+  return rc;
 }
 
 int main(int argc, char **argv) {
   signal(SIGXFSZ, SIG_IGN); /* a file-size limit makes writes fail with an error, not kill the job */
   util_mpi_init(&argc, &argv);
-  /* GREENLM_FILE_SIZE_LIMIT=bytes: a file-size limit set after MPI has started (its shared-memory
-   * files are not limited), to rehearse a full disk or a quota */
-  const char *fsize = getenv("GREENLM_FILE_SIZE_LIMIT");
-  if (fsize && *fsize) {
-    struct rlimit rl = {(rlim_t)strtoull(fsize, NULL, 10), (rlim_t)strtoull(fsize, NULL, 10)};
-    setrlimit(RLIMIT_FSIZE, &rl);
-  }
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  util_set_rank(rank);
-
-  args a;
-  int rc = parse_args(argc, argv, &a, rank);
-  if (rc >= 0) {
-    free(a.sets);
-    util_exit_all(rc);
-  }
-  char *text = read_deck(a.deck, rank);
-  if (!text) util_exit_all(1);
-
-  cfg_config *cfg = util_calloc(1, sizeof *cfg, "configuration");
-  nml_errors errs = {0};
-  if (cfg_load(cfg, text, a.deck, a.sets, a.nsets, &errs) > 0) {
-    if (rank == 0) {
-      nml_errors_print(&errs, 20);
-      fprintf(stderr, "greenlm: %d error%s in the deck; nothing was run or written\n", errs.n, errs.n == 1 ? "" : "s");
+  program p = {0};
+  MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p.size);
+  util_set_rank(p.rank);
+  int rc = parse_args(argc, argv, &p.a, p.rank);
+  if (rc < 0) rc = read_config(&p);
+  if (rc < 0) {
+    make_header(&p, argc, argv);
+    if (p.a.dry_run) {
+      if (p.rank == 0) dry_run(p.cfg, backends_plan(p.cfg), p.header, p.a.ranks > 0 ? p.a.ranks : p.size);
+      rc = 0;
+    } else {
+      rc = run_tasks(&p);
     }
-    util_exit_all(1);
   }
-  /* the layout depends on the rank count: the dry run plans --ranks N (default: the ranks started) */
-  int layout_ranks = a.ranks > 0 ? a.ranks : size;
-  if ((cfg_has_task(cfg, "train") || a.dry_run) && cfg_resolve_layout(cfg, layout_ranks, &errs) > 0) {
-    if (rank == 0) {
-      nml_errors_print(&errs, 20);
-      fprintf(stderr, "greenlm: the layout does not fit %d rank%s; nothing was run or written\n", layout_ranks,
-              layout_ranks == 1 ? "" : "s");
-    }
-    util_exit_all(1);
-  }
-  check_agreement(cfg);
-
-  char header[4096];
-  {
-    time_t now = time(NULL);
-    char date[64];
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    int o = snprintf(header, sizeof header, "greenlm %s resolved deck (a valid deck: run it again with greenlm FILE)\n"
-                                            "from: %s\ndate: %s\nranks: %d\ncommand:", PACKAGE_VERSION, a.deck, date, size);
-    for (int i = 0; i < argc && o < (int)sizeof header - 2; i++)
-      o += snprintf(header + o, sizeof header - (size_t)o, " %s", argv[i]);
-  }
-  const backend *be = backends_plan(cfg); /* the dry run plans with the table; no device is opened */
-  if (a.dry_run) {
-    if (rank == 0) dry_run(cfg, be, header, layout_ranks);
-    util_exit_all(0);
-  }
-  char be_note[640] = ""; /* how the backend was chosen, where there was a choice */
-  if (cfg_has_task(cfg, "train") && !(be = backends_open(cfg, MPI_COMM_WORLD, &errs, be_note, sizeof be_note))) {
-    if (rank == 0) {
-      nml_errors_print(&errs, 20);
-      fprintf(stderr, "greenlm: the deck cannot run here; nothing was run or written\n");
-    }
-    util_exit_all(1);
-  }
-  if (rank == 0) {
-    printf("greenlm %s: deck %s, tasks", PACKAGE_VERSION, a.deck);
-    for (int i = 0; i < cfg->job.task.n; i++) printf(" %s", cfg->job.task.v[i]);
-    printf(", %d rank%s\n", size, size == 1 ? "" : "s");
-    if (be_note[0]) printf("%s\n", be_note);
-    printf("== resolved deck ==\n");
-    cfg_write_deck(cfg, stdout, NULL);
-    fflush(stdout);
-  }
-  rc = 0;
-  for (int i = 0; i < cfg->job.task.n && rc == 0; i++) {
-    const char *task = cfg->job.task.v[i];
-    if (rank == 0) printf("== task: %s ==\n", task), fflush(stdout);
-    if (!strcmp(task, "tokenizer")) rc = bpe_run_task(cfg, MPI_COMM_WORLD);
-    else if (!strcmp(task, "prepare")) rc = prepare_run(cfg, MPI_COMM_WORLD);
-    else rc = train_run(cfg, be, header);
-  }
-  free(text);
-  free(cfg);
-  free(a.sets);
-  nml_errors_free(&errs);
+  free(p.cfg);
+  free(p.a.sets);
+  err_free(&p.errs);
   util_exit_all(rc);
 }

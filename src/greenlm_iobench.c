@@ -121,9 +121,9 @@ int main(int argc, char **argv) {
            "  read_requests = %s, direct_read = %s /\n",
            dir, V, L, C, H, dir, stage_mb, read_mb, requests, direct);
   cfg_config *cfg = util_calloc(1, sizeof *cfg, "configuration");
-  nml_errors errs = {0};
-  if (cfg_load(cfg, text, "iobench", NULL, 0, &errs) || cfg_resolve_layout(cfg, size, &errs)) {
-    if (!rank) nml_errors_print(&errs, 10);
+  err_list errs = {0};
+  if (cfg_load(cfg, text, strlen(text), "iobench", NULL, 0, &errs) || cfg_resolve_layout(cfg, size, &errs)) {
+    if (!rank) err_print(&errs, 10);
     util_exit_all(1);
   }
   const backend *be = backend_cpu();
@@ -159,7 +159,6 @@ int main(int argc, char **argv) {
   util_snprintf(scratch, sizeof scratch, "%s/scratch-%d.bin", dir, rank);
   for (long r = 0; r < reps; r++) {
     ckpt_stats st;
-    char err[1024];
     double fw = 0, fr = 0;
     if (!rank) printf("round %ld: ", r + 1);
     for (int turn = 0; turn < 2; turn++) {
@@ -167,14 +166,17 @@ int main(int argc, char **argv) {
         if (!rank) remove(cs_path);
         raw_write(scratch, buf, mine);
         MPI_Barrier(MPI_COMM_WORLD);
-        UTIL_CHECK(ckpt_write(&cs, &st, err, sizeof err) == 0, NULL, "%s", err);
+        if (ckpt_write(&cs, &st, &errs) != 0) {
+          err_report(&errs, MPI_COMM_WORLD, 10, "the benchmark stops");
+          util_exit_all(1);
+        }
         bytes = st.bytes;
         best_w = st.seconds < best_w ? st.seconds : best_w;
         if (!rank) printf("checkpoint write %.2f s", st.seconds);
         warm_read(scratch, buf, mine);
         if (ckpt_read(&cs, st.path, &st, &errs) != 0) {
-          if (!rank) nml_errors_print(&errs, 10);
-          UTIL_FATAL(NULL, "reading the checkpoint back failed");
+          err_report(&errs, MPI_COMM_WORLD, 10, "reading the checkpoint back failed; the benchmark stops");
+          util_exit_all(1);
         }
         best_r = st.seconds < best_r ? st.seconds : best_r;
         double rf = st.seconds - st.share_seconds;

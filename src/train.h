@@ -1,70 +1,25 @@
-/* train: the training task. A trainer is one rank's part of a job laid out as P pipeline stages x
- * D data-parallel replicas (par.c): its model stage, optimizer shard, gradient exchange, pipeline
- * schedule, tokenizer and data loader. train_run adds the reports: progress lines, log.txt,
- * metrics.csv, verdict.json, the text sample. */
+/* train: the training task. A job of P pipeline stages x D data-parallel replicas runs one
+ * trainer per rank (trainer.h); train_run adds what a user sees of it: the topology and memory
+ * lines, the restart, the progress lines, log.txt, metrics.csv, checkpoints when due, the verdict
+ * (verdict.json, report.json) and the text sample. */
 #ifndef GREENLM_TRAIN_H
 #define GREENLM_TRAIN_H
 
-#include <mpi.h>
-#include <stddef.h>
-
-#include "model/backend.h"
+#include "base/err.h"
 #include "deck/cfg.h"
-#include "io/ckpt.h"
-#include "parallel/grad.h"
-#include "model/gpt.h"
-#include "parallel/par.h"
-#include "deck/nml.h"
-#include "parallel/pipe.h"
+#include "model/backend.h"
 
-typedef struct trainer trainer;
-
-/* Backend memory of one rank of a layout (replica 0 of stage `stage`): the model, the AdamW
- * state it keeps, the exchange and pipeline buffers. trainer_open allocates exactly this. */
-typedef struct {
-  gpt_memory model;
-  gpt_part part;
-  size_t adam, exchange, pipe;
-  size_t total;
-} train_memory;
-
-train_memory train_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *L, int stage, int replica);
-
-typedef struct {
-  double loss;      /* mean token loss of the global batch */
-  double grad_norm; /* before clipping */
-  double lr;
-  double step_s;    /* wall time of the step on this rank */
-  double loss_scale; /* the loss scale the step used (precision = 'fp16'; 1 otherwise) */
-  int skipped;       /* fp16: the gradients overflowed; no update was made and the scale was halved */
-  pipe_stats pipe;  /* this rank's */
-  grad_stats grad;  /* this rank's */
-} trainer_step_info;
-
-/* Collective over comm, whose size must be the layout's (cfg_resolve_layout). Returns NULL after
- * reporting bad input (datasets, tokenizer) on comm rank 0. */
-trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, nml_errors *errs);
-void trainer_close(trainer *t);
-
-/* One optimizer step (0-based). Returns 0, or -1 when the loss or the gradient norm is not finite
- * (then no update was made); with fp16 loss scaling an overflow instead skips the update
- * (info->skipped) and returns 0 until the scale would fall below 1. The same on every rank. */
-int trainer_step(trainer *t, long step, trainer_step_info *info);
-/* Mean validation loss over &training eval_batches micro-batches (the same on every rank). */
-double trainer_eval(trainer *t);
-/* Write a checkpoint of the run at `step` (steps done) after `tokens` tokens (ckpt.c). Collective.
- * Returns 0, or -1 with err. */
-int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, char *err, size_t errlen);
-/* Continue from the checkpoint at path: *step and *tokens receive its counters. Collective.
- * Returns the number of errors added to errs. */
-int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, nml_errors *errs);
-
-/* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL
- * elsewhere; *n receives their count. free() the result. Collective. */
-float *trainer_gather_params(trainer *t, size_t *n);
+/* Exit statuses of the training task (doc/reference.md). */
+enum {
+  TRAIN_OK = 0,          /* completed, or stopped by the time limit or a signal with a checkpoint */
+  TRAIN_BAD_INPUT = 1,   /* the deck, the data, the checkpoint or the run directory: nothing was trained */
+  TRAIN_DIVERGED = 3,    /* the loss or the gradient norm stopped being finite */
+  TRAIN_IO_FAILED = 4    /* a checkpoint or a run file could not be written (the older checkpoints stay) */
+};
 
 /* Run the deck's training job. `header` (the program and command line) goes into the resolved
- * deck. Returns the process exit status: 0 on success, 1 on bad input, 3 when training diverged. */
-int train_run(const cfg_config *cfg, const backend *be, const char *header);
+ * deck. Collective over MPI_COMM_WORLD. Returns the exit status above (the same on every rank),
+ * the errors added to errs for the caller's report. */
+int train_run(const cfg_config *cfg, const backend *be, const char *header, err_list *errs);
 
 #endif

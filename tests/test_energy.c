@@ -86,8 +86,8 @@ static void rapl_case(MPI_Comm node, int nodes_expected, const char *attribution
   setenv("GREENLM_POWERCAP_ROOT", root, 1);
   cfg_energy c = deck(0, 0, attribution);
   energy_meter e;
-  char err[512];
-  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, node, 2, NULL, NULL, err, sizeof err) == 0, "open: %s", err);
+  err_list eerr = {0};
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, node, 2, NULL, NULL, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
   T_CHECK(e.src[ENERGY_CPU].status == ENERGY_MEASURED && strcmp(e.src[ENERGY_CPU].method, "rapl_sysfs") == 0,
           "cpu not measured by RAPL: %s", e.src[ENERGY_CPU].note);
   T_CHECK(e.src[ENERGY_DRAM].status == ENERGY_MEASURED, "dram not measured: %s", e.src[ENERGY_DRAM].note);
@@ -145,8 +145,8 @@ static void nvml_case(const char *lib) {
   const char *bus = rank < 2 ? "00000000:3B:00.0" : rank == 2 ? "00000000:5E:00.0" : NULL;
   cfg_energy c = deck(0, 0, "equal");
   energy_meter e;
-  char err[512];
-  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, err, sizeof err) == 0, "open: %s", err);
+  err_list eerr = {0};
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
   const char *want = rank < 2 ? "nvml_energy_counter" : rank == 2 ? "nvml_power_sampled" : "none";
   T_CHECK(strcmp(e.src[ENERGY_GPU].method, want) == 0, "rank %d: GPU method %s, expected %s (%s)", rank,
           e.src[ENERGY_GPU].method, want, e.src[ENERGY_GPU].note);
@@ -170,7 +170,7 @@ static void nvml_case(const char *lib) {
   setenv("GREENLM_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
   for (int tdp = 0; tdp <= 1; tdp++) {
     c = deck(tdp ? 50 : 0, tdp ? 300 : 0, "equal");
-    T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, err, sizeof err) == 0, "open: %s", err);
+    T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
     energy_status st = bus ? e.src[ENERGY_GPU].status : ENERGY_NOT_MEASURED;
     T_CHECK(st == (tdp && bus ? ENERGY_ESTIMATED : ENERGY_NOT_MEASURED), "rank %d, tdp %d: GPU %s (%s)", rank, tdp,
             energy_status_name(st), e.src[ENERGY_GPU].note);

@@ -34,7 +34,7 @@
 #include "base/rng.h"
 #include "testing.h"
 #include "testdeck.h"
-#include "train.h"
+#include "trainer.h"
 #include "base/util.h"
 
 #ifdef GREENLM_HAVE_CUDA
@@ -320,10 +320,10 @@ static cfg_config *deck(const char *dir, const char *backend, const char *precis
 }
 
 static float *train(const cfg_config *c, const backend *be, double *loss, size_t *n) {
-  nml_errors e = {0};
+  err_list e = {0};
   trainer *t = trainer_open(c, be, MPI_COMM_SELF, &e);
-  nml_errors_print(&e, 10);
-  nml_errors_free(&e);
+  err_print(&e, 10);
+  err_free(&e);
   T_CHECK(t != NULL, "trainer_open on %s failed", be->name);
   if (!t) return NULL;
   for (int s = 0; s < STEPS; s++) {
@@ -338,7 +338,10 @@ static float *train(const cfg_config *c, const backend *be, double *loss, size_t
 
 static void test_training(const char *dir) {
   cfg_config *c = deck(dir, "cpu", "fp32");
-  T_CHECK(prepare_run(c, MPI_COMM_SELF) == 0, "prepare failed");
+  err_list perr = {0};
+  T_CHECK(prepare_run(c, MPI_COMM_SELF, &perr) == 0, "prepare failed");
+  err_print(&perr, 10);
+  err_free(&perr);
   double lc[STEPS];
   size_t nc, ng;
   float *pc = train(c, cpu, lc, &nc);

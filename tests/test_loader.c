@@ -30,15 +30,15 @@ int main(int argc, char **argv) {
            "&model vocab_size = 256 /\n&training seq_len = 32 /\n",
            top ? top : ".", dir, dir);
   cfg_config *cfg = calloc(1, sizeof *cfg);
-  nml_errors errs = {0};
-  T_CHECK(cfg_load(cfg, deck, "loader.nml", NULL, 0, &errs) == 0, "deck rejected");
-  nml_errors_print(&errs, 5);
-  T_CHECK(prepare_run(cfg, MPI_COMM_WORLD) == 0, "prepare failed");
+  err_list errs = {0};
+  T_CHECK(cfg_load(cfg, deck, strlen(deck), "loader.nml", NULL, 0, &errs) == 0, "deck rejected");
+  err_print(&errs, 5);
+  T_CHECK(prepare_run(cfg, MPI_COMM_WORLD, &errs) == 0, "prepare failed");
   tok_tokenizer tok;
   tok_init_bytes(&tok);
   data_loader d, e;
   T_CHECK(data_open(&d, cfg, &tok, 32, &errs) == 0, "dataset does not open");
-  nml_errors_print(&errs, 5);
+  err_print(&errs, 5);
   if (errs.n) return t_done("test_loader");
   const uint64_t n = d.nwin;
   T_CHECK(n > 100, "only %llu windows", (unsigned long long)n);
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
   data_close(&e);
   tok_free(&tok);
   free(seen), free(ep0), free(ep1), free(big), free(cfg);
-  nml_errors_free(&errs);
+  err_free(&errs);
   int rc = t_done("test_loader");
   MPI_Finalize();
   return rc;

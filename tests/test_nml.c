@@ -11,10 +11,10 @@
 #include "base/util.h"
 
 static int load(cfg_config *c, const char *text, char *const *sets, int nsets) {
-  nml_errors e = {0};
-  int n = cfg_load(c, text, "test.nml", sets, nsets, &e);
-  if (n) nml_errors_print(&e, 10);
-  nml_errors_free(&e);
+  err_list e = {0};
+  int n = cfg_load(c, text, strlen(text), "test.nml", sets, nsets, &e);
+  if (n) err_print(&e, 10);
+  err_free(&e);
   return n;
 }
 
@@ -115,17 +115,17 @@ static void test_echo_roundtrip(void) {
 /* Errors come back with file, line and column (a few here; test_decks.sh has the full set). */
 static void test_error_places(void) {
   cfg_config *c = calloc(1, sizeof *c);
-  nml_errors e = {0};
-  cfg_load(c, "&model\n  n_layers = 2\n/\n&data train='x', val='y' /", "deck.nml", NULL, 0, &e);
+  err_list e = {0};
+  cfg_load(c, "&model\n  n_layers = 2\n/\n&data train='x', val='y' /", 50, "deck.nml", NULL, 0, &e);
   T_CHECK(e.n == 1 && e.v[0].line == 2 && e.v[0].col == 3 && strstr(e.v[0].msg, "did you mean 'n_layer'"),
           "unknown key place/message: %d errors, %d:%d %s", e.n, e.n ? e.v[0].line : 0, e.n ? e.v[0].col : 0,
           e.n ? e.v[0].msg : "");
-  nml_errors_free(&e);
+  err_free(&e);
   char *sets[] = {"training.lr=abc"};
-  cfg_load(c, "&data train='x', val='y' /", "deck.nml", sets, 1, &e);
+  cfg_load(c, "&data train='x', val='y' /", 26, "deck.nml", sets, 1, &e);
   T_CHECK(e.n == 1 && strstr(e.v[0].file, "--set training.lr=abc"), "override error names the option: %s",
           e.n ? e.v[0].file : "");
-  nml_errors_free(&e);
+  err_free(&e);
   free(c);
 }
 

@@ -26,7 +26,7 @@
 #include "text/prepare.h"
 #include "testing.h"
 #include "testdeck.h"
-#include "train.h"
+#include "trainer.h"
 #include "base/util.h"
 
 enum { STEPS = 10 };
@@ -61,7 +61,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
 /* Train STEPS steps on comm; with restart, from that checkpoint (written after STEPS/2 steps). With
  * save, write a checkpoint there after STEPS/2 steps. */
 static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *restart, const char *save) {
-  nml_errors e = {0};
+  err_list e = {0};
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -69,23 +69,23 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
   const backend *be = t_counting_backend();
   t_counting.host_memory = !staged;
   trainer *t = trainer_open(c, be, comm, &e);
-  nml_errors_print(&e, 10);
+  err_print(&e, 10);
   T_CHECK(t != NULL, "trainer_open failed");
   if (!t) return;
   /* what this rank allocated is what the dry run plans for its stage and replica */
-  par_layout L;
-  par_plan(&L, c, size, rank);
-  train_memory plan = train_plan_memory(c, backend_cpu(), &L, L.stage, L.replica);
+  par_layout lay;
+  par_plan(&lay, c, size, rank);
+  trainer_memory plan = trainer_plan_memory(c, backend_cpu(), &lay, lay.stage, lay.replica);
   long diff = (long)t_counted - (long)plan.total, worst;
   MPI_Allreduce(&diff, &worst, 1, MPI_LONG, MPI_MAX, comm);
-  T_CHECK(worst == 0 && diff == 0, "P=%d D=%d: a rank allocated %ld bytes more than planned", L.P, L.D, worst);
-  par_free(&L);
+  T_CHECK(worst == 0 && diff == 0, "P=%d D=%d: a rank allocated %ld bytes more than planned", lay.P, lay.D, worst);
+  par_free(&lay);
   long first = 0;
   if (restart) {
     double tokens;
     ckpt_stats st;
     T_CHECK(trainer_restore(t, restart, &first, &tokens, &st, &e) == 0, "restart from %s failed", restart);
-    nml_errors_print(&e, 10);
+    err_print(&e, 10);
     T_CHECK(first == STEPS / 2, "restarted at step %ld", first);
   }
   for (long s = first; s < STEPS; s++) {
@@ -94,15 +94,16 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
     r->loss[s] = info.loss;
     if (save && s + 1 == STEPS / 2) {
       ckpt_stats st;
-      char err[1024];
-      T_CHECK(trainer_checkpoint(t, s + 1, 0.0, &st, err, sizeof err) == 0, "checkpoint: %s", err);
+      err_list cerr = {0};
+      T_CHECK(trainer_checkpoint(t, s + 1, 0.0, &st, &cerr) == 0, "checkpoint: %s", cerr.n ? cerr.v[0].msg : "");
+      err_free(&cerr);
       util_strlcpy((char *)save, st.path, CFG_STR_LEN);
     }
   }
   r->val = trainer_eval(t);
   r->params = trainer_gather_params(t, &r->n);
   trainer_close(t);
-  nml_errors_free(&e);
+  err_free(&e);
 }
 
 int main(int argc, char **argv) {
@@ -123,7 +124,10 @@ int main(int argc, char **argv) {
   }
   /* the dataset, prepared by all ranks */
   cfg_config *c0 = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
-  T_CHECK(prepare_run(c0, MPI_COMM_WORLD) == 0, "prepare failed");
+  err_list perr = {0};
+  T_CHECK(prepare_run(c0, MPI_COMM_WORLD, &perr) == 0, "prepare failed");
+  err_print(&perr, 10);
+  err_free(&perr);
   /* the serial reference on rank 0, with a checkpoint half-way */
   run_result ref = {0};
   char ckpt[CFG_STR_LEN] = "";

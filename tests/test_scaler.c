@@ -22,7 +22,7 @@
 #include "text/prepare.h"
 #include "testing.h"
 #include "testdeck.h"
-#include "train.h"
+#include "trainer.h"
 #include "base/util.h"
 
 static void test_rule(void) {
@@ -64,10 +64,10 @@ static cfg_config *deck(const char *dir, double loss_scale, long window) {
 
 static trainer *open_trainer(cfg_config *c, const char *precision) {
   util_strlcpy(c->system.precision, precision, sizeof c->system.precision);
-  nml_errors e = {0};
+  err_list e = {0};
   trainer *t = trainer_open(c, backend_cpu(), MPI_COMM_SELF, &e);
-  nml_errors_print(&e, 10);
-  nml_errors_free(&e);
+  err_print(&e, 10);
+  err_free(&e);
   T_CHECK(t != NULL, "trainer_open failed");
   return t;
 }
@@ -140,8 +140,9 @@ static void test_overflow(const char *dir) {
     }
     if (s == STEPS - 2) { /* a checkpoint before the last step: the restart must repeat it */
       ckpt_stats st;
-      char err[1024];
-      T_CHECK(trainer_checkpoint(t, s + 1, 0.0, &st, err, sizeof err) == 0, "checkpoint: %s", err);
+      err_list cerr = {0};
+      T_CHECK(trainer_checkpoint(t, s + 1, 0.0, &st, &cerr) == 0, "checkpoint: %s", cerr.n ? cerr.v[0].msg : "");
+      err_free(&cerr);
       util_strlcpy(ckpt, st.path, sizeof ckpt);
       ckpt_scale = expect;
     }
@@ -160,10 +161,10 @@ static void test_overflow(const char *dir) {
     long step;
     double tokens;
     ckpt_stats st;
-    nml_errors e = {0};
+    err_list e = {0};
     T_CHECK(trainer_restore(r, ckpt, &step, &tokens, &st, &e) == 0, "restart from %s failed", ckpt);
-    nml_errors_print(&e, 10);
-    nml_errors_free(&e);
+    err_print(&e, 10);
+    err_free(&e);
     trainer_step_info info;
     T_CHECK(trainer_step(r, step, &info) == 0, "the restarted step diverged");
     T_CHECK(info.loss_scale == ckpt_scale, "the restart used loss scale %g, not the checkpoint's %g", info.loss_scale,
@@ -182,7 +183,10 @@ int main(int argc, char **argv) {
   util_mkdir_p(dir);
   test_rule();
   cfg_config *c = deck(dir, 65536, 2000);
-  T_CHECK(prepare_run(c, MPI_COMM_SELF) == 0, "prepare failed");
+  err_list perr = {0};
+  T_CHECK(prepare_run(c, MPI_COMM_SELF, &perr) == 0, "prepare failed");
+  err_print(&perr, 10);
+  err_free(&perr);
   free(c);
   test_exact(dir);
   test_overflow(dir);

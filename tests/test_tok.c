@@ -79,8 +79,9 @@ static int test_gpt2(void) {
     return 0;
   }
   tok_tokenizer t;
-  char err[1024];
-  T_CHECK(tok_load_bpe(&t, dir, err, sizeof err) == 0, "GPT-2 files do not load: %s", err);
+  err_list errs = {0};
+  T_CHECK(tok_load_bpe(&t, dir, &errs) == 0, "GPT-2 files do not load: %s", errs.n ? errs.v[0].msg : "");
+  err_free(&errs);
   if (t.vocab_size == 0) return 1;
   T_CHECK(t.vocab_size == 50257 && t.nmerges == 50000 && t.eot == 50256, "GPT-2 vocabulary: %d tokens, %d merges, eot %d",
           t.vocab_size, t.nmerges, t.eot);
@@ -148,13 +149,17 @@ static void write_small(const char *dir, const char *encoder_extra, const char *
   fclose(fp);
 }
 
+/* The tokenizer in dir is refused with one error whose place (file and line) and message hold fragment. */
 static void expect_error(const char *dir, const char *fragment) {
   tok_tokenizer t;
-  char err[1024] = "";
-  int rc = tok_load_bpe(&t, dir, err, sizeof err);
-  T_CHECK(rc != 0, "corrupt tokenizer in %s was accepted", dir);
-  T_CHECK(strstr(err, fragment) != NULL, "error \"%s\" lacks \"%s\"", err, fragment);
+  err_list errs = {0};
+  int rc = tok_load_bpe(&t, dir, &errs);
+  T_CHECK(rc != 0 && errs.n == 1, "corrupt tokenizer in %s was accepted (%d errors)", dir, errs.n);
+  char full[2048] = "";
+  if (errs.n) snprintf(full, sizeof full, "%s:%d: %s", errs.v[0].file, errs.v[0].line, errs.v[0].msg);
+  T_CHECK(strstr(full, fragment) != NULL, "error \"%s\" lacks \"%s\"", full, fragment);
   if (rc == 0) tok_free(&t);
+  err_free(&errs);
 }
 
 static void test_small_and_corrupt(void) {
@@ -163,8 +168,9 @@ static void test_small_and_corrupt(void) {
   snprintf(dir, sizeof dir, "%s/good", tmpdir);
   write_small(dir, "", good);
   tok_tokenizer t;
-  char err[1024];
-  T_CHECK(tok_load_bpe(&t, dir, err, sizeof err) == 0, "small vocabulary does not load: %s", err);
+  err_list errs = {0};
+  T_CHECK(tok_load_bpe(&t, dir, &errs) == 0, "small vocabulary does not load: %s", errs.n ? errs.v[0].msg : "");
+  err_free(&errs);
   if (t.vocab_size) {
     tok_ids ids = {0};
     tok_encode(&t, "the the", 7, 0, &ids);
@@ -179,11 +185,11 @@ static void test_small_and_corrupt(void) {
     const char *name, *encoder_extra, *merges, *error;
   } bad[] = {
       {"bad-json", ", \"x\": ", "t h\n", "encoder.json:1:"},
-      {"dup-id", ", \"zz\": 5", "t h\n", "out of range or repeated"},
-      {"bad-merge", "", "t h\nthe\n", "vocab.bpe:3: expected \"left right\""},
-      {"unknown-merge", "", "t h\nq z\n", "vocab.bpe:3: merge \"q z\": the merged token is not in encoder.json"},
-      {"dup-merge", "", "t h\nt h\n", "appears twice"},
-      {"no-merges", "", "", "has no merges"},
+      {"dup-id", ", \"zz\": 5", "t h\n", "token \"zz\" has a repeated id"},
+      {"bad-merge", "", "t h\nthe\n", "vocab.bpe:3: a merge is two tokens and one space (\"left right\"), got \"the\""},
+      {"unknown-merge", "", "t h\nq z\n", "vocab.bpe:3: the merged token of the merge is not in encoder.json: \"q z\""},
+      {"dup-merge", "", "t h\nt h\n", "vocab.bpe:3: the merge appears twice"},
+      {"no-merges", "", "", "vocab.bpe:0: no merges"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(dir, sizeof dir, "%s/%s", tmpdir, bad[i].name);

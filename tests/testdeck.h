@@ -10,11 +10,11 @@
 
 static inline cfg_config *t_load_deck(const char *text, const char *name, int nranks) {
   cfg_config *c = calloc(1, sizeof *c);
-  nml_errors e = {0};
-  int bad = cfg_load(c, text, name, NULL, 0, &e) + cfg_resolve_layout(c, nranks, &e);
-  if (bad) nml_errors_print(&e, 10);
+  err_list e = {0};
+  int bad = cfg_load(c, text, strlen(text), name, NULL, 0, &e) + cfg_resolve_layout(c, nranks, &e);
+  if (bad) err_print(&e, 10);
   T_CHECK(bad == 0, "deck %s rejected", name);
-  nml_errors_free(&e);
+  err_free(&e);
   return c;
 }
 

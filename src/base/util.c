@@ -24,8 +24,9 @@ void util_fatal_at(const char *file, int line, const char *hint, const char *fmt
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "greenlm: error (rank %d, %s:%d): %s\n", util_world_rank, file, line, msg);
-  if (hint && *hint) fprintf(stderr, "greenlm: hint: %s\n", hint);
+  /* the form of err.h's reports, with the rank and the place in the source */
+  fprintf(stderr, "greenlm: error: %s (rank %d, %s:%d)\n", msg, util_world_rank, file, line);
+  if (hint && *hint) fprintf(stderr, "  hint: %s\n", hint);
   fflush(stderr);
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -36,7 +37,7 @@ void util_fatal_at(const char *file, int line, const char *hint, const char *fmt
 
 void util_mpi_init(int *argc, char ***argv) {
   int provided;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
 }
 
 void util_exit_all(int status) {
@@ -133,30 +134,30 @@ int util_edit_distance(const char *a, const char *b) {
   return row[lb];
 }
 
-char *util_read_file(const char *path, size_t *len, char *err, size_t errlen) {
+char *util_read_file(const char *path, size_t max, size_t *len, const char *what, const char *hint, err_list *errs) {
   FILE *fp = fopen(path, "rb");
   if (!fp) {
-    snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    err_add(errs, path, 0, 0, hint, "cannot open the %s: %s", what, strerror(errno));
     return NULL;
   }
   struct stat st;
-  if (fstat(fileno(fp), &st) != 0 || S_ISDIR(st.st_mode)) {
-    snprintf(err, errlen, "'%s' is not a regular file", path);
+  if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+    err_add(errs, path, 0, 0, hint, "%s, not a %s file", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", what);
     fclose(fp);
     return NULL;
   }
-  size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
-  char *buf = util_malloc(cap, path);
-  for (;;) {
-    if (n + 1 >= cap) buf = util_realloc(buf, cap *= 2, path);
-    size_t got = fread(buf + n, 1, cap - n - 1, fp);
-    n += got;
-    if (got == 0) break;
+  if ((size_t)st.st_size > max) {
+    err_add(errs, path, 0, 0, hint, "%lld bytes: more than a %s can be (%zu bytes at most)", (long long)st.st_size, what, max);
+    fclose(fp);
+    return NULL;
   }
+  size_t cap = ((size_t)st.st_size + 4096 < max ? (size_t)st.st_size + 4096 : max) + 1;
+  char *buf = util_malloc(cap + 1, path);
+  size_t n = fread(buf, 1, cap, fp); /* the file may grow meanwhile: never read past max + 1 */
   int bad = ferror(fp);
   fclose(fp);
-  if (bad) {
-    snprintf(err, errlen, "error reading '%s'", path);
+  if (bad || n > max) {
+    err_add(errs, path, 0, 0, hint, bad ? "cannot read the %s" : "the %s grew past %zu bytes while it was read", what, max);
     free(buf);
     return NULL;
   }
@@ -245,6 +246,15 @@ int util_mkdir_p(const char *path) {
     return -1;
   }
   return 0;
+}
+
+int util_mkdir_parent(const char *path) {
+  char dir[UTIL_PATH_MAX];
+  util_strlcpy(dir, path, sizeof dir);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir) return 0;
+  *slash = '\0';
+  return util_mkdir_p(dir);
 }
 
 int util_snprintf(char *buf, size_t len, const char *fmt, ...) {

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/err.h"
+
 #if defined(__GNUC__)
 #define UTIL_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define UTIL_NORETURN __attribute__((noreturn))
@@ -18,6 +20,9 @@
 #define UTIL_PRINTF(a, b)
 #define UTIL_NORETURN
 #endif
+
+/* Room for a path in greenlm's buffers (longer paths are refused where they are read). */
+enum { UTIL_PATH_MAX = 4096 };
 
 /* Fatal error with a hint (hint may be NULL). Never returns. */
 void util_fatal_at(const char *file, int line, const char *hint, const char *fmt, ...)
@@ -30,8 +35,9 @@ void util_fatal_at(const char *file, int line, const char *hint, const char *fmt
     if (!(cond)) util_fatal_at(__FILE__, __LINE__, (hint), __VA_ARGS__);                           \
   } while (0)
 
-/* MPI_Init_thread at MPI_THREAD_FUNNELED: greenlm's own threads (the energy sampler, the
- * checkpoint reader) and OpenBLAS's make no MPI calls; only the main thread does. */
+/* MPI_Init_thread asking for MPI_THREAD_MULTIPLE: the watchdog's thread exchanges heartbeats
+ * while the main thread computes (watchdog.h); greenlm's other threads (the energy sampler, the
+ * checkpoint readers) and OpenBLAS's make no MPI calls. */
 void util_mpi_init(int *argc, char ***argv);
 
 /* Rank of this process in MPI_COMM_WORLD (0 before MPI_Init). */
@@ -59,8 +65,10 @@ void util_strlcpy(char *dst, const char *src, size_t size);
 /* Levenshtein distance between two short strings, case-insensitive. */
 int util_edit_distance(const char *a, const char *b);
 
-/* Read a whole file into a NUL-terminated buffer; returns NULL and fills err on failure. */
-char *util_read_file(const char *path, size_t *len, char *err, size_t errlen);
+/* Read a whole file of at most max bytes into a NUL-terminated buffer (*len: its length, NUL
+ * bytes in it included). Returns NULL after adding an error at the file (`what` names its kind in
+ * the message: "deck"). */
+char *util_read_file(const char *path, size_t max, size_t *len, const char *what, const char *hint, err_list *errs);
 
 /* Crash-safe file writing: data go to "<path>.tmp", which util_atomic_close() fsyncs and renames
  * over <path>. util_atomic_abort() removes the temporary file and leaves <path> untouched. */
@@ -73,11 +81,12 @@ int util_atomic_open(util_atomic_file *af, const char *path);
 int util_atomic_close(util_atomic_file *af);
 void util_atomic_abort(util_atomic_file *af);
 
-/* mkdir -p; returns 0 or -1 with errno set. */
 /* Rename tmp (written and synced) over path, and sync the directory so that the new name survives
  * a crash. 0, or -1 with errno. */
 int util_commit(const char *tmp, const char *path);
+/* mkdir -p of a directory, or of the directory a file path is in; 0, or -1 with errno set. */
 int util_mkdir_p(const char *path);
+int util_mkdir_parent(const char *path);
 
 /* snprintf for text that may be cut to fit (names in messages): same behaviour, no truncation
  * warnings. */

@@ -47,6 +47,18 @@ static int find_key_in(int g, const char *key) {
   return -1;
 }
 
+unsigned long long cfg_table_hash(void) {
+  uint64_t h = util_hash64(PACKAGE_VERSION, strlen(PACKAGE_VERSION), sizeof(cfg_config));
+  for (int k = 0; k < CFG_NKEYS; k++) {
+    const cfg_key *key = &cfg_key_table[k];
+    uint64_t shape[2] = {(uint64_t)key->type, (uint64_t)key->offset};
+    h = util_hash64(key->name, strlen(key->name), h);
+    h = util_hash64(shape, sizeof shape, h);
+    h = util_hash64(key->def, strlen(key->def), h);
+  }
+  return h;
+}
+
 int cfg_find(const char *group, const char *key) {
   int g = find_group(group);
   return g < 0 ? -1 : find_key_in(g, key);
@@ -157,15 +169,15 @@ static void *field(cfg_config *cfg, int k) { return (char *)cfg + cfg_key_table[
 static const void *cfield(const cfg_config *cfg, int k) { return (const char *)cfg + cfg_key_table[k].offset; }
 
 /* Assign entry e (already matched to key k) into cfg. Returns 0 or the number of errors added. */
-static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group, nml_errors *errs) {
+static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group, err_list *errs) {
   const cfg_key *key = &cfg_key_table[k];
   char hint[600];
   key_hint(k, hint, sizeof hint);
-  int n0 = errs->n;
+  long n0 = err_count(errs);
   if (key->type != CFG_T_STRLIST && e->nvals != 1) {
-    nml_error_add(errs, e->file, e->line, e->col, hint, "&%s %s: takes one value, got %d", group, key->name,
+    err_add(errs, e->file, e->line, e->col, hint, "&%s %s: takes one value, got %d", group, key->name,
                   e->nvals);
-    return errs->n - n0;
+    return (int)(err_count(errs) - n0);
   }
   const nml_value *v = &e->vals[0];
   cfg_interval iv;
@@ -173,13 +185,13 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
   switch (key->type) {
   case CFG_T_INT: {
     if (v->kind == NML_BOOL || v->kind == NML_STR || (v->kind == NML_REAL && (v->r != floor(v->r) || fabs(v->r) > 9.007199254740992e15))) {
-      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected an integer, got '%s'", group,
+      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected an integer, got '%s'", group,
                     key->name, v->text);
       break;
     }
     double x = v->r;
     if (has_iv && !in_interval(x, &iv)) {
-      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
+      err_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
                     v->text, key->range);
       break;
     }
@@ -188,12 +200,12 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
   }
   case CFG_T_REAL: {
     if (v->kind != NML_INT && v->kind != NML_REAL) {
-      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a real number, got '%s'", group,
+      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a real number, got '%s'", group,
                     key->name, v->text);
       break;
     }
     if (has_iv && !in_interval(v->r, &iv)) {
-      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
+      err_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
                     v->text, key->range);
       break;
     }
@@ -202,7 +214,7 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
   }
   case CFG_T_BOOL:
     if (v->kind != NML_BOOL) {
-      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected .true. or .false., got '%s'", group,
+      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected .true. or .false., got '%s'", group,
                     key->name, v->text);
       break;
     }
@@ -210,12 +222,12 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
     break;
   case CFG_T_STR: {
     if (v->kind != NML_STR) {
-      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a quoted string, got %s", group,
+      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a quoted string, got %s", group,
                     key->name, v->text);
       break;
     }
     if (strlen(v->text) >= CFG_STR_LEN) {
-      nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s: string longer than %d characters", group,
+      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: string longer than %d characters", group,
                     key->name, CFG_STR_LEN - 1);
       break;
     }
@@ -226,7 +238,7 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
       if (!text) {
         char c[200];
         choices_text(key->range, c, sizeof c);
-        nml_error_add(errs, e->file, v->line, v->col, hint, "&%s %s = '%s' is not allowed (expected %s)", group,
+        err_add(errs, e->file, v->line, v->col, hint, "&%s %s = '%s' is not allowed (expected %s)", group,
                       key->name, v->text, c);
         break;
       }
@@ -237,7 +249,7 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
   case CFG_T_STRLIST: {
     cfg_strlist *l = field(cfg, k);
     if (e->nvals > CFG_LIST_MAX) {
-      nml_error_add(errs, e->file, e->line, e->col, hint, "&%s %s: at most %d entries, got %d", group, key->name,
+      err_add(errs, e->file, e->line, e->col, hint, "&%s %s: at most %d entries, got %d", group, key->name,
                     CFG_LIST_MAX, e->nvals);
       break;
     }
@@ -248,29 +260,29 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
       char canon[CFG_ITEM_LEN];
       const char *text = vi->text;
       if (vi->kind != NML_STR) {
-        nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: expected quoted strings, got %s", group,
+        err_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: expected quoted strings, got %s", group,
                       key->name, vi->text);
         continue;
       }
       if (key->range[0] && !(text = match_choice(vi->text, key->range, canon, sizeof canon))) {
         char c[200];
         choices_text(key->range, c, sizeof c);
-        nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry '%s' is not allowed (expected %s)",
+        err_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry '%s' is not allowed (expected %s)",
                       group, key->name, vi->text, c);
         continue;
       }
       if (strlen(text) >= CFG_ITEM_LEN) {
-        nml_error_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry longer than %d characters", group,
+        err_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry longer than %d characters", group,
                       key->name, CFG_ITEM_LEN - 1);
         continue;
       }
       util_strlcpy(tmp.v[tmp.n++], text, CFG_ITEM_LEN);
     }
-    if (errs->n == n0) *l = tmp;
+    if (err_count(errs) == n0) *l = tmp;
     break;
   }
   }
-  return errs->n - n0;
+  return (int)(err_count(errs) - n0);
 }
 
 static void set_origin(cfg_config *cfg, int k, const char *file, int line, int col) {
@@ -309,7 +321,7 @@ static int close_enough(const char *a, int d) {
 }
 
 /* Apply one parsed document (deck or override) to cfg. */
-static void apply_doc(cfg_config *cfg, const nml_doc *doc, nml_errors *errs) {
+static void apply_doc(cfg_config *cfg, const nml_doc *doc, err_list *errs) {
   for (int i = 0; i < doc->n; i++) {
     const nml_group *gr = &doc->groups[i];
     int g = find_group(gr->name);
@@ -330,10 +342,10 @@ static void apply_doc(cfg_config *cfg, const nml_doc *doc, nml_errors *errs) {
       char hint[640];
       snprintf(hint, sizeof hint, "the groups are %s", list);
       if (best && close_enough(gr->name, bd))
-        nml_error_add(errs, gr->file, gr->line, gr->col, hint, "unknown group '&%s'; did you mean '&%s'?",
+        err_add(errs, gr->file, gr->line, gr->col, hint, "unknown group '&%s'; did you mean '&%s'?",
                       gr->name, best);
       else
-        nml_error_add(errs, gr->file, gr->line, gr->col, hint, "unknown group '&%s'", gr->name);
+        err_add(errs, gr->file, gr->line, gr->col, hint, "unknown group '&%s'", gr->name);
       continue;
     }
     for (int j = 0; j < gr->n; j++) {
@@ -355,10 +367,10 @@ static void apply_doc(cfg_config *cfg, const nml_doc *doc, nml_errors *errs) {
             o += snprintf(hint + o, sizeof hint - (size_t)o, " %s", cfg_key_table[m].name);
         }
         if (best && close_enough(e->key, d))
-          nml_error_add(errs, e->file, e->line, e->col, hint, "&%s: unknown key '%s'; did you mean '%s'?", gr->name,
+          err_add(errs, e->file, e->line, e->col, hint, "&%s: unknown key '%s'; did you mean '%s'?", gr->name,
                         e->key, best);
         else
-          nml_error_add(errs, e->file, e->line, e->col, hint, "&%s: unknown key '%s'", gr->name, e->key);
+          err_add(errs, e->file, e->line, e->col, hint, "&%s: unknown key '%s'", gr->name, e->key);
         continue;
       }
       if (assign(cfg, k, e, cfg_group_table[g].name, errs) == 0) set_origin(cfg, k, e->file, e->line, e->col);
@@ -366,7 +378,7 @@ static void apply_doc(cfg_config *cfg, const nml_doc *doc, nml_errors *errs) {
   }
 }
 
-void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, const char *key, const char *hint,
+void cfg_error_at(const cfg_config *cfg, err_list *errs, const char *group, const char *key, const char *hint,
                   const char *fmt, ...) {
   int k = cfg_find(group, key);
   UTIL_CHECK(k >= 0, NULL, "internal: no key %s.%s", group, key);
@@ -377,13 +389,26 @@ void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, co
   va_end(ap);
   const cfg_origin *o = &cfg->origin[k];
   if (o->derived && o->line > 0) /* the place of the key it was derived from */
-    nml_error_add(errs, o->file, o->line, o->col, hint, "&%s %s (derived from this key): %s", group, key, msg);
+    err_add(errs, o->file, o->line, o->col, hint, "&%s %s (derived from this key): %s", group, key, msg);
   else if (o->file[0] && o->line > 0)
-    nml_error_add(errs, o->file, o->line, o->col, hint, "&%s %s: %s", group, key, msg);
+    err_add(errs, o->file, o->line, o->col, hint, "&%s %s: %s", group, key, msg);
   else if (o->file[0])
-    nml_error_add(errs, o->file, 0, 0, hint, "&%s %s: %s", group, key, msg);
+    err_add(errs, o->file, 0, 0, hint, "&%s %s: %s", group, key, msg);
   else
-    nml_error_add(errs, cfg->deck_path, 0, 0, hint, "&%s %s (default): %s", group, key, msg);
+    err_add(errs, cfg->deck_path, 0, 0, hint, "&%s %s (default): %s", group, key, msg);
+}
+
+void cfg_relocate(const cfg_config *cfg, err_list *errs, int from, const char *group, const char *key) {
+  for (int i = from; i < errs->n; i++) {
+    err_item *e = &errs->v[i];
+    if (e->line > 0 || !e->file[0]) continue;
+    err_item moved = *e;
+    int n = errs->n;
+    cfg_error_at(cfg, errs, group, key, moved.hint[0] ? moved.hint : NULL, "'%s': %s", moved.file, moved.msg);
+    if (errs->n == n) continue; /* the list is full: keep the error where it was */
+    errs->v[i] = errs->v[errs->n - 1];
+    errs->n--;
+  }
 }
 
 /* ---- cross-field checks and derived values --------------------------------------------------- */
@@ -395,7 +420,7 @@ int cfg_has_task(const cfg_config *cfg, const char *task) {
 }
 
 /* The tasks' order and what each task needs. */
-static void check_tasks(const cfg_config *cfg, nml_errors *errs) {
+static void check_tasks(const cfg_config *cfg, err_list *errs) {
   static const char *order[] = {"tokenizer", "prepare", "train"};
   const cfg_strlist *t = &cfg->job.task;
   int last = -1;
@@ -448,7 +473,7 @@ static void check_tasks(const cfg_config *cfg, nml_errors *errs) {
   }
 }
 
-static void check_consistency(cfg_config *cfg, nml_errors *errs) {
+static void check_consistency(cfg_config *cfg, err_list *errs) {
   cfg_model *m = &cfg->model;
   if (m->n_embd % m->n_head != 0) {
     char hint[256];
@@ -543,8 +568,8 @@ static void derive(cfg_config *cfg) {
 
 /* ---- the layout ------------------------------------------------------------------------------ */
 
-int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs) {
-  int n0 = errs->n;
+int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs) {
+  long n0 = err_count(errs);
   cfg_parallel *p = &cfg->parallel;
   cfg_training *t = &cfg->training;
   long P = p->pipeline_stages;
@@ -556,7 +581,7 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs) {
     cfg_error_at(cfg, errs, "parallel", "pipeline_stages", fits,
                  "%d rank%s cannot form pipelines of %ld stages (pipeline_stages x data_parallel must equal the rank count)",
                  nranks, nranks == 1 ? "" : "s", P);
-    return errs->n - n0;
+    return (int)(err_count(errs) - n0);
   }
   if (p->data_parallel == 0) {
     p->data_parallel = nranks / P;
@@ -568,7 +593,7 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs) {
     cfg_error_at(cfg, errs, "parallel", "data_parallel", hint,
                  "pipeline_stages x data_parallel = %ld x %ld = %ld, not the %d rank%s of the job", P, p->data_parallel,
                  P * p->data_parallel, nranks, nranks == 1 ? "" : "s");
-    return errs->n - n0;
+    return (int)(err_count(errs) - n0);
   }
   long D = p->data_parallel, B = t->micro_batch_size, per = B * D; /* sequences per micro-batch round */
   if (t->global_batch_size == 0) {
@@ -584,7 +609,7 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs) {
     cfg_error_at(cfg, errs, "training", "global_batch_size", hint,
                  "global_batch_size = %ld is not a multiple of micro_batch_size x data_parallel = %ld",
                  t->global_batch_size, per);
-    return errs->n - n0;
+    return (int)(err_count(errs) - n0);
   }
   long m = t->global_batch_size / per;
   if (p->micro_batches == 0) {
@@ -598,7 +623,7 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs) {
                  "micro_batches = %ld disagrees with global_batch_size / (micro_batch_size x data_parallel) = %ld",
                  p->micro_batches, m);
   }
-  return errs->n - n0;
+  return (int)(err_count(errs) - n0);
 }
 
 /* ---- loading --------------------------------------------------------------------------------- */
@@ -661,52 +686,64 @@ static char *override_text(const char *ov) {
   return s;
 }
 
-int cfg_load(cfg_config *cfg, const char *deck_text, const char *deck_name, char *const *overrides,
-             int noverrides, nml_errors *errs) {
-  memset(cfg, 0, sizeof *cfg);
-  util_strlcpy(cfg->deck_path, deck_name, sizeof cfg->deck_path);
-  int n0 = errs->n;
-
+/* The built-in defaults, parsed like a deck; every key's origin "default". */
+static void load_defaults(cfg_config *cfg) {
+  err_list errs = {0};
   char *dtext = defaults_text();
   nml_doc ddoc = {0};
-  nml_parse(dtext, "(defaults)", &ddoc, errs);
-  apply_doc(cfg, &ddoc, errs);
-  UTIL_CHECK(errs->n == n0, NULL, "internal: the built-in defaults do not parse: %s",
-             errs->n > n0 ? errs->v[n0].msg : "");
+  nml_parse(dtext, strlen(dtext), "(defaults)", &ddoc, &errs);
+  apply_doc(cfg, &ddoc, &errs);
+  UTIL_CHECK(errs.n == 0, NULL, "internal: the built-in defaults do not parse: %s", errs.n ? errs.v[0].msg : "");
   nml_doc_free(&ddoc);
   free(dtext);
+  err_free(&errs);
   for (int k = 0; k < CFG_NKEYS; k++) set_origin(cfg, k, "", 0, 0);
+}
 
+/* One --set group.key=value: exactly one key of one group, reported at the option. */
+static void apply_override(cfg_config *cfg, const char *ov, err_list *errs) {
+  char where[CFG_STR_LEN], shown[200];
+  util_snprintf(where, sizeof where, "--set %s", err_quote(shown, sizeof shown, ov, strlen(ov)));
+  char *text = override_text(ov);
+  if (!text) {
+    err_add(errs, where, 0, 0, "write --set group.key=value, e.g. --set training.lr=3e-4", "malformed override");
+    return;
+  }
+  nml_doc odoc = {0};
+  int e0 = errs->n;
+  long c0 = err_count(errs);
+  nml_parse(text, strlen(text), "--set", &odoc, errs);
+  if (err_count(errs) == c0 && (odoc.n != 1 || odoc.groups[0].n != 1))
+    err_add(errs, where, 0, 0, "one --set sets one key; quote a value that holds '/' or '&': --set \"job.name='a/b'\"",
+            "the value reaches beyond its key (into %s)", odoc.n != 1 ? "another group" : "another key");
+  else
+    apply_doc(cfg, &odoc, errs);
+  for (int k = 0; k < CFG_NKEYS; k++)
+    if (strcmp(cfg->origin[k].file, "--set") == 0) set_origin(cfg, k, where, 0, 0);
+  for (int e = e0; e < errs->n; e++) { /* an override has no lines: name the option instead */
+    util_strlcpy(errs->v[e].file, where, sizeof errs->v[e].file);
+    errs->v[e].line = errs->v[e].col = 0;
+  }
+  nml_doc_free(&odoc);
+  free(text);
+}
+
+int cfg_load(cfg_config *cfg, const char *deck_text, size_t deck_len, const char *deck_name, char *const *overrides,
+             int noverrides, err_list *errs) {
+  memset(cfg, 0, sizeof *cfg);
+  util_strlcpy(cfg->deck_path, deck_name, sizeof cfg->deck_path);
+  long n0 = err_count(errs);
+  load_defaults(cfg);
   nml_doc doc = {0};
-  nml_parse(deck_text, deck_name, &doc, errs);
+  if (nml_parse(deck_text, deck_len, deck_name, &doc, errs) == 0 && doc.n == 0)
+    err_add(errs, deck_name, 0, 0, "a deck holds groups such as &job task = 'train' /; input/tiny.nml is one",
+            "the deck is empty: no &group in it");
   apply_doc(cfg, &doc, errs);
   nml_doc_free(&doc);
-
-  for (int i = 0; i < noverrides; i++) {
-    char *text = override_text(overrides[i]);
-    char where[300];
-    snprintf(where, sizeof where, "--set %s", overrides[i]);
-    if (!text) {
-      nml_error_add(errs, where, 0, 0, "write --set group.key=value, e.g. --set training.lr=3e-4",
-                    "malformed override");
-      continue;
-    }
-    nml_doc odoc = {0};
-    int e0 = errs->n;
-    nml_parse(text, "--set", &odoc, errs);
-    apply_doc(cfg, &odoc, errs);
-    for (int k = 0; k < CFG_NKEYS; k++)
-      if (strcmp(cfg->origin[k].file, "--set") == 0) set_origin(cfg, k, where, 0, 0);
-    for (int e = e0; e < errs->n; e++) { /* an override has no lines: name the option instead */
-      util_strlcpy(errs->v[e].file, where, sizeof errs->v[e].file);
-      errs->v[e].line = errs->v[e].col = 0;
-    }
-    nml_doc_free(&odoc);
-    free(text);
-  }
-  if (errs->n > n0) return errs->n - n0;
+  for (int i = 0; i < noverrides; i++) apply_override(cfg, overrides[i], errs);
+  if (err_count(errs) > n0) return (int)(err_count(errs) - n0);
   check_consistency(cfg, errs);
-  if (errs->n > n0) return errs->n - n0;
+  if (err_count(errs) > n0) return (int)(err_count(errs) - n0);
   derive(cfg);
   return 0;
 }

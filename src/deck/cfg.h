@@ -30,7 +30,8 @@ typedef struct {
   X(g, STR, run_dir, "'runs/default'", "", "Directory that receives deck.resolved.nml, log.txt, metrics.csv and verdict.json") \
   X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
   X(g, INT, seed, "1234", "[0, 9007199254740991]", "Seed of parameter initialisation, data order and sampling") \
-  X(g, INT, log_every, "10", "[1, inf)", "Optimizer steps between progress lines and metrics.csv rows")
+  X(g, INT, log_every, "10", "[1, inf)", "Optimizer steps between progress lines and metrics.csv rows") \
+  X(g, REAL, step_timeout, "1800", "[0, inf)", "Seconds a training job may go without any rank making progress (a step, a micro-batch, a checkpoint batch) before it ends with a message naming the rank that stopped answering; 0 disables the watchdog")
 
 #define CFG_GROUP_MODEL(X, g)                                                                         \
   X(g, STR, arch, "'gpt-neo'", "gpt-neo|gpt2", "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers) or 'gpt2' (scaled scores, q/k/v bias, all global)") \
@@ -81,7 +82,8 @@ typedef struct {
 
 #define CFG_GROUP_DATA(X, g)                                                                       \
   X(g, STR, train, "''", "", "Training dataset (NetCDF, from the 'prepare' task); empty means &prepare train_out") \
-  X(g, STR, val, "''", "", "Validation dataset; empty means &prepare val_out")
+  X(g, STR, val, "''", "", "Validation dataset; empty means &prepare val_out")                       \
+  X(g, BOOL, verify, ".true.", "", "Read the datasets once at start-up, shared among the ranks, and check every token id against the vocabulary and every block of 2^20 tokens against its checksum; .false. checks the headers and the file sizes only")
 
 #define CFG_GROUP_PARALLEL(X, g)                                                                   \
   X(g, INT, pipeline_stages, "1", "[1, 4096]", "Pipeline stages P: the layers are split into P consecutive groups, one per rank of a pipeline") \
@@ -102,7 +104,8 @@ typedef struct {
   X(g, BOOL, direct_read, ".true.", "", "Read checkpoints straight from the disk, ahead of their use on a thread of their own (O_DIRECT: no page cache, no kernel copy); .false., or a file system that refuses it, reads through the page cache") \
   X(g, REAL, read_mb, "8", "(0, 2047]", "Size in MiB of each read request, and of each of the reader's 2 x read_requests buffers (no more than a rank's share of the checkpoint)") \
   X(g, INT, read_requests, "4", "[1, 64]", "Reads in flight per rank while a checkpoint is read (reader threads): several keep the disk busy") \
-  X(g, STR, restart, "''", "", "Continue from a checkpoint: its path, or 'latest' (the newest in dir; none there starts from step 0)")
+  X(g, STR, restart, "''", "", "Continue from a checkpoint: its path, or 'latest' (the newest in dir; none there starts from step 0)") \
+  X(g, BOOL, fallback, ".true.", "", "With restart = 'latest': a damaged newest checkpoint is set aside (renamed .damaged) with a warning and the next older one is read; .false. stops with the errors instead")
 
 #define CFG_GROUP_SAMPLE(X, g)                                                                        \
   X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate after training; 0 skips sampling")    \
@@ -192,29 +195,38 @@ typedef struct cfg_config {
 
 const cfg_key *cfg_keys(void);
 const cfg_group *cfg_groups(int *ngroups);
+/* A hash of the tables and this build's cfg_config layout: equal on ranks that read the same
+ * configuration bytes the same way. */
+unsigned long long cfg_table_hash(void);
 /* Index of group.key in cfg_keys(), or -1. */
 int cfg_find(const char *group, const char *key);
 
-/* Fill cfg from defaults, the deck text and the --set overrides ("group.key=value"), then check
- * types, ranges and cross-field consistency and derive implied values (n_inner, batch sizes,
- * decay_steps). Returns the number of errors added to errs; cfg is usable only when 0. */
-int cfg_load(cfg_config *cfg, const char *deck_text, const char *deck_name, char *const *overrides,
-             int noverrides, nml_errors *errs);
+/* Fill cfg from defaults, the deck text (deck_len bytes) and the --set overrides
+ * ("group.key=value", each setting exactly one key), then check types, ranges and cross-field
+ * consistency and derive implied values (n_inner, batch sizes, decay_steps). Returns the number of
+ * errors added to errs; cfg is usable only when 0. */
+int cfg_load(cfg_config *cfg, const char *deck_text, size_t deck_len, const char *deck_name, char *const *overrides,
+             int noverrides, err_list *errs);
 
 /* Derive the layout keys that depend on the rank count (data_parallel, micro_batches,
  * global_batch_size) and check that the layout fits nranks. Returns the number of errors. */
-int cfg_resolve_layout(cfg_config *cfg, int nranks, nml_errors *errs);
+int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs);
 
 /* Whether the deck's &job task list has this task. */
 int cfg_has_task(const cfg_config *cfg, const char *task);
 
 /* Report an error at the place where group.key was set (or "default"). */
-void cfg_error_at(const cfg_config *cfg, nml_errors *errs, const char *group, const char *key, const char *hint,
+void cfg_error_at(const cfg_config *cfg, err_list *errs, const char *group, const char *key, const char *hint,
                   const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+
+/* Errors errs->v[from..] about a whole file that the deck key group.key names (errors without a
+ * line: cannot open, not a dataset, ...) are moved to the key's place, the file named in the
+ * message; errors at a line of the file stay there. */
+void cfg_relocate(const cfg_config *cfg, err_list *errs, int from, const char *group, const char *key);
 
 /* Write the resolved deck (a valid deck) with a header comment; defaults are marked. */
 void cfg_write_deck(const cfg_config *cfg, FILE *fp, const char *header);

@@ -11,52 +11,15 @@
 
 #include "base/util.h"
 
-void nml_error_add(nml_errors *errs, const char *file, int line, int col, const char *hint, const char *fmt,
-                   ...) {
-  if (errs->n == errs->cap) {
-    errs->cap = errs->cap ? 2 * errs->cap : 16;
-    errs->v = util_realloc(errs->v, (size_t)errs->cap * sizeof *errs->v, "deck errors");
-  }
-  nml_error *e = &errs->v[errs->n++];
-  memset(e, 0, sizeof *e);
-  util_strlcpy(e->file, file ? file : "", sizeof e->file);
-  e->line = line;
-  e->col = col;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-  va_end(ap);
-  if (hint) util_strlcpy(e->hint, hint, sizeof e->hint);
-}
-
-void nml_errors_free(nml_errors *errs) {
-  free(errs->v);
-  errs->v = NULL;
-  errs->n = errs->cap = 0;
-}
-
-void nml_errors_print(const nml_errors *errs, int max) {
-  for (int i = 0; i < errs->n && i < max; i++) {
-    const nml_error *e = &errs->v[i];
-    if (e->line > 0)
-      fprintf(stderr, "%s:%d:%d: error: %s\n", e->file, e->line, e->col, e->msg);
-    else if (e->file[0])
-      fprintf(stderr, "%s: error: %s\n", e->file, e->msg);
-    else
-      fprintf(stderr, "greenlm: error: %s\n", e->msg);
-    if (e->hint[0]) fprintf(stderr, "  hint: %s\n", e->hint);
-  }
-  if (errs->n > max) fprintf(stderr, "greenlm: ... and %d more errors\n", errs->n - max);
-}
-
 /* ---- lexer state ---------------------------------------------------------------------------- */
 
 typedef struct {
   const char *p;
   const char *file;
   int line, col;
-  nml_errors *errs;
-  int nerr0;
+  err_list *errs;
+  int nerr0;    /* errors kept before this parse (for the check of a line already reported) */
+  long count0;  /* errors counted before this parse */
 } nml_lexer;
 
 static int lx_peek(const nml_lexer *lx) { return (unsigned char)*lx->p; }
@@ -146,7 +109,7 @@ static int lx_string(nml_lexer *lx, nml_value *v) {
   for (;;) {
     int c = lx_peek(lx);
     if (c == 0 || c == '\n') {
-      nml_error_add(lx->errs, lx->file, line, col, "close the string with a matching quote on the same line",
+      err_add(lx->errs, lx->file, line, col, "close the string with a matching quote on the same line",
                     "unterminated string starting with %c", q);
       free(buf);
       return -1;
@@ -208,7 +171,7 @@ static int lx_number(nml_lexer *lx, nml_value *v) {
     lx_rest(lx, rest, sizeof rest);
     char shown[160];
     snprintf(shown, sizeof shown, "%.*s%s", (int)(lx->p - start) - (int)strlen(rest), start, rest);
-    nml_error_add(lx->errs, lx->file, line, col, "numbers look like 12, -3, 0.5, 1e-4 or 1.0d-4",
+    err_add(lx->errs, lx->file, line, col, "numbers look like 12, -3, 0.5, 1e-4 or 1.0d-4",
                   "malformed number '%s'", shown);
     return -1;
   }
@@ -225,14 +188,14 @@ static int lx_number(nml_lexer *lx, nml_value *v) {
     v->kind = NML_REAL;
     v->r = strtod(tmp, NULL);
     if (errno == ERANGE && fabs(v->r) > 1.0) {
-      nml_error_add(lx->errs, lx->file, line, col, NULL, "real '%s' is out of range", v->text);
+      err_add(lx->errs, lx->file, line, col, NULL, "real '%s' is out of range", v->text);
       return -1;
     }
   } else {
     v->kind = NML_INT;
     v->i = strtoll(tmp, NULL, 10);
     if (errno == ERANGE) {
-      nml_error_add(lx->errs, lx->file, line, col, NULL, "integer '%s' is out of range", v->text);
+      err_add(lx->errs, lx->file, line, col, NULL, "integer '%s' is out of range", v->text);
       return -1;
     }
     v->r = (double)v->i;
@@ -272,12 +235,12 @@ static int lx_value(nml_lexer *lx, nml_entry *e) {
       while (lx->p < q) lx_next(lx);
       lx_next(lx); /* '*' */
       if (repeat < 1 || repeat > 1000000) {
-        nml_error_add(lx->errs, lx->file, line, col, "write n*value with 1 <= n", "bad repeat count %lld",
+        err_add(lx->errs, lx->file, line, col, "write n*value with 1 <= n", "bad repeat count %lld",
                       repeat);
         return -1;
       }
       if (is_separator(lx_peek(lx))) {
-        nml_error_add(lx->errs, lx->file, line, col, "write the value right after the '*', as in 4*0.5",
+        err_add(lx->errs, lx->file, line, col, "write the value right after the '*', as in 4*0.5",
                       "repeat count %lld* has no value", repeat);
         return -1;
       }
@@ -316,12 +279,12 @@ static int lx_value(nml_lexer *lx, nml_entry *e) {
       lx_rest(lx, rest, sizeof rest);
       char hint[200];
       snprintf(hint, sizeof hint, "put text in quotes ('%s%s'); logicals are .true. or .false.", word, rest);
-      nml_error_add(lx->errs, lx->file, line, col, hint, "unquoted value '%s%s'", word, rest);
+      err_add(lx->errs, lx->file, line, col, hint, "unquoted value '%s%s'", word, rest);
       rc = -1;
     }
   } else {
     int line = lx->line, col = lx->col;
-    nml_error_add(lx->errs, lx->file, line, col, "values are numbers, quoted strings or logicals",
+    err_add(lx->errs, lx->file, line, col, "values are numbers, quoted strings or logicals",
                   "unexpected character '%c' in a value", c);
     lx_next(lx);
     return -1;
@@ -372,7 +335,7 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
     lx_skip(lx, 1);
     int c = lx_peek(lx);
     if (c == 0) {
-      nml_error_add(lx->errs, lx->file, g->line, g->col, "end the group with '/' after its last entry",
+      err_add(lx->errs, lx->file, g->line, g->col, "end the group with '/' after its last entry",
                     "group &%s is never closed", g->name);
       return 0;
     }
@@ -390,7 +353,7 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
       lx->p = save;
       lx->line = sl;
       lx->col = sc;
-      nml_error_add(lx->errs, lx->file, g->line, g->col, "end each group with '/' before the next '&group'",
+      err_add(lx->errs, lx->file, g->line, g->col, "end each group with '/' before the next '&group'",
                     "group &%s is not closed before &%s starts at line %d", g->name, name, sl);
       return 0;
     }
@@ -403,7 +366,7 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
         rest[1] = '\0';
         lx_next(lx);
       }
-      nml_error_add(lx->errs, lx->file, line, col, "entries look like: key = value", "expected a key, found '%s'",
+      err_add(lx->errs, lx->file, line, col, "entries look like: key = value", "expected a key, found '%s'",
                     rest);
       continue;
     }
@@ -412,7 +375,7 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
     lx_ident(lx, key, sizeof key);
     lx_skip(lx, 0);
     if (lx_peek(lx) == '(') {
-      nml_error_add(lx->errs, lx->file, line, col, "give the whole list: key = 'a', 'b', ...",
+      err_add(lx->errs, lx->file, line, col, "give the whole list: key = 'a', 'b', ...",
                     "element syntax %s(...) is not supported", key);
       while (*lx->p && *lx->p != '\n') lx_next(lx);
       continue;
@@ -420,7 +383,7 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
     if (lx_peek(lx) != '=') {
       char hint[160];
       snprintf(hint, sizeof hint, "write %s = value", key);
-      nml_error_add(lx->errs, lx->file, line, col, hint, "expected '=' after key '%s'", key);
+      err_add(lx->errs, lx->file, line, col, hint, "expected '=' after key '%s'", key);
       while (*lx->p && *lx->p != '\n') lx_next(lx);
       continue;
     }
@@ -429,7 +392,7 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
       if (strcmp(g->entries[k].key, key) == 0) {
         char hint[160];
         snprintf(hint, sizeof hint, "keep one of the two (the first is at line %d)", g->entries[k].line);
-        nml_error_add(lx->errs, lx->file, line, col, hint, "duplicate key '%s' in &%s", key, g->name);
+        err_add(lx->errs, lx->file, line, col, hint, "duplicate key '%s' in &%s", key, g->name);
         break;
       }
     }
@@ -449,15 +412,44 @@ static int parse_group_body(nml_lexer *lx, nml_group *g) {
       int dup_err = 0; /* a bad value on this line was already reported */
       for (int k = lx->nerr0; k < lx->errs->n; k++)
         if (lx->errs->v[k].line == line && lx->errs->v[k].col > col) dup_err = 1;
-      if (!dup_err) nml_error_add(lx->errs, lx->file, line, col, hint, "key '%s' has no value", key);
+      if (!dup_err) err_add(lx->errs, lx->file, line, col, hint, "key '%s' has no value", key);
       entry_free(e);
       g->n--;
     }
   }
 }
 
-int nml_parse(const char *text, const char *file, nml_doc *doc, nml_errors *errs) {
-  nml_lexer lx = {text, file, 1, 1, errs, errs->n};
+/* Length of the UTF-8 sequence at s (n bytes left), or 0 when it is not valid UTF-8. */
+static int utf8_len(const unsigned char *s, size_t n) {
+  int len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+  if (!len || (size_t)len > n || (len == 2 && s[0] < 0xC2)) return 0;
+  for (int k = 1; k < len; k++)
+    if ((s[k] & 0xC0) != 0x80) return 0;
+  return len;
+}
+
+/* A deck is text: UTF-8 without NUL bytes or control characters other than tab, newline, carriage
+ * return and form feed. Returns the error (at the first offending byte) count: 0 or 1. */
+static int check_text(const char *text, size_t len, const char *file, err_list *errs) {
+  const unsigned char *s = (const unsigned char *)text;
+  int line = 1, col = 1;
+  for (size_t i = 0; i < len;) {
+    int c = s[i], n = utf8_len(s + i, len - i);
+    if (n == 0 || c == 0 || c == 0x7f || (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v')) {
+      err_add(errs, file, line, col, "a deck is a text file (UTF-8); is this the right file?",
+              "byte 0x%02x is not text%s", c, c == 0 ? " (a NUL byte)" : n == 0 ? " (not UTF-8)" : " (a control character)");
+      return 1;
+    }
+    if (c == '\n') line++, col = 1;
+    else col++;
+    i += (size_t)n;
+  }
+  return 0;
+}
+
+int nml_parse(const char *text, size_t len, const char *file, nml_doc *doc, err_list *errs) {
+  if (check_text(text, len, file, errs)) return 1;
+  nml_lexer lx = {text, file, 1, 1, errs, errs->n, err_count(errs)};
   for (;;) {
     lx_skip(&lx, 0);
     int c = lx_peek(&lx);
@@ -468,11 +460,11 @@ int nml_parse(const char *text, const char *file, nml_doc *doc, nml_errors *errs
       char name[64];
       lx_ident(&lx, name, sizeof name);
       if (!name[0]) {
-        nml_error_add(errs, file, line, col, "groups start with &name, as in &model", "'&' without a group name");
+        err_add(errs, file, line, col, "groups start with &name, as in &model", "'&' without a group name");
         continue;
       }
       if (strcmp(name, "end") == 0) {
-        nml_error_add(errs, file, line, col, "remove it, or open a group first", "&end without an open group");
+        err_add(errs, file, line, col, "remove it, or open a group first", "&end without an open group");
         continue;
       }
       for (int k = 0; k < doc->n; k++) {
@@ -480,7 +472,7 @@ int nml_parse(const char *text, const char *file, nml_doc *doc, nml_errors *errs
           char hint[160];
           snprintf(hint, sizeof hint, "merge both into one &%s group (the first is at line %d)", name,
                    doc->groups[k].line);
-          nml_error_add(errs, file, line, col, hint, "group &%s appears twice", name);
+          err_add(errs, file, line, col, hint, "group &%s appears twice", name);
           break;
         }
       }
@@ -495,12 +487,12 @@ int nml_parse(const char *text, const char *file, nml_doc *doc, nml_errors *errs
         rest[1] = '\0';
         lx_next(&lx);
       }
-      nml_error_add(errs, file, line, col, "entries belong inside a group: &name ... /",
+      err_add(errs, file, line, col, "entries belong inside a group: &name ... /",
                     "text outside a group: '%s'", rest);
       while (*lx.p && *lx.p != '\n' && *lx.p != '&') lx_next(&lx);
     }
   }
-  return errs->n - lx.nerr0;
+  return (int)(err_count(errs) - lx.count0);
 }
 
 void nml_doc_free(nml_doc *doc) {

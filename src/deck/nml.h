@@ -13,6 +13,10 @@
 #ifndef GREENLM_NML_H
 #define GREENLM_NML_H
 
+#include <stddef.h>
+
+#include "base/err.h"
+
 typedef enum { NML_INT, NML_REAL, NML_BOOL, NML_STR } nml_kind;
 
 typedef struct {
@@ -44,33 +48,15 @@ typedef struct {
   int n;
 } nml_doc;
 
-typedef struct {
-  char file[256];
-  int line, col; /* 0 when the error has no place in a file */
-  char msg[640];
-  char hint[384];
-} nml_error;
+/* A deck is at most this long. */
+enum { NML_MAX_BYTES = 1 << 20 };
 
-typedef struct {
-  nml_error *v;
-  int n, cap;
-} nml_errors;
-
-/* Parse text (NUL-terminated) read from `file` (a name for messages; kept by pointer) and append
- * its groups to doc. Returns the number of errors appended to errs. */
-int nml_parse(const char *text, const char *file, nml_doc *doc, nml_errors *errs);
+/* Parse len bytes of text (NUL-terminated after them) read from `file` (a name for messages; kept
+ * by pointer) and append its groups to doc. Text that is not text (a NUL byte, a control
+ * character, invalid UTF-8) is an error at its line and column, and nothing is parsed. Returns
+ * the number of errors appended to errs. */
+int nml_parse(const char *text, size_t len, const char *file, nml_doc *doc, err_list *errs);
 void nml_doc_free(nml_doc *doc);
-
-/* Append an error; file may be NULL, hint may be NULL. */
-void nml_error_add(nml_errors *errs, const char *file, int line, int col, const char *hint,
-                   const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 6, 7)))
-#endif
-    ;
-void nml_errors_free(nml_errors *errs);
-/* Print errors as "file:line:col: error: msg" + "  hint: ..." (at most `max`, then a count). */
-void nml_errors_print(const nml_errors *errs, int max);
 
 /* Format a value as deck text: strings quoted (quotes doubled), reals with a '.' or exponent. */
 void nml_format_string(const char *s, char *out, int len);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "base/env.h"
 #include "base/util.h"
 
 /* ---- tables ------------------------------------------------------------------------------------ */
@@ -119,7 +120,7 @@ static int add_zone(energy_meter *e, const char *dir) {
 
 /* The zones intel-rapl:N and their sub-zones intel-rapl:N:M. */
 static void open_rapl(energy_meter *e, char *why, size_t wl) {
-  const char *root = getenv("GREENLM_POWERCAP_ROOT");
+  const char *root = env_path("GREENLM_POWERCAP_ROOT");
   if (!root || !*root) root = "/sys/class/powercap";
   DIR *d = opendir(root);
   if (!d) {
@@ -174,7 +175,7 @@ typedef int (*nvml_name_fn)(void *dev, char *name, unsigned int len);
 
 /* Open NVML and this rank's GPU by bus id; the counter if it works, else power samples. */
 static void open_nvml(energy_meter *e, const char *bus, energy_source *s) {
-  const char *lib = getenv("GREENLM_NVML_LIBRARY");
+  const char *lib = env_path("GREENLM_NVML_LIBRARY");
   if (!lib || !*lib) lib = "libnvidia-ml.so.1";
   e->nvml_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!e->nvml_lib) {
@@ -276,7 +277,7 @@ static void set_source(energy_source *s, energy_status st, const char *method, c
 }
 
 int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm node, int node_cores,
-                const char *gpu_bus_id, const char *csv_path, char *err, size_t errlen) {
+                const char *gpu_bus_id, const char *csv_path, err_list *errs) {
   memset(e, 0, sizeof *e);
   e->world = world, e->node = node;
   MPI_Comm_rank(world, &e->rank);
@@ -375,12 +376,12 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
     if (!e->csv) rc = errno;
     else fprintf(e->csv, "time_s,node,component,measured_j,estimated_j\n");
   }
+  if (rc)
+    err_add(errs, e->csv || !csv_path ? NULL : csv_path, 0, 0, "check that &job run_dir is writable",
+            "energy: cannot %s: %s", e->csv || !csv_path ? "start the sampling thread" : "write", strerror(rc));
   int any;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, world);
-  if (any) {
-    util_snprintf(err, errlen, "energy: cannot start the sampling thread or write %s: %s", csv_path ? csv_path : "", strerror(any));
-    return -1;
-  }
+  if (any) return -1;
   if (e->rank == 0) e->rec = util_calloc((size_t)e->size * ENERGY_REC, sizeof(double), "energy records");
   e->t0 = e->t_last = util_now();
   return 0;

@@ -105,9 +105,9 @@ typedef struct {
 
 /* Open the sensors: collective over world (node: its node communicator). gpu_bus_id is the PCI bus
  * id of the GPU this rank computes on, NULL or "" for none. csv_path (rank 0; NULL for none)
- * receives the time series. Returns 0, or -1 with a message in err (on every rank). */
+ * receives the time series. Returns 0, or -1 (on every rank) after an error was added where it happened. */
 int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm node, int node_cores,
-                const char *gpu_bus_id, const char *csv_path, char *err, size_t errlen);
+                const char *gpu_bus_id, const char *csv_path, err_list *errs);
 /* Read every sensor and update the job totals on every rank: collective; call at every log step
  * and at the end. */
 void energy_sample(energy_meter *e);

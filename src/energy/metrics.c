@@ -6,11 +6,13 @@
 #include <stdarg.h>
 #include <string.h>
 
-int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, size_t errlen) {
+static const char RUN_DIR_HINT[] = "check that &job run_dir is writable and the disk is not full";
+
+int metrics_open(metrics_out *mo, const char *run_dir, int append, err_list *errs) {
   memset(mo, 0, sizeof *mo);
-  char path[4096];
+  char path[UTIL_PATH_MAX];
   if (util_mkdir_p(run_dir) != 0) {
-    snprintf(err, errlen, "cannot create run directory '%s': %s", run_dir, strerror(errno));
+    err_add(errs, run_dir, 0, 0, RUN_DIR_HINT, "cannot create the run directory: %s", strerror(errno));
     return -1;
   }
   snprintf(path, sizeof path, "%s/log.txt", run_dir);
@@ -20,7 +22,7 @@ int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, si
   if (old) fclose(old);
   mo->csv = mo->log ? fopen(path, append ? "a" : "w") : NULL;
   if (!mo->log || !mo->csv) {
-    snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    err_add(errs, path, 0, 0, RUN_DIR_HINT, "cannot write: %s", strerror(errno));
     metrics_close(mo);
     return -1;
   }
@@ -31,10 +33,16 @@ int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, si
   return 0;
 }
 
-void metrics_close(metrics_out *mo) {
-  if (mo->log) fclose(mo->log);
-  if (mo->csv) fclose(mo->csv);
+/* After writing to f: a failed write (a full disk) is remembered for metrics_close. */
+static void check_written(metrics_out *mo, FILE *f) {
+  if (fflush(f) != 0 || ferror(f)) mo->failed = 1;
+}
+
+int metrics_close(metrics_out *mo) {
+  if (mo->log && fclose(mo->log) != 0) mo->failed = 1;
+  if (mo->csv && fclose(mo->csv) != 0) mo->failed = 1;
   mo->log = mo->csv = NULL;
+  return mo->failed ? -1 : 0;
 }
 
 void metrics_printf(metrics_out *mo, const char *fmt, ...) {
@@ -47,7 +55,7 @@ void metrics_printf(metrics_out *mo, const char *fmt, ...) {
     va_start(ap, fmt);
     vfprintf(mo->log, fmt, ap);
     va_end(ap);
-    fflush(mo->log);
+    check_written(mo, mo->log);
   }
 }
 
@@ -57,7 +65,7 @@ void metrics_log(metrics_out *mo, const char *fmt, ...) {
   va_start(ap, fmt);
   vfprintf(mo->log, fmt, ap);
   va_end(ap);
-  fflush(mo->log);
+  check_written(mo, mo->log);
 }
 
 void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
@@ -76,12 +84,12 @@ void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
   }
   fprintf(mo->csv, ",%s,%.4f,%.4f,%.4f,%.0f\n", r->energy_status, r->compute, r->bubble, r->exchange,
           r->bytes_per_step);
-  fflush(mo->csv);
+  check_written(mo, mo->csv);
 }
 
 int metrics_write_json(const char *run_dir, const char *name, json_t *obj) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", run_dir, name);
+  char path[UTIL_PATH_MAX];
+  util_snprintf(path, sizeof path, "%s/%s", run_dir, name);
   util_atomic_file af;
   if (util_atomic_open(&af, path) != 0) return -1;
   if (json_dumpf(obj, af.fp, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0 || fputc('\n', af.fp) == EOF) {

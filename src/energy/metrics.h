@@ -7,10 +7,12 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "base/err.h"
 #include "base/util.h"
 
 typedef struct {
   FILE *log, *csv;
+  int failed; /* a write to log.txt or metrics.csv failed (a full disk) */
 } metrics_out;
 
 typedef struct {
@@ -24,9 +26,10 @@ typedef struct {
 } metrics_row;
 
 /* Open log.txt and metrics.csv in run_dir (created when missing); append to them when resuming
- * a run. Returns 0, or -1 with err. */
-int metrics_open(metrics_out *mo, const char *run_dir, int append, char *err, size_t errlen);
-void metrics_close(metrics_out *mo);
+ * a run. Returns 0, or -1 after adding an error. */
+int metrics_open(metrics_out *mo, const char *run_dir, int append, err_list *errs);
+/* Close both; -1 when any write to them failed since they were opened. */
+int metrics_close(metrics_out *mo);
 /* Print to stdout and append to log.txt (when open). */
 void metrics_printf(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);
 /* Append to log.txt only (what stdout already showed). */

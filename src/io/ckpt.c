@@ -12,13 +12,15 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "base/ncfile.h"
 #include "io/rdahead.h"
 #include "base/util.h"
 
 #define CKPT_FORMAT "greenlm checkpoint"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 
 static const char *const KIND_PREFIX[3] = {"", "adam_m.", "adam_v."};
+static const char CKPT_WRITE_HINT[] = "check that &checkpoint dir is writable and has room; the older checkpoints are untouched";
 
 void ckpt_dir(const cfg_config *cfg, char *dir, size_t len) {
   if (cfg->checkpoint.dir[0])
@@ -38,12 +40,12 @@ typedef struct {
 } ckpt_piece;
 
 /* The pieces of [lo, hi) of the stage buffer, tensor by tensor. Returns the count; *out to free(). */
-static int pieces_of(const gpt_model *m, const par_layout *L, size_t lo, size_t hi, ckpt_piece **out) {
+static int pieces_of(const gpt_model *m, const par_layout *lay, size_t lo, size_t hi, ckpt_piece **out) {
   ckpt_piece *p = util_malloc(((size_t)m->ntensors + 1) * sizeof *p, "pieces");
   int n = 0;
   for (int i = 0; i < m->ntensors; i++) {
     const gpt_tensor *t = &m->tensors[i];
-    int copy = L->P > 1 && L->stage == L->P - 1 && t->layer < 0 && strcmp(t->name, "transformer.wte.weight") == 0;
+    int copy = lay->P > 1 && lay->stage == lay->P - 1 && t->layer < 0 && strcmp(t->name, "transformer.wte.weight") == 0;
     size_t a = lo > t->offset ? lo : t->offset, b = hi < t->offset + t->numel ? hi : t->offset + t->numel;
     if (b > a) p[n++] = (ckpt_piece){t->index, a - t->offset, b - t->offset, a, !copy};
   }
@@ -52,9 +54,9 @@ static int pieces_of(const gpt_model *m, const par_layout *L, size_t lo, size_t 
 }
 
 /* This replica's piece of the stage buffer: what it writes, and reads before sharing it. */
-static void own_piece(const gpt_model *m, const par_layout *L, size_t *lo, size_t *hi) {
-  *lo = par_piece(m->nparams, L->D, L->replica);
-  *hi = par_piece(m->nparams, L->D, L->replica + 1);
+static void own_piece(const gpt_model *m, const par_layout *lay, size_t *lo, size_t *hi) {
+  *lo = par_piece(m->nparams, lay->D, lay->replica);
+  *hi = par_piece(m->nparams, lay->D, lay->replica + 1);
 }
 
 /* One element's part of a variable's checksum: its bits times an odd weight per position (2i + 1),
@@ -89,7 +91,7 @@ static uint64_t checksum_from_file(float *y, const unsigned char *raw, size_t a,
 
 /* Backend address of stage-buffer element `off` of kind k (0 params, 1 adam_m, 2 adam_v). */
 static float *addr(const ckpt_state *s, int k, size_t off) {
-  return k == 0 ? s->m->params + off : (k == 1 ? s->opt->m : s->opt->v) + (off - s->opt->lo);
+  return k == 0 ? s->model->params + off : (k == 1 ? s->opt->m : s->opt->v) + (off - s->opt->lo);
 }
 
 /* ---- staged I/O: every element passes once through a small host buffer ------------------------- */
@@ -150,7 +152,7 @@ static size_t stage_elems(const ckpt_state *s) {
 
 static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint64_t *sums, int nsums, const char *path,
                     MPI_Comm comm) {
-  *io = (io_stream){.nc = nc, .write = write, .be = s->m->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
+  *io = (io_stream){.nc = nc, .write = write, .be = s->model->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
   if (write) io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
   io->fd = open(path, O_RDONLY);
   memset(sums, 0, (size_t)nsums * sizeof *sums);
@@ -307,18 +309,18 @@ static void io_release(io_stream *io) {
 /* Each replica's piece of the stage buffer of kind k to every replica of the stage: broadcasts
  * over the data-parallel communicator, in place on host memory, through a host buffer otherwise. */
 static void share_pieces(const ckpt_state *s, int k) {
-  const par_layout *L = s->L;
-  const backend *be = s->m->be;
-  size_t n = s->m->nparams, cap = be->host_memory ? (size_t)1 << 28 : stage_elems(s);
+  const par_layout *lay = s->lay;
+  const backend *be = s->model->be;
+  size_t n = s->model->nparams, cap = be->host_memory ? (size_t)1 << 28 : stage_elems(s);
   float *stage = be->host_memory ? NULL : util_malloc(cap * sizeof(float), "checkpoint staging");
-  for (int r = 0; r < L->D; r++) {
-    size_t lo = par_piece(n, L->D, r), hi = par_piece(n, L->D, r + 1);
+  for (int r = 0; r < lay->D; r++) {
+    size_t lo = par_piece(n, lay->D, r), hi = par_piece(n, lay->D, r + 1);
     for (size_t a = lo; a < hi; a += cap) {
       size_t c = hi - a < cap ? hi - a : cap;
       float *x = addr(s, k, a);
-      if (stage && L->replica == r) be->to_host(stage, x, c * sizeof(float));
-      MPI_Bcast(stage ? stage : x, (int)c, MPI_FLOAT, r, L->dp);
-      if (stage && L->replica != r) be->to_device(x, stage, c * sizeof(float));
+      if (stage && lay->replica == r) be->to_host(stage, x, c * sizeof(float));
+      MPI_Bcast(stage ? stage : x, (int)c, MPI_FLOAT, r, lay->dp);
+      if (stage && lay->replica != r) be->to_device(x, stage, c * sizeof(float));
     }
   }
   free(stage);
@@ -340,26 +342,26 @@ typedef struct {
 } sharer;
 
 static void share_open(sharer *h, const ckpt_state *s) {
-  const par_layout *L = s->L;
-  size_t most = par_piece(s->m->nparams, L->D, 1) + 1; /* pieces differ by one element at most */
-  *h = (sharer){.s = s, .nk = L->zero ? 1 : 3};
-  h->total = (most + SHARE_CHUNK - 1) / SHARE_CHUNK * (size_t)h->nk * (size_t)L->D;
+  const par_layout *lay = s->lay;
+  size_t most = par_piece(s->model->nparams, lay->D, 1) + 1; /* pieces differ by one element at most */
+  *h = (sharer){.s = s, .nk = lay->zero ? 1 : 3};
+  h->total = (most + SHARE_CHUNK - 1) / SHARE_CHUNK * (size_t)h->nk * (size_t)lay->D;
   h->req = util_malloc((h->total ? h->total : 1) * sizeof *h->req, "requests");
 }
 
 /* Post chunks in order, up to the first one this rank sends beyond `landed` (its piece is read up to
  * that stage-buffer offset). */
 static void share_post(sharer *h, size_t landed) {
-  const par_layout *L = h->s->L;
-  size_t n = h->s->m->nparams;
+  const par_layout *lay = h->s->lay;
+  size_t n = h->s->model->nparams;
   while (h->next < h->total) {
-    size_t x = h->next, chunk = x / ((size_t)L->D * (size_t)h->nk);
-    int r = (int)(x % (size_t)L->D), k = (int)(x / (size_t)L->D % (size_t)h->nk);
-    size_t a = par_piece(n, L->D, r) + chunk * SHARE_CHUNK, hi = par_piece(n, L->D, r + 1);
+    size_t x = h->next, chunk = x / ((size_t)lay->D * (size_t)h->nk);
+    int r = (int)(x % (size_t)lay->D), k = (int)(x / (size_t)lay->D % (size_t)h->nk);
+    size_t a = par_piece(n, lay->D, r) + chunk * SHARE_CHUNK, hi = par_piece(n, lay->D, r + 1);
     size_t c = a < hi ? (hi - a < SHARE_CHUNK ? hi - a : SHARE_CHUNK) : 0;
-    if (c && r == L->replica && a + c > landed) break;
+    if (c && r == lay->replica && a + c > landed) break;
     h->req[h->next++] = MPI_REQUEST_NULL;
-    if (c) MPI_Ibcast(addr(h->s, k, a), (int)c, MPI_FLOAT, r, L->dp, &h->req[h->next - 1]);
+    if (c) MPI_Ibcast(addr(h->s, k, a), (int)c, MPI_FLOAT, r, lay->dp, &h->req[h->next - 1]);
   }
 }
 
@@ -431,6 +433,73 @@ static void attention_pattern(const cfg_model *m, char *buf, size_t len) {
     o += (size_t)util_snprintf(buf + o, len - o, "%s%s", i ? "," : "", m->attention_types.v[i]);
 }
 
+/* ---- the run state: what a restart continues from, under a checksum of its own ----------------- */
+
+typedef struct {
+  long long step, epoch, position, seed, dataset_tokens;
+  double tokens, loss_scale;
+  char tokenizer_hash[32], dataset[32]; /* dataset: the training dataset's identity (data.h), hex */
+} run_state;
+
+static void state_of(const ckpt_state *s, run_state *r) {
+  memset(r, 0, sizeof *r);
+  r->step = s->step;
+  r->tokens = s->tokens;
+  r->epoch = s->data ? s->data->epoch : 0;
+  r->position = s->data ? (long long)s->data->pos : 0;
+  r->seed = s->cfg->job.seed;
+  r->loss_scale = s->loss_scale;
+  util_strlcpy(r->tokenizer_hash, s->tokenizer_hash ? s->tokenizer_hash : "", sizeof r->tokenizer_hash);
+  r->dataset_tokens = s->data ? s->data->train.ntokens : 0;
+  util_snprintf(r->dataset, sizeof r->dataset, "%016llx", s->data ? (unsigned long long)s->data->train.identity : 0ULL);
+}
+
+/* FNV-1a over the fields in a fixed order (the doubles by their bits), so one flipped bit in any of
+ * them is noticed. */
+static uint64_t state_checksum(const run_state *r) {
+  long long ints[5] = {r->step, r->epoch, r->position, r->seed, r->dataset_tokens};
+  double reals[2] = {r->tokens, r->loss_scale};
+  uint64_t h = util_hash64(ints, sizeof ints, 0x5ca1ab1e);
+  h = util_hash64(reals, sizeof reals, h);
+  h = util_hash64(r->tokenizer_hash, strlen(r->tokenizer_hash), h);
+  return util_hash64(r->dataset, strlen(r->dataset), h);
+}
+
+static int put_state(int nc, const run_state *r) {
+  char sum[32];
+  util_snprintf(sum, sizeof sum, "%016llx", (unsigned long long)state_checksum(r));
+  int rc = put_text(nc, NC_GLOBAL, "tokenizer_hash", r->tokenizer_hash);
+  rc |= put_i64(nc, "step", r->step);
+  rc |= put_f64(nc, "tokens_trained", r->tokens);
+  rc |= put_i64(nc, "data_epoch", r->epoch);
+  rc |= put_i64(nc, "data_position", r->position);
+  rc |= put_i64(nc, "seed", r->seed);
+  rc |= put_f64(nc, "loss_scale", r->loss_scale);
+  rc |= put_text(nc, NC_GLOBAL, "train_dataset", r->dataset);
+  rc |= put_i64(nc, "train_dataset_tokens", r->dataset_tokens);
+  rc |= put_text(nc, NC_GLOBAL, "state_checksum", sum);
+  return rc;
+}
+
+/* The run state as the file holds it; *sum its stored checksum ("" in format 1, which had none).
+ * Returns -1 when an attribute is missing or of the wrong kind. */
+static int get_state(int nc, run_state *r, char *sum, size_t len) {
+  memset(r, 0, sizeof *r);
+  r->loss_scale = 1;
+  int bad = 0;
+  bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "step", &r->step) != NC_NOERR;
+  bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_epoch", &r->epoch) != NC_NOERR;
+  bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_position", &r->position) != NC_NOERR;
+  bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "seed", &r->seed) != NC_NOERR;
+  bad |= ncmpi_get_att_double(nc, NC_GLOBAL, "tokens_trained", &r->tokens) != NC_NOERR;
+  bad |= ncmpi_get_att_double(nc, NC_GLOBAL, "loss_scale", &r->loss_scale) != NC_NOERR;
+  ncfile_get_text(nc, -1, "tokenizer_hash", r->tokenizer_hash, sizeof r->tokenizer_hash);
+  ncfile_get_text(nc, -1, "train_dataset", r->dataset, sizeof r->dataset);
+  ncfile_get_text(nc, -1, "state_checksum", sum, len);
+  if (sum[0]) bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "train_dataset_tokens", &r->dataset_tokens) != NC_NOERR;
+  return bad ? -1 : 0;
+}
+
 static int define(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, const uint64_t *sums, int *vars) {
   const cfg_config *cfg = s->cfg;
   int rc = NC_NOERR;
@@ -484,20 +553,16 @@ static int define(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, 
   for (int i = 0; i < ns; i++) rc |= put_i64(nc, sa[i].name, sa[i].value);
   rc |= put_text(nc, NC_GLOBAL, "attention_types", pattern);
   rc |= put_f64(nc, "layer_norm_epsilon", cfg->model.layer_norm_epsilon);
-  rc |= put_text(nc, NC_GLOBAL, "tokenizer_hash", s->tokenizer_hash ? s->tokenizer_hash : "");
-  rc |= put_i64(nc, "step", s->step);
-  rc |= put_f64(nc, "tokens_trained", s->tokens);
-  rc |= put_i64(nc, "data_epoch", s->data ? s->data->epoch : 0);
-  rc |= put_i64(nc, "data_position", s->data ? (long long)s->data->pos : 0);
-  rc |= put_i64(nc, "seed", cfg->job.seed);
-  rc |= put_f64(nc, "loss_scale", s->loss_scale);
+  run_state rs;
+  state_of(s, &rs);
+  rc |= put_state(nc, &rs);
   rc |= put_text(nc, NC_GLOBAL, "rng", "counter-based: initialisation, data order and sampling draw from streams "
                                        "(seed, purpose, index); the data order is (seed, epoch) and the cursor "
                                        "(data_epoch, data_position)");
-  rc |= put_i64(nc, "writer_ranks", s->L->size);
-  rc |= put_i64(nc, "writer_pipeline_stages", s->L->P);
-  rc |= put_i64(nc, "writer_data_parallel", s->L->D);
-  rc |= put_i64(nc, "writer_zero_stage", s->L->zero);
+  rc |= put_i64(nc, "writer_ranks", s->lay->size);
+  rc |= put_i64(nc, "writer_pipeline_stages", s->lay->P);
+  rc |= put_i64(nc, "writer_data_parallel", s->lay->D);
+  rc |= put_i64(nc, "writer_zero_stage", s->lay->zero);
   rc |= put_text(nc, NC_GLOBAL, "deck", deck);
   free(deck);
   return rc;
@@ -510,8 +575,22 @@ static int cmp_long(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Steps of the files ckpt-STEP.n<tail> in dir, ascending: tail "c" lists the complete checkpoints,
- * "c.tmp" the unfinished ones. Returns the count (*steps to free()). */
+/* The step of a file name that is exactly a checkpoint's, "ckpt-SSSSSSSS.nc" + tail (the step
+ * zero-padded to 8 digits or more, as ckpt_write names them), or -1: other names in the directory
+ * ("ckpt-12.nc", "ckpt-00000012.nc.bak", a directory's name) are never taken for checkpoints. */
+static long step_of(const char *name, const char *tail) {
+  if (strncmp(name, "ckpt-", 5) != 0) return -1;
+  const char *p = name + 5, *q = p;
+  while (*q >= '0' && *q <= '9') q++;
+  if (q - p < 8 || q - p > 18 || strncmp(q, ".nc", 3) != 0 || strcmp(q + 3, tail) != 0) return -1;
+  long step = strtol(p, NULL, 10);
+  char canon[32];
+  util_snprintf(canon, sizeof canon, "%08ld", step);
+  return (size_t)(q - p) == strlen(canon) && strncmp(canon, p, (size_t)(q - p)) == 0 ? step : -1;
+}
+
+/* Steps of the files ckpt-STEP.nc<tail> in dir, ascending: tail "" lists the complete checkpoints,
+ * ".tmp" the unfinished ones. Returns the count (*steps to free()). */
 static int list_checkpoints(const char *dir, const char *tail_want, long **steps) {
   int n = 0, cap = 16;
   *steps = util_malloc((size_t)cap * sizeof(long), "checkpoints");
@@ -519,12 +598,10 @@ static int list_checkpoints(const char *dir, const char *tail_want, long **steps
   if (!d) return 0;
   struct dirent *de;
   while ((de = readdir(d))) {
-    long step;
-    char tail[8] = "";
-    if (sscanf(de->d_name, "ckpt-%ld.n%7s", &step, tail) == 2 && strcmp(tail, tail_want) == 0) {
-      if (n == cap) *steps = util_realloc(*steps, (size_t)(cap *= 2) * sizeof(long), "checkpoints");
-      (*steps)[n++] = step;
-    }
+    long step = step_of(de->d_name, tail_want);
+    if (step < 0) continue;
+    if (n == cap) *steps = util_realloc(*steps, (size_t)(cap *= 2) * sizeof(long), "checkpoints");
+    (*steps)[n++] = step;
   }
   closedir(d);
   qsort(*steps, (size_t)n, sizeof(long), cmp_long);
@@ -535,14 +612,14 @@ static int list_checkpoints(const char *dir, const char *tail_want, long **steps
  * jobs killed while writing (never read, but they take space). */
 static void prune(const char *dir, long keep) {
   long *steps;
-  char path[CFG_STR_LEN + 64];
-  int n = list_checkpoints(dir, "c", &steps);
+  char path[CKPT_PATH_MAX + 32];
+  int n = list_checkpoints(dir, "", &steps);
   for (int i = 0; i < n - keep; i++) {
     util_snprintf(path, sizeof path, "%s/ckpt-%08ld.nc", dir, steps[i]);
     remove(path);
   }
   free(steps);
-  n = list_checkpoints(dir, "c.tmp", &steps);
+  n = list_checkpoints(dir, ".tmp", &steps);
   for (int i = 0; i < n; i++) {
     util_snprintf(path, sizeof path, "%s/ckpt-%08ld.nc.tmp", dir, steps[i]);
     remove(path);
@@ -550,26 +627,23 @@ static void prune(const char *dir, long keep) {
   free(steps);
 }
 
-int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
-  const par_layout *L = s->L;
-  MPI_Comm comm = L->comm;
+int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
+  const par_layout *lay = s->lay;
+  MPI_Comm comm = lay->comm;
   double t0 = util_now();
-  char dir[CFG_STR_LEN + 32], tmp[CFG_STR_LEN + 80];
+  char dir[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX + 16];
   ckpt_dir(s->cfg, dir, sizeof dir);
   util_snprintf(st->path, sizeof st->path, "%s/ckpt-%08ld.nc", dir, s->step);
   util_snprintf(tmp, sizeof tmp, "%s.tmp", st->path);
   int rc = 0;
-  if (L->rank == 0 && util_mkdir_p(dir) != 0) {
-    util_snprintf(err, errlen, "cannot create checkpoint directory '%s': %s", dir, strerror(errno));
+  if (lay->rank == 0 && util_mkdir_p(dir) != 0) {
+    err_add(errs, dir, 0, 0, CKPT_WRITE_HINT, "cannot create the checkpoint directory: %s", strerror(errno));
     rc = -1;
-  } else if (L->rank == 0) {
+  } else if (lay->rank == 0) {
     remove(tmp); /* left by a job that died while writing this step */
   }
   MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
-  if (rc) {
-    MPI_Bcast(err, (int)errlen, MPI_CHAR, 0, comm);
-    return -1;
-  }
+  if (rc) return -1;
   gpt_shape shape;
   gpt_shape_from_cfg(&shape, &s->cfg->model);
   int nall;
@@ -588,9 +662,9 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
     io.rc = nrc;
     if (nrc == NC_NOERR) reserve(nc, tmp, vars[3 * nall - 1], all[nall - 1].numel, comm);
     size_t lo, hi;
-    own_piece(s->m, L, &lo, &hi);
+    own_piece(s->model, lay, &lo, &hi);
     ckpt_piece *p;
-    int n = nrc == NC_NOERR ? pieces_of(s->m, L, lo, hi, &p) : 0;
+    int n = nrc == NC_NOERR ? pieces_of(s->model, lay, lo, hi, &p) : 0;
     for (int i = 0; i < n; i++)
       for (int k = 0; k < 3 && p[i].counted; k++) io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), 3 * p[i].t + k);
     if (n) free(p);
@@ -614,21 +688,18 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
   /* all ranks agree; rank 0 gives the file its name (durably), and drops the oldest */
   int bad = wrc != NC_NOERR, any;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
-  if (L->rank == 0) {
-    if (!any && util_commit(tmp, st->path) != 0) any = 1, wrc = NC_EWRITE;
+  if (lay->rank == 0) {
+    if (!any && util_commit(tmp, st->path) != 0) {
+      err_add(errs, st->path, 0, 0, CKPT_WRITE_HINT, "cannot give the checkpoint its name: %s", strerror(errno));
+      any = 1;
+    }
     if (any) remove(tmp);
   }
   st->seconds = util_now() - t0; /* the write, made durable and named; the pruning is housekeeping */
-  if (L->rank == 0 && !any) prune(dir, s->cfg->checkpoint.keep);
+  if (lay->rank == 0 && !any) prune(dir, s->cfg->checkpoint.keep);
   MPI_Bcast(&any, 1, MPI_INT, 0, comm);
-  if (any) {
-    int who = wrc != NC_NOERR ? L->rank : 1 << 30, first;
-    MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, comm);
-    util_snprintf(err, errlen, "writing checkpoint '%s' failed: %s", st->path,
-                  wrc != NC_NOERR ? ncmpi_strerror(wrc) : "");
-    MPI_Bcast(err, (int)errlen, MPI_CHAR, first < (1 << 30) ? first : 0, comm);
-    rc = -1;
-  }
+  if (wrc != NC_NOERR) err_add(errs, tmp, 0, 0, CKPT_WRITE_HINT, "writing the checkpoint failed: %s", ncmpi_strerror(wrc));
+  if (any) rc = -1;
   st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape); /* parameters and two moments */
   free(all), free(sums), free(total), free(vars);
   gpt_shape_free(&shape);
@@ -637,24 +708,78 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen) {
 
 /* ---- finding and reading ------------------------------------------------------------------------ */
 
-int ckpt_find(const cfg_config *cfg, char *path, size_t len) {
+int ckpt_candidates(const cfg_config *cfg, char (**paths)[CKPT_PATH_MAX]) {
   const char *r = cfg->checkpoint.restart;
   if (strcmp(r, "latest") != 0) {
-    util_snprintf(path, len, "%s", r);
+    *paths = util_malloc(sizeof **paths, "checkpoint paths");
+    util_snprintf((*paths)[0], CKPT_PATH_MAX, "%s", r);
     return 1;
   }
-  char dir[CFG_STR_LEN + 32];
+  char dir[CKPT_PATH_MAX];
   ckpt_dir(cfg, dir, sizeof dir);
   long *steps;
-  int n = list_checkpoints(dir, "c", &steps);
-  if (n) util_snprintf(path, len, "%s/ckpt-%08ld.nc", dir, steps[n - 1]);
+  int n = list_checkpoints(dir, "", &steps);
+  *paths = util_malloc((size_t)(n ? n : 1) * sizeof **paths, "checkpoint paths");
+  for (int i = 0; i < n; i++) util_snprintf((*paths)[i], CKPT_PATH_MAX, "%s/ckpt-%08ld.nc", dir, steps[n - 1 - i]);
   free(steps);
-  return n > 0;
+  return n;
+}
+
+int ckpt_count(const char *dir) {
+  long *steps;
+  int n = list_checkpoints(dir, "", &steps);
+  free(steps);
+  return n;
+}
+
+int ckpt_check_dir(const cfg_config *cfg, err_list *errs) {
+  char dir[CKPT_PATH_MAX], probe[CKPT_PATH_MAX + 32];
+  ckpt_dir(cfg, dir, sizeof dir);
+  const char *key = cfg->checkpoint.dir[0] ? "dir" : NULL;
+  const char *hint = "give &checkpoint dir a directory greenlm can create and write, on a disk with room";
+  if (util_mkdir_p(dir) != 0) {
+    if (key) cfg_error_at(cfg, errs, "checkpoint", "dir", hint, "cannot create the checkpoint directory '%s': %s", dir, strerror(errno));
+    else err_add(errs, dir, 0, 0, hint, "cannot create the checkpoint directory: %s", strerror(errno));
+    return -1;
+  }
+  util_snprintf(probe, sizeof probe, "%s/.greenlm-probe-%ld", dir, (long)getpid());
+  int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || write(fd, "x", 1) != 1) {
+    int e = errno;
+    if (fd >= 0) close(fd), unlink(probe);
+    if (key) cfg_error_at(cfg, errs, "checkpoint", "dir", hint, "cannot write in the checkpoint directory '%s': %s", dir, strerror(e));
+    else err_add(errs, dir, 0, 0, hint, "cannot write in the checkpoint directory: %s", strerror(e));
+    return -1;
+  }
+  close(fd);
+  unlink(probe);
+  return 0;
+}
+
+int ckpt_set_aside_dir(const cfg_config *cfg, char *moved, size_t len, err_list *errs) {
+  char dir[CKPT_PATH_MAX];
+  ckpt_dir(cfg, dir, sizeof dir);
+  char stamp[32];
+  time_t now = time(NULL);
+  strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", gmtime(&now));
+  util_snprintf(moved, len, "%s.replaced-%s", dir, stamp);
+  for (int k = 2; access(moved, F_OK) == 0 && k < 100; k++) util_snprintf(moved, len, "%s.replaced-%s-%d", dir, stamp, k);
+  if (rename(dir, moved) != 0) {
+    err_add(errs, dir, 0, 0, "move the earlier run's checkpoints away yourself, or choose another run_dir",
+            "cannot move the earlier run's checkpoints aside to '%s': %s", moved, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int ckpt_set_aside_file(const char *path, char *moved, size_t len) {
+  util_snprintf(moved, len, "%s.damaged", path);
+  return rename(path, moved);
 }
 
 /* Compare the file's model with the deck's: every mismatch is an error. */
 static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt_tensor *all, int nall, int *vars,
-                        nml_errors *errs) {
+                        err_list *errs) {
   const cfg_config *cfg = s->cfg;
   shape_attr sa[16];
   int ns = shape_attrs(cfg, sa);
@@ -665,7 +790,7 @@ static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt
     long long v = -1;
     ncmpi_get_att_longlong(nc, NC_GLOBAL, sa[i].name, &v);
     if (v != sa[i].value)
-      nml_error_add(errs, where, 0, 0, hint, "the checkpoint's %s is %lld, the deck's %lld", sa[i].name, v, sa[i].value);
+      err_add(errs, where, 0, 0, hint, "the checkpoint's %s is %lld, the deck's %lld", sa[i].name, v, sa[i].value);
   }
   char text[2048] = "", pattern[2048];
   MPI_Offset tl = 0;
@@ -674,7 +799,7 @@ static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt
     text[tl] = '\0';
   }
   if (strcmp(text, cfg->model.arch) != 0)
-    nml_error_add(errs, where, 0, 0, hint, "the checkpoint's arch is '%s', the deck's '%s'", text, cfg->model.arch);
+    err_add(errs, where, 0, 0, hint, "the checkpoint's arch is '%s', the deck's '%s'", text, cfg->model.arch);
   attention_pattern(&cfg->model, pattern, sizeof pattern);
   text[0] = '\0';
   if (ncmpi_inq_attlen(nc, NC_GLOBAL, "attention_types", &tl) == NC_NOERR && tl < (MPI_Offset)sizeof text) {
@@ -682,7 +807,7 @@ static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt
     text[tl] = '\0';
   }
   if (strcmp(text, pattern) != 0)
-    nml_error_add(errs, where, 0, 0, hint, "the checkpoint's attention_types are '%s', the deck's '%s'", text, pattern);
+    err_add(errs, where, 0, 0, hint, "the checkpoint's attention_types are '%s', the deck's '%s'", text, pattern);
   int shown = 0;
   for (int i = 0; i < nall; i++)
     for (int k = 0; k < 3; k++) {
@@ -691,7 +816,7 @@ static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt
       int ndim = 0, dims[8];
       MPI_Offset len[2] = {0, 1};
       if (ncmpi_inq_varid(nc, name, &vars[3 * i + k]) != NC_NOERR) {
-        if (shown++ < 10) nml_error_add(errs, where, 0, 0, hint, "variable %s is missing", name);
+        if (shown++ < 10) err_add(errs, where, 0, 0, hint, "variable %s is missing", name);
         continue;
       }
       ncmpi_inq_varndims(nc, vars[3 * i + k], &ndim);
@@ -700,122 +825,168 @@ static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt
       for (int d = 0; d < ndim; d++) ncmpi_inq_dimlen(nc, dims[d], &len[d]);
       if (ndim != (all[i].cols > 1 ? 2 : 1) || len[0] != all[i].rows || (ndim == 2 && len[1] != all[i].cols))
         if (shown++ < 10)
-          nml_error_add(errs, where, 0, 0, hint, "variable %s has shape (%lld, %lld) in the checkpoint, (%d, %d) in the deck",
+          err_add(errs, where, 0, 0, hint, "variable %s has shape (%lld, %lld) in the checkpoint, (%d, %d) in the deck",
                         name, (long long)len[0], (long long)len[1], all[i].rows, all[i].cols);
     }
-  if (shown > 10) nml_error_add(errs, where, 0, 0, NULL, "... and %d more mismatched variables", shown - 10);
+  if (shown > 10) err_add(errs, where, 0, 0, NULL, "... and %d more mismatched variables", shown - 10);
 }
 
-int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs) {
-  const par_layout *L = s->L;
-  MPI_Comm comm = L->comm;
-  double t0 = util_now();
-  int n0 = errs->n, nc;
-  io_stream io = {.fd = -1};
-  st->share_seconds = 0, st->direct = 0;
-  if (st->path != path) util_snprintf(st->path, sizeof st->path, "%s", path);
+static const char DAMAGED_HINT[] = "the file is damaged; restart from an older checkpoint (&checkpoint restart = "
+                                   "'latest' with fallback = .true. does so by itself)";
+static const char MISMATCH_HINT[] = "restart with the deck, tokenizer and datasets that made the checkpoint, or start a "
+                                    "new run without &checkpoint restart";
+
+/* The run state against its checksum, its bounds and this run's deck, tokenizer and data. Every
+ * problem is an error at the file; *damaged says whether the file itself is at fault. */
+static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, err_list *errs) {
+  run_state r;
+  char sum[32] = "", want[32];
+  if (get_state(nc, &r, sum, sizeof sum) != 0) {
+    err_add(errs, path, 0, 0, DAMAGED_HINT, "the run state (step, tokens, loader cursor, seed) is missing or damaged");
+    *damaged = 1;
+    return;
+  }
+  util_snprintf(want, sizeof want, "%016llx", (unsigned long long)state_checksum(&r));
+  uint64_t nwin = s->data ? s->data->nwin : 0;
+  if (sum[0] && strcmp(sum, want) != 0) {
+    err_add(errs, path, 0, 0, DAMAGED_HINT, "the run state does not match its checksum (%s, computed %s)", sum, want);
+    *damaged = 1;
+  } else if (r.step < 0 || r.step > (1LL << 53) || !(r.tokens >= 0 && r.tokens < 1e300) || r.epoch < 0 ||
+             r.position < 0 || (s->data && (uint64_t)r.position > nwin) || !(r.loss_scale > 0 && r.loss_scale <= 1e300)) {
+    err_add(errs, path, 0, 0, MISMATCH_HINT, "the run state is out of bounds: step %lld, tokens %g, loader at window %lld "
+            "of epoch %lld (the dataset has %llu windows), loss scale %g", r.step, r.tokens, r.position, r.epoch,
+            (unsigned long long)nwin, r.loss_scale);
+    *damaged = !s->data || r.dataset_tokens == s->data->train.ntokens; /* same data: the numbers are damaged */
+  }
+  if (*damaged) return;
+  run_state now;
+  state_of(s, &now);
+  if (strcmp(r.tokenizer_hash, now.tokenizer_hash) != 0)
+    err_add(errs, path, 0, 0, MISMATCH_HINT, "the checkpoint was trained with another tokenizer (hash %s; this run's "
+            "has hash %s)", r.tokenizer_hash, now.tokenizer_hash);
+  if (r.seed != now.seed)
+    err_add(errs, path, 0, 0, MISMATCH_HINT, "the checkpoint's &job seed is %lld, the deck's %lld (the data order "
+            "follows it)", r.seed, now.seed);
+  if (r.dataset[0] && s->data && (r.dataset_tokens != now.dataset_tokens || strcmp(r.dataset, now.dataset) != 0))
+    err_add(errs, path, 0, 0, MISMATCH_HINT, "the checkpoint was trained on another dataset (%lld tokens, identity %s); "
+            "&data train '%s' has %lld tokens, identity %s", r.dataset_tokens, r.dataset, s->cfg->data.train,
+            now.dataset_tokens, now.dataset);
+  s->step = (long)r.step;
+  s->tokens = r.tokens;
+  s->loss_scale = r.loss_scale;
+  if (s->data) data_seek(s->data, (long)r.epoch, (uint64_t)r.position);
+}
+
+/* Open the file and check that it is a greenlm checkpoint of a format this greenlm reads. */
+static int open_checkpoint(const ckpt_state *s, const char *path, int *nc, int *damaged, err_list *errs) {
   MPI_Info info = io_hints();
-  int rc = ncmpi_open(comm, path, NC_NOWRITE, info, &nc);
+  int rc = ncfile_open(s->lay->comm, path, info, "checkpoint", "give the path of a checkpoint, or 'latest'", nc, errs);
   MPI_Info_free(&info);
-  if (rc != NC_NOERR) {
-    cfg_error_at(s->cfg, errs, "checkpoint", "restart", "give the path of a checkpoint, or 'latest'",
-                 "cannot open checkpoint '%s': %s", path, ncmpi_strerror(rc));
-    return errs->n - n0;
+  if (rc != 0) {
+    *damaged = 1;
+    return -1;
   }
-  char format[64] = "";
-  MPI_Offset fl = 0;
-  if (ncmpi_inq_attlen(nc, NC_GLOBAL, "format", &fl) == NC_NOERR && fl < (MPI_Offset)sizeof format) {
-    ncmpi_get_att_text(nc, NC_GLOBAL, "format", format);
-    format[fl] = '\0';
+  char format[64];
+  long long version = 0;
+  ncfile_get_text(*nc, -1, "format", format, sizeof format);
+  ncmpi_get_att_longlong(*nc, NC_GLOBAL, "format_version", &version);
+  if (strcmp(format, CKPT_FORMAT) != 0 || version < 1 || version > CKPT_VERSION) {
+    if (strcmp(format, CKPT_FORMAT) != 0)
+      err_add(errs, path, 0, 0, "give the path of a checkpoint written by greenlm", "not a greenlm checkpoint (its "
+              "format attribute is '%s')", format);
+    else
+      err_add(errs, path, 0, 0, "restart with the greenlm that wrote it", "checkpoint format version %lld; this "
+              "greenlm reads versions 1 to %d", version, CKPT_VERSION);
+    *damaged = strcmp(format, CKPT_FORMAT) != 0;
+    ncmpi_close(*nc);
+    return -1;
   }
-  if (strcmp(format, CKPT_FORMAT) != 0) {
-    cfg_error_at(s->cfg, errs, "checkpoint", "restart", "give the path of a checkpoint written by greenlm",
-                 "'%s' is not a greenlm checkpoint", path);
-    ncmpi_close(nc);
-    return errs->n - n0;
+  return 0;
+}
+
+/* This replica's piece of every variable, read, verified against the checksums and shared with
+ * the other replicas. Adds an error per damaged variable; returns the count. */
+static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tensor *all, int nall, const int *vars,
+                        ckpt_stats *st, err_list *errs) {
+  const par_layout *lay = s->lay;
+  MPI_Comm comm = lay->comm;
+  io_stream io = {.fd = -1};
+  uint64_t *sums = util_malloc((size_t)nall * 3 * sizeof *sums, "checksums"), *total = util_malloc((size_t)nall * 3 * sizeof *total, "checksums");
+  io_open(&io, nc, 0, s, sums, 3 * nall, path, comm);
+  size_t lo, hi;
+  own_piece(s->model, lay, &lo, &hi);
+  ckpt_piece *p;
+  int n = pieces_of(s->model, lay, lo, hi, &p), shown = 0;
+  sharer sh;
+  int overlap = lay->D > 1 && s->model->be->host_memory; /* device memory: shared after, through a host buffer */
+  if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
+  io_start(&io, path, &s->cfg->checkpoint);
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < 3; k++)
+      io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
+    if (overlap) io_flush(&io, 0), share_post(&sh, p[i].off + (p[i].b - p[i].a)); /* piece i is in place */
   }
+  free(p);
+  io_close(&io);
+  st->direct = io.direct;
+  if (overlap) {
+    double t1 = util_now();
+    share_close(&sh);
+    st->share_seconds = util_now() - t1;
+  }
+  int bad = io.rc != NC_NOERR, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (bad) err_add(errs, path, 0, 0, DAMAGED_HINT, "reading the tensors failed: %s", ncmpi_strerror(io.rc));
+  if (!any) { /* every rank's share of each variable, summed, against the writer's checksum */
+    MPI_Allreduce(sums, total, nall * 3, MPI_UINT64_T, MPI_SUM, comm);
+    for (int i = 0; i < nall; i++)
+      for (int k = 0; k < 3; k++) {
+        unsigned long long want = 0;
+        ncmpi_get_att_ulonglong(nc, vars[3 * i + k], "checksum", &want);
+        if (want != total[3 * i + k] && shown++ < 10)
+          err_add(errs, path, 0, 0, DAMAGED_HINT, "checksum mismatch in variable %s%s", KIND_PREFIX[k], all[i].name);
+      }
+    if (shown > 10) err_add(errs, path, 0, 0, NULL, "... and %d more variables with wrong checksums", shown - 10);
+    if (!shown && !overlap) {
+      double t1 = util_now();
+      share_pieces(s, 0);
+      if (!lay->zero) share_pieces(s, 1), share_pieces(s, 2); /* without ZeRO every replica keeps all moments */
+      st->share_seconds = util_now() - t1;
+    }
+  }
+  free(sums), free(total);
+  io_release(&io); /* housekeeping, as the pruning after a write */
+  return any ? 1 : shown;
+}
+
+int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, err_list *errs) {
+  MPI_Comm comm = s->lay->comm;
+  double t0 = util_now();
+  long n0 = err_count(errs);
+  int nc, damaged = 0;
+  st->share_seconds = 0, st->direct = 0, st->damaged = 0;
+  if (st->path != path) util_snprintf(st->path, sizeof st->path, "%s", path);
   gpt_shape shape;
   gpt_shape_from_cfg(&shape, &s->cfg->model);
   int nall;
   gpt_tensor *all = gpt_list_tensors(&shape, gpt_whole(&shape), &nall);
   int *vars = util_malloc((size_t)nall * 3 * sizeof *vars, "variables");
-  check_shape(nc, s, path, all, nall, vars, errs);
-  if (errs->n == n0) {
-    /* this replica's piece of the parameters and the moments, shared with the other replicas after */
-    uint64_t *sums = util_malloc((size_t)nall * 3 * sizeof *sums, "checksums"), *total = util_malloc((size_t)nall * 3 * sizeof *total, "checksums");
-    io_open(&io, nc, 0, s, sums, 3 * nall, path, comm);
-    size_t lo, hi;
-    own_piece(s->m, L, &lo, &hi);
-    ckpt_piece *p;
-    int n = pieces_of(s->m, L, lo, hi, &p);
-    sharer sh;
-    int overlap = L->D > 1 && s->m->be->host_memory; /* device memory: shared after, through a host buffer */
-    if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
-    for (int i = 0; i < n; i++)
-      for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
-    io_start(&io, path, &s->cfg->checkpoint);
-    for (int i = 0; i < n; i++) {
-      for (int k = 0; k < 3; k++)
-        io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
-      if (overlap) io_flush(&io, 0), share_post(&sh, p[i].off + (p[i].b - p[i].a)); /* piece i is in place */
-    }
-    free(p);
-    io_close(&io);
-    st->direct = io.direct;
-    if (overlap) {
-      double t1 = util_now();
-      share_close(&sh);
-      st->share_seconds = util_now() - t1;
-    }
-    int bad = io.rc != NC_NOERR, any;
+  if (open_checkpoint(s, path, &nc, &damaged, errs) == 0) {
+    check_shape(nc, s, path, all, nall, vars, errs);
+    if (err_count(errs) == n0) check_state(s, nc, path, &damaged, errs);
+    int bad = err_count(errs) > n0, any;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
-    if (any) {
-      nml_error_add(errs, path, 0, 0, "the file is damaged or truncated; restart from an older checkpoint",
-                    "reading the checkpoint failed: %s", ncmpi_strerror(bad ? io.rc : NC_EREAD));
-    } else {
-      /* verify: every rank's share of each variable, summed, against the writer's checksum */
-      MPI_Allreduce(sums, total, nall * 3, MPI_UINT64_T, MPI_SUM, comm);
-      int shown = 0;
-      for (int i = 0; i < nall; i++)
-        for (int k = 0; k < 3; k++) {
-          unsigned long long want = 0;
-          ncmpi_get_att_ulonglong(nc, vars[3 * i + k], "checksum", &want);
-          if (want != total[3 * i + k] && shown++ < 10)
-            nml_error_add(errs, path, 0, 0, "the file is damaged; restart from an older checkpoint",
-                          "checksum mismatch in variable %s%s", KIND_PREFIX[k], all[i].name);
-        }
-      if (shown > 10) nml_error_add(errs, path, 0, 0, NULL, "... and %d more variables with wrong checksums", shown - 10);
-      if (!shown && !overlap) {
-        double t1 = util_now();
-        share_pieces(s, 0);
-        if (!L->zero) share_pieces(s, 1), share_pieces(s, 2); /* without ZeRO every replica keeps all moments */
-        st->share_seconds = util_now() - t1;
-      }
-    }
-    free(sums), free(total);
+    if (!any && read_tensors(s, nc, path, all, nall, vars, st, errs) > 0) damaged = 1;
+    ncmpi_close(nc);
   }
-  if (errs->n == n0) {
-    long long step = 0, epoch = 0, pos = 0;
-    double tokens = 0, scale = 1;
-    ncmpi_get_att_longlong(nc, NC_GLOBAL, "step", &step);
-    ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_epoch", &epoch);
-    ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_position", &pos);
-    ncmpi_get_att_double(nc, NC_GLOBAL, "tokens_trained", &tokens);
-    ncmpi_get_att_double(nc, NC_GLOBAL, "loss_scale", &scale);
-    s->step = (long)step;
-    s->tokens = tokens;
-    s->loss_scale = scale;
-    if (s->data) data_seek(s->data, (long)epoch, (uint64_t)pos);
-  }
-  ncmpi_close(nc);
   st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape);
   free(all), free(vars);
   gpt_shape_free(&shape);
   st->seconds = util_now() - t0;
-  io_release(&io); /* housekeeping, as the pruning after a write */
-  /* every rank reports the same count (the messages live on rank 0) */
-  int mine = errs->n - n0, most;
-  MPI_Allreduce(&mine, &most, 1, MPI_INT, MPI_MAX, comm);
-  while (errs->n - n0 < most) nml_error_add(errs, path, 0, 0, NULL, "another rank found the checkpoint unusable");
-  return most;
+  int mine[2] = {(int)(err_count(errs) - n0), damaged}, most[2]; /* the same answer on every rank */
+  MPI_Allreduce(mine, most, 2, MPI_INT, MPI_MAX, comm);
+  st->damaged = most[0] > 0 && most[1];
+  return most[0];
 }

@@ -32,8 +32,8 @@
 /* What a checkpoint holds of a rank, and the run state. */
 typedef struct {
   const cfg_config *cfg;
-  const par_layout *L;
-  gpt_model *m;
+  const par_layout *lay;
+  gpt_model *model;
   optim_state *opt;
   data_loader *data;
   const char *tokenizer_hash;
@@ -42,28 +42,46 @@ typedef struct {
   double loss_scale;
 } ckpt_state;
 
+enum { CKPT_PATH_MAX = CFG_STR_LEN + 64 };
+
 typedef struct {
   double seconds, bytes; /* the whole job's bytes of tensors */
   double share_seconds;  /* read: of seconds, those spent passing pieces between replicas */
   int direct;            /* read: straight from the disk (O_DIRECT took), not through the page cache */
-  char path[CFG_STR_LEN + 64];
+  int damaged;           /* read failed: the file is damaged (not a mismatch with the deck or the data) */
+  char path[CKPT_PATH_MAX];
 } ckpt_stats;
 
 /* The directory of the deck's checkpoints (&checkpoint dir, or run_dir/checkpoints). */
 void ckpt_dir(const cfg_config *cfg, char *dir, size_t len);
 
-/* Write dir/ckpt-<step>.nc and keep the newest &checkpoint keep. Collective over L->comm.
- * Returns 0, or -1 with err (on every rank); older checkpoints are left as they were. */
-int ckpt_write(const ckpt_state *s, ckpt_stats *st, char *err, size_t errlen);
+/* Write dir/ckpt-<step>.nc and keep the newest &checkpoint keep. Collective over lay->comm.
+ * Returns 0, or -1 (on every rank) after the ranks that failed added their errors; older
+ * checkpoints are left as they were. */
+int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs);
 
-/* The checkpoint to restart from: &checkpoint restart is a path, or 'latest' (the newest complete
- * checkpoint in the directory). Returns 1 and fills path, 0 when 'latest' finds none. */
-int ckpt_find(const cfg_config *cfg, char *path, size_t len);
+/* The checkpoints to restart from, in the order to try them: &checkpoint restart's path, or with
+ * 'latest' the complete checkpoints of the directory, newest first (names exactly as ckpt_write
+ * gives them; nothing else in the directory counts). Returns their count (0: none); *paths to
+ * free(). */
+int ckpt_candidates(const cfg_config *cfg, char (**paths)[CKPT_PATH_MAX]);
+/* Complete checkpoints in dir. */
+int ckpt_count(const char *dir);
+
+/* The checkpoint directory exists (created when missing) and takes a file: checked at start-up,
+ * not at the first write. Returns 0, or -1 after an error at &checkpoint dir. Rank 0 calls it. */
+int ckpt_check_dir(const cfg_config *cfg, err_list *errs);
+/* Rename the checkpoint directory to DIR.replaced-<UTC time> (an overwritten run's checkpoints are
+ * kept, never mixed with the new run's). Returns 0 and moved, or -1 after an error. Rank 0. */
+int ckpt_set_aside_dir(const cfg_config *cfg, char *moved, size_t len, err_list *errs);
+/* Rename a damaged checkpoint to PATH.damaged (out of 'latest''s way). Returns 0 and moved, or -1
+ * with errno. */
+int ckpt_set_aside_file(const char *path, char *moved, size_t len);
 
 /* Read a checkpoint into the model, the optimizer state and the loader, and the step and token
  * count into s. The model's shape is checked against the deck (every mismatch listed) and every
  * variable's checksum verified. Collective. Returns the number of errors added to errs (the same
  * count on every rank; the messages on rank 0). */
-int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, nml_errors *errs);
+int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, err_list *errs);
 
 #endif

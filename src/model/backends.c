@@ -18,9 +18,8 @@ const backend *backends_plan(const cfg_config *cfg) {
   return backend_cpu();
 }
 
-/* This rank's backend, or NULL with the reason in err and hint, and the key at fault in key. */
-static const backend *choose(const cfg_config *cfg, MPI_Comm comm, char *err, char *hint, size_t len, char *key,
-                             char *note, size_t nlen) {
+/* This rank's backend, or NULL after an error at the deck key at fault. */
+static const backend *choose(const cfg_config *cfg, MPI_Comm comm, err_list *errs, char *note, size_t nlen) {
   const cfg_system *sy = &cfg->system;
   if (strcmp(sy->backend, "cpu") == 0) return backend_cpu();
 #ifdef GREENLM_HAVE_CUDA
@@ -52,42 +51,33 @@ static const backend *choose(const cfg_config *cfg, MPI_Comm comm, char *err, ch
     util_snprintf(note, nlen, "backend: auto: no usable GPU (%s): the CPU backend", why);
     return backend_cpu();
   }
-  if (strcmp(sy->backend, "auto") == 0) {
-    strcpy(key, "precision");
-    util_snprintf(err, len, "backend = 'auto' found no usable GPU (%s), and the CPU backend computes in fp32 only", why);
-    util_snprintf(hint, len, "run where GPUs are visible (nvidia-smi, CUDA_VISIBLE_DEVICES), or set precision = 'fp32'");
-  } else {
-    util_snprintf(err, len, "backend = 'cuda', but no usable GPU (%s)", why);
-    util_snprintf(hint, len, "run on GPU nodes (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set backend = 'auto' "
-                             "(the CPU where there is no GPU)");
-  }
+  if (strcmp(sy->backend, "auto") == 0)
+    cfg_error_at(cfg, errs, "system", "precision",
+                 "run where GPUs are visible (nvidia-smi, CUDA_VISIBLE_DEVICES), or set precision = 'fp32'",
+                 "backend = 'auto' found no usable GPU (%s), and the CPU backend computes in fp32 only", why);
+  else
+    cfg_error_at(cfg, errs, "system", "backend",
+                 "run on GPU nodes (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set backend = 'auto' (the CPU where "
+                 "there is no GPU)", "backend = 'cuda', but no usable GPU (%s)", why);
   return NULL;
 #else
   /* 'auto' in a build without CUDA; cfg_load refused 'cuda' and any precision but fp32 */
-  (void)comm, (void)err, (void)hint, (void)len, (void)key, (void)note, (void)nlen;
+  (void)comm, (void)errs, (void)note, (void)nlen;
   return backend_cpu();
 #endif
 }
 
-const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, nml_errors *errs, char *note, size_t len) {
-  int rank, size;
+const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, err_list *errs, char *note, size_t len) {
+  int rank;
   MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  char err[512] = "", hint[512] = "", key[16] = "backend";
   note[0] = '\0';
-  const backend *be = choose(cfg, comm, err, hint, sizeof err, key, note, len);
-  /* the first rank that failed tells why; 'auto' must come out the same everywhere */
-  int failed = be ? size : rank, first, kind = be == backend_cpu() ? 1 : 2, lo, hi;
-  MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, comm);
+  const backend *be = choose(cfg, comm, errs, note, len);
+  /* every rank must have one; 'auto' must come out the same everywhere */
+  int failed = !be, any, kind = be == backend_cpu() ? 1 : 2, lo, hi;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm);
   MPI_Allreduce(&kind, &lo, 1, MPI_INT, MPI_MIN, comm);
   MPI_Allreduce(&kind, &hi, 1, MPI_INT, MPI_MAX, comm);
-  if (first < size) {
-    MPI_Bcast(err, sizeof err, MPI_CHAR, first, comm);
-    MPI_Bcast(hint, sizeof hint, MPI_CHAR, first, comm);
-    MPI_Bcast(key, sizeof key, MPI_CHAR, first, comm);
-    if (rank == 0) cfg_error_at(cfg, errs, "system", key, hint, "rank %d: %s", first, err);
-    return NULL;
-  }
+  if (any) return NULL;
   if (lo != hi) {
     if (rank == 0)
       cfg_error_at(cfg, errs, "system", "backend", "set backend = 'cuda' (GPU nodes only) or 'cpu' explicitly",

@@ -22,8 +22,8 @@
 const backend *backends_plan(const cfg_config *cfg);
 
 /* Choose and open this rank's backend for a run. Collective over comm. Returns NULL on every
- * rank when a rank cannot run the deck (errors added to errs on comm rank 0). `note` receives a
- * line for the log ("backend: cuda, GPU 0 of 4 on each node ..."). */
-const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, nml_errors *errs, char *note, size_t len);
+ * rank when a rank cannot run the deck (each such rank added its error). `note` receives a line
+ * for the log ("backend: cuda, GPU 0 of 4 on each node ..."). */
+const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, err_list *errs, char *note, size_t len);
 
 #endif

@@ -10,14 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/util.h"
 
 /* Whether the MPI library moves CUDA device memory itself; `how` says what told. */
 static int cuda_aware(const char **how) {
-  const char *env = getenv("GREENLM_CUDA_AWARE_MPI");
-  if (env && *env) {
+  int env = env_cuda_aware_mpi();
+  if (env >= 0) {
     *how = "set by GREENLM_CUDA_AWARE_MPI";
-    return strcmp(env, "0") != 0;
+    return env;
   }
 #if defined(MPIX_GPU_SUPPORT_CUDA) /* MPICH >= 4 */
   int yes = 0;

@@ -16,8 +16,8 @@ typedef struct {
 } grad_bucket;
 
 struct grad_exchange {
-  gpt_model *m;
-  const par_layout *L;
+  gpt_model *model;
+  const par_layout *lay;
   int D, rank, zero, tied; /* tied: this stage holds the tied embedding and P > 1 */
   MPI_Comm dp;
   size_t own_lo, own_hi;   /* this replica's piece of the buffer */
@@ -31,30 +31,30 @@ struct grad_exchange {
 };
 
 
-size_t grad_exchange_bytes(size_t nparams, const par_layout *L) {
-  if (!L->zero || L->D == 1) return 0;
+size_t grad_exchange_bytes(size_t nparams, const par_layout *lay) {
+  if (!lay->zero || lay->D == 1) return 0;
   size_t most = 0; /* the largest piece: the landing area of any replica */
-  for (int r = 0; r < L->D; r++)
-    if (par_piece(nparams, L->D, r + 1) - par_piece(nparams, L->D, r) > most) most = par_piece(nparams, L->D, r + 1) - par_piece(nparams, L->D, r);
+  for (int r = 0; r < lay->D; r++)
+    if (par_piece(nparams, lay->D, r + 1) - par_piece(nparams, lay->D, r) > most) most = par_piece(nparams, lay->D, r + 1) - par_piece(nparams, lay->D, r);
   return most * sizeof(float);
 }
 
-size_t grad_own_params(size_t nparams, const par_layout *L, int replica) {
-  if (!L->zero) return nparams;
-  return par_piece(nparams, L->D, replica + 1) - par_piece(nparams, L->D, replica);
+size_t grad_own_params(size_t nparams, const par_layout *lay, int replica) {
+  if (!lay->zero) return nparams;
+  return par_piece(nparams, lay->D, replica + 1) - par_piece(nparams, lay->D, replica);
 }
 
-grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb) {
+grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb) {
   grad_exchange *g = util_calloc(1, sizeof *g, "gradient exchange");
-  g->m = m;
-  g->L = L;
-  g->D = L->D;
-  g->zero = L->zero;
-  g->dp = L->dp;
-  MPI_Comm_rank(L->dp, &g->rank);
+  g->model = m;
+  g->lay = lay;
+  g->D = lay->D;
+  g->zero = lay->zero;
+  g->dp = lay->dp;
+  MPI_Comm_rank(lay->dp, &g->rank);
   const gpt_tensor *w = gpt_find_tensor(m, "transformer.wte.weight");
   g->wte = w ? (int)(w - m->tensors) : -1;
-  g->tied = L->P > 1 && g->wte >= 0;
+  g->tied = lay->P > 1 && g->wte >= 0;
   g->own_lo = par_piece(m->nparams, g->D, g->rank);
   g->own_hi = par_piece(m->nparams, g->D, g->rank + 1);
   g->final = util_calloc((size_t)m->ntensors, 1, "gradient flags");
@@ -93,11 +93,11 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb) 
       k->displs[r] = e > a ? (int)(a - k->b0) : 0;
     }
   }
-  if (g->zero && g->D > 1) g->recv = m->be->alloc(grad_exchange_bytes(m->nparams, L) );
+  if (g->zero && g->D > 1) g->recv = m->be->alloc(grad_exchange_bytes(m->nparams, lay) );
   /* host staging (where MPI cannot use backend memory) of what the exchanges touch */
   comm_stage_init(&g->gs, m->be, g->D > 1 ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0);
   comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0);
-  comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, L) / sizeof(float));
+  comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, lay) / sizeof(float));
   return g;
 }
 
@@ -106,7 +106,7 @@ void grad_free(grad_exchange *g) {
   for (int i = 0; i < g->nb; i++) free(g->b[i].counts), free(g->b[i].displs);
   free(g->b);
   free(g->final);
-  if (g->recv) g->m->be->free(g->recv);
+  if (g->recv) g->model->be->free(g->recv);
   comm_stage_free(&g->gs);
   comm_stage_free(&g->ps);
   comm_stage_free(&g->rs);
@@ -115,11 +115,11 @@ void grad_free(grad_exchange *g) {
 
 void grad_own_range(const grad_exchange *g, size_t *lo, size_t *hi) {
   *lo = g->zero ? g->own_lo : 0;
-  *hi = g->zero ? g->own_hi : g->m->nparams;
+  *hi = g->zero ? g->own_hi : g->model->nparams;
 }
 
 void grad_begin(grad_exchange *g) {
-  memset(g->final, 0, (size_t)g->m->ntensors);
+  memset(g->final, 0, (size_t)g->model->ntensors);
   g->next = g->nb - 1;
 }
 
@@ -132,7 +132,7 @@ static float *landing(const grad_exchange *g, const grad_bucket *k) { return g->
 static void launch(grad_exchange *g, grad_bucket *k) {
   if (g->D == 1) return;
   int n = (int)(k->b1 - k->b0);
-  float *buf = comm_stage_send(&g->gs, k->b0, g->m->grads + k->b0, (size_t)n);
+  float *buf = comm_stage_send(&g->gs, k->b0, g->model->grads + k->b0, (size_t)n);
   if (g->zero)
     MPI_Ireduce_scatter(buf, comm_stage_recv(&g->rs, landing_at(g, k), landing(g, k)), k->counts,
                         MPI_FLOAT, MPI_SUM, g->dp, &k->req);
@@ -154,7 +154,7 @@ static void launch_ready(grad_exchange *g) {
 
 void grad_hook(void *ctx, int what) {
   grad_exchange *g = ctx;
-  gpt_model *m = g->m;
+  gpt_model *m = g->model;
   for (int t = 0; t < m->ntensors; t++) {
     const gpt_tensor *x = &m->tensors[t];
     int is_head = x->layer < 0 && strncmp(x->name, "transformer.ln_f", 16) == 0;
@@ -172,12 +172,12 @@ void grad_hook(void *ctx, int what) {
 }
 
 void grad_finish(grad_exchange *g) {
-  gpt_model *m = g->m;
+  gpt_model *m = g->model;
   double t0 = util_now();
   if (g->tied) {
     const gpt_tensor *w = &m->tensors[g->wte];
     float *buf = comm_stage_send(&g->gs, w->offset, m->grads + w->offset, w->numel);
-    MPI_Allreduce(MPI_IN_PLACE, buf, (int)w->numel, MPI_FLOAT, MPI_SUM, g->L->embed);
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)w->numel, MPI_FLOAT, MPI_SUM, g->lay->embed);
     comm_stage_done(&g->gs, w->offset, m->grads + w->offset, w->numel);
     g->st.bytes += (double)w->numel * sizeof(float);
   }
@@ -199,10 +199,10 @@ void grad_finish(grad_exchange *g) {
 }
 
 double grad_sumsq(const grad_exchange *g) {
-  const gpt_model *m = g->m;
+  const gpt_model *m = g->model;
   size_t lo = g->own_lo, hi = g->own_hi;
   double s = 0.0;
-  if (g->tied && g->L->stage == g->L->P - 1) { /* the first stage counts the tied embedding */
+  if (g->tied && g->lay->stage == g->lay->P - 1) { /* the first stage counts the tied embedding */
     const gpt_tensor *w = &m->tensors[g->wte];
     size_t e = w->offset + w->numel;
     if (lo < e) lo = e < hi ? e : hi;
@@ -218,14 +218,14 @@ void grad_gather_params(grad_exchange *g) {
   for (int i = 0; i < g->nb; i++) {
     grad_bucket *k = &g->b[i];
     size_t mine = k->b0 + (size_t)k->displs[g->rank]; /* this replica's updated piece goes out */
-    comm_stage_send(&g->ps, mine, g->m->params + mine, (size_t)k->counts[g->rank]);
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, comm_stage_recv(&g->ps, k->b0, g->m->params + k->b0), k->counts,
+    comm_stage_send(&g->ps, mine, g->model->params + mine, (size_t)k->counts[g->rank]);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, comm_stage_recv(&g->ps, k->b0, g->model->params + k->b0), k->counts,
                     k->displs, MPI_FLOAT, g->dp, &req[i]);
     g->st.bytes += (double)k->counts[g->rank] * sizeof(float);
   }
   for (int i = 0; i < g->nb; i++) {
     MPI_Wait(&req[i], MPI_STATUS_IGNORE);
-    comm_stage_done(&g->ps, g->b[i].b0, g->m->params + g->b[i].b0, g->b[i].b1 - g->b[i].b0);
+    comm_stage_done(&g->ps, g->b[i].b0, g->model->params + g->b[i].b0, g->b[i].b1 - g->b[i].b0);
   }
   free(req);
   g->st.wait_s += util_now() - t0;

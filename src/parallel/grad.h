@@ -31,11 +31,11 @@ typedef struct {
 
 typedef struct grad_exchange grad_exchange;
 
-grad_exchange *grad_create(gpt_model *m, const par_layout *L, double bucket_mb);
+grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb);
 /* Backend bytes the exchange allocates for a stage of nparams parameters (the ZeRO-1 landing area). */
-size_t grad_exchange_bytes(size_t nparams, const par_layout *L);
+size_t grad_exchange_bytes(size_t nparams, const par_layout *lay);
 /* Parameters whose optimizer state a replica keeps: all of them, or its ZeRO-1 piece. */
-size_t grad_own_params(size_t nparams, const par_layout *L, int replica);
+size_t grad_own_params(size_t nparams, const par_layout *lay, int replica);
 void grad_free(grad_exchange *g);
 
 /* The part of the parameter buffer this rank's optimizer updates: [*lo, *hi). */

@@ -23,7 +23,7 @@
 
 typedef struct {
   int size, rank;  /* in the job's communicator */
-  int P, D, m, zero;
+  int P, D, nmicro, zero; /* stages, replicas, micro-batches per step and replica, ZeRO stage */
   int recompute;   /* &training recompute: blocks' inner activations recomputed in the backward pass */
   int stage, replica;
   int *lo;         /* (P + 1) layer boundaries: stage s holds blocks [lo[s], lo[s+1]) */
@@ -33,21 +33,21 @@ typedef struct {
 
 /* The layout of a job of nranks ranks for this (resolved) deck, without communicators: sizes and
  * the stage split. The rank is taken as `rank` (the dry run plans rank 0). */
-void par_plan(par_layout *L, const cfg_config *cfg, int nranks, int rank);
+void par_plan(par_layout *lay, const cfg_config *cfg, int nranks, int rank);
 /* par_plan for this rank of comm, plus the communicators. Collective over comm. */
-void par_create(par_layout *L, const cfg_config *cfg, MPI_Comm comm);
-void par_free(par_layout *L);
+void par_create(par_layout *lay, const cfg_config *cfg, MPI_Comm comm);
+void par_free(par_layout *lay);
 
 /* Start of replica r's piece of a stage buffer of n elements, in D equal pieces (the ZeRO-1 pieces
  * and the checkpoints' pieces): piece r is [par_piece(n, D, r), par_piece(n, D, r + 1)). */
 static inline size_t par_piece(size_t n, int D, int r) { return n * (size_t)r / (size_t)D; }
 
-/* What this rank's stage holds (with its activation slots: min(m, P - stage) for 1F1B). */
-gpt_part par_part(const par_layout *L);
+/* What this rank's stage holds (with its activation slots: min(nmicro, P - stage) for 1F1B). */
+gpt_part par_part(const par_layout *lay);
 /* The same for stage s. */
-gpt_part par_stage_part(const par_layout *L, int s);
+gpt_part par_stage_part(const par_layout *lay, int s);
 
 /* "stage 0: layers 0-5 + embedding (cost 31%) ..." lines, into buf. */
-const char *par_describe(const par_layout *L, char *buf, size_t len);
+const char *par_describe(const par_layout *lay, char *buf, size_t len);
 
 #endif

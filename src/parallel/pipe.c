@@ -13,10 +13,10 @@ size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T) {
   return part.has_embed ? 0 : (size_t)B * T * s->C * sizeof(float);
 }
 
-void pipe_init(pipe_state *p, const par_layout *L, gpt_model *m, int B, int T) {
+void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T) {
   memset(p, 0, sizeof *p);
-  p->L = L;
-  p->m = m;
+  p->lay = lay;
+  p->model = m;
   p->B = B;
   p->T = T;
   p->tokens = util_malloc((size_t)B * T * sizeof(int32_t), "batch tokens");
@@ -36,7 +36,7 @@ void pipe_init(pipe_state *p, const par_layout *L, gpt_model *m, int B, int T) {
 void pipe_free(pipe_state *p) {
   free(p->tokens);
   free(p->targets);
-  if (p->bsend) p->m->be->free(p->bsend);
+  if (p->bsend) p->model->be->free(p->bsend);
   free(p->fsend);
   comm_stage_free(&p->fst);
   comm_stage_free(&p->rst);
@@ -53,8 +53,8 @@ static void timed_wait(pipe_state *p, MPI_Request *r) {
 
 /* Micro-batch k forward: receive or read its input, run the stage, pass it on. */
 static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_batch_fn batch, void *bctx) {
-  gpt_model *m = p->m;
-  const int slot = k % m->nslots, stage = p->L->stage, n = B * T * m->s.C;
+  gpt_model *m = p->model;
+  const int slot = k % m->nslots, stage = p->lay->stage, n = B * T * m->s.C;
   double loss = 0.0;
   timed_wait(p, &p->fsend[slot]); /* the slot's output is about to be overwritten */
   if (m->has_embed || m->has_head) {
@@ -64,7 +64,7 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   if (!m->has_embed) {
     MPI_Request r;
     float *in = gpt_input(m, slot, B, T);
-    MPI_Irecv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(k, TAG_FWD), p->L->pipe, &r);
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(k, TAG_FWD), p->lay->pipe, &r);
     timed_wait(p, &r);
     comm_stage_done(&p->rst, 0, in, (size_t)n);
   }
@@ -75,7 +75,7 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   p->st.compute_s += util_now() - t0;
   if (!m->has_head) {
     float *buf = comm_stage_send(&p->fst, (size_t)slot * p->B * p->T * m->s.C, gpt_output(m, slot, B, T), (size_t)n);
-    MPI_Isend(buf, n, MPI_FLOAT, stage + 1, tag(k, TAG_FWD), p->L->pipe, &p->fsend[slot]);
+    MPI_Isend(buf, n, MPI_FLOAT, stage + 1, tag(k, TAG_FWD), p->lay->pipe, &p->fsend[slot]);
     p->st.bytes += (double)n * sizeof(float);
   }
   return loss;
@@ -83,11 +83,11 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
 
 /* Micro-batch k backward: receive the output gradient, run the stage, send the input gradient. */
 static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
-  gpt_model *m = p->m;
-  const int slot = k % m->nslots, stage = p->L->stage, n = p->B * p->T * m->s.C;
+  gpt_model *m = p->model;
+  const int slot = k % m->nslots, stage = p->lay->stage, n = p->B * p->T * m->s.C;
   if (!m->has_head) {
     MPI_Request r;
-    MPI_Irecv(comm_stage_recv(&p->rst, 0, gpt_grad_output(m)), n, MPI_FLOAT, stage + 1, tag(k, TAG_BWD), p->L->pipe, &r);
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, gpt_grad_output(m)), n, MPI_FLOAT, stage + 1, tag(k, TAG_BWD), p->lay->pipe, &r);
     timed_wait(p, &r);
     comm_stage_done(&p->rst, 0, gpt_grad_output(m), (size_t)n);
   }
@@ -98,30 +98,30 @@ static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
   if (!m->has_embed) {
     timed_wait(p, &p->bsend_req);
     m->be->copy(p->bsend, gpt_grad_input(m), (size_t)n * sizeof(float));
-    MPI_Isend(comm_stage_send(&p->bst, 0, p->bsend, (size_t)n), n, MPI_FLOAT, stage - 1, tag(k, TAG_BWD), p->L->pipe,
+    MPI_Isend(comm_stage_send(&p->bst, 0, p->bsend, (size_t)n), n, MPI_FLOAT, stage - 1, tag(k, TAG_BWD), p->lay->pipe,
               &p->bsend_req);
     p->st.bytes += (double)n * sizeof(float);
   }
 }
 
 static void drain(pipe_state *p) {
-  for (int i = 0; i < p->m->nslots; i++) timed_wait(p, &p->fsend[i]);
+  for (int i = 0; i < p->model->nslots; i++) timed_wait(p, &p->fsend[i]);
   timed_wait(p, &p->bsend_req);
 }
 
-double pipe_train_step(pipe_state *p, int m, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook,
+double pipe_train_step(pipe_state *p, int nmicro, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook,
                        void *hctx) {
-  const int P = p->L->P, s = p->L->stage;
-  const int warm = P - s - 1 < m ? P - s - 1 : m;
+  const int P = p->lay->P, s = p->lay->stage;
+  const int warm = P - s - 1 < nmicro ? P - s - 1 : nmicro;
   double loss = 0.0;
   int f = 0, b = 0; /* next forward, next backward */
   for (; f < warm; f++) loss += forward(p, f, p->B, p->T, dscale, batch, bctx);
-  while (f < m) { /* steady state: one forward, one backward */
+  while (f < nmicro) { /* steady state: one forward, one backward */
     loss += forward(p, f++, p->B, p->T, dscale, batch, bctx);
-    backward(p, b, b == m - 1 ? hook : NULL, hctx);
+    backward(p, b, b == nmicro - 1 ? hook : NULL, hctx);
     b++;
   }
-  for (; b < m; b++) backward(p, b, b == m - 1 ? hook : NULL, hctx); /* cool-down */
+  for (; b < nmicro; b++) backward(p, b, b == nmicro - 1 ? hook : NULL, hctx); /* cool-down */
   drain(p);
   return loss;
 }
@@ -136,18 +136,18 @@ double pipe_eval(pipe_state *p, int n, pipe_batch_fn batch, void *bctx) {
 }
 
 void pipe_forward_one(pipe_state *p, const int32_t *tokens, int t, float *logits) {
-  gpt_model *m = p->m;
-  const int stage = p->L->stage, n = t * m->s.C;
+  gpt_model *m = p->model;
+  const int stage = p->lay->stage, n = t * m->s.C;
   if (m->has_embed) gpt_set_batch(m, 0, tokens, NULL, 1, t);
   if (!m->has_embed) {
     float *in = gpt_input(m, 0, 1, t);
-    MPI_Recv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(0, TAG_FWD), p->L->pipe, MPI_STATUS_IGNORE);
+    MPI_Recv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(0, TAG_FWD), p->lay->pipe, MPI_STATUS_IGNORE);
     comm_stage_done(&p->rst, 0, in, (size_t)n);
   }
   gpt_forward(m, 0, 1, t);
   if (!m->has_head)
     MPI_Send(comm_stage_send(&p->fst, 0, gpt_output(m, 0, 1, t), (size_t)n), n, MPI_FLOAT, stage + 1, tag(0, TAG_FWD),
-             p->L->pipe);
+             p->lay->pipe);
   else m->be->to_host(logits, gpt_logits(m, 0) + (size_t)(t - 1) * m->s.V, (size_t)m->s.V * sizeof(float));
 }
 

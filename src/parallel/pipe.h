@@ -25,8 +25,8 @@ typedef struct {
 typedef void (*pipe_batch_fn)(void *ctx, int k, int32_t *tokens, int32_t *targets);
 
 typedef struct {
-  const par_layout *L;
-  gpt_model *m;
+  const par_layout *lay;
+  gpt_model *model;
   int B, T;
   int32_t *tokens, *targets; /* host (B,T) */
   float *bsend;              /* backend (B,T,C): gradient sent to the previous stage */
@@ -36,15 +36,15 @@ typedef struct {
   pipe_stats st;
 } pipe_state;
 
-void pipe_init(pipe_state *p, const par_layout *L, gpt_model *m, int B, int T);
+void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T);
 /* Backend bytes pipe_init allocates for a stage (the buffer of gradients sent back). */
 size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T);
 void pipe_free(pipe_state *p);
 
-/* Forward and backward passes of the step's m micro-batches (1F1B). The loss gradient is scaled by
+/* Forward and backward passes of the step's nmicro micro-batches (1F1B). The loss gradient is scaled by
  * dscale; `hook` is passed to the backward pass of the last micro-batch (gradient exchange).
  * Returns the sum of token losses of this replica on the last stage, 0 elsewhere. */
-double pipe_train_step(pipe_state *p, int m, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook, void *hctx);
+double pipe_train_step(pipe_state *p, int nmicro, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook, void *hctx);
 
 /* Forward passes only, of n micro-batches of (B,T) (evaluation). Returns the sum of token losses
  * on the last stage, 0 elsewhere. */

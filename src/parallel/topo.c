@@ -55,10 +55,9 @@ static int plan_cpuset(hwloc_topology_t topo, int lrank, int nlocal, int enable,
     return 0;
   }
   hwloc_obj_t root = hwloc_get_root_obj(topo);
-  hwloc_bitmap_t *sets = util_malloc((size_t)nlocal * sizeof *sets, "cpusets");
-  for (int i = 0; i < nlocal; i++) sets[i] = hwloc_bitmap_alloc();
+  hwloc_bitmap_t *sets = util_calloc((size_t)nlocal, sizeof *sets, "cpusets"); /* hwloc_distrib allocates them */
   hwloc_distrib(topo, &root, 1, sets, (unsigned)nlocal, INT_MAX, 0);
-  hwloc_bitmap_copy(set, sets[lrank]);
+  if (sets[lrank]) hwloc_bitmap_copy(set, sets[lrank]);
   for (int i = 0; i < nlocal; i++) hwloc_bitmap_free(sets[i]);
   free(sets);
   *why = "bound by greenlm";

@@ -257,9 +257,10 @@ static void distribute_words(bpe_state *s, const hmap_str *words) {
 /* ---- output ------------------------------------------------------------------------------------- */
 
 static int write_files(const char *dir, char **tok, const int *tlen, int ntok, const int32_t (*mg)[2], long nm,
-                       char *err, size_t errlen) {
+                       err_list *errs) {
   if (util_mkdir_p(dir) != 0) {
-    snprintf(err, errlen, "cannot create tokenizer directory '%s': %s", dir, strerror(errno));
+    err_add(errs, dir, 0, 0, "check that &tokenizer dir can be created", "cannot create the tokenizer directory: %s",
+            strerror(errno));
     return -1;
   }
   char path[4096], chars[4096];
@@ -288,14 +289,15 @@ static int write_files(const char *dir, char **tok, const int *tlen, int ntok, c
     /* both files complete before either replaces an older one */
     if (util_atomic_close(&av) != 0 || util_atomic_close(&ae) != 0) rc = -1;
   }
-  if (rc != 0) snprintf(err, errlen, "cannot write the vocabulary in '%s': %s", dir, strerror(errno));
+  if (rc != 0)
+    err_add(errs, dir, 0, 0, "check that &tokenizer dir is writable and the disk is not full",
+            "cannot write the vocabulary (encoder.json, vocab.bpe): %s", strerror(errno));
   return rc;
 }
 
 /* ---- training ----------------------------------------------------------------------------------- */
 
-int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, char *err,
-              size_t errlen) {
+int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, err_list *errs) {
   double t0 = util_now();
   bpe_state s;
   memset(&s, 0, sizeof s);
@@ -382,20 +384,15 @@ int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *
     flush_deltas(&s);
   }
   st->merges = nm;
-  if (ntok < vocab_size - 1) {
-    snprintf(err, errlen,
-             "the corpus supports only %d tokens (%ld merges): too little text for vocab_size = %d", ntok + 1, nm,
-             vocab_size);
-    rc = -1;
-  }
+  st->tokens = ntok + 1;
+  if (ntok < vocab_size - 1) rc = 1; /* too little text */
   /* <|endoftext|> last */
   tok[ntok] = util_strdup("<|endoftext|>");
   tlen[ntok] = (int)strlen(tok[ntok]);
   ntok++;
   if (rc == 0) {
-    if (s.rank == 0) rc = write_files(dir, tok, tlen, ntok, (const int32_t(*)[2])mg, nm, err, errlen);
+    if (s.rank == 0) rc = write_files(dir, tok, tlen, ntok, (const int32_t(*)[2])mg, nm, errs);
     MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
-    MPI_Bcast(err, (int)errlen, MPI_CHAR, 0, comm);
   }
   for (int i = 0; i < ntok; i++) free(tok[i]);
   free(tok), free(tlen), free(mg);
@@ -426,67 +423,55 @@ static void count_doc(const char *text, size_t len, int begins, int ends, void *
   tok_pieces(c->pre, text, len, count_piece, c);
 }
 
-int bpe_run_task(const cfg_config *cfg, MPI_Comm comm) {
+/* Rank 0: read the files back (they must load as a tokenizer) and say what was learned. */
+static int report_vocabulary(const cfg_tokenizer *tc, const corpus_set *cs, const bpe_stats *st, double t_count, int P,
+                             err_list *errs) {
+  tok_tokenizer t;
+  if (tok_load_bpe(&t, tc->dir, errs) != 0) return -1;
+  char b1[32];
+  printf("tokenizer: %s of text, %ld pieces (%ld distinct), %ld merges in %.2f s (counting %.2f s) on %d rank%s\n",
+         util_fmt_bytes((double)cs->total, b1, sizeof b1), st->words, st->unique, st->merges, st->seconds, t_count, P,
+         P == 1 ? "" : "s");
+  printf("tokenizer: wrote %s/encoder.json and %s/vocab.bpe: %d tokens, hash %s\n", tc->dir, tc->dir, t.vocab_size,
+         t.hash_hex);
+  fflush(stdout);
+  tok_free(&t);
+  return 0;
+}
+
+int bpe_run_task(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
   int rank, P;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
   const cfg_tokenizer *tc = &cfg->tokenizer;
   int own = tc->corpus.n > 0; /* else &prepare input */
-  nml_errors errs = {0};
-  char err[2048] = "";
   corpus_set cs;
   if (corpus_open(&cs, cfg, own ? "tokenizer" : "prepare", own ? "corpus" : "input", own ? &tc->corpus : &cfg->prepare.input,
-                  cfg->prepare.documents, cfg->prepare.separator, comm, &errs)) {
-    if (rank == 0) nml_errors_print(&errs, 20);
-    nml_errors_free(&errs);
+                  cfg->prepare.documents, cfg->prepare.separator, comm, errs))
     return 1;
-  }
   tok_tokenizer pre;
-  UTIL_CHECK(tok_init_pretokenizer(&pre, err, sizeof err) == 0, NULL, "%s", err);
+  UTIL_CHECK(tok_init_pretokenizer(&pre, errs) == 0, NULL, "%s", errs->v[0].msg);
   hmap_str words;
   hmap_str_init(&words, 1 << 16);
   count_ctx c = {&pre, &words};
   double t0 = util_now();
-  int rc = corpus_each(&cs, count_doc, &c, err, sizeof err), any;
+  int rc = corpus_each(&cs, count_doc, &c, errs), any;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, comm);
   double t_count = util_now() - t0;
   bpe_stats st;
   if (any == 0) {
-    rc = bpe_train(&words, (int)tc->vocab_size, comm, tc->dir, &st, err, sizeof err);
-    int small = strstr(err, "corpus supports") != NULL;
-    if (rc != 0)
-      cfg_error_at(cfg, &errs, "tokenizer", small ? "vocab_size" : "dir",
-                   small ? "learn from more text, or ask for a smaller vocab_size" : "check that dir is writable", "%s",
-                   err);
-  } else if (rc != 0) {
-    fprintf(stderr, "greenlm: error: %s\n", err);
+    int e0 = errs->n;
+    rc = bpe_train(&words, (int)tc->vocab_size, comm, tc->dir, &st, errs);
+    if (rc < 0) cfg_relocate(cfg, errs, e0, "tokenizer", "dir");
+    if (rc > 0)
+      cfg_error_at(cfg, errs, "tokenizer", "vocab_size", "learn from more text, or ask for a smaller vocab_size",
+                   "the text supports only %d tokens (%ld merges): too little for vocab_size = %ld", st.tokens,
+                   st.merges, tc->vocab_size);
+    if (rank == 0 && rc == 0) rc = report_vocabulary(tc, &cs, &st, t_count, P, errs);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
   }
-  if (rank == 0 && any == 0) {
-    if (rc != 0) {
-      nml_errors_print(&errs, 20);
-    } else {
-      /* read the files back: they must load as a tokenizer */
-      tok_tokenizer t;
-      int ok = tok_load_bpe(&t, tc->dir, err, sizeof err) == 0;
-      char b1[32];
-      printf("tokenizer: %s of text, %ld pieces (%ld distinct), %ld merges in %.2f s (counting %.2f s) on %d rank%s\n",
-             util_fmt_bytes((double)cs.total, b1, sizeof b1), st.words, st.unique, st.merges, st.seconds, t_count, P,
-             P == 1 ? "" : "s");
-      if (ok) {
-        printf("tokenizer: wrote %s/encoder.json and %s/vocab.bpe: %d tokens, hash %s\n", tc->dir, tc->dir,
-               t.vocab_size, t.hash_hex);
-        tok_free(&t);
-      } else {
-        fprintf(stderr, "greenlm: error: the vocabulary written does not load: %s\n", err);
-        rc = 1;
-      }
-      fflush(stdout);
-    }
-  }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
   hmap_str_free(&words);
   tok_free(&pre);
   corpus_close(&cs);
-  nml_errors_free(&errs);
   return any != 0 || rc != 0;
 }

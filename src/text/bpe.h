@@ -22,19 +22,22 @@
 
 typedef struct {
   long merges;        /* merges learned */
+  int tokens;         /* tokens of the vocabulary learned, <|endoftext|> included */
   long words, unique; /* pieces counted (all ranks) and distinct pieces */
   double seconds;
 } bpe_stats;
 
 /* words: this rank's piece counts (piece bytes -> count). Learns merges until the vocabulary has
  * vocab_size tokens including <|endoftext|>, then rank 0 writes dir/encoder.json and dir/vocab.bpe
- * crash-safely. Collective over comm. Returns 0, or -1 with err (same on every rank). */
-int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, char *err,
-              size_t errlen);
+ * crash-safely. Collective over comm. Returns 0; 1 when the text supports fewer tokens (st->tokens,
+ * nothing written); -1 when the files cannot be written (an error added on rank 0). The same on
+ * every rank. */
+int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, err_list *errs);
 
 /* The 'tokenizer' task: count the pieces of &tokenizer corpus (or &prepare input) on every rank
- * and train &tokenizer vocab_size into &tokenizer dir. Returns the exit status. Collective. */
-int bpe_run_task(const cfg_config *cfg, MPI_Comm comm);
+ * and train &tokenizer vocab_size into &tokenizer dir. Returns the exit status (0, or 1 after adding
+ * errors). Collective. */
+int bpe_run_task(const cfg_config *cfg, MPI_Comm comm, err_list *errs);
 
 /* GPT-2's id of the single-byte token of byte b (0..255). */
 int bpe_byte_rank(int b);

@@ -34,14 +34,22 @@ static void list_add(file_list *l, const char *path, int64_t bytes) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Add one input (file, directory or glob pattern). Returns 0 or writes a message to err. */
-static int expand_one(file_list *l, const char *in, char *err, size_t errlen, char *hint, size_t hintlen) {
+/* Where the inputs come from: errors about them are reported at that deck key. */
+typedef struct {
+  const cfg_config *cfg;
+  const char *group, *key;
+  err_list *errs;
+} input_place;
+
+#define input_error(at, hint, ...) cfg_error_at((at)->cfg, (at)->errs, (at)->group, (at)->key, hint, __VA_ARGS__)
+
+/* Add one input (file, directory or glob pattern). Returns 0, or -1 after reporting it at `at`. */
+static int expand_one(file_list *l, const char *in, const input_place *at) {
   if (strpbrk(in, "*?[")) {
     glob_t g;
     int rc = glob(in, 0, NULL, &g);
     if (rc != 0) {
-      util_snprintf(err, errlen, "no file matches '%s'", in);
-      snprintf(hint, hintlen, "check the pattern; it is expanded from the working directory");
+      input_error(at, "check the pattern; it is expanded from the working directory", "no file matches '%s'", in);
       if (rc != GLOB_NOMATCH) globfree(&g);
       return -1;
     }
@@ -50,8 +58,7 @@ static int expand_one(file_list *l, const char *in, char *err, size_t errlen, ch
       struct stat st;
       if (stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode)) {
         if (st.st_size == 0) {
-          util_snprintf(err, errlen, "'%s' (from '%s') is empty", g.gl_pathv[i], in);
-          snprintf(hint, hintlen, "remove empty files from the input");
+          input_error(at, "remove empty files from the input", "'%s' (from '%s') is empty", g.gl_pathv[i], in);
           globfree(&g);
           return -1;
         }
@@ -60,23 +67,20 @@ static int expand_one(file_list *l, const char *in, char *err, size_t errlen, ch
     }
     globfree(&g);
     if (l->n == n0) {
-      util_snprintf(err, errlen, "'%s' matches no regular file", in);
-      snprintf(hint, hintlen, "check the pattern");
+      input_error(at, "check the pattern", "'%s' matches no regular file", in);
       return -1;
     }
     return 0;
   }
   struct stat st;
   if (stat(in, &st) != 0) {
-    util_snprintf(err, errlen, "cannot open '%s': %s", in, strerror(errno));
-    snprintf(hint, hintlen, "check the path (relative paths start at the working directory)");
+    input_error(at, "check the path (relative paths start at the working directory)", "cannot open '%s': %s", in, strerror(errno));
     return -1;
   }
   if (S_ISDIR(st.st_mode)) {
     DIR *d = opendir(in);
     if (!d) {
-      util_snprintf(err, errlen, "cannot read directory '%s': %s", in, strerror(errno));
-      snprintf(hint, hintlen, "check its permissions");
+      input_error(at, "check its permissions", "cannot read directory '%s': %s", in, strerror(errno));
       return -1;
     }
     file_list sub = {0};
@@ -90,8 +94,7 @@ static int expand_one(file_list *l, const char *in, char *err, size_t errlen, ch
     }
     closedir(d);
     if (sub.n == 0) {
-      util_snprintf(err, errlen, "directory '%s' has no text (no non-empty regular files)", in);
-      snprintf(hint, hintlen, "point the input at files with text, or at a glob such as 'dir/*.txt'");
+      input_error(at, "point the input at files with text, or at a glob such as 'dir/*.txt'", "directory '%s' has no text (no non-empty regular files)", in);
       free(sub.path);
       free(sub.bytes);
       return -1;
@@ -110,13 +113,11 @@ static int expand_one(file_list *l, const char *in, char *err, size_t errlen, ch
     return 0;
   }
   if (!S_ISREG(st.st_mode)) {
-    util_snprintf(err, errlen, "'%s' is not a regular file", in);
-    snprintf(hint, hintlen, "give text files, directories of text files or glob patterns");
+    input_error(at, "give text files, directories of text files or glob patterns", "'%s' is not a regular file", in);
     return -1;
   }
   if (st.st_size == 0) {
-    util_snprintf(err, errlen, "'%s' is empty", in);
-    snprintf(hint, hintlen, "give a file with text in it");
+    input_error(at, "give a file with text in it", "'%s' is empty", in);
     return -1;
   }
   list_add(l, in, (int64_t)st.st_size);
@@ -209,7 +210,7 @@ static int64_t find_cut(const corpus_set *c, int64_t pos, int *is_boundary) {
 /* ---- open / close ------------------------------------------------------------------------------ */
 
 int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const char *key, const cfg_strlist *inputs,
-                const char *documents, const char *separator, MPI_Comm comm, nml_errors *errs) {
+                const char *documents, const char *separator, MPI_Comm comm, err_list *errs) {
   memset(c, 0, sizeof *c);
   int rank, P;
   MPI_Comm_rank(comm, &rank);
@@ -227,13 +228,9 @@ int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const c
                    "no input given");
       nerr = 1;
     }
-    for (int i = 0; i < inputs->n; i++) {
-      char err[1200], hint[200];
-      if (expand_one(&l, inputs->v[i], err, sizeof err, hint, sizeof hint) != 0) {
-        cfg_error_at(cfg, errs, group, key, hint, "%s", err);
-        nerr++;
-      }
-    }
+    input_place at = {cfg, group, key, errs};
+    for (int i = 0; i < inputs->n; i++)
+      if (expand_one(&l, inputs->v[i], &at) != 0) nerr++;
   }
   MPI_Bcast(&nerr, 1, MPI_INT, 0, comm);
   if (nerr) {
@@ -312,7 +309,7 @@ static void split_block(const corpus_set *c, const char *buf, int64_t b0, int64_
   if (c->mode != CORPUS_DOC_LINE && doc < n) fn(buf + doc, n - doc, doc_begins, ends_at_b1, ctx);
 }
 
-int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, char *err, size_t errlen) {
+int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, err_list *errs) {
   int64_t pos = c->lo;
   int begins = 1;
   if (pos < c->hi) {
@@ -341,7 +338,8 @@ int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, char *err, size_t 
     size_t n = (size_t)(b1 - pos);
     if (n > cap) buf = util_realloc(buf, cap = n, "corpus block");
     if (read_at(c, f, pos - c->start[f], buf, n) != (ssize_t)n) {
-      util_snprintf(err, errlen, "cannot read '%s': %s", c->path[f], errno ? strerror(errno) : "file shrank");
+      err_add(errs, c->path[f], 0, 0, "leave the input files alone while greenlm reads them", "cannot read: %s",
+              errno ? strerror(errno) : "the file shrank");
       free(buf);
       return -1;
     }

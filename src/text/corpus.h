@@ -38,7 +38,7 @@ typedef struct {
  * directory stands for the regular files in it) and share the list. Problems are reported at
  * the deck key `group.key` that lists the inputs; returns the error count (same on all ranks). */
 int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const char *key, const cfg_strlist *inputs,
-                const char *documents, const char *separator, MPI_Comm comm, nml_errors *errs);
+                const char *documents, const char *separator, MPI_Comm comm, err_list *errs);
 void corpus_close(corpus_set *c);
 
 /* Called for each piece of a document in this rank's share, in stream order. begins: the piece is
@@ -46,8 +46,8 @@ void corpus_close(corpus_set *c);
  * document ends with this piece. Empty documents are skipped. */
 typedef void (*corpus_fn)(const char *text, size_t len, int begins, int ends, void *ctx);
 
-/* Read this rank's share and call fn for its document pieces. Returns 0, or -1 with err when a
- * file cannot be read. */
-int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, char *err, size_t errlen);
+/* Read this rank's share and call fn for its document pieces. Returns 0, or -1 after adding an
+ * error when a file cannot be read (this rank only). */
+int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, err_list *errs);
 
 #endif

@@ -6,41 +6,120 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ncfile.h"
 #include "base/rng.h"
 #include "base/util.h"
 
-/* Open one dataset and read its identity. Returns 0, or -1 with err. */
-static int open_file(data_file *f, const char *path, char *err, size_t errlen) {
-  memset(f, 0, sizeof *f);
-  util_strlcpy(f->path, path, sizeof f->path);
-  int rc = ncmpi_open(MPI_COMM_SELF, path, NC_NOWRITE, MPI_INFO_NULL, &f->ncid);
-  if (rc != NC_NOERR) {
-    util_snprintf(err, errlen, "cannot open dataset '%s': %s", path, ncmpi_strerror(rc));
+#define DATA_HINT_TEXT "make the dataset again with the 'prepare' task (&job task = 'prepare', 'train')"
+static const char DATA_HINT[] = DATA_HINT_TEXT;
+
+uint64_t data_checksum(const int32_t *v, size_t n, uint64_t first) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < n; i++) s += (uint64_t)(uint32_t)v[i] * (2 * (first + i) + 1);
+  return s;
+}
+
+uint64_t data_checksum64(const int64_t *v, size_t n, uint64_t first) {
+  uint64_t s = 0;
+  for (size_t i = 0; i < n; i++) s += (uint64_t)v[i] * (2 * (first + i) + 1);
+  return s;
+}
+
+static long long att_int(int nc, const char *name, long long missing) {
+  long long v = missing;
+  if (ncmpi_get_att_longlong(nc, NC_GLOBAL, name, &v) != NC_NOERR) v = missing;
+  return v;
+}
+
+/* A dimension's length, or -1. */
+static int64_t dim_len(int nc, const char *name) {
+  int dim;
+  MPI_Offset n;
+  if (ncmpi_inq_dimid(nc, name, &dim) != NC_NOERR || ncmpi_inq_dimlen(nc, dim, &n) != NC_NOERR) return -1;
+  return (int64_t)n;
+}
+
+/* The variable `name` of one dimension `dim`, or -1. */
+static int var_1d(int nc, const char *name, const char *dim) {
+  int v, ndims, d, want;
+  if (ncmpi_inq_varid(nc, name, &v) != NC_NOERR || ncmpi_inq_varndims(nc, v, &ndims) != NC_NOERR || ndims != 1 ||
+      ncmpi_inq_vardimid(nc, v, &d) != NC_NOERR || ncmpi_inq_dimid(nc, dim, &want) != NC_NOERR || d != want)
+    return -1;
+  return v;
+}
+
+/* The header of an open dataset: what every later read relies on. Returns 0 or -1 after an error. */
+static int read_header(data_file *f, err_list *errs) {
+  int nc = f->ncid;
+  char format[64];
+  ncfile_get_text(nc, -1, "format", format, sizeof format);
+  f->version = (int)att_int(nc, "format_version", 1);
+  f->ntokens = dim_len(nc, DATA_DIM_TOKEN);
+  f->ndocs = dim_len(nc, DATA_DIM_DOCUMENT);
+  f->varid = var_1d(nc, DATA_VAR_TOKENS, DATA_DIM_TOKEN);
+  f->doc_var = var_1d(nc, DATA_VAR_DOC_START, DATA_DIM_DOCUMENT);
+  long long v = att_int(nc, "vocab_size", -1), eot = att_int(nc, "eot_id", -1);
+  ncfile_get_text(nc, -1, "tokenizer_hash", f->tokenizer_hash, sizeof f->tokenizer_hash);
+  nc_type type = NC_NAT;
+  if (f->varid >= 0) ncmpi_inq_vartype(nc, f->varid, &type);
+  if ((format[0] && strcmp(format, DATA_FORMAT) != 0) || f->varid < 0 || f->doc_var < 0 || f->ntokens < 0 ||
+      f->ndocs < 0 || !f->tokenizer_hash[0] || (type != NC_USHORT && type != NC_UINT)) {
+    err_add(errs, f->path, 0, 0, DATA_HINT, "not a greenlm token dataset (its format, tokens(token) of unsigned "
+            "integers, doc_start(document) or tokenizer_hash is missing)");
     return -1;
   }
-  int dim;
-  MPI_Offset n = 0, nd = 0;
-  long long v = 0;
-  MPI_Offset hl = 0;
-  if (ncmpi_inq_varid(f->ncid, DATA_VAR_TOKENS, &f->varid) != NC_NOERR ||
-      ncmpi_inq_dimid(f->ncid, DATA_DIM_TOKEN, &dim) != NC_NOERR || ncmpi_inq_dimlen(f->ncid, dim, &n) != NC_NOERR ||
-      ncmpi_inq_dimid(f->ncid, DATA_DIM_DOCUMENT, &dim) != NC_NOERR || ncmpi_inq_dimlen(f->ncid, dim, &nd) != NC_NOERR ||
-      ncmpi_get_att_longlong(f->ncid, NC_GLOBAL, "vocab_size", &v) != NC_NOERR ||
-      ncmpi_inq_attlen(f->ncid, NC_GLOBAL, "tokenizer_hash", &hl) != NC_NOERR || hl >= (MPI_Offset)sizeof f->tokenizer_hash ||
-      ncmpi_get_att_text(f->ncid, NC_GLOBAL, "tokenizer_hash", f->tokenizer_hash) != NC_NOERR) {
-    util_snprintf(err, errlen, "'%s' is not a greenlm token dataset (no tokens variable, token dimension, "
-                               "vocab_size or tokenizer_hash)", path);
+  if (f->version < 1 || f->version > DATA_FORMAT_VERSION) {
+    err_add(errs, f->path, 0, 0, "use the greenlm that made it, or make the dataset again with this one",
+            "dataset format version %d; this greenlm reads versions 1 to %d", f->version, DATA_FORMAT_VERSION);
+    return -1;
+  }
+  if (v < 2 || v > TOK_MAX_VOCAB || (type == NC_USHORT && v > 65536) || eot < -1 || eot >= v) {
+    err_add(errs, f->path, 0, 0, DATA_HINT, "damaged header: vocab_size %lld, eot_id %lld", v, eot);
+    return -1;
+  }
+  f->vocab_size = (int)v;
+  f->eot = (int)eot;
+  f->sum_var = -1;
+  if (f->version >= 2) {
+    f->nblocks = dim_len(nc, DATA_DIM_BLOCK);
+    f->sum_var = var_1d(nc, DATA_VAR_BLOCK_SUM, DATA_DIM_BLOCK);
+    int64_t want = (f->ntokens + DATA_BLOCK_TOKENS - 1) / DATA_BLOCK_TOKENS;
+    if (f->sum_var < 0 || f->nblocks != want || att_int(nc, "block_tokens", -1) != DATA_BLOCK_TOKENS) {
+      err_add(errs, f->path, 0, 0, DATA_HINT, "damaged header: %lld block checksums (block_tokens %lld) for %lld tokens",
+              (long long)f->nblocks, att_int(nc, "block_tokens", -1), (long long)f->ntokens);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Which data the file holds: the token count and the block checksums (version 2), or the token
+ * count and the tokenizer (version 1). */
+static void read_identity(data_file *f) {
+  uint64_t h = util_hash64(&f->ntokens, sizeof f->ntokens, 0);
+  if (f->sum_var < 0 || f->nblocks == 0) {
+    f->identity = util_hash64(f->tokenizer_hash, strlen(f->tokenizer_hash), h);
+    return;
+  }
+  unsigned long long *sums = util_malloc((size_t)f->nblocks * sizeof *sums, "block checksums");
+  MPI_Offset start = 0, count = f->nblocks;
+  if (ncmpi_get_vara_ulonglong(f->ncid, f->sum_var, &start, &count, sums) != NC_NOERR)
+    memset(sums, 0, (size_t)f->nblocks * sizeof *sums); /* data_verify names the damage */
+  f->identity = util_hash64(sums, (size_t)f->nblocks * sizeof *sums, h);
+  free(sums);
+}
+
+/* Open one dataset and read its header. Returns 0, or -1 after adding an error. */
+static int open_file(data_file *f, const char *path, err_list *errs) {
+  memset(f, 0, sizeof *f);
+  util_strlcpy(f->path, path, sizeof f->path);
+  if (ncfile_open(MPI_COMM_SELF, path, MPI_INFO_NULL, "dataset", DATA_HINT, &f->ncid, errs) != 0) return -1;
+  if (read_header(f, errs) != 0) {
     ncmpi_close(f->ncid);
     return -1;
   }
-  f->tokenizer_hash[hl] = '\0';
-  f->ntokens = (int64_t)n;
-  f->ndocs = (int64_t)nd;
-  f->vocab_size = (int)v;
-  long long eot = -1;
-  ncmpi_get_att_longlong(f->ncid, NC_GLOBAL, "eot_id", &eot);
-  f->eot = (int)eot;
   ncmpi_begin_indep_data(f->ncid);
+  read_identity(f);
   return 0;
 }
 
@@ -55,40 +134,44 @@ static void shuffle_epoch(data_loader *d) {
   }
 }
 
-int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, nml_errors *errs) {
+/* The dataset against the tokenizer and the model: reported at the deck keys. */
+static void check_fit(const data_file *f, const cfg_config *cfg, const tok_tokenizer *tok, int T, const char *key,
+                      err_list *errs) {
+  if (strcmp(f->tokenizer_hash, tok->hash_hex) != 0)
+    cfg_error_at(cfg, errs, "data", key,
+                 "prepare the dataset again with this deck's &tokenizer, or point &tokenizer at the one that made it",
+                 "'%s' was made by another tokenizer (hash %s; the deck's %s has hash %s)", f->path, f->tokenizer_hash,
+                 tok->desc, tok->hash_hex);
+  else if (f->vocab_size > cfg->model.vocab_size)
+    cfg_error_at(cfg, errs, "model", "vocab_size", "raise &model vocab_size to at least the tokenizer's vocabulary",
+                 "the dataset '%s' has a vocabulary of %d tokens, more than the model's %ld", f->path, f->vocab_size,
+                 cfg->model.vocab_size);
+  else if (f->ntokens < (int64_t)T + 1)
+    cfg_error_at(cfg, errs, "data", key, "give more text or lower &training seq_len",
+                 "'%s' has %lld tokens, fewer than one window of seq_len + 1 = %d", f->path, (long long)f->ntokens, T + 1);
+}
+
+int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, err_list *errs) {
   memset(d, 0, sizeof *d);
-  int n0 = errs->n;
-  char err[1200];
+  long n0 = err_count(errs);
   const char *key[2] = {"train", "val"};
   data_file *f[2] = {&d->train, &d->val};
   const char *path[2] = {cfg->data.train, cfg->data.val};
   int opened[2] = {0, 0};
   for (int s = 0; s < 2; s++) {
-    if (open_file(f[s], path[s], err, sizeof err) != 0) {
-      cfg_error_at(cfg, errs, "data", key[s], "make it with the 'prepare' task (&job task = 'prepare', 'train')", "%s",
-                   err);
+    int e0 = errs->n;
+    if (open_file(f[s], path[s], errs) != 0) {
+      cfg_relocate(cfg, errs, e0, "data", key[s]);
       continue;
     }
     opened[s] = 1;
-    if (strcmp(f[s]->tokenizer_hash, tok->hash_hex) != 0)
-      cfg_error_at(cfg, errs, "data", key[s],
-                   "prepare the dataset again with this deck's &tokenizer, or point &tokenizer at the one that made it",
-                   "'%s' was made by another tokenizer (hash %s; the deck's %s has hash %s)", path[s],
-                   f[s]->tokenizer_hash, tok->desc, tok->hash_hex);
-    else if (f[s]->vocab_size > cfg->model.vocab_size)
-      cfg_error_at(cfg, errs, "model", "vocab_size", "raise &model vocab_size to at least the tokenizer's vocabulary",
-                   "the dataset '%s' has a vocabulary of %d tokens, more than the model's %ld", path[s],
-                   f[s]->vocab_size, cfg->model.vocab_size);
-    else if (f[s]->ntokens < (int64_t)T + 1)
-      cfg_error_at(cfg, errs, "data", key[s], "give more text or lower &training seq_len",
-                   "'%s' has %lld tokens, fewer than one window of seq_len + 1 = %d", path[s],
-                   (long long)f[s]->ntokens, T + 1);
+    check_fit(f[s], cfg, tok, T, key[s], errs);
   }
-  if (errs->n > n0) {
+  if (err_count(errs) > n0) {
     for (int s = 0; s < 2; s++)
       if (opened[s]) ncmpi_close(f[s]->ncid);
     memset(d, 0, sizeof *d);
-    return errs->n - n0;
+    return (int)(err_count(errs) - n0);
   }
   d->T = T;
   d->seed = (uint64_t)cfg->job.seed;
@@ -96,6 +179,91 @@ int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, i
   d->perm = util_malloc(d->nwin * sizeof *d->perm, "window order");
   shuffle_epoch(d);
   return 0;
+}
+
+/* ---- verification ------------------------------------------------------------------------------- */
+
+/* Tokens [a, a + n) of f into buf (n <= DATA_BLOCK_TOKENS): ids checked against the vocabulary and
+ * their checksum returned through *sum. Returns 0 or -1 after an error naming the first bad id. */
+static int verify_range(data_file *f, int64_t a, size_t n, unsigned int *buf, uint64_t *sum, err_list *errs) {
+  MPI_Offset start = a, count = (MPI_Offset)n;
+  int rc = ncmpi_get_vara_uint(f->ncid, f->varid, &start, &count, buf);
+  if (rc != NC_NOERR) {
+    err_add(errs, f->path, 0, 0, DATA_HINT, "cannot read tokens %lld to %lld: %s", (long long)a, (long long)(a + (int64_t)n),
+            ncmpi_strerror(rc));
+    return -1;
+  }
+  uint64_t s = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (buf[i] >= (unsigned)f->vocab_size) {
+      err_add(errs, f->path, 0, 0, DATA_HINT, "token %lld has id %u, outside the vocabulary of %d: the file is damaged",
+              (long long)(a + (int64_t)i), buf[i], f->vocab_size);
+      return -1;
+    }
+    s += (uint64_t)buf[i] * (2 * ((uint64_t)a + i) + 1);
+  }
+  *sum = s;
+  return 0;
+}
+
+/* This rank's blocks of f (block b belongs to rank b mod P). Returns the errors found. */
+static int verify_blocks(data_file *f, int rank, int P, err_list *errs) {
+  int bad = 0;
+  unsigned int *buf = util_malloc((size_t)DATA_BLOCK_TOKENS * sizeof *buf, "verification buffer");
+  int64_t nblocks = (f->ntokens + DATA_BLOCK_TOKENS - 1) / DATA_BLOCK_TOKENS;
+  for (int64_t b = rank; b < nblocks && bad < 3; b += P) {
+    int64_t a = b * DATA_BLOCK_TOKENS;
+    size_t n = (size_t)(f->ntokens - a < DATA_BLOCK_TOKENS ? f->ntokens - a : DATA_BLOCK_TOKENS);
+    uint64_t sum;
+    if (verify_range(f, a, n, buf, &sum, errs) != 0) {
+      bad++;
+      continue;
+    }
+    unsigned long long want = 0;
+    MPI_Offset start = b, one = 1;
+    if (f->sum_var >= 0 && (ncmpi_get_vara_ulonglong(f->ncid, f->sum_var, &start, &one, &want) != NC_NOERR || want != sum)) {
+      err_add(errs, f->path, 0, 0, DATA_HINT, "tokens %lld to %lld do not match their checksum: the file is damaged",
+              (long long)a, (long long)(a + (int64_t)n));
+      bad++;
+    }
+  }
+  free(buf);
+  return bad;
+}
+
+/* The document starts: this rank's chunk of them summed, all ranks' sums against the attribute. */
+static int verify_docs(data_file *f, int rank, int P, MPI_Comm comm, err_list *errs) {
+  int64_t lo = f->ndocs * rank / P, hi = f->ndocs * (rank + 1) / P, bad = 0;
+  uint64_t mine = 0, total = 0;
+  long long *buf = util_malloc(((size_t)(hi - lo) + 1) * sizeof *buf, "document starts");
+  MPI_Offset start = lo, count = hi - lo;
+  if (hi > lo && ncmpi_get_vara_longlong(f->ncid, f->doc_var, &start, &count, buf) != NC_NOERR) bad = 1;
+  for (int64_t i = 0; i < hi - lo && !bad; i++) {
+    if (buf[i] < 0 || buf[i] >= f->ntokens) bad = 1;
+    mine += (uint64_t)buf[i] * (2 * (uint64_t)(lo + i) + 1);
+  }
+  free(buf);
+  MPI_Allreduce(&mine, &total, 1, MPI_UINT64_T, MPI_SUM, comm);
+  unsigned long long want = 0;
+  int has = ncmpi_get_att_ulonglong(f->ncid, f->doc_var, "checksum", &want) == NC_NOERR;
+  if (rank == 0 && !bad && has && want != total) bad = 1;
+  if (bad)
+    err_add(errs, f->path, 0, 0, DATA_HINT,
+            "the document starts (doc_start) are damaged: unreadable, out of range or not matching their checksum");
+  return (int)bad;
+}
+
+int data_verify(data_loader *d, MPI_Comm comm, err_list *errs) {
+  int rank, P, bad = 0, any;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  data_file *f[2] = {&d->train, &d->val};
+  for (int s = 0; s < 2; s++) {
+    bad += verify_blocks(f[s], rank, P, errs);
+    bad += verify_docs(f[s], rank, P, comm, errs);
+  }
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_SUM, comm);
+  return any;
 }
 
 void data_close(data_loader *d) {
@@ -131,9 +299,16 @@ static void read_windows(data_file *f, const uint64_t *w, int n, int T, int32_t 
   int32_t *buf = util_malloc((size_t)n * (T + 1) * sizeof(int32_t), "window buffer");
   for (int i = 0; i < n; i++) {
     MPI_Offset start = (MPI_Offset)(w[i] * (uint64_t)T), count = T + 1;
-    int rc = ncmpi_get_vara_int(f->ncid, f->varid, &start, &count, buf + (size_t)i * (T + 1));
-    UTIL_CHECK(rc == NC_NOERR, "check that the dataset is complete and readable", "reading %s: %s", f->path,
+    int32_t *x = buf + (size_t)i * (T + 1);
+    int rc = ncmpi_get_vara_int(f->ncid, f->varid, &start, &count, x);
+    UTIL_CHECK(rc == NC_NOERR || rc == NC_ERANGE, "the dataset changed or is damaged since it was opened: " DATA_HINT_TEXT,
+               "%s: cannot read tokens %lld to %lld: %s", f->path, (long long)start, (long long)(start + count),
                ncmpi_strerror(rc));
+    for (int k = 0; k <= T; k++) /* never an id the embedding does not have */
+      UTIL_CHECK(rc == NC_NOERR && x[k] >= 0 && x[k] < f->vocab_size,
+                 "the dataset changed or is damaged since it was opened: " DATA_HINT_TEXT,
+                 "%s: token %lld has id %d, outside the vocabulary of %d", f->path, (long long)start + k, x[k],
+                 f->vocab_size);
   }
   for (int i = 0; i < n; i++) {
     memcpy(tokens + (size_t)i * T, buf + (size_t)i * (T + 1), (size_t)T * sizeof(int32_t));

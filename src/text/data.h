@@ -1,23 +1,33 @@
 /* data: token datasets and the shuffled window loader.
  *
- * Dataset format (one CDF-5 file per split, written collectively by the 'prepare' task):
- *   dimensions  token = number of tokens, document = number of documents
- *   variables   tokens(token)        ushort when the vocabulary fits in 16 bits, else uint
- *               doc_start(document)  int64, index of each document's first token
- *   attributes  title, split, tokenizer, tokenizer_dir, tokenizer_hash, vocab_size, eot_id,
- *               documents, separator, val_fraction, seed, source_count, source_files,
- *               source_bytes, token_count, document_count, greenlm_version, created
- * Documents are stored one after the other, each followed by <|endoftext|> when the vocabulary
- * has it (doc/data.md).
+ * Dataset format (one CDF-5 file per split, written collectively by the 'prepare' task; version 2):
+ *   dimensions  token = number of tokens, document = number of documents,
+ *               block = number of blocks of DATA_BLOCK_TOKENS tokens (the last may be shorter)
+ *   variables   tokens(token)            ushort when the vocabulary fits in 16 bits, else uint
+ *               doc_start(document)      int64, index of each document's first token
+ *               block_checksum(block)    uint64, the checksum of each block's tokens
+ *   attributes  title, format, format_version, split, tokenizer, tokenizer_dir, tokenizer_hash,
+ *               vocab_size, eot_id, documents, separator, val_fraction, seed, source_count,
+ *               source_files, source_bytes, token_count, document_count, block_tokens,
+ *               greenlm_version, created; doc_start:checksum
+ * A checksum sums, over the elements i (the index in the whole variable) of a range, the value
+ * times (2i + 1) modulo 2^64, so a changed, swapped or zeroed value changes it and any rank can sum
+ * any part (doc/formats.md). Documents are stored one after the other, each followed by
+ * <|endoftext|> when the vocabulary has it (doc/data.md).
  *
  * A training example is a window of T+1 consecutive tokens (inputs: the first T, targets: the
  * last T). The training tokens are cut into non-overlapping windows; each epoch visits all of them
  * in a shuffle drawn from (seed, epoch). Each step takes the next G windows of that order (G =
  * sequences per global batch); a rank reads only the windows it is given, from the file. The
- * cursor (epoch, position) is all the state there is, so a restarted run continues exactly. */
+ * cursor (epoch, position) is all the state there is, so a restarted run continues exactly.
+ *
+ * Nothing read from a dataset is trusted: the header is checked against the file's length, the
+ * tokenizer and the model; data_verify reads every token once (shared among the ranks) against
+ * the vocabulary and the block checksums; every window read is checked against the vocabulary. */
 #ifndef GREENLM_DATA_H
 #define GREENLM_DATA_H
 
+#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,17 +35,23 @@
 #include "deck/nml.h"
 #include "text/tok.h"
 
+#define DATA_FORMAT "greenlm token dataset"
+#define DATA_FORMAT_VERSION 2
 #define DATA_VAR_TOKENS "tokens"
 #define DATA_VAR_DOC_START "doc_start"
+#define DATA_VAR_BLOCK_SUM "block_checksum"
 #define DATA_DIM_TOKEN "token"
 #define DATA_DIM_DOCUMENT "document"
+#define DATA_DIM_BLOCK "block"
+enum { DATA_BLOCK_TOKENS = 1 << 20 };
 
 typedef struct {
   char path[CFG_STR_LEN];
-  int ncid, varid;
-  int64_t ntokens, ndocs;
-  int vocab_size, eot;
+  int ncid, varid, doc_var, sum_var; /* sum_var -1: a version-1 dataset, without checksums */
+  int64_t ntokens, ndocs, nblocks;
+  int vocab_size, eot, version;
   char tokenizer_hash[32];
+  uint64_t identity; /* hash of the token count and the block checksums: which data this is */
 } data_file;
 
 typedef struct {
@@ -50,11 +66,21 @@ typedef struct {
   uint64_t *perm;
 } data_loader;
 
-/* Open the deck's datasets for windows of T+1 tokens and check them against the tokenizer (its
- * hash) and the model (vocabulary). Problems are reported at the deck keys; returns the error
- * count. */
-int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, nml_errors *errs);
+/* Open the deck's datasets for windows of T+1 tokens and check their headers against the file
+ * lengths, the tokenizer (its hash) and the model (vocabulary). Not collective. Problems are
+ * reported at the files or the deck keys; returns the error count. */
+int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, err_list *errs);
 void data_close(data_loader *d);
+
+/* Read both datasets once, their blocks shared among the ranks of comm, and check every token id
+ * against the dataset's vocabulary and every block and the document starts against their
+ * checksums. Collective. Returns the number of errors (the same on every rank; each rank adds
+ * those it found). */
+int data_verify(data_loader *d, MPI_Comm comm, err_list *errs);
+
+/* The checksum of n values whose first has index `first` in its variable (see above). */
+uint64_t data_checksum(const int32_t *v, size_t n, uint64_t first);
+uint64_t data_checksum64(const int64_t *v, size_t n, uint64_t first);
 
 /* Move the cursor to (epoch, pos): the state a checkpoint keeps. */
 void data_seek(data_loader *d, long epoch, uint64_t pos);

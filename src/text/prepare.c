@@ -65,247 +65,309 @@ typedef struct {
   const char *name, *path;
   int64_t ntok, ndoc;       /* totals */
   int64_t tok_off, doc_off; /* this rank's offsets */
-  int32_t *tok;             /* this rank's tokens of the split */
-  int64_t *doc_start;       /* this rank's document starts (global token indices) */
+  int32_t *tok;             /* (my_tok) this rank's tokens of the split */
+  int64_t *doc_start;       /* (my_doc) this rank's document starts (global token indices) */
   size_t my_tok, my_doc;
 } split_out;
 
-static int nc_fail(int rc, const char *what, const char *path, char *err, size_t errlen) {
+/* The whole job of the task on one rank. */
+typedef struct {
+  const cfg_config *cfg;
+  MPI_Comm comm;
+  int rank, P;
+  tok_tokenizer tok;
+  corpus_set cs;
+  int have_tok, have_cs;
+  prep_ctx c;
+  double t_tok, t_write;    /* reading and encoding, writing */
+  int64_t ndocs, nval;
+  split_out sp[2];          /* train, val */
+} prep_job;
+
+static const char PREP_WRITE_HINT[] = "check that the directory is writable and the disk is not full";
+
+/* The place of one PnetCDF error while writing `path`: 0 when rc is none. */
+static int nc_fail(int rc, const char *what, const char *path, err_list *errs) {
   if (rc == NC_NOERR) return 0;
-  util_snprintf(err, errlen, "writing '%s' (%s): %s", path, what, ncmpi_strerror(rc));
+  err_add(errs, path, 0, 0, PREP_WRITE_HINT, "writing the dataset (%s): %s", what, ncmpi_strerror(rc));
   return -1;
 }
 
-/* Write one split collectively into path.tmp, then rename it to path. */
-static int write_split(const split_out *s, const cfg_config *cfg, const tok_tokenizer *tok, const corpus_set *cs,
-                       MPI_Comm comm, char *err, size_t errlen) {
-  int rank;
-  MPI_Comm_rank(comm, &rank);
-  char tmp[CFG_STR_LEN + 8];
-  snprintf(tmp, sizeof tmp, "%s.tmp", s->path);
-  int rc = 0;
-  if (rank == 0) {
-    char dir[CFG_STR_LEN];
-    util_strlcpy(dir, s->path, sizeof dir);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-      *slash = '\0';
-      if (util_mkdir_p(dir) != 0) {
-        util_snprintf(err, errlen, "cannot create directory '%s': %s", dir, strerror(errno));
-        rc = -1;
-      }
-    }
-  }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
-  if (rc != 0) {
-    MPI_Bcast(err, (int)errlen, MPI_CHAR, 0, comm);
-    return -1;
-  }
-  int nc, dtok, ddoc, vtok, vdoc;
+/* The header of one split: dimensions, variables and every attribute that says what made it. */
+static int define_split(int nc, const split_out *s, const prep_job *j, int64_t nblocks, uint64_t doc_sum, int *vtok,
+                        int *vdoc, int *vsum, err_list *errs) {
+  const cfg_config *cfg = j->cfg;
+  const tok_tokenizer *tok = &j->tok;
+  const char *tmp = s->path;
+  int dtok, ddoc, dblk, rc = 0;
   nc_type type = tok->vocab_size <= 65536 ? NC_USHORT : NC_UINT;
-  rc = nc_fail(ncmpi_create(comm, tmp, NC_CLOBBER | NC_64BIT_DATA, MPI_INFO_NULL, &nc), "create", tmp, err, errlen);
-  if (rc != 0) return -1;
-  rc |= nc_fail(ncmpi_def_dim(nc, DATA_DIM_TOKEN, s->ntok, &dtok), "token dimension", tmp, err, errlen);
-  rc |= nc_fail(ncmpi_def_dim(nc, DATA_DIM_DOCUMENT, s->ndoc, &ddoc), "document dimension", tmp, err, errlen);
-  rc |= nc_fail(ncmpi_def_var(nc, DATA_VAR_TOKENS, type, 1, &dtok, &vtok), "tokens", tmp, err, errlen);
-  rc |= nc_fail(ncmpi_def_var(nc, DATA_VAR_DOC_START, NC_INT64, 1, &ddoc, &vdoc), "doc_start", tmp, err, errlen);
-  /* attributes: what made the file, from what */
+  rc |= nc_fail(ncmpi_def_dim(nc, DATA_DIM_TOKEN, s->ntok, &dtok), "token dimension", tmp, errs);
+  rc |= nc_fail(ncmpi_def_dim(nc, DATA_DIM_DOCUMENT, s->ndoc, &ddoc), "document dimension", tmp, errs);
+  rc |= nc_fail(ncmpi_def_dim(nc, DATA_DIM_BLOCK, nblocks, &dblk), "block dimension", tmp, errs);
+  rc |= nc_fail(ncmpi_def_var(nc, DATA_VAR_TOKENS, type, 1, &dtok, vtok), "tokens", tmp, errs);
+  rc |= nc_fail(ncmpi_def_var(nc, DATA_VAR_DOC_START, NC_INT64, 1, &ddoc, vdoc), "doc_start", tmp, errs);
+  rc |= nc_fail(ncmpi_def_var(nc, DATA_VAR_BLOCK_SUM, NC_UINT64, 1, &dblk, vsum), "block_checksum", tmp, errs);
+  if (rc) return rc;
+  unsigned long long dsum = doc_sum;
+  rc |= nc_fail(ncmpi_put_att_ulonglong(nc, *vdoc, "checksum", NC_UINT64, 1, &dsum), "checksum", tmp, errs);
   char created[64], hash[32];
   time_t now = time(NULL);
   strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   util_strlcpy(hash, tok->hash_hex, sizeof hash);
   const char *texts[][2] = {{"title", "greenlm token dataset"},
+                            {"format", DATA_FORMAT},
                             {"split", s->name},
                             {"tokenizer", tok->kind == TOK_BPE ? "bpe" : "bytes"},
                             {"tokenizer_dir", tok->kind == TOK_BPE ? cfg->tokenizer.dir : ""},
                             {"tokenizer_hash", hash},
                             {"documents", cfg->prepare.documents},
-                            {"separator", cs->mode == CORPUS_DOC_SEPARATOR_LINE ? cfg->prepare.separator : ""},
+                            {"separator", j->cs.mode == CORPUS_DOC_SEPARATOR_LINE ? cfg->prepare.separator : ""},
                             {"greenlm_version", PACKAGE_VERSION},
                             {"created", created}};
   for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
     rc |= nc_fail(ncmpi_put_att_text(nc, NC_GLOBAL, texts[i][0], (MPI_Offset)strlen(texts[i][1]), texts[i][1]),
-                  texts[i][0], tmp, err, errlen);
-  long long ints[][1] = {{tok->vocab_size}, {tok->eot}, {cfg->job.seed}, {cs->nfiles}, {s->ntok}, {s->ndoc}};
-  const char *int_names[] = {"vocab_size", "eot_id", "seed", "source_count", "token_count", "document_count"};
-  for (int i = 0; i < 6; i++)
-    rc |= nc_fail(ncmpi_put_att_longlong(nc, NC_GLOBAL, int_names[i], NC_INT64, 1, ints[i]), int_names[i], tmp, err,
-                  errlen);
+                  texts[i][0], tmp, errs);
+  const struct {
+    const char *name;
+    long long v;
+  } ints[] = {{"format_version", DATA_FORMAT_VERSION}, {"vocab_size", tok->vocab_size}, {"eot_id", tok->eot},
+              {"seed", cfg->job.seed}, {"source_count", j->cs.nfiles}, {"token_count", s->ntok},
+              {"document_count", s->ndoc}, {"block_tokens", DATA_BLOCK_TOKENS}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    rc |= nc_fail(ncmpi_put_att_longlong(nc, NC_GLOBAL, ints[i].name, NC_INT64, 1, &ints[i].v), ints[i].name, tmp, errs);
   double frac = cfg->prepare.val_fraction;
-  rc |= nc_fail(ncmpi_put_att_double(nc, NC_GLOBAL, "val_fraction", NC_DOUBLE, 1, &frac), "val_fraction", tmp, err,
-                errlen);
-  size_t flen = 0;
-  for (int i = 0; i < cs->nfiles; i++) flen += strlen(cs->path[i]) + 1;
-  char *files = util_malloc(flen + 1, "source list");
+  rc |= nc_fail(ncmpi_put_att_double(nc, NC_GLOBAL, "val_fraction", NC_DOUBLE, 1, &frac), "val_fraction", tmp, errs);
+  size_t flen = 1;
+  for (int i = 0; i < j->cs.nfiles; i++) flen += strlen(j->cs.path[i]) + 1;
+  char *files = util_malloc(flen, "source list");
   files[0] = '\0';
-  for (int i = 0, o = 0; i < cs->nfiles; i++) o += sprintf(files + o, "%s%s", i ? "\n" : "", cs->path[i]);
+  for (int i = 0, o = 0; i < j->cs.nfiles; i++) o += sprintf(files + o, "%s%s", i ? "\n" : "", j->cs.path[i]);
   rc |= nc_fail(ncmpi_put_att_text(nc, NC_GLOBAL, "source_files", (MPI_Offset)strlen(files), files), "source_files",
-                tmp, err, errlen);
-  rc |= nc_fail(ncmpi_put_att_longlong(nc, NC_GLOBAL, "source_bytes", NC_INT64, cs->nfiles, (const long long *)cs->bytes),
-                "source_bytes", tmp, err, errlen);
+                tmp, errs);
+  rc |= nc_fail(ncmpi_put_att_longlong(nc, NC_GLOBAL, "source_bytes", NC_INT64, j->cs.nfiles, (const long long *)j->cs.bytes),
+                "source_bytes", tmp, errs);
   free(files);
-  rc |= nc_fail(ncmpi_enddef(nc), "header", tmp, err, errlen);
-  /* data */
+  return rc;
+}
+
+/* Checksums of the split: each block's tokens and the document starts, summed over the ranks. */
+static void split_checksums(const split_out *s, int64_t nblocks, uint64_t *blocks, uint64_t *docs, MPI_Comm comm) {
+  uint64_t *mine = util_calloc((size_t)(nblocks ? nblocks : 1), sizeof *mine, "block checksums");
+  for (size_t i = 0; i < s->my_tok;) { /* this rank's tokens, block piece by block piece */
+    uint64_t g = (uint64_t)s->tok_off + i, b = g / DATA_BLOCK_TOKENS, end = (b + 1) * DATA_BLOCK_TOKENS - (uint64_t)s->tok_off;
+    size_t n = (end < s->my_tok ? end : s->my_tok) - i;
+    mine[b] += data_checksum(s->tok + i, n, g);
+    i += n;
+  }
+  MPI_Allreduce(mine, blocks, (int)nblocks, MPI_UINT64_T, MPI_SUM, comm);
+  uint64_t d = data_checksum64(s->doc_start, s->my_doc, (uint64_t)s->doc_off);
+  MPI_Allreduce(&d, docs, 1, MPI_UINT64_T, MPI_SUM, comm);
+  free(mine);
+}
+
+/* The tokens and document starts (every rank its part), the block checksums (rank 0). */
+static int write_split_data(int nc, const split_out *s, const tok_tokenizer *tok, int vtok, int vdoc, int vsum,
+                            int64_t nblocks, const uint64_t *blocks, MPI_Comm comm, err_list *errs) {
+  int rank, rc = 0;
+  MPI_Comm_rank(comm, &rank);
   MPI_Offset start = s->tok_off, count = (MPI_Offset)s->my_tok;
-  if (type == NC_USHORT) {
+  if (tok->vocab_size <= 65536) {
     unsigned short *u = util_malloc((s->my_tok ? s->my_tok : 1) * sizeof *u, "tokens");
     for (size_t i = 0; i < s->my_tok; i++) u[i] = (unsigned short)s->tok[i];
-    rc |= nc_fail(ncmpi_put_vara_ushort_all(nc, vtok, &start, &count, u), "tokens", tmp, err, errlen);
+    rc |= nc_fail(ncmpi_put_vara_ushort_all(nc, vtok, &start, &count, u), "tokens", s->path, errs);
     free(u);
   } else {
     unsigned int *u = util_malloc((s->my_tok ? s->my_tok : 1) * sizeof *u, "tokens");
     for (size_t i = 0; i < s->my_tok; i++) u[i] = (unsigned int)s->tok[i];
-    rc |= nc_fail(ncmpi_put_vara_uint_all(nc, vtok, &start, &count, u), "tokens", tmp, err, errlen);
+    rc |= nc_fail(ncmpi_put_vara_uint_all(nc, vtok, &start, &count, u), "tokens", s->path, errs);
     free(u);
   }
   start = s->doc_off;
   count = (MPI_Offset)s->my_doc;
   rc |= nc_fail(ncmpi_put_vara_longlong_all(nc, vdoc, &start, &count, (const long long *)s->doc_start), "doc_start",
-                tmp, err, errlen);
-  rc |= nc_fail(ncmpi_sync(nc), "sync", tmp, err, errlen); /* every rank flushes what it wrote */
-  rc |= nc_fail(ncmpi_close(nc), "close", tmp, err, errlen);
+                s->path, errs);
+  start = 0;
+  count = rank == 0 ? nblocks : 0;
+  rc |= nc_fail(ncmpi_put_vara_ulonglong_all(nc, vsum, &start, &count, (const unsigned long long *)blocks),
+                "block_checksum", s->path, errs);
+  return rc;
+}
+
+/* Write one split collectively into path.tmp, synced, then renamed to path (rank 0). Returns 0 or
+ * -1 on every rank, the failing ranks having added their errors. */
+static int write_split(const split_out *s, const prep_job *j, err_list *errs) {
+  MPI_Comm comm = j->comm;
+  char tmp[UTIL_PATH_MAX + 8];
+  util_snprintf(tmp, sizeof tmp, "%s.tmp", s->path);
+  int rc = 0;
+  if (j->rank == 0 && util_mkdir_parent(s->path) != 0) {
+    err_add(errs, s->path, 0, 0, PREP_WRITE_HINT, "cannot create the dataset's directory: %s", strerror(errno));
+    rc = -1;
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
+  if (rc != 0) return -1;
+  int nc, vtok, vdoc, vsum;
+  int64_t nblocks = (s->ntok + DATA_BLOCK_TOKENS - 1) / DATA_BLOCK_TOKENS;
+  split_out named = *s;
+  named.path = tmp; /* errors name the file being written */
+  uint64_t *blocks = util_malloc((size_t)(nblocks ? nblocks : 1) * sizeof *blocks, "block checksums"), doc_sum;
+  split_checksums(s, nblocks, blocks, &doc_sum, comm);
+  rc = nc_fail(ncmpi_create(comm, tmp, NC_CLOBBER | NC_64BIT_DATA, MPI_INFO_NULL, &nc), "create", tmp, errs);
+  if (rc == 0) {
+    rc |= define_split(nc, &named, j, nblocks, doc_sum, &vtok, &vdoc, &vsum, errs);
+    rc |= nc_fail(ncmpi_enddef(nc), "header", tmp, errs);
+    if (rc == 0) rc = write_split_data(nc, &named, &j->tok, vtok, vdoc, vsum, nblocks, blocks, comm, errs);
+    rc |= nc_fail(ncmpi_sync(nc), "sync", tmp, errs); /* every rank flushes what it wrote */
+    rc |= nc_fail(ncmpi_close(nc), "close", tmp, errs);
+  }
+  free(blocks);
   /* all ranks agree; then rank 0 gives the file its name */
   int bad = rc != 0, any;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
-  if (rank == 0) {
+  if (j->rank == 0) {
     if (!any && util_commit(tmp, s->path) != 0) {
-      util_snprintf(err, errlen, "cannot finish '%s': %s", s->path, strerror(errno));
+      err_add(errs, s->path, 0, 0, PREP_WRITE_HINT, "cannot give the dataset its name: %s", strerror(errno));
       any = 1;
     }
     if (any) remove(tmp);
   }
   MPI_Bcast(&any, 1, MPI_INT, 0, comm);
-  if (any) {
-    /* the first failing rank's message */
-    int who = bad ? rank : 1 << 30, first;
-    MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, comm);
-    MPI_Bcast(err, (int)errlen, MPI_CHAR, first < (1 << 30) ? first : 0, comm);
-    return -1;
-  }
+  return any ? -1 : 0;
+}
+
+/* ---- the task's phases: each returns 0, or 1 (on every rank) after errors were added ---------- */
+
+static int open_inputs(prep_job *j, err_list *errs) {
+  const cfg_config *cfg = j->cfg;
+  const cfg_prepare *pc = &cfg->prepare;
+  int e0 = errs->n, bad = tok_open(&j->tok, cfg->tokenizer.kind, cfg->tokenizer.dir, errs) != 0, any;
+  if (bad) cfg_relocate(cfg, errs, e0, "tokenizer", "dir");
+  j->have_tok = !bad;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, j->comm);
+  if (any) return 1;
+  if (corpus_open(&j->cs, cfg, "prepare", "input", &pc->input, pc->documents, pc->separator, j->comm, errs)) return 1;
+  j->have_cs = 1;
   return 0;
 }
 
-int prepare_run(const cfg_config *cfg, MPI_Comm comm) {
-  int rank, P;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &P);
-  const cfg_prepare *pc = &cfg->prepare;
-  nml_errors errs = {0};
-  char err[2048] = "";
-  tok_tokenizer tok;
-  if (tok_open(&tok, cfg->tokenizer.kind, cfg->tokenizer.dir, err, sizeof err) != 0) {
-    cfg_error_at(cfg, &errs, "tokenizer", "dir", "run the 'tokenizer' task first, or point dir at GPT-2's files", "%s",
-                 err);
-    if (rank == 0) nml_errors_print(&errs, 20);
-    nml_errors_free(&errs);
-    return 1;
-  }
-  corpus_set cs;
-  if (corpus_open(&cs, cfg, "prepare", "input", &pc->input, pc->documents, pc->separator, comm, &errs)) {
-    if (rank == 0) nml_errors_print(&errs, 20);
-    nml_errors_free(&errs);
-    tok_free(&tok);
-    return 1;
-  }
+/* This rank's share of the text into tokens, document by document. */
+static int encode_share(prep_job *j, err_list *errs) {
   double t0 = util_now();
-  prep_ctx c = {.tok = &tok};
-  int rc = corpus_each(&cs, on_piece, &c, err, sizeof err), any;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, comm);
-  if (any != 0) {
-    if (rc != 0) fprintf(stderr, "greenlm: error: %s\n", err);
-    corpus_close(&cs);
-    tok_free(&tok);
-    return 1;
+  prep_ctx *c = &j->c;
+  c->tok = &j->tok;
+  int rc = corpus_each(&j->cs, on_piece, c, errs), any;
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, j->comm);
+  if (any != 0) return 1;
+  if (c->ndoc == 0 || c->doc_at == NULL) { /* an empty share */
+    c->doc_at = util_realloc(c->doc_at, sizeof *c->doc_at, "documents");
+    c->doc_begins = util_realloc(c->doc_begins, sizeof *c->doc_begins, "documents");
   }
-  if (c.ndoc == 0 || c.doc_at == NULL) { /* an empty share */
-    c.doc_at = util_realloc(c.doc_at, sizeof *c.doc_at, "documents");
-    c.doc_begins = util_realloc(c.doc_begins, sizeof *c.doc_begins, "documents");
-  }
-  c.doc_at[c.ndoc] = (int64_t)c.ids.n;
-  double t_tok = util_now() - t0;
+  c->doc_at[c->ndoc] = (int64_t)c->ids.n;
+  j->t_tok = util_now() - t0;
+  return 0;
+}
 
-  /* global document indices and the split */
-  int64_t nbegin = 0, first = 0, ndocs = 0;
-  for (size_t i = 0; i < c.ndoc; i++) nbegin += c.doc_begins[i];
-  MPI_Exscan(&nbegin, &first, 1, MPI_INT64_T, MPI_SUM, comm);
-  if (rank == 0) first = 0;
-  MPI_Allreduce(&nbegin, &ndocs, 1, MPI_INT64_T, MPI_SUM, comm);
-  int64_t nval = (int64_t)((double)ndocs * pc->val_fraction + 0.5);
+/* Global document indices, the validation documents, and each split's part on this rank. */
+static int split_documents(prep_job *j, err_list *errs) {
+  const cfg_prepare *pc = &j->cfg->prepare;
+  prep_ctx *c = &j->c;
+  int64_t nbegin = 0, first = 0;
+  for (size_t i = 0; i < c->ndoc; i++) nbegin += c->doc_begins[i];
+  MPI_Exscan(&nbegin, &first, 1, MPI_INT64_T, MPI_SUM, j->comm);
+  if (j->rank == 0) first = 0;
+  MPI_Allreduce(&nbegin, &j->ndocs, 1, MPI_INT64_T, MPI_SUM, j->comm);
+  int64_t ndocs = j->ndocs, nval = (int64_t)((double)ndocs * pc->val_fraction + 0.5);
   if (pc->val_fraction > 0 && nval == 0) nval = 1;
   if (nval >= ndocs) nval = ndocs - 1;
+  j->nval = nval;
   if (ndocs < 1 || (pc->val_fraction > 0 && ndocs < 2)) {
-    cfg_error_at(cfg, &errs, "prepare", "documents",
+    cfg_error_at(j->cfg, errs, "prepare", "documents",
                  "give more files, or divide the text into more documents (documents = 'line' or 'blank_line')",
                  "the input has %lld document%s; a validation split needs at least 2", (long long)ndocs,
                  ndocs == 1 ? "" : "s");
-    if (rank == 0) nml_errors_print(&errs, 20);
-    nml_errors_free(&errs);
-    corpus_close(&cs);
-    tok_free(&tok);
     return 1;
   }
-  unsigned char *is_val = val_flags(ndocs, nval, (uint64_t)cfg->job.seed);
-  split_out sp[2] = {{.name = "train", .path = pc->train_out}, {.name = "val", .path = pc->val_out}};
+  unsigned char *is_val = val_flags(ndocs, nval, (uint64_t)j->cfg->job.seed);
+  split_out *sp = j->sp;
   for (int s = 0; s < 2; s++) {
-    sp[s].tok = util_malloc((c.ids.n ? c.ids.n : 1) * sizeof(int32_t), "split tokens");
-    sp[s].doc_start = util_malloc((c.ndoc ? c.ndoc : 1) * sizeof(int64_t), "split documents");
+    sp[s].tok = util_malloc((c->ids.n ? c->ids.n : 1) * sizeof(int32_t), "split tokens");
+    sp[s].doc_start = util_malloc((c->ndoc ? c->ndoc : 1) * sizeof(int64_t), "split documents");
   }
   int64_t next = first;
-  for (size_t i = 0; i < c.ndoc; i++) {
-    int64_t g = c.doc_begins[i] ? next++ : first - 1; /* a continued document is the previous rank's last */
+  for (size_t i = 0; i < c->ndoc; i++) {
+    int64_t g = c->doc_begins[i] ? next++ : first - 1; /* a continued document is the previous rank's last */
     split_out *s = &sp[is_val[g]];
-    size_t n = (size_t)(c.doc_at[i + 1] - c.doc_at[i]);
-    if (c.doc_begins[i]) s->doc_start[s->my_doc++] = (int64_t)s->my_tok; /* local for now */
-    memcpy(s->tok + s->my_tok, c.ids.v + c.doc_at[i], n * sizeof(int32_t));
+    size_t n = (size_t)(c->doc_at[i + 1] - c->doc_at[i]);
+    if (c->doc_begins[i]) s->doc_start[s->my_doc++] = (int64_t)s->my_tok; /* local for now */
+    memcpy(s->tok + s->my_tok, c->ids.v + c->doc_at[i], n * sizeof(int32_t));
     s->my_tok += n;
   }
   free(is_val);
   for (int s = 0; s < 2; s++) {
     int64_t mine[2] = {(int64_t)sp[s].my_tok, (int64_t)sp[s].my_doc}, off[2] = {0, 0}, tot[2];
-    MPI_Exscan(mine, off, 2, MPI_INT64_T, MPI_SUM, comm);
-    if (rank == 0) off[0] = off[1] = 0;
-    MPI_Allreduce(mine, tot, 2, MPI_INT64_T, MPI_SUM, comm);
+    MPI_Exscan(mine, off, 2, MPI_INT64_T, MPI_SUM, j->comm);
+    if (j->rank == 0) off[0] = off[1] = 0;
+    MPI_Allreduce(mine, tot, 2, MPI_INT64_T, MPI_SUM, j->comm);
     sp[s].tok_off = off[0], sp[s].doc_off = off[1], sp[s].ntok = tot[0], sp[s].ndoc = tot[1];
     for (size_t i = 0; i < sp[s].my_doc; i++) sp[s].doc_start[i] += off[0];
   }
+  return 0;
+}
+
+static int write_splits(prep_job *j, err_list *errs) {
   double t1 = util_now();
-  rc = 0;
-  for (int s = 0; s < 2 && rc == 0; s++) {
-    if (s == 1 && nval == 0) break; /* no validation split asked for */
-    rc = write_split(&sp[s], cfg, &tok, &cs, comm, err, sizeof err);
-    if (rc != 0) cfg_error_at(cfg, &errs, "prepare", s ? "val_out" : "train_out",
-                              "check that the directory is writable and the disk is not full", "%s", err);
-  }
-  double t_write = util_now() - t1;
-  /* throughput: bytes encoded per second of encoding, per rank and for the job */
-  double sec[2] = {c.seconds, c.seconds}, sec_out[2];
-  int64_t bytes = c.bytes, bytes_all;
-  MPI_Reduce(sec, sec_out, 1, MPI_DOUBLE, MPI_MAX, 0, comm);
-  MPI_Reduce(sec + 1, sec_out + 1, 1, MPI_DOUBLE, MPI_SUM, 0, comm);
-  MPI_Reduce(&bytes, &bytes_all, 1, MPI_INT64_T, MPI_SUM, 0, comm);
-  if (rank == 0) {
-    if (rc != 0) {
-      nml_errors_print(&errs, 20);
-    } else {
-      char b1[32];
-      printf("prepare: %d file%s, %s, %lld document%s (%lld train, %lld validation), tokenizer %s\n", cs.nfiles,
-             cs.nfiles == 1 ? "" : "s", util_fmt_bytes((double)cs.total, b1, sizeof b1), (long long)ndocs, ndocs == 1 ? "" : "s",
-             (long long)(ndocs - nval), (long long)nval, tok.desc);
-      printf("prepare: %s: %lld tokens; %s: %lld tokens\n", sp[0].path, (long long)sp[0].ntok,
-             nval ? sp[1].path : "(no validation split)", (long long)sp[1].ntok);
-      printf("prepare: encoded %.2f MB in %.2f s on %d rank%s: %.2f MB/s per rank, %.2f MB/s in all "
-             "(reading and splitting %.2f s, writing %.2f s)\n",
-             bytes_all / 1e6, sec_out[0], P, P == 1 ? "" : "s", bytes_all / 1e6 / (sec_out[1] > 0 ? sec_out[1] : 1e-9),
-             bytes_all / 1e6 / (sec_out[0] > 0 ? sec_out[0] : 1e-9), t_tok - sec_out[0] > 0 ? t_tok - sec_out[0] : 0.0,
-             t_write);
-      fflush(stdout);
+  for (int s = 0; s < 2; s++) {
+    if (s == 1 && j->nval == 0) break; /* no validation split asked for */
+    int e0 = errs->n;
+    if (write_split(&j->sp[s], j, errs) != 0) {
+      cfg_relocate(j->cfg, errs, e0, "prepare", s ? "val_out" : "train_out");
+      return 1;
     }
   }
-  for (int s = 0; s < 2; s++) free(sp[s].tok), free(sp[s].doc_start);
-  free(c.doc_at), free(c.doc_begins);
-  tok_ids_free(&c.ids);
-  nml_errors_free(&errs);
-  corpus_close(&cs);
-  tok_free(&tok);
-  return rc != 0;
+  j->t_write = util_now() - t1;
+  return 0;
+}
+
+/* Throughput: bytes encoded per second of encoding, per rank and for the job (printed by rank 0). */
+static void report(const prep_job *j) {
+  const prep_ctx *c = &j->c;
+  double sec[2] = {c->seconds, c->seconds}, sec_out[2];
+  int64_t bytes = c->bytes, bytes_all;
+  MPI_Reduce(sec, sec_out, 1, MPI_DOUBLE, MPI_MAX, 0, j->comm);
+  MPI_Reduce(sec + 1, sec_out + 1, 1, MPI_DOUBLE, MPI_SUM, 0, j->comm);
+  MPI_Reduce(&bytes, &bytes_all, 1, MPI_INT64_T, MPI_SUM, 0, j->comm);
+  if (j->rank != 0) return;
+  char b1[32];
+  int P = j->P;
+  printf("prepare: %d file%s, %s, %lld document%s (%lld train, %lld validation), tokenizer %s\n", j->cs.nfiles,
+         j->cs.nfiles == 1 ? "" : "s", util_fmt_bytes((double)j->cs.total, b1, sizeof b1), (long long)j->ndocs,
+         j->ndocs == 1 ? "" : "s", (long long)(j->ndocs - j->nval), (long long)j->nval, j->tok.desc);
+  printf("prepare: %s: %lld tokens; %s: %lld tokens\n", j->sp[0].path, (long long)j->sp[0].ntok,
+         j->nval ? j->sp[1].path : "(no validation split)", (long long)j->sp[1].ntok);
+  printf("prepare: encoded %.2f MB in %.2f s on %d rank%s: %.2f MB/s per rank, %.2f MB/s in all "
+         "(reading and splitting %.2f s, writing %.2f s)\n",
+         bytes_all / 1e6, sec_out[0], P, P == 1 ? "" : "s", bytes_all / 1e6 / (sec_out[1] > 0 ? sec_out[1] : 1e-9),
+         bytes_all / 1e6 / (sec_out[0] > 0 ? sec_out[0] : 1e-9), j->t_tok - sec_out[0] > 0 ? j->t_tok - sec_out[0] : 0.0,
+         j->t_write);
+  fflush(stdout);
+}
+
+static void close_job(prep_job *j) {
+  for (int s = 0; s < 2; s++) free(j->sp[s].tok), free(j->sp[s].doc_start);
+  free(j->c.doc_at), free(j->c.doc_begins);
+  tok_ids_free(&j->c.ids);
+  if (j->have_cs) corpus_close(&j->cs);
+  if (j->have_tok) tok_free(&j->tok);
+}
+
+int prepare_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
+  prep_job j = {.cfg = cfg, .comm = comm};
+  MPI_Comm_rank(comm, &j.rank);
+  MPI_Comm_size(comm, &j.P);
+  j.sp[0] = (split_out){.name = "train", .path = cfg->prepare.train_out};
+  j.sp[1] = (split_out){.name = "val", .path = cfg->prepare.val_out};
+  int rc = open_inputs(&j, errs) || encode_share(&j, errs) || split_documents(&j, errs) || write_splits(&j, errs);
+  if (rc == 0) report(&j);
+  close_job(&j);
+  return rc;
 }

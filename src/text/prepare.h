@@ -11,7 +11,7 @@
 
 #include "deck/cfg.h"
 
-/* Run the task; returns the exit status (0, or 1 after reporting bad input). Collective. */
-int prepare_run(const cfg_config *cfg, MPI_Comm comm);
+/* Run the task; returns the exit status (0, or 1 after adding errors). Collective. */
+int prepare_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs);
 
 #endif

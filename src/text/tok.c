@@ -147,7 +147,7 @@ void tok_init_bytes(tok_tokenizer *t) {
   snprintf(t->desc, sizeof t->desc, "bytes (vocabulary 256)");
 }
 
-static int compile_pattern(tok_tokenizer *t, char *err, size_t errlen) {
+static int compile_pattern(tok_tokenizer *t, err_list *errs) {
   int code;
   PCRE2_SIZE at;
   pcre2_code *re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
@@ -155,7 +155,8 @@ static int compile_pattern(tok_tokenizer *t, char *err, size_t errlen) {
   if (!re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(code, msg, sizeof msg);
-    snprintf(err, errlen, "PCRE2 cannot compile the GPT-2 pattern: %s", (char *)msg);
+    err_add(errs, NULL, 0, 0, "rebuild against a PCRE2 with Unicode support (libpcre2-dev)",
+            "PCRE2 cannot compile the GPT-2 pattern: %s", (char *)msg);
     return -1;
   }
   pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter when JIT is missing */
@@ -164,47 +165,48 @@ static int compile_pattern(tok_tokenizer *t, char *err, size_t errlen) {
   return 0;
 }
 
-int tok_load_bpe(tok_tokenizer *t, const char *dir, char *err, size_t errlen) {
-  memset(t, 0, sizeof *t);
-  t->kind = TOK_BPE;
-  t->eot = -1;
-  char path[4096], vpath[4096];
-  snprintf(path, sizeof path, "%s/encoder.json", dir);
-  snprintf(vpath, sizeof vpath, "%s/vocab.bpe", dir);
+static const char TOK_HINT[] = "run the 'tokenizer' task to learn a vocabulary, or point &tokenizer dir at GPT-2's "
+                               "encoder.json and vocab.bpe";
+
+/* encoder.json: a JSON object of token strings -> ids 0..n-1, each once. Fills t->bytes, t->off,
+ * t->vocab_size, t->eot, t->byte_id, and by_bytes (token bytes -> id, <|endoftext|> left out).
+ * Returns 0, or -1 after adding an error at the file. */
+static int load_encoder(tok_tokenizer *t, const char *path, hmap_str *by_bytes, err_list *errs) {
   json_error_t je;
-  json_t *enc = json_load_file(path, 0, &je);
+  json_t *enc = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
   if (!enc) {
     if (je.line <= 0)
-      snprintf(err, errlen, "cannot read %s: %s", path, je.text);
+      err_add(errs, path, 0, 0, TOK_HINT, "cannot read the tokenizer's encoder: %s", je.text);
     else
-      util_snprintf(err, errlen, "%s:%d:%d: corrupt JSON: %s", path, je.line, je.column, je.text);
+      err_add(errs, path, je.line, je.column, TOK_HINT, "not valid JSON: %s", je.text);
     return -1;
   }
-  if (!json_is_object(enc) || json_object_size(enc) < 256) {
-    snprintf(err, errlen, "%s is not a GPT-2 encoder (expected a JSON object of at least 256 tokens)", path);
+  if (!json_is_object(enc) || json_object_size(enc) < 256 || json_object_size(enc) > TOK_MAX_VOCAB) {
+    err_add(errs, path, 0, 0, TOK_HINT, "not a GPT-2 encoder: expected a JSON object of 256 to %d tokens, got %s of %zu",
+            TOK_MAX_VOCAB, json_is_object(enc) ? "an object" : "another JSON value", json_is_object(enc) ? json_object_size(enc) : 0);
     json_decref(enc);
     return -1;
   }
-  int n = (int)json_object_size(enc);
+  int n = (int)json_object_size(enc), rc = 0;
   t->vocab_size = n;
   char **tok = util_calloc((size_t)n, sizeof(char *), "tokens");
   int *tlen = util_calloc((size_t)n, sizeof(int), "tokens");
   const char *key;
   json_t *val;
-  int rc = 0;
   json_object_foreach(enc, key, val) {
     json_int_t id = json_is_integer(val) ? json_integer_value(val) : -1;
-    char buf[1024];
+    char buf[TOK_MAX_BYTES], shown[80];
     int len = tok_chars_to_bytes(key, buf, sizeof buf);
+    err_quote(shown, sizeof shown, key, strlen(key));
     if (id < 0 || id >= n || tok[id]) {
-      util_snprintf(err, errlen, "%s: token \"%s\" has id %s; ids must be the integers 0..%d, each once", path, key,
-                    json_is_integer(val) ? "out of range or repeated" : "that is not an integer", n - 1);
+      err_add(errs, path, 0, 0, TOK_HINT, "ids must be the integers 0..%d, each once: token \"%s\" has %s", n - 1, shown,
+              !json_is_integer(val) ? "an id that is not an integer" : id < 0 || id >= n ? "an id out of range" : "a repeated id");
       rc = -1;
       break;
     }
     if (len < 0) {
-      util_snprintf(err, errlen, "%s: token \"%s\" (id %lld) has characters outside GPT-2's byte alphabet", path, key,
-                    (long long)id);
+      err_add(errs, path, 0, 0, TOK_HINT, "token %lld is not a GPT-2 token string (longer than %d bytes or characters "
+              "outside GPT-2's byte alphabet): \"%s\"", (long long)id, TOK_MAX_BYTES, shown);
       rc = -1;
       break;
     }
@@ -214,116 +216,147 @@ int tok_load_bpe(tok_tokenizer *t, const char *dir, char *err, size_t errlen) {
     if (len == (int)sizeof EOT_TEXT - 1 && memcmp(buf, EOT_TEXT, (size_t)len) == 0) t->eot = (int)id;
   }
   json_decref(enc);
-  hmap_str by_bytes;
-  hmap_str_init(&by_bytes, (size_t)n);
   if (rc == 0) {
-    size_t total = 0;
+    size_t total = 0, o = 0;
     for (int i = 0; i < n; i++) total += (size_t)tlen[i];
     t->bytes = util_malloc(total + 1, "token bytes");
     t->off = util_malloc(((size_t)n + 1) * sizeof *t->off, "token offsets");
-    size_t o = 0;
     for (int i = 0; i < n; i++) {
       t->off[i] = o;
       memcpy(t->bytes + o, tok[i], (size_t)tlen[i]);
       o += (size_t)tlen[i];
-      if (i != t->eot) *hmap_str_put(&by_bytes, tok[i], (size_t)tlen[i], i, NULL) = i;
+      if (i != t->eot) *hmap_str_put(by_bytes, tok[i], (size_t)tlen[i], i, NULL) = i;
     }
     t->off[n] = o;
-    for (int b = 0; b < 256 && rc == 0; b++) {
-      char c = (char)b;
-      int64_t *id = hmap_str_get(&by_bytes, &c, 1);
-      if (!id) {
-        snprintf(err, errlen, "%s lacks the single-byte token of byte 0x%02x; a byte-level vocabulary needs all 256", path,
-                 b);
-        rc = -1;
-      } else {
-        t->byte_id[b] = (int)*id;
-      }
-    }
   }
   for (int i = 0; i < n; i++) free(tok[i]);
-  free(tok);
-  free(tlen);
-
-  /* vocab.bpe: "#version: 0.2" then one merge "left right" per line, in rank order */
-  hmap_u64_init(&t->merges, (size_t)n);
-  FILE *fp = rc == 0 ? fopen(vpath, "r") : NULL;
-  if (rc == 0 && !fp) {
-    snprintf(err, errlen, "cannot open %s: %s", vpath, strerror(errno));
-    rc = -1;
+  free(tok), free(tlen);
+  for (int b = 0; b < 256 && rc == 0; b++) {
+    char c = (char)b;
+    int64_t *id = hmap_str_get(by_bytes, &c, 1);
+    if (!id) {
+      err_add(errs, path, 0, 0, TOK_HINT, "no single-byte token for byte 0x%02x: a byte-level vocabulary needs all 256", b);
+      rc = -1;
+    } else {
+      t->byte_id[b] = (int)*id;
+    }
   }
-  char line[2048];
-  int lineno = 0;
-  while (rc == 0 && fgets(line, sizeof line, fp)) {
+  return rc;
+}
+
+/* One merge line "left right" of vocab.bpe (line number lineno, NUL-terminated, no newline) into
+ * t->merges. Returns 0, or -1 after adding an error at path:lineno. */
+static int add_merge(tok_tokenizer *t, const hmap_str *by_bytes, char *line, const char *path, int lineno, err_list *errs) {
+  char shown[120];
+  err_quote(shown, sizeof shown, line, strlen(line));
+  char *sp = strchr(line, ' ');
+  if (!sp || sp == line || !sp[1] || strchr(sp + 1, ' ')) {
+    err_add(errs, path, lineno, 0, TOK_HINT, "a merge is two tokens and one space (\"left right\"), got \"%s\"", shown);
+    return -1;
+  }
+  *sp = '\0';
+  char a[TOK_MAX_BYTES], b[TOK_MAX_BYTES], ab[2 * TOK_MAX_BYTES];
+  int la = tok_chars_to_bytes(line, a, sizeof a), lb = tok_chars_to_bytes(sp + 1, b, sizeof b);
+  int64_t *ia = la > 0 ? hmap_str_get(by_bytes, a, (size_t)la) : NULL;
+  int64_t *ib = lb > 0 ? hmap_str_get(by_bytes, b, (size_t)lb) : NULL;
+  int64_t *iab = NULL;
+  if (ia && ib) {
+    memcpy(ab, a, (size_t)la);
+    memcpy(ab + la, b, (size_t)lb);
+    iab = hmap_str_get(by_bytes, ab, (size_t)(la + lb));
+  }
+  if (!ia || !ib || !iab) {
+    err_add(errs, path, lineno, 0, TOK_HINT, "%s of the merge is not in encoder.json: \"%s\"",
+            !ia ? "the left token" : !ib ? "the right token" : "the merged token", shown);
+    return -1;
+  }
+  int added;
+  uint64_t *v = hmap_u64_put(&t->merges, ((uint64_t)*ia << 32) | (uint64_t)*ib, 0, &added);
+  if (!added) {
+    err_add(errs, path, lineno, 0, TOK_HINT, "the merge appears twice: \"%s\"", shown);
+    return -1;
+  }
+  *v = ((uint64_t)t->nmerges << 32) | (uint64_t)*iab;
+  t->nmerges++;
+  return 0;
+}
+
+/* vocab.bpe: "#version: 0.2" then one merge "left right" per line, in rank order. */
+static int load_merges(tok_tokenizer *t, const char *path, const hmap_str *by_bytes, err_list *errs) {
+  FILE *fp = fopen(path, "r");
+  if (!fp) {
+    err_add(errs, path, 0, 0, TOK_HINT, "cannot open the tokenizer's merges: %s", strerror(errno));
+    return -1;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got;
+  int lineno = 0, rc = 0;
+  while (rc == 0 && (got = getline(&line, &cap, fp)) >= 0) {
     lineno++;
-    size_t l = strlen(line);
+    size_t l = (size_t)got;
     if (l && line[l - 1] == '\n') line[--l] = '\0';
     if (l && line[l - 1] == '\r') line[--l] = '\0';
-    if (l == 0 || (lineno == 1 && line[0] == '#')) continue;
-    char *sp = strchr(line, ' ');
-    if (!sp || sp == line || !sp[1] || strchr(sp + 1, ' ')) {
-      util_snprintf(err, errlen, "%s:%d: expected \"left right\" (two tokens and one space), got \"%s\"", vpath, lineno,
-                    line);
+    if (strlen(line) != l) {
+      err_add(errs, path, lineno, 0, TOK_HINT, "a NUL byte in a merge line: vocab.bpe is a text file");
       rc = -1;
-      break;
-    }
-    *sp = '\0';
-    char a[1024], b[1024], ab[2048];
-    int la = tok_chars_to_bytes(line, a, sizeof a), lb = tok_chars_to_bytes(sp + 1, b, sizeof b);
-    int64_t *ia = la > 0 ? hmap_str_get(&by_bytes, a, (size_t)la) : NULL;
-    int64_t *ib = lb > 0 ? hmap_str_get(&by_bytes, b, (size_t)lb) : NULL;
-    int64_t *iab = NULL;
-    if (ia && ib) {
-      memcpy(ab, a, (size_t)la);
-      memcpy(ab + la, b, (size_t)lb);
-      iab = hmap_str_get(&by_bytes, ab, (size_t)(la + lb));
-    }
-    if (!ia || !ib || !iab) {
-      util_snprintf(err, errlen, "%s:%d: merge \"%s %s\": %s is not in encoder.json", vpath, lineno, line, sp + 1,
-                    !ia ? "the left token" : !ib ? "the right token" : "the merged token");
+    } else if (l > 2 * 4 * TOK_MAX_BYTES) {
+      err_add(errs, path, lineno, 0, TOK_HINT, "a merge line of %zu bytes, longer than any two tokens can be", l);
       rc = -1;
-      break;
+    } else if (l && !(lineno == 1 && line[0] == '#')) {
+      rc = add_merge(t, by_bytes, line, path, lineno, errs);
     }
-    int added;
-    uint64_t *v = hmap_u64_put(&t->merges, ((uint64_t)*ia << 32) | (uint64_t)*ib, 0, &added);
-    if (!added) {
-      util_snprintf(err, errlen, "%s:%d: merge \"%s %s\" appears twice", vpath, lineno, line, sp + 1);
-      rc = -1;
-      break;
-    }
-    *v = ((uint64_t)t->nmerges << 32) | (uint64_t)*iab;
-    t->nmerges++;
   }
-  if (fp) fclose(fp);
-  if (rc == 0 && t->nmerges == 0) {
-    snprintf(err, errlen, "%s has no merges", vpath);
+  if (rc == 0 && ferror(fp)) {
+    err_add(errs, path, 0, 0, TOK_HINT, "cannot read the tokenizer's merges: %s", strerror(errno));
     rc = -1;
   }
+  free(line);
+  fclose(fp);
+  if (rc == 0 && t->nmerges == 0) {
+    err_add(errs, path, 0, 0, TOK_HINT, "no merges: a BPE vocabulary needs at least one");
+    rc = -1;
+  }
+  return rc;
+}
+
+int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs) {
+  memset(t, 0, sizeof *t);
+  t->kind = TOK_BPE;
+  t->eot = -1;
+  char path[UTIL_PATH_MAX], vpath[UTIL_PATH_MAX];
+  util_snprintf(path, sizeof path, "%s/encoder.json", dir);
+  util_snprintf(vpath, sizeof vpath, "%s/vocab.bpe", dir);
+  hmap_str by_bytes;
+  hmap_str_init(&by_bytes, 1024);
+  hmap_u64_init(&t->merges, 1024);
+  int rc = load_encoder(t, path, &by_bytes, errs);
+  if (rc == 0) rc = load_merges(t, vpath, &by_bytes, errs);
   hmap_str_free(&by_bytes);
-  if (rc == 0) rc = compile_pattern(t, err, errlen);
+  if (rc == 0) rc = compile_pattern(t, errs);
   if (rc != 0) {
     tok_free(t);
     return -1;
   }
   hmap_str_init(&t->cache, 1 << 14);
   finish_identity(t);
-  snprintf(t->desc, sizeof t->desc, "byte-level BPE (vocabulary %d, %d merges) from %s", t->vocab_size, t->nmerges,
-           dir);
+  util_snprintf(t->desc, sizeof t->desc, "byte-level BPE (vocabulary %d, %d merges) from %s", t->vocab_size, t->nmerges,
+                dir);
   return 0;
 }
 
-int tok_open(tok_tokenizer *t, const char *kind, const char *dir, char *err, size_t errlen) {
-  if (strcmp(kind, "bpe") == 0) return tok_load_bpe(t, dir, err, errlen);
+int tok_open(tok_tokenizer *t, const char *kind, const char *dir, err_list *errs) {
+  if (strcmp(kind, "bpe") == 0) return tok_load_bpe(t, dir, errs);
   tok_init_bytes(t);
   return 0;
 }
 
-int tok_init_pretokenizer(tok_tokenizer *t, char *err, size_t errlen) {
+int tok_init_pretokenizer(tok_tokenizer *t, err_list *errs) {
   memset(t, 0, sizeof *t);
   t->kind = TOK_BPE;
   t->eot = -1;
   hmap_u64_init(&t->merges, 1);
-  return compile_pattern(t, err, errlen);
+  return compile_pattern(t, errs);
 }
 
 void tok_free(tok_tokenizer *t) {

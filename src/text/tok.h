@@ -14,9 +14,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/err.h"
 #include "base/hmap.h"
 
 typedef enum { TOK_BYTES, TOK_BPE } tok_kind;
+
+/* Limits of a vocabulary read from files: tokens, and bytes per token. */
+enum { TOK_MAX_VOCAB = 16777216, TOK_MAX_BYTES = 1024 };
 
 /* A growable list of token ids. */
 typedef struct {
@@ -47,14 +51,14 @@ typedef struct {
 
 /* The 256-token byte tokenizer. */
 void tok_init_bytes(tok_tokenizer *t);
-/* Load dir/encoder.json and dir/vocab.bpe. Returns 0, or -1 with a message naming the file, the
- * line or token and what is wrong. */
-int tok_load_bpe(tok_tokenizer *t, const char *dir, char *err, size_t errlen);
+/* Load dir/encoder.json and dir/vocab.bpe. Returns 0, or -1 after adding an error at the file (and
+ * line) that names what is wrong. */
+int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs);
 void tok_free(tok_tokenizer *t);
-/* kind "bytes" or "bpe" (then from dir). Returns 0 or -1 with err. */
-int tok_open(tok_tokenizer *t, const char *kind, const char *dir, char *err, size_t errlen);
+/* kind "bytes" or "bpe" (then from dir). Returns 0, or -1 after adding errors. */
+int tok_open(tok_tokenizer *t, const char *kind, const char *dir, err_list *errs);
 /* Only GPT-2's pre-tokenization pattern (for tok_pieces), no vocabulary. */
-int tok_init_pretokenizer(tok_tokenizer *t, char *err, size_t errlen);
+int tok_init_pretokenizer(tok_tokenizer *t, err_list *errs);
 
 /* Encode len bytes of text, appending ids to out. With special != 0 the literal text
  * "<|endoftext|>" becomes the end-of-text token; otherwise it is ordinary text. */

@@ -1,0 +1,199 @@
+/* trainer: one rank's part of a P x D training job: open, step, evaluate, checkpoint, restore. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/ckpt.h"
+#include "config.h"
+#include "text/data.h"
+#include "energy/energy.h"
+#include "energy/metrics.h"
+#include "model/gpt.h"
+#include "model/optim.h"
+#include "parallel/par.h"
+#include "model/sample.h"
+#include "text/tok.h"
+#include "parallel/topo.h"
+#include "base/util.h"
+
+/* ---- the trainer ---------------------------------------------------------------------------- */
+
+trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage, int replica) {
+  trainer_memory t;
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &cfg->model);
+  int B = (int)cfg->training.micro_batch_size, T = (int)cfg->training.seq_len;
+  t.part = par_stage_part(lay, stage);
+  t.model = gpt_plan_memory(&s, be, B, T, t.part);
+  size_t n = gpt_part_params(&s, t.part);
+  t.adam = optim_bytes(grad_own_params(n, lay, replica));
+  t.exchange = grad_exchange_bytes(n, lay);
+  t.pipe = pipe_bytes(&s, t.part, B, T);
+  t.total = t.model.total + t.adam + t.exchange + t.pipe;
+  gpt_shape_free(&s);
+  return t;
+}
+
+/* Training micro-batch k of this replica: windows [replica * B * m + k * B, ... + B) of the step. */
+static void train_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
+  trainer *t = ctx;
+  data_read_train(&t->data, t->win + ((size_t)t->lay.replica * t->nmicro + (size_t)k) * t->B, t->B, tokens, targets);
+}
+
+/* Validation: replica r takes batches r, r + D, r + 2D, ... of the eval_batches. */
+static void eval_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
+  trainer *t = ctx;
+  data_val_batch(&t->data, t->lay.replica + k * t->lay.D, t->B, tokens, targets);
+}
+
+trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *errs) {
+  trainer *t = util_calloc(1, sizeof *t, "trainer");
+  t->cfg = cfg;
+  t->be = be;
+  t->comm = comm;
+  MPI_Comm_rank(comm, &t->rank);
+  MPI_Comm_size(comm, &t->size);
+  t->B = (int)cfg->training.micro_batch_size;
+  t->T = (int)cfg->training.seq_len;
+  t->nmicro = (int)cfg->parallel.micro_batches;
+  par_create(&t->lay, cfg, comm);
+  t->G = (long)t->B * t->nmicro * t->lay.D;
+  /* inputs: every rank reads the same headers, so all find the same problems */
+  long n0 = err_count(errs);
+  int e0 = errs->n;
+  if (tok_open(&t->tok, cfg->tokenizer.kind, cfg->tokenizer.dir, errs) == 0) data_open(&t->data, cfg, &t->tok, t->T, errs);
+  else cfg_relocate(cfg, errs, e0, "tokenizer", "dir");
+  int bad = err_count(errs) > n0, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (!any && cfg->data.verify && data_verify(&t->data, comm, errs) > 0) {
+    data_close(&t->data);
+    any = 1;
+  }
+  if (any) {
+    if (t->tok.bytes) tok_free(&t->tok);
+    par_free(&t->lay);
+    free(t);
+    return NULL;
+  }
+  gpt_shape_from_cfg(&t->shape, &cfg->model);
+  gpt_init(&t->model, &t->shape, be, t->B, t->T, par_part(&t->lay), (uint64_t)cfg->job.seed);
+  t->gx = grad_create(&t->model, &t->lay, cfg->parallel.bucket_mb);
+  size_t lo, hi;
+  grad_own_range(t->gx, &lo, &hi);
+  optim_init(&t->opt, be, lo, hi);
+  optim_scaler_init(&t->scaler, strcmp(cfg->system.precision, "fp16") == 0, cfg->system.loss_scale,
+                    cfg->system.loss_scale_window);
+  pipe_init(&t->pipe, &t->lay, &t->model, t->B, t->T);
+  t->win = util_malloc((size_t)t->G * sizeof *t->win, "step windows");
+  return t;
+}
+
+void trainer_close(trainer *t) {
+  if (!t) return;
+  pipe_free(&t->pipe);
+  optim_free(&t->opt);
+  grad_free(t->gx);
+  gpt_free(&t->model);
+  gpt_shape_free(&t->shape);
+  data_close(&t->data);
+  tok_free(&t->tok);
+  par_free(&t->lay);
+  free(t->win);
+  free(t);
+}
+
+int trainer_step(trainer *t, long step, trainer_step_info *info) {
+  const cfg_training *tc = &t->cfg->training;
+  double t0 = util_now();
+  const double tokens = (double)t->G * t->T;
+  data_next_windows(&t->data, t->G, t->win);
+  gpt_zero_grad(&t->model);
+  grad_begin(t->gx);
+  /* fp16: the loss gradient is multiplied by the loss scale, so the gradients carry it (optim.h) */
+  const double scale = t->scaler.scale;
+  double loss_sum = pipe_train_step(&t->pipe, t->nmicro, (float)(scale / tokens), train_batch, t, grad_hook, t->gx);
+  grad_finish(t->gx);
+  /* the loss lives on the last stages, the norm's pieces everywhere */
+  double local[2] = {loss_sum, grad_sumsq(t->gx)}, global[2];
+  MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, t->comm);
+  info->loss = global[0] / tokens;
+  info->grad_norm = sqrt(global[1]) / scale;
+  info->lr = optim_lr(tc, step);
+  info->loss_scale = scale;
+  /* 1: update; 0: fp16 overflow, step skipped and the scale halved; -1: diverged */
+  int ok = optim_scaler_update(&t->scaler, isfinite(info->loss) && isfinite(info->grad_norm));
+  info->skipped = ok == 0;
+  if (ok > 0) { /* AdamW divides the loss scale out with the clipping factor */
+    optim_adamw_step(&t->opt, &t->model, tc, step, info->lr, optim_clip_scale(tc, info->grad_norm) / scale);
+    grad_gather_params(t->gx);
+    t->be->sync();
+  }
+  info->step_s = util_now() - t0;
+  info->pipe = pipe_take_stats(&t->pipe);
+  info->grad = grad_take_stats(t->gx);
+  return ok < 0 ? -1 : 0;
+}
+
+double trainer_eval(trainer *t) {
+  long nb = t->cfg->training.eval_batches, D = t->lay.D;
+  int mine = (int)(nb / D + (t->lay.replica < nb % D));
+  double loss = pipe_eval(&t->pipe, mine, eval_batch, t), total;
+  pipe_take_stats(&t->pipe); /* evaluation is not part of the steps' figures */
+  MPI_Allreduce(&loss, &total, 1, MPI_DOUBLE, MPI_SUM, t->comm);
+  return total / ((double)nb * t->B * t->T);
+}
+
+float *trainer_gather_params(trainer *t, size_t *n) {
+  *n = gpt_count_params(&t->shape);
+  if (t->lay.replica != 0) return NULL;
+  /* replica 0's stages, in order, give the whole model's buffer; the last stage's copy of the tied
+   * embedding (at the start of its buffer) is left out */
+  const gpt_model *m = &t->model;
+  size_t skip = 0;
+  if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
+  int count = (int)(m->nparams - skip), P = t->lay.P;
+  float *host = util_malloc((m->nparams - skip + 1) * sizeof(float), "parameter copy");
+  t->be->to_host(host, m->params + skip, (size_t)count * sizeof(float));
+  int *counts = NULL, *displs = NULL;
+  float *all = NULL;
+  if (t->lay.stage == 0) {
+    counts = util_malloc((size_t)P * sizeof(int), "gather");
+    displs = util_malloc((size_t)P * sizeof(int), "gather");
+    all = util_malloc(*n * sizeof(float), "whole model");
+  }
+  MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, t->lay.pipe);
+  if (t->lay.stage == 0)
+    for (int s = 0, o = 0; s < P; s++) displs[s] = o, o += counts[s];
+  MPI_Gatherv(host, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, t->lay.pipe);
+  free(host), free(counts), free(displs);
+  return all;
+}
+
+/* The checkpoint's view of this rank. */
+static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
+  return (ckpt_state){t->cfg, &t->lay, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale};
+}
+
+int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err_list *errs) {
+  ckpt_state cs = ckpt_view(t, step, tokens);
+  return ckpt_write(&cs, st, errs);
+}
+
+int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, err_list *errs) {
+  ckpt_state cs = ckpt_view(t, 0, 0.0);
+  int n = ckpt_read(&cs, path, st, errs);
+  /* fp16 continues with the saved loss scale; a checkpoint without scaling (1) keeps the deck's */
+  if (n == 0 && t->scaler.enabled && cs.loss_scale != 1.0) t->scaler.scale = cs.loss_scale;
+  *step = cs.step;
+  *tokens = cs.tokens;
+  return n;
+}
+

@@ -1,0 +1,83 @@
+/* trainer: one rank's part of a training job laid out as P pipeline stages x D data-parallel
+ * replicas (par.c): its model stage, optimizer shard, gradient exchange, pipeline schedule,
+ * tokenizer and data loader. The training task around it (reports, checkpoints when due, the
+ * step loop) is train.c. */
+#ifndef GREENLM_TRAINER_H
+#define GREENLM_TRAINER_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "model/backend.h"
+#include "deck/cfg.h"
+#include "io/ckpt.h"
+#include "parallel/grad.h"
+#include "model/gpt.h"
+#include "parallel/par.h"
+#include "deck/nml.h"
+#include "parallel/pipe.h"
+
+typedef struct trainer {
+  const cfg_config *cfg;
+  const backend *be;
+  MPI_Comm comm;
+  int rank, size;
+  par_layout lay;
+  gpt_shape shape;
+  gpt_model model;
+  optim_state opt;
+  optim_scaler scaler; /* dynamic loss scaling of precision = 'fp16'; scale 1 otherwise */
+  grad_exchange *gx;
+  pipe_state pipe;
+  tok_tokenizer tok;
+  data_loader data;
+  int B, T, nmicro; /* sequences per micro-batch, tokens per sequence, micro-batches per step */
+  long G;        /* sequences (windows) per global batch: B x m x D */
+  uint64_t *win; /* (G) the windows of the current step */
+} trainer;
+
+/* Backend memory of one rank of a layout (replica 0 of stage `stage`): the model, the AdamW
+ * state it keeps, the exchange and pipeline buffers. trainer_open allocates exactly this. */
+typedef struct {
+  gpt_memory model;
+  gpt_part part;
+  size_t adam, exchange, pipe;
+  size_t total;
+} trainer_memory;
+
+trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage, int replica);
+
+typedef struct {
+  double loss;      /* mean token loss of the global batch */
+  double grad_norm; /* before clipping */
+  double lr;
+  double step_s;    /* wall time of the step on this rank */
+  double loss_scale; /* the loss scale the step used (precision = 'fp16'; 1 otherwise) */
+  int skipped;       /* fp16: the gradients overflowed; no update was made and the scale was halved */
+  pipe_stats pipe;  /* this rank's */
+  grad_stats grad;  /* this rank's */
+} trainer_step_info;
+
+/* Collective over comm, whose size must be the layout's (cfg_resolve_layout). Returns NULL after
+ * reporting bad input (datasets, tokenizer) on comm rank 0. */
+trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *errs);
+void trainer_close(trainer *t);
+
+/* One optimizer step (0-based). Returns 0, or -1 when the loss or the gradient norm is not finite
+ * (then no update was made); with fp16 loss scaling an overflow instead skips the update
+ * (info->skipped) and returns 0 until the scale would fall below 1. The same on every rank. */
+int trainer_step(trainer *t, long step, trainer_step_info *info);
+/* Mean validation loss over &training eval_batches micro-batches (the same on every rank). */
+double trainer_eval(trainer *t);
+/* Write a checkpoint of the run at `step` (steps done) after `tokens` tokens (ckpt.c). Collective.
+ * Returns 0, or -1 (on every rank) after adding errors where they happened. */
+int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err_list *errs);
+/* Continue from the checkpoint at path: *step and *tokens receive its counters. Collective.
+ * Returns the number of errors added to errs. */
+int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, err_list *errs);
+
+/* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL
+ * elsewhere; *n receives their count. free() the result. Collective. */
+float *trainer_gather_params(trainer *t, size_t *n);
+
+#endif
