@@ -274,15 +274,17 @@ static int restore(train_job *j, err_list *errs) {
     } else if (latest && cfg->checkpoint.fallback && i + 1 < n && st.damaged) {
       char moved[CKPT_PATH_MAX + 16], outcome[3 * CKPT_PATH_MAX];
       int mv = j->rank == 0 ? ckpt_set_aside_file(paths[i], moved, sizeof moved) : 0;
-      util_snprintf(outcome, sizeof outcome, "warning: %s is damaged: %s; trying the next older checkpoint, %s "
+      util_snprintf(outcome, sizeof outcome, "%s is damaged: %s; trying the next older checkpoint, %s "
                     "(&checkpoint fallback)", paths[i], mv == 0 ? "set aside as .damaged" : "left in place", paths[i + 1]);
-      err_report(&tried, MPI_COMM_WORLD, 10, outcome);
-      if (j->rank == 0) metrics_log(&j->out, "restart: %s\n", outcome);
+      err_report(&tried, MPI_COMM_WORLD, 10, NULL);
+      if (j->rank == 0) fprintf(stderr, "greenlm: warning: %s\n", outcome), metrics_log(&j->out, "restart: %s\n", outcome);
     } else {
       if (!latest) cfg_relocate(cfg, &tried, 0, "checkpoint", "restart"); /* the deck named the file */
       for (int k = 0; k < tried.n; k++) err_add(errs, tried.v[k].file, tried.v[k].line, tried.v[k].col, tried.v[k].hint, "%s", tried.v[k].msg);
       if (latest && i + 1 < n && !cfg->checkpoint.fallback)
         err_add(errs, NULL, 0, 0, NULL, "older checkpoints are there: &checkpoint fallback = .true. would try them");
+      err_free(&tried);
+      break;
     }
     err_free(&tried);
   }

@@ -27,12 +27,23 @@ void util_fatal_at(const char *file, int line, const char *hint, const char *fmt
   /* the form of err.h's reports, with the rank and the place in the source */
   fprintf(stderr, "greenlm: error: %s (rank %d, %s:%d)\n", msg, util_world_rank, file, line);
   if (hint && *hint) fprintf(stderr, "  hint: %s\n", hint);
+  util_abort(1);
+}
+
+void util_abort(int status) {
+  fflush(stdout);
   fflush(stderr);
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-  exit(1);
+  if (inited && !finalized) {
+    /* the launcher forwards this process's output through a pipe that MPI_Abort may cut: give the
+     * message a moment to get through */
+    struct timespec pause = {0, 300000000};
+    nanosleep(&pause, NULL);
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
+  exit(status);
 }
 
 void util_mpi_init(int *argc, char ***argv) {

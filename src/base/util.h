@@ -44,6 +44,9 @@ void util_mpi_init(int *argc, char ***argv);
 int util_rank(void);
 void util_set_rank(int rank);
 
+/* End the whole job at once with status (MPI_Abort), after flushing this rank's output. */
+void util_abort(int status) UTIL_NORETURN;
+
 /* Quiet all ranks' MPI and leave with the given status (for errors every rank saw). */
 void util_exit_all(int status) UTIL_NORETURN;
 

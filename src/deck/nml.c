@@ -66,13 +66,15 @@ static void lx_ident(nml_lexer *lx, char *buf, size_t len) {
   buf[n] = '\0';
 }
 
-/* Copy the rest of a bad token (up to a separator) for messages. */
+/* Copy the rest of a bad token (up to a separator) for messages; a long one is cut with "...". */
 static void lx_rest(nml_lexer *lx, char *buf, size_t len) {
-  size_t n = 0;
+  size_t n = 0, all = 0;
   while (!is_separator(lx_peek(lx)) && lx_peek(lx) != '=' && lx_peek(lx) != '\'' && lx_peek(lx) != '"') {
-    if (n + 1 < len) buf[n++] = *lx->p;
+    if (n + 4 < len) buf[n++] = *lx->p;
+    all++;
     lx_next(lx);
   }
+  if (all > n) memcpy(buf + n, "...", 3), n += 3;
   buf[n] = '\0';
 }
 
@@ -255,17 +257,19 @@ static int lx_value(nml_lexer *lx, nml_entry *e) {
   } else if (c == '.' || is_ident_start(c)) {
     int line = lx->line, col = lx->col;
     char word[64];
-    size_t n = 0;
+    size_t n = 0, cut = 0;
     if (c == '.') {
       word[n++] = '.';
       lx_next(lx);
     }
     while (is_ident_char(lx_peek(lx)) || lx_peek(lx) == '.') {
-      if (n + 1 < sizeof word) word[n++] = *lx->p;
+      if (n + 4 < sizeof word) word[n++] = *lx->p;
+      else cut = 1;
       int dot = *lx->p == '.';
       lx_next(lx);
       if (dot && c == '.') break;
     }
+    if (cut) memcpy(word + n, "...", 3), n += 3; /* never a logical: reported as cut below */
     word[n] = '\0';
     if (logical_word(word, &v.i) && is_separator(lx_peek(lx))) {
       v.kind = NML_BOOL;

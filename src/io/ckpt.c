@@ -8,6 +8,7 @@
 #include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -600,6 +601,10 @@ static int list_checkpoints(const char *dir, const char *tail_want, long **steps
   while ((de = readdir(d))) {
     long step = step_of(de->d_name, tail_want);
     if (step < 0) continue;
+    char path[CKPT_PATH_MAX + 300];
+    struct stat sb;
+    util_snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue; /* a directory by a checkpoint's name is none */
     if (n == cap) *steps = util_realloc(*steps, (size_t)(cap *= 2) * sizeof(long), "checkpoints");
     (*steps)[n++] = step;
   }

@@ -198,8 +198,7 @@ static void judge(double t) {
   fprintf(stderr, "greenlm: error: the watchdog ends the job: no rank made progress for %.0f s: %s\n"
                   "  hint: &job step_timeout = %g sets the limit; the checkpoints written so far are intact\n",
           wd.timeout, msg, wd.timeout);
-  fflush(stderr);
-  PMPI_Abort(MPI_COMM_WORLD, WATCHDOG_EXIT);
+  util_abort(WATCHDOG_EXIT);
 }
 
 static void sleep_s(double s) {
@@ -229,8 +228,7 @@ static void *watch(void *arg) {
     if (out.idle > 2 * wd.timeout + 10 * wd.period) { /* rank 0's watchdog should have acted: it may be gone */
       fprintf(stderr, "greenlm: error: the watchdog ends the job: rank %d made no progress for %.0f s and rank 0 did "
                       "not answer (rank 0 may have died)\n", wd.rank, out.idle);
-      fflush(stderr);
-      PMPI_Abort(MPI_COMM_WORLD, WATCHDOG_EXIT);
+      util_abort(WATCHDOG_EXIT);
     }
   }
   /* the end: every rank's last message reaches rank 0, so no send is left pending */
