@@ -6,11 +6,15 @@
 #include <pnetcdf.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/util.h"
+
+/* Headers are read whole up to this size (greenlm's files have headers of kilobytes). */
+enum { NCFILE_MAX_HEADER = 16 << 20 };
 
 /* What the first bytes say the file is: 0 classic/64-bit/CDF-5 NetCDF, 1 NetCDF-4 (HDF5), 2 other. */
 static int kind_of(const unsigned char *b, size_t n) {
@@ -18,6 +22,93 @@ static int kind_of(const unsigned char *b, size_t n) {
   if (n >= 4 && b[0] == 'C' && b[1] == 'D' && b[2] == 'F' && (b[3] == 1 || b[3] == 2 || b[3] == 5)) return 0;
   if (n >= 8 && memcmp(b, hdf5, 8) == 0) return 1;
   return 2;
+}
+
+/* ---- the header, walked before PnetCDF reads it -------------------------------------------------- */
+
+/* A CDF-1/2/5 header (the NetCDF classic format specification) in memory: every count and length
+ * it declares must fit in the bytes that follow, so that no reader allocates what the file cannot
+ * hold. */
+typedef struct {
+  const unsigned char *p, *end;
+  int v5;     /* CDF-5: 8-byte counts */
+  int off8;   /* CDF-2 and CDF-5: 8-byte variable offsets */
+  const char *why;
+} hdr_walk;
+
+static unsigned long long hdr_uint(hdr_walk *h, int bytes) {
+  if (h->why) return 0;
+  if (h->end - h->p < bytes) {
+    h->why = "the header ends early";
+    return 0;
+  }
+  unsigned long long v = 0;
+  for (int i = 0; i < bytes; i++) v = v << 8 | h->p[i];
+  h->p += bytes;
+  return v;
+}
+
+/* A count of items of at least `least` bytes each that must fit in what is left. */
+static unsigned long long hdr_count(hdr_walk *h, unsigned long long least) {
+  unsigned long long n = hdr_uint(h, h->v5 ? 8 : 4);
+  if (!h->why && (n > (unsigned long long)(h->end - h->p) / (least ? least : 1))) h->why = "a count larger than the file";
+  return h->why ? 0 : n;
+}
+
+static void hdr_skip(hdr_walk *h, unsigned long long n) {
+  n = (n + 3) / 4 * 4; /* padded to 4 bytes */
+  if (!h->why && n > (unsigned long long)(h->end - h->p)) h->why = "a name or value longer than the file";
+  if (!h->why) h->p += n;
+}
+
+static int hdr_type_size(unsigned long long t) {
+  static const int size[] = {0, 1, 1, 2, 4, 4, 8, 1, 2, 4, 8, 8}; /* NC_BYTE .. NC_UINT64 */
+  return t < sizeof size / sizeof size[0] ? size[t] : 0;
+}
+
+/* A list header: ABSENT (0, 0) or tag, count; returns the count. */
+static unsigned long long hdr_list(hdr_walk *h, unsigned long long tag, unsigned long long least) {
+  unsigned long long t = hdr_uint(h, 4);
+  if (t == 0) {
+    if (hdr_uint(h, h->v5 ? 8 : 4) != 0 && !h->why) h->why = "a malformed empty list";
+    return 0;
+  }
+  if (t != tag && !h->why) h->why = "an unknown list tag";
+  return hdr_count(h, least);
+}
+
+static void hdr_atts(hdr_walk *h) {
+  unsigned long long n = hdr_list(h, 0x0C, 12);
+  for (unsigned long long i = 0; i < n && !h->why; i++) {
+    hdr_skip(h, hdr_count(h, 1));                   /* name */
+    int size = hdr_type_size(hdr_uint(h, 4));
+    if (!size && !h->why) h->why = "an attribute of an unknown type";
+    hdr_skip(h, hdr_count(h, (unsigned long long)size) * (unsigned long long)size);
+  }
+}
+
+/* Returns NULL when the header is well formed within the n bytes, else what is wrong. */
+static const char *walk_header(const unsigned char *b, size_t n) {
+  hdr_walk h = {b + 4, b + n, b[3] == 5, b[3] != 1, NULL};
+  hdr_uint(&h, h.v5 ? 8 : 4);                        /* numrecs */
+  unsigned long long ndims = hdr_list(&h, 0x0A, 8);
+  for (unsigned long long i = 0; i < ndims && !h.why; i++) {
+    hdr_skip(&h, hdr_count(&h, 1));
+    hdr_uint(&h, h.v5 ? 8 : 4);
+  }
+  hdr_atts(&h);
+  unsigned long long nvars = hdr_list(&h, 0x0B, 16);
+  for (unsigned long long i = 0; i < nvars && !h.why; i++) {
+    hdr_skip(&h, hdr_count(&h, 1));
+    unsigned long long nd = hdr_count(&h, h.v5 ? 8 : 4);
+    for (unsigned long long d = 0; d < nd && !h.why; d++)
+      if (hdr_uint(&h, h.v5 ? 8 : 4) >= ndims && !h.why) h.why = "a variable of an undefined dimension";
+    hdr_atts(&h);
+    if (!hdr_type_size(hdr_uint(&h, 4)) && !h.why) h.why = "a variable of an unknown type";
+    hdr_uint(&h, h.v5 ? 8 : 4);                      /* vsize */
+    hdr_uint(&h, h.off8 ? 8 : 4);                    /* begin */
+  }
+  return h.why;
 }
 
 /* The checks that need no PnetCDF; rank 0 makes them. Returns 0 or -1 after adding an error. */
@@ -39,15 +130,24 @@ static int check_file(const char *path, const char *what, const char *hint, off_
     err_add(errs, path, 0, 0, hint, "an empty file, not a %s", what);
     return -1;
   }
-  unsigned char magic[8] = {0};
+  size_t want = st.st_size < NCFILE_MAX_HEADER ? (size_t)st.st_size : NCFILE_MAX_HEADER;
+  unsigned char *head = util_malloc(want, "file header");
   int fd = open(path, O_RDONLY);
-  ssize_t got = fd >= 0 ? read(fd, magic, sizeof magic) : -1;
+  ssize_t got = fd >= 0 ? pread(fd, head, want, 0) : -1;
   if (fd >= 0) close(fd);
   if (got < 0) {
     err_add(errs, path, 0, 0, hint, "cannot read the %s: %s", what, strerror(errno));
+    free(head);
     return -1;
   }
-  int k = kind_of(magic, (size_t)got);
+  int k = kind_of(head, (size_t)got);
+  const char *why = k == 0 ? walk_header(head, (size_t)got) : NULL;
+  free(head);
+  if (why) {
+    err_add(errs, path, 0, 0, hint, "damaged NetCDF header: %s%s", why,
+            (size_t)got == NCFILE_MAX_HEADER ? " (or a header longer than 16 MiB)" : "");
+    return -1;
+  }
   if (k == 1) {
     err_add(errs, path, 0, 0, "greenlm reads the CDF-5 files PnetCDF writes; nccopy -k cdf5 converts a NetCDF-4 file",
             "a NetCDF-4 (HDF5) file, not a greenlm %s", what);

@@ -169,10 +169,10 @@ static int lx_number(nml_lexer *lx, nml_value *v) {
     }
   }
   if (!digits || !is_separator(lx_peek(lx))) {
-    char rest[64];
+    int head = (int)(lx->p - start); /* what was read as the number; the rest follows */
+    char rest[64], shown[160];
     lx_rest(lx, rest, sizeof rest);
-    char shown[160];
-    snprintf(shown, sizeof shown, "%.*s%s", (int)(lx->p - start) - (int)strlen(rest), start, rest);
+    snprintf(shown, sizeof shown, "%.*s%s", head < 64 ? head : 64, start, rest);
     err_add(lx->errs, lx->file, line, col, "numbers look like 12, -3, 0.5, 1e-4 or 1.0d-4",
                   "malformed number '%s'", shown);
     return -1;
@@ -181,26 +181,28 @@ static int lx_number(nml_lexer *lx, nml_value *v) {
   v->text = dup_range(start, n);
   v->line = line;
   v->col = col;
-  char tmp[128];
-  util_strlcpy(tmp, v->text, sizeof tmp);
-  for (char *t = tmp; *t; t++)
+  char *num = dup_range(start, n), shown[80]; /* Fortran's exponent letter d, as C reads it */
+  for (char *t = num; *t; t++)
     if (*t == 'd' || *t == 'D') *t = 'e';
   errno = 0;
+  int bad = 0;
   if (is_real) {
     v->kind = NML_REAL;
-    v->r = strtod(tmp, NULL);
-    if (errno == ERANGE && fabs(v->r) > 1.0) {
-      err_add(lx->errs, lx->file, line, col, NULL, "real '%s' is out of range", v->text);
-      return -1;
-    }
+    v->r = strtod(num, NULL);
+    bad = errno == ERANGE && fabs(v->r) > 1.0;
   } else {
     v->kind = NML_INT;
-    v->i = strtoll(tmp, NULL, 10);
-    if (errno == ERANGE) {
-      err_add(lx->errs, lx->file, line, col, NULL, "integer '%s' is out of range", v->text);
-      return -1;
-    }
+    v->i = strtoll(num, NULL, 10);
+    bad = errno == ERANGE;
     v->r = (double)v->i;
+  }
+  free(num);
+  if (bad) {
+    err_add(lx->errs, lx->file, line, col, NULL, "%s '%s' is out of range", is_real ? "real" : "integer",
+            err_quote(shown, sizeof shown, v->text, n));
+    free(v->text);
+    v->text = NULL;
+    return -1;
   }
   return 0;
 }

@@ -1,0 +1,57 @@
+#!/bin/sh
+# seeds.sh: make the seed inputs of the fuzz targets in tests/fuzz/corpus/ with greenlm itself
+# (a BPE vocabulary, a token dataset, a checkpoint of the checkpoint target's tiny model, --set
+# lines). The deck target's seeds are the decks of input/ and tests/decks/, used where they are.
+#
+#   tests/fuzz/seeds.sh BUILD_DIR      (BUILD_DIR/src/greenlm is run)
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+greenlm="$1/src/greenlm"
+corpus="$top/tests/fuzz/corpus"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run() { mpiexec -n 1 "$greenlm" "$@" > "$work/log" 2>&1 || { tail -n 20 "$work/log"; exit 1; }; }
+
+# --set: one override per line
+mkdir -p "$corpus/set"
+printf 'training.lr=1e-3\nmodel.n_layer=3\n' > "$corpus/set/lr-layers"
+printf "job.task=prepare,train\njob.run_dir=runs/x\nmodel.attention_types=global,local,global\n" > "$corpus/set/lists"
+printf "job.name='a/b'\ntraining.max_steps=10\nsystem.precision=fp32\n" > "$corpus/set/quoted"
+
+# a BPE vocabulary of 300 tokens: encoder.json, a NUL byte, vocab.bpe
+head -c 30000 "$top/tests/data/kjv-genesis.txt" > "$work/text.txt"
+cat > "$work/bpe.nml" <<EOD
+&job task = 'tokenizer' /
+&tokenizer kind = 'bpe', dir = '$work/bpe', vocab_size = 300, corpus = '$work/text.txt' /
+EOD
+run "$work/bpe.nml"
+mkdir -p "$corpus/tokenizer"
+{ cat "$work/bpe/encoder.json"; printf '\000'; cat "$work/bpe/vocab.bpe"; } > "$corpus/tokenizer/bpe-300"
+
+# a token dataset of a few thousand tokens (bytes tokenizer)
+head -c 3000 "$top/tests/data/kjv-genesis.txt" > "$work/small.txt"
+cat > "$work/data.nml" <<EOD
+&job task = 'prepare' /
+&prepare input = '$work/small.txt', documents = 'line', train_out = '$work/train.nc', val_out = '$work/val.nc' /
+EOD
+run "$work/data.nml"
+mkdir -p "$corpus/dataset"
+cp "$work/train.nc" "$corpus/dataset/small-train.nc"
+cp "$work/val.nc" "$corpus/dataset/small-val.nc"
+
+# a checkpoint of the checkpoint target's model, trained on the same text (fuzz_checkpoint.c)
+i=0
+while [ $i -lt 40 ]; do echo "line $i of the text the tiny model of the checkpoint fuzzer reads"; i=$((i + 1)); done > "$work/ck.txt"
+cat > "$work/ck.nml" <<EOD
+&job task = 'prepare', 'train', seed = 3, run_dir = '$work/run' /
+&prepare input = '$work/ck.txt', documents = 'line', train_out = '$work/ck-train.nc', val_out = '$work/ck-val.nc' /
+&model vocab_size = 256, block_size = 8, n_layer = 1, n_embd = 8, n_head = 2, window_size = 4 /
+&training seq_len = 8, micro_batch_size = 1, max_steps = 2, eval_batches = 1 /
+&checkpoint every_steps = 1 /
+&sample n_tokens = 0 /
+&system peak_gflops = 1 /
+EOD
+run "$work/ck.nml"
+mkdir -p "$corpus/checkpoint"
+cp "$work/run/checkpoints/ckpt-00000002.nc" "$corpus/checkpoint/tiny-step2.nc"
+ls -l "$corpus"/*

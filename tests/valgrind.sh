@@ -1,0 +1,42 @@
+#!/bin/sh
+# valgrind.sh: the single-rank test programs, and greenlm preparing data and training a few steps
+# on one rank, under valgrind's memcheck: any invalid access, use of uninitialised memory or
+# definite leak fails (make check-valgrind, doc/testing.md). Ends with "N clean, N failed".
+#
+#   tests/valgrind.sh PROGRAM...
+. "$(dirname "$0")/lib.sh"
+out="$TEST_OUT/valgrind"
+rm -rf "$out"
+mkdir -p "$out"
+vg() { # vg NAME command...
+  name=$1; shift
+  valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
+    --track-origins=yes -q "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 99 ] || grep -q "^==[0-9]*== [A-Z].*\(Invalid\|uninitialised\|definitely lost\)" "$out/$name.log"; then
+    bad "$name: valgrind errors ($out/$name.log):"
+    grep "^==" "$out/$name.log" | head -n 30 >&2
+  elif [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+    bad "$name: exit status $rc ($out/$name.log)"
+    tail -n 10 "$out/$name.log" >&2
+  else
+    ok
+    printf '%s: clean%s\n' "$name" "$([ $rc -eq 77 ] && echo ' (skipped itself)')"
+  fi
+}
+for p in "$@"; do vg "$(basename "$p")" "$p"; done
+deck="$out/deck.nml"
+cat > "$deck" <<EOD
+&job task = 'prepare', 'train', run_dir = '$out/run' /
+&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', train_out = '$out/train.nc',
+  val_out = '$out/val.nc' /
+&model vocab_size = 256, block_size = 32, n_layer = 2, n_embd = 32, n_head = 4, window_size = 8 /
+&training seq_len = 32, micro_batch_size = 2, max_steps = 3, eval_batches = 1 /
+&checkpoint every_steps = 2 /
+&sample n_tokens = 4 /
+&system peak_gflops = 1 /
+EOD
+vg greenlm-train "$GREENLM" "$deck"
+vg greenlm-restart "$GREENLM" --set job.task=train --set checkpoint.restart=latest --set training.max_steps=4 "$deck"
+echo "$pass clean, $fail failed"
+[ "$fail" -eq 0 ]
