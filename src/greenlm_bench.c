@@ -197,39 +197,129 @@ static int parse(int argc, char **argv, bench_args *a) {
   return -1;
 }
 
+/* The backend asked for (CPU, or CUDA in a build that has it). Returns NULL after a message. */
+static const backend *open_backend(const bench_args *a) {
+  if (strcmp(a->backend, "cuda") != 0) return backend_cpu();
+#ifdef GREENLM_HAVE_CUDA
+  char why[256];
+  if (gpu_device_count(why, sizeof why) == 0) {
+    fprintf(stderr, "greenlm-bench: error: --backend cuda: no usable GPU (%s)\n", why);
+    return NULL;
+  }
+  gpu_open(0, a->precision);
+  return backend_cuda();
+#else
+  fprintf(stderr, "greenlm-bench: error: --backend cuda: this build has no CUDA backend (configure --with-cuda)\n");
+  return NULL;
+#endif
+}
+
+/* The model of the command line, as a deck's &model would give it. */
+static void model_config(const bench_args *a, cfg_model *mc) {
+  memset(mc, 0, sizeof *mc);
+  util_strlcpy(mc->arch, a->arch, sizeof mc->arch);
+  mc->vocab_size = a->V, mc->block_size = a->T, mc->n_layer = a->L, mc->n_embd = a->C, mc->n_head = a->H;
+  mc->window_size = 256, mc->layer_norm_epsilon = 1e-5, mc->init_std = 0.02;
+  util_strlcpy(mc->attention_types.v[0], "global", CFG_ITEM_LEN);
+  util_strlcpy(mc->attention_types.v[1], "local", CFG_ITEM_LEN);
+  mc->attention_types.n = strcmp(a->arch, "gpt2") ? 2 : 1;
+}
+
+/* What the steps measured: mean seconds per phase, the median step, the last loss. */
+typedef struct {
+  double fwd, bwd, opt, median, loss;
+} bench_times;
+
+/* Warm-up and timed steps on random tokens: forward with the loss, backward, clipping and AdamW. */
+static bench_times run_steps(const bench_args *a, const backend *be, gpt_model *m) {
+  optim_state opt;
+  optim_init(&opt, be, 0, m->nparams);
+  cfg_training tc;
+  memset(&tc, 0, sizeof tc);
+  tc.lr = 1e-4, tc.beta1 = 0.9, tc.beta2 = 0.95, tc.adam_eps = 1e-8, tc.weight_decay = 0.1, tc.grad_clip = 1.0;
+  util_strlcpy(tc.lr_decay, "constant", sizeof tc.lr_decay);
+  const int N = a->B * a->T;
+  int32_t *x = util_malloc((size_t)N * sizeof(int32_t), "tokens"), *y = util_malloc((size_t)N * sizeof(int32_t), "targets");
+  rng_state r;
+  rng_seed(&r, 1, RNG_DATA, 0);
+  bench_times bt = {0};
+  double *step_ms = util_malloc((size_t)a->steps * sizeof(double), "step times");
+  for (int step = 0; step < a->warmup + a->steps; step++) {
+    for (int i = 0; i < N; i++) x[i] = (int32_t)rng_below(&r, (uint64_t)a->V), y[i] = (int32_t)rng_below(&r, (uint64_t)a->V);
+    double t0 = util_now();
+    gpt_zero_grad(m);
+    gpt_set_batch(m, 0, x, y, a->B, a->T);
+    gpt_forward(m, 0, a->B, a->T);
+    bt.loss = gpt_loss(m, 0, a->B, a->T, 1.0f / (float)N) / N;
+    be->sync();
+    double t1 = util_now();
+    gpt_backward(m, 0, a->B, a->T, NULL, NULL);
+    be->sync();
+    double t2 = util_now();
+    double norm = sqrt(be->sumsq(m->grads, m->nparams));
+    optim_adamw_step(&opt, m, &tc, step, tc.lr, optim_clip_scale(&tc, norm));
+    be->sync();
+    double t3 = util_now();
+    if (step >= a->warmup) {
+      bt.fwd += (t1 - t0) / a->steps, bt.bwd += (t2 - t1) / a->steps, bt.opt += (t3 - t2) / a->steps;
+      step_ms[step - a->warmup] = 1e3 * (t3 - t0);
+    }
+    if (step + 1 == a->warmup) memset(prof_t, 0, sizeof prof_t), memset(prof_n, 0, sizeof prof_n);
+  }
+  qsort(step_ms, (size_t)a->steps, sizeof(double), cmp_double);
+  bt.median = 1e-3 * (a->steps % 2 ? step_ms[a->steps / 2] : 0.5 * (step_ms[a->steps / 2 - 1] + step_ms[a->steps / 2]));
+  free(x), free(y), free(step_ms);
+  optim_free(&opt);
+  return bt;
+}
+
+static void report(const bench_args *a, const gpt_model *m, const bench_times *bt, double peak, char *engine) {
+  const int N = a->B * a->T;
+  double per = bt->median, tps = N / per, fpt = gpt_flops_per_token(&m->s, a->T), mfu = tps * fpt / (peak * 1e9);
+  size_t n = gpt_count_params(&m->s);
+  printf("greenlm-bench %s\n", PACKAGE_VERSION);
+  printf("engine:  %s\n", engine);
+  if (a->peak > 0)
+    printf("peak:    %.1f GFLOP/s (given by --peak)\n", peak);
+  else
+    printf("peak:    %.1f GFLOP/s (best %dx%dx%d GEMM in two %.1f s runs, before and after the steps; %d thread%s)\n",
+           peak, a->peak_n, a->peak_n, a->peak_n, a->peak_seconds, a->threads, a->threads == 1 ? "" : "s");
+  printf("model:   %s L=%d C=%d H=%d V=%d, %zu parameters (%.1f M); batch B=%d x T=%d = %d tokens\n", a->arch, a->L, a->C,
+         a->H, a->V, n, n / 1e6, a->B, a->T, N);
+  printf("step:    %.1f ms median (means: forward+loss %.1f, backward %.1f, clip+AdamW %.1f) of %d after %d warm-up\n",
+         1e3 * per, 1e3 * bt->fwd, 1e3 * bt->bwd, 1e3 * bt->opt, a->steps, a->warmup);
+  printf("speed:   %.1f tokens/s, %.1f GFLOP/s model, MFU %.1f%% of the measured peak (loss %.3f)\n", tps,
+         tps * fpt / 1e9, 100 * mfu, bt->loss);
+  if (a->profile) {
+    double total = 0;
+    for (int i = 0; i < P_NOPS; i++) total += prof_t[i];
+    printf("profile: time per step by op (%.1f ms of %.1f ms in ops)\n", 1e3 * total / a->steps, 1e3 * per);
+    for (int i = 0; i < P_NOPS; i++)
+      if (prof_n[i])
+        printf("  %-20s %9.2f ms %5.1f%%  (%ld calls)\n", prof_name[i], 1e3 * prof_t[i] / a->steps,
+               100 * prof_t[i] / (per * a->steps), prof_n[i] / a->steps);
+  }
+  for (char *c = engine; *c; c++)
+    if (*c == ' ') *c = '_';
+  printf("result: arch=%s L=%d C=%d H=%d V=%d B=%d T=%d threads=%d peak_gflops=%.1f ms_per_step=%.1f "
+         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f backend=%s precision=%s recompute=%d activation_bytes=%zu engine=%s\n",
+         a->arch, a->L, a->C, a->H, a->V, a->B, a->T, a->threads, peak, 1e3 * per, tps, tps * fpt / 1e9, mfu, a->backend,
+         a->precision, a->recompute, m->mem.acts, engine);
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   bench_args a;
   int rc = parse(argc, argv, &a);
   if (rc >= 0) util_exit_all(rc);
-  const backend *be = backend_cpu();
-  if (!strcmp(a.backend, "cuda")) {
-#ifdef GREENLM_HAVE_CUDA
-    char why[256];
-    if (gpu_device_count(why, sizeof why) == 0) {
-      fprintf(stderr, "greenlm-bench: error: --backend cuda: no usable GPU (%s)\n", why);
-      util_exit_all(1);
-    }
-    gpu_open(0, a.precision);
-    be = backend_cuda();
-#else
-    fprintf(stderr, "greenlm-bench: error: --backend cuda: this build has no CUDA backend (configure --with-cuda)\n");
-    util_exit_all(2);
-#endif
-  }
+  const backend *be = open_backend(&a);
+  if (!be) util_exit_all(1);
   be->set_threads(a.threads);
   char engine[256];
   be->describe(engine, sizeof engine);
   double peak = a.peak > 0 ? a.peak : be->measure_gflops(a.peak_n, a.peak_seconds);
-
   cfg_model mc;
-  memset(&mc, 0, sizeof mc);
-  util_strlcpy(mc.arch, a.arch, sizeof mc.arch);
-  mc.vocab_size = a.V, mc.block_size = a.T, mc.n_layer = a.L, mc.n_embd = a.C, mc.n_head = a.H;
-  mc.window_size = 256, mc.layer_norm_epsilon = 1e-5, mc.init_std = 0.02;
-  util_strlcpy(mc.attention_types.v[0], "global", CFG_ITEM_LEN);
-  util_strlcpy(mc.attention_types.v[1], "local", CFG_ITEM_LEN);
-  mc.attention_types.n = strcmp(a.arch, "gpt2") ? 2 : 1;
+  model_config(&a, &mc);
   gpt_shape s;
   gpt_shape_from_cfg(&s, &mc);
   backend prof = profiled(be, a.V);
@@ -238,82 +328,11 @@ int main(int argc, char **argv) {
   gpt_part whole = gpt_whole(&s);
   whole.recompute = a.recompute; /* activation recomputation: MFU still counts the model's FLOPs only */
   gpt_init(&m, &s, be, a.B, a.T, whole, 1);
-  optim_state opt;
-  optim_init(&opt, be, 0, m.nparams);
-  cfg_training tc;
-  memset(&tc, 0, sizeof tc);
-  tc.lr = 1e-4, tc.beta1 = 0.9, tc.beta2 = 0.95, tc.adam_eps = 1e-8, tc.weight_decay = 0.1, tc.grad_clip = 1.0;
-  util_strlcpy(tc.lr_decay, "constant", sizeof tc.lr_decay);
-
-  const int N = a.B * a.T;
-  int32_t *x = util_malloc((size_t)N * sizeof(int32_t), "tokens"), *y = util_malloc((size_t)N * sizeof(int32_t), "targets");
-  rng_state r;
-  rng_seed(&r, 1, RNG_DATA, 0);
-  double t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0;
-  double *step_ms = util_malloc((size_t)a.steps * sizeof(double), "step times");
-  for (int step = 0; step < a.warmup + a.steps; step++) {
-    for (int i = 0; i < N; i++) x[i] = (int32_t)rng_below(&r, (uint64_t)a.V), y[i] = (int32_t)rng_below(&r, (uint64_t)a.V);
-    double t0 = util_now();
-    gpt_zero_grad(&m);
-    gpt_set_batch(&m, 0, x, y, a.B, a.T);
-    gpt_forward(&m, 0, a.B, a.T);
-    loss = gpt_loss(&m, 0, a.B, a.T, 1.0f / (float)N) / N;
-    be->sync();
-    double t1 = util_now();
-    gpt_backward(&m, 0, a.B, a.T, NULL, NULL);
-    be->sync();
-    double t2 = util_now();
-    double norm = sqrt(be->sumsq(m.grads, m.nparams));
-    optim_adamw_step(&opt, &m, &tc, step, tc.lr, optim_clip_scale(&tc, norm));
-    be->sync();
-    double t3 = util_now();
-    if (step >= a.warmup) {
-      t_fwd += t1 - t0, t_bwd += t2 - t1, t_opt += t3 - t2;
-      step_ms[step - a.warmup] = 1e3 * (t3 - t0);
-    }
-    if (step + 1 == a.warmup) memset(prof_t, 0, sizeof prof_t), memset(prof_n, 0, sizeof prof_n);
-  }
-  /* the median step, and the better of two peak measurements (before and after the steps): on a
-   * shared machine both guard against a slow moment */
-  qsort(step_ms, (size_t)a.steps, sizeof(double), cmp_double);
-  double per = 1e-3 * (a.steps % 2 ? step_ms[a.steps / 2] : 0.5 * (step_ms[a.steps / 2 - 1] + step_ms[a.steps / 2]));
+  bench_times bt = run_steps(&a, be, &m);
+  /* the better of two peak measurements (before and after the steps): on a shared machine both
+   * guard against a slow moment */
   double peak2 = a.peak > 0 ? a.peak : be->measure_gflops(a.peak_n, a.peak_seconds);
-  if (peak2 > peak) peak = peak2;
-  double tps = N / per, fpt = gpt_flops_per_token(&s, a.T);
-  double mfu = tps * fpt / (peak * 1e9);
-  size_t n = gpt_count_params(&s);
-  printf("greenlm-bench %s\n", PACKAGE_VERSION);
-  printf("engine:  %s\n", engine);
-  if (a.peak > 0)
-    printf("peak:    %.1f GFLOP/s (given by --peak)\n", peak);
-  else
-    printf("peak:    %.1f GFLOP/s (best %dx%dx%d GEMM in two %.1f s runs, before and after the steps; %d thread%s)\n",
-           peak, a.peak_n, a.peak_n, a.peak_n, a.peak_seconds, a.threads, a.threads == 1 ? "" : "s");
-  printf("model:   %s L=%d C=%d H=%d V=%d, %zu parameters (%.1f M); batch B=%d x T=%d = %d tokens\n", a.arch, a.L, a.C,
-         a.H, a.V, n, n / 1e6, a.B, a.T, N);
-  printf("step:    %.1f ms median (means: forward+loss %.1f, backward %.1f, clip+AdamW %.1f) of %d after %d warm-up\n",
-         1e3 * per, 1e3 * t_fwd / a.steps, 1e3 * t_bwd / a.steps, 1e3 * t_opt / a.steps, a.steps, a.warmup);
-  printf("speed:   %.1f tokens/s, %.1f GFLOP/s model, MFU %.1f%% of the measured peak (loss %.3f)\n", tps,
-         tps * fpt / 1e9, 100 * mfu, loss);
-  if (a.profile) {
-    double total = 0;
-    for (int i = 0; i < P_NOPS; i++) total += prof_t[i];
-    printf("profile: time per step by op (%.1f ms of %.1f ms in ops)\n", 1e3 * total / a.steps, 1e3 * per);
-    for (int i = 0; i < P_NOPS; i++)
-      if (prof_n[i])
-        printf("  %-20s %9.2f ms %5.1f%%  (%ld calls)\n", prof_name[i], 1e3 * prof_t[i] / a.steps,
-               100 * prof_t[i] / (per * a.steps), prof_n[i] / a.steps);
-  }
-  for (char *c = engine; *c; c++)
-    if (*c == ' ') *c = '_';
-  printf("result: arch=%s L=%d C=%d H=%d V=%d B=%d T=%d threads=%d peak_gflops=%.1f ms_per_step=%.1f "
-         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f backend=%s precision=%s recompute=%d activation_bytes=%zu engine=%s\n",
-         a.arch, a.L, a.C, a.H, a.V, a.B, a.T, a.threads, peak, 1e3 * per, tps, tps * fpt / 1e9, mfu, a.backend,
-         a.precision, a.recompute, m.mem.acts, engine);
-  free(x);
-  free(y);
-  free(step_ms);
-  optim_free(&opt);
+  report(&a, &m, &bt, peak2 > peak ? peak2 : peak, engine);
   gpt_free(&m);
   gpt_shape_free(&s);
   util_exit_all(0);

@@ -75,148 +75,183 @@ static void warm_read(const char *scratch, char *buf, size_t n) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-int main(int argc, char **argv) {
-  util_mpi_init(&argc, &argv);
+/* The benchmark's settings, its checkpoint state and its best times. */
+typedef struct {
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  util_set_rank(rank);
-  const char *dir = NULL, *stage_mb = "8", *read_mb = "8", *requests = "4", *direct = "T";
-  long L = 12, C = 768, H = 12, V = 50304, reps = 3;
+  const char *dir, *stage_mb, *read_mb, *requests, *direct;
+  long layers, embd, heads, vocab, reps;
+  cfg_config *cfg;
+  par_layout lay;
+  gpt_shape shape;
+  gpt_model model;
+  grad_exchange *gx;
+  optim_state opt;
+  ckpt_state cs;
+  size_t mine; /* this rank's bytes in the checkpoint: its piece of the parameters and of the two moments */
+  char *buf, raw[CFG_STR_LEN + 32], scratch[CFG_STR_LEN + 32], cs_path[CFG_STR_LEN + 64];
+  double best_w, best_r, best_rf, best_fw, best_fr, bytes;
+} iobench;
+
+/* The command line into b; returns -1 to go on, or the exit status. */
+static int parse_options(iobench *b, int argc, char **argv) {
+  b->stage_mb = "8", b->read_mb = "8", b->requests = "4", b->direct = "T";
+  b->layers = 12, b->embd = 768, b->heads = 12, b->vocab = 50304, b->reps = 3;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help")) {
-      if (!rank) usage(stdout);
-      util_exit_all(0);
+      if (!b->rank) usage(stdout);
+      return 0;
     }
     if (i + 1 >= argc) {
-      if (!rank) usage(stderr);
-      util_exit_all(2);
+      if (!b->rank) usage(stderr);
+      return 2;
     }
     const char *k = argv[i], *v = argv[++i];
-    if (!strcmp(k, "--dir")) dir = v;
-    else if (!strcmp(k, "--layers")) L = atol(v);
-    else if (!strcmp(k, "--embd")) C = atol(v);
-    else if (!strcmp(k, "--heads")) H = atol(v);
-    else if (!strcmp(k, "--vocab")) V = atol(v);
-    else if (!strcmp(k, "--repeat")) reps = atol(v);
-    else if (!strcmp(k, "--stage-mb")) stage_mb = v;
-    else if (!strcmp(k, "--read-mb")) read_mb = v;
-    else if (!strcmp(k, "--read-requests")) requests = v;
-    else if (!strcmp(k, "--direct-read")) direct = v;
+    if (!strcmp(k, "--dir")) b->dir = v;
+    else if (!strcmp(k, "--layers")) b->layers = atol(v);
+    else if (!strcmp(k, "--embd")) b->embd = atol(v);
+    else if (!strcmp(k, "--heads")) b->heads = atol(v);
+    else if (!strcmp(k, "--vocab")) b->vocab = atol(v);
+    else if (!strcmp(k, "--repeat")) b->reps = atol(v);
+    else if (!strcmp(k, "--stage-mb")) b->stage_mb = v;
+    else if (!strcmp(k, "--read-mb")) b->read_mb = v;
+    else if (!strcmp(k, "--read-requests")) b->requests = v;
+    else if (!strcmp(k, "--direct-read")) b->direct = v;
     else {
-      if (!rank) fprintf(stderr, "greenlm-iobench: error: unknown option '%s'\n", k), usage(stderr);
-      util_exit_all(2);
+      if (!b->rank) fprintf(stderr, "greenlm-iobench: error: unknown option '%s'\n", k), usage(stderr);
+      return 2;
     }
   }
-  if (!dir || L < 1 || C < 1 || H < 1 || C % H || V < 2 || reps < 1) {
-    if (!rank) fprintf(stderr, "greenlm-iobench: error: give --dir and a valid shape\n"), usage(stderr);
-    util_exit_all(2);
+  if (!b->dir || b->layers < 1 || b->embd < 1 || b->heads < 1 || b->embd % b->heads || b->vocab < 2 || b->reps < 1) {
+    if (!b->rank) fprintf(stderr, "greenlm-iobench: error: give --dir and a valid shape\n"), usage(stderr);
+    return 2;
   }
-  /* a deck for the shape and the layout: D = size replicas, ZeRO-1 */
+  return -1;
+}
+
+/* A deck for the shape and the layout (D = size replicas, ZeRO-1), the model and its AdamW state.
+ * Returns -1 to go on, or the exit status. */
+static int open_state(iobench *b) {
   char text[4096];
   snprintf(text, sizeof text,
            "&job task = 'train', run_dir = '%s' /\n&model vocab_size = %ld, block_size = 64, n_layer = %ld, n_embd = %ld,\n"
            "  n_head = %ld /\n&training seq_len = 8, micro_batch_size = 1 /\n&data train = 'x', val = 'y' /\n"
            "&parallel zero_stage = 1 /\n&checkpoint dir = '%s/ckpt', keep = 1, stage_mb = %s, read_mb = %s,\n"
            "  read_requests = %s, direct_read = %s /\n",
-           dir, V, L, C, H, dir, stage_mb, read_mb, requests, direct);
-  cfg_config *cfg = util_calloc(1, sizeof *cfg, "configuration");
+           b->dir, b->vocab, b->layers, b->embd, b->heads, b->dir, b->stage_mb, b->read_mb, b->requests, b->direct);
+  b->cfg = util_calloc(1, sizeof *b->cfg, "configuration");
   err_list errs = {0};
-  if (cfg_load(cfg, text, strlen(text), "iobench", NULL, 0, &errs) || cfg_resolve_layout(cfg, size, &errs)) {
-    if (!rank) err_print(&errs, 10);
-    util_exit_all(1);
-  }
+  if (b->rank == 0 && (cfg_load(b->cfg, text, strlen(text), "iobench", NULL, 0, &errs) || cfg_resolve_layout(b->cfg, b->size, &errs)))
+    err_add(&errs, NULL, 0, 0, "give a shape greenlm can train", "the benchmark's deck is refused");
+  if (err_report(&errs, MPI_COMM_WORLD, 10, "the benchmark did not start")) return 1;
+  MPI_Bcast(b->cfg, (int)sizeof *b->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
   const backend *be = backend_cpu();
-  par_layout lay;
-  par_create(&lay, cfg, MPI_COMM_WORLD);
-  gpt_shape s;
-  gpt_shape_from_cfg(&s, &cfg->model);
-  gpt_model m;
-  gpt_init(&m, &s, be, 1, 8, par_part(&lay), 1);
-  grad_exchange *gx = grad_create(&m, &lay, 25);
+  par_create(&b->lay, b->cfg, MPI_COMM_WORLD);
+  gpt_shape_from_cfg(&b->shape, &b->cfg->model);
+  gpt_init(&b->model, &b->shape, be, 1, 8, par_part(&b->lay), 1);
+  b->gx = grad_create(&b->model, &b->lay, 25);
   size_t lo, hi;
-  grad_own_range(gx, &lo, &hi);
-  optim_state opt;
-  optim_init(&opt, be, lo, hi);
-  for (size_t i = 0; i < hi - lo; i++) opt.m[i] = 1e-3f * (float)(i % 1000), opt.v[i] = 1e-6f * (float)(i % 777);
-  ckpt_state cs = {cfg, &lay, &m, &opt, NULL, "", 100, 0.0, 1.0};
-  /* this rank's bytes in the checkpoint: its piece of the parameters and of the two moments */
-  size_t mine = 3 * (hi - lo) * sizeof(float);
-  double best_w = 1e30, best_r = 1e30, best_rf = 1e30, best_fw = 1e30, best_fr = 1e30, bytes = 0;
-  char *buf = util_malloc(mine + 1, "raw buffer"), raw[CFG_STR_LEN + 32];
-  memset(buf, 7, mine);
-  util_snprintf(raw, sizeof raw, "%s/raw-%d.bin", dir, rank);
-  if (!rank) util_mkdir_p(dir);
+  grad_own_range(b->gx, &lo, &hi);
+  optim_init(&b->opt, be, lo, hi);
+  for (size_t i = 0; i < hi - lo; i++) b->opt.m[i] = 1e-3f * (float)(i % 1000), b->opt.v[i] = 1e-6f * (float)(i % 777);
+  b->cs = (ckpt_state){b->cfg, &b->lay, &b->model, &b->opt, NULL, "", 100, 0.0, 1.0};
+  b->mine = 3 * (hi - lo) * sizeof(float);
+  b->buf = util_malloc(b->mine + 1, "raw buffer");
+  memset(b->buf, 7, b->mine);
+  util_snprintf(b->raw, sizeof b->raw, "%s/raw-%d.bin", b->dir, b->rank);
+  util_snprintf(b->scratch, sizeof b->scratch, "%s/scratch-%d.bin", b->dir, b->rank);
+  ckpt_dir(b->cfg, b->cs_path, sizeof b->cs_path - 24);
+  util_snprintf(b->cs_path + strlen(b->cs_path), 24, "/ckpt-%08ld.nc", b->cs.step);
+  if (!b->rank) util_mkdir_p(b->dir);
   MPI_Barrier(MPI_COMM_WORLD);
-  /* Each timed write is preceded by deleting the file about to be written and by an untimed write
-   * of the same bytes to a scratch file; each timed read by an untimed read of that scratch file,
-   * then deleted. Both then find the page cache in the same state (on virtual machines the first
-   * use of long-unused memory can be several times slower than the next). Rounds alternate which
-   * of the two goes first. */
-  char scratch[CFG_STR_LEN + 32], cs_path[CFG_STR_LEN + 64];
-  ckpt_dir(cfg, cs_path, sizeof cs_path - 24);
-  util_snprintf(cs_path + strlen(cs_path), 24, "/ckpt-%08ld.nc", cs.step);
-  util_snprintf(scratch, sizeof scratch, "%s/scratch-%d.bin", dir, rank);
-  for (long r = 0; r < reps; r++) {
-    ckpt_stats st;
-    double fw = 0, fr = 0;
-    if (!rank) printf("round %ld: ", r + 1);
-    for (int turn = 0; turn < 2; turn++) {
-      if (turn == (int)(r % 2)) { /* the checkpoint */
-        if (!rank) remove(cs_path);
-        raw_write(scratch, buf, mine);
-        MPI_Barrier(MPI_COMM_WORLD);
-        if (ckpt_write(&cs, &st, &errs) != 0) {
-          err_report(&errs, MPI_COMM_WORLD, 10, "the benchmark stops");
-          util_exit_all(1);
-        }
-        bytes = st.bytes;
-        best_w = st.seconds < best_w ? st.seconds : best_w;
-        if (!rank) printf("checkpoint write %.2f s", st.seconds);
-        warm_read(scratch, buf, mine);
-        if (ckpt_read(&cs, st.path, &st, &errs) != 0) {
-          err_report(&errs, MPI_COMM_WORLD, 10, "reading the checkpoint back failed; the benchmark stops");
-          util_exit_all(1);
-        }
-        best_r = st.seconds < best_r ? st.seconds : best_r;
-        double rf = st.seconds - st.share_seconds;
-        best_rf = rf < best_rf ? rf : best_rf;
-        if (!rank) printf(", read %.2f s (%.2f s sharing%s)%s", st.seconds, st.share_seconds, st.direct ? "" : ", page cache",
-                          turn ? "\n" : "; ");
-      } else { /* the same bytes by fwrite and fread */
-        remove(raw);
-        raw_write(scratch, buf, mine);
-        fw = raw_write(raw, buf, mine);
-        warm_read(scratch, buf, mine);
-        fr = raw_read(raw, buf, mine);
-        best_fw = fw < best_fw ? fw : best_fw, best_fr = fr < best_fr ? fr : best_fr;
-        if (!rank) printf("raw write %.2f s, read %.2f s%s", fw, fr, turn ? "\n" : "; ");
-      }
-      if (!rank) fflush(stdout);
+  b->best_w = b->best_r = b->best_rf = b->best_fw = b->best_fr = 1e30;
+  return -1;
+}
+
+/* The checkpoint written and read back, timed. Returns 0, or 1 after the errors were reported. */
+static int time_checkpoint(iobench *b, int last) {
+  ckpt_stats st;
+  err_list errs = {0};
+  if (!b->rank) remove(b->cs_path);
+  raw_write(b->scratch, b->buf, b->mine);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (ckpt_write(&b->cs, &st, &errs) != 0) return err_report(&errs, MPI_COMM_WORLD, 10, "the benchmark stops") > 0;
+  b->bytes = st.bytes;
+  b->best_w = st.seconds < b->best_w ? st.seconds : b->best_w;
+  if (!b->rank) printf("checkpoint write %.2f s", st.seconds);
+  warm_read(b->scratch, b->buf, b->mine);
+  if (ckpt_read(&b->cs, st.path, &st, &errs) != 0)
+    return err_report(&errs, MPI_COMM_WORLD, 10, "reading the checkpoint back failed; the benchmark stops") > 0;
+  b->best_r = st.seconds < b->best_r ? st.seconds : b->best_r;
+  double rf = st.seconds - st.share_seconds;
+  b->best_rf = rf < b->best_rf ? rf : b->best_rf;
+  if (!b->rank) printf(", read %.2f s (%.2f s sharing%s)%s", st.seconds, st.share_seconds, st.direct ? "" : ", page cache",
+                       last ? "\n" : "; ");
+  return 0;
+}
+
+/* The same bytes by fwrite and fread, timed. */
+static void time_raw(iobench *b, int last) {
+  remove(b->raw);
+  raw_write(b->scratch, b->buf, b->mine);
+  double fw = raw_write(b->raw, b->buf, b->mine);
+  warm_read(b->scratch, b->buf, b->mine);
+  double fr = raw_read(b->raw, b->buf, b->mine);
+  b->best_fw = fw < b->best_fw ? fw : b->best_fw, b->best_fr = fr < b->best_fr ? fr : b->best_fr;
+  if (!b->rank) printf("raw write %.2f s, read %.2f s%s", fw, fr, last ? "\n" : "; ");
+}
+
+static void report(const iobench *b) {
+  double total = 0, dm = (double)b->mine, bytes = b->bytes;
+  MPI_Allreduce(&dm, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  if (b->rank) return;
+  printf("greenlm-iobench %s: %ld layers, C=%ld, V=%ld: %zu parameters; %d rank%s (ZeRO-1 pieces)\n", PACKAGE_VERSION,
+         b->layers, b->embd, b->vocab, gpt_count_params(&b->shape), b->size, b->size == 1 ? "" : "s");
+  printf("checkpoint: %.3f GB of tensors; write %.2f s = %.2f GB/s, read %.2f s = %.2f GB/s (best of %ld);\n"
+         "            read without sharing the pieces between replicas %.2f s = %.2f GB/s\n",
+         bytes / 1e9, b->best_w, bytes / 1e9 / b->best_w, b->best_r, bytes / 1e9 / b->best_r, b->reps, b->best_rf,
+         bytes / 1e9 / b->best_rf);
+  printf("raw:        %.3f GB by fwrite/fread; write %.2f s = %.2f GB/s, read %.2f s = %.2f GB/s\n", total / 1e9, b->best_fw,
+         total / 1e9 / b->best_fw, b->best_fr, total / 1e9 / b->best_fr);
+  printf("result: ranks=%d gb=%.3f ckpt_write_gbs=%.3f ckpt_read_gbs=%.3f raw_write_gbs=%.3f raw_read_gbs=%.3f "
+         "write_ratio=%.3f read_ratio=%.3f file_read_ratio=%.3f\n",
+         b->size, bytes / 1e9, bytes / 1e9 / b->best_w, bytes / 1e9 / b->best_r, total / 1e9 / b->best_fw,
+         total / 1e9 / b->best_fr, (bytes / b->best_w) / (total / b->best_fw), (bytes / b->best_r) / (total / b->best_fr),
+         (bytes / b->best_rf) / (total / b->best_fr));
+}
+
+static void close_state(iobench *b) {
+  remove(b->raw);
+  free(b->buf);
+  optim_free(&b->opt);
+  grad_free(b->gx);
+  gpt_free(&b->model);
+  gpt_shape_free(&b->shape);
+  par_free(&b->lay);
+}
+
+/* Each timed write is preceded by deleting the file about to be written and by an untimed write of
+ * the same bytes to a scratch file; each timed read by an untimed read of that scratch file, then
+ * deleted. Both then find the page cache in the same state (on virtual machines the first use of
+ * long-unused memory can be several times slower than the next). Rounds alternate which of the two
+ * goes first. */
+int main(int argc, char **argv) {
+  util_mpi_init(&argc, &argv);
+  iobench b = {0};
+  MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &b.size);
+  util_set_rank(b.rank);
+  int rc = parse_options(&b, argc, argv);
+  if (rc < 0) rc = open_state(&b);
+  for (long r = 0; rc < 0 && r < b.reps; r++) {
+    if (!b.rank) printf("round %ld: ", r + 1);
+    for (int turn = 0; turn < 2 && rc < 0; turn++) {
+      if (turn == (int)(r % 2) && time_checkpoint(&b, turn)) rc = 1;
+      else if (turn != (int)(r % 2)) time_raw(&b, turn);
+      if (!b.rank) fflush(stdout);
     }
   }
-  double total = 0, dm = (double)mine;
-  MPI_Allreduce(&dm, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  remove(raw);
-  if (!rank) {
-    printf("greenlm-iobench %s: %ld layers, C=%ld, V=%ld: %zu parameters; %d rank%s (ZeRO-1 pieces)\n", PACKAGE_VERSION,
-           L, C, V, gpt_count_params(&s), size, size == 1 ? "" : "s");
-    printf("checkpoint: %.3f GB of tensors; write %.2f s = %.2f GB/s, read %.2f s = %.2f GB/s (best of %ld);\n"
-           "            read without sharing the pieces between replicas %.2f s = %.2f GB/s\n",
-           bytes / 1e9, best_w, bytes / 1e9 / best_w, best_r, bytes / 1e9 / best_r, reps, best_rf, bytes / 1e9 / best_rf);
-    printf("raw:        %.3f GB by fwrite/fread; write %.2f s = %.2f GB/s, read %.2f s = %.2f GB/s\n", total / 1e9, best_fw,
-           total / 1e9 / best_fw, best_fr, total / 1e9 / best_fr);
-    printf("result: ranks=%d gb=%.3f ckpt_write_gbs=%.3f ckpt_read_gbs=%.3f raw_write_gbs=%.3f raw_read_gbs=%.3f "
-           "write_ratio=%.3f read_ratio=%.3f file_read_ratio=%.3f\n",
-           size, bytes / 1e9, bytes / 1e9 / best_w, bytes / 1e9 / best_r, total / 1e9 / best_fw, total / 1e9 / best_fr,
-           (bytes / best_w) / (total / best_fw), (bytes / best_r) / (total / best_fr), (bytes / best_rf) / (total / best_fr));
-  }
-  free(buf);
-  optim_free(&opt);
-  grad_free(gx);
-  gpt_free(&m);
-  gpt_shape_free(&s);
-  par_free(&lay);
-  free(cfg);
-  util_exit_all(0);
+  if (rc < 0) report(&b), rc = 0;
+  if (b.buf) close_state(&b);
+  free(b.cfg);
+  util_exit_all(rc);
 }

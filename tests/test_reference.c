@@ -76,72 +76,64 @@ static int load_params(int nc, const gpt_model *m, const char *prefix, float *ho
   return ok;
 }
 
-static void run_fixture(const char *path) {
-  int nc;
-  if (!nc_ok(ncmpi_open(MPI_COMM_SELF, path, NC_NOWRITE, MPI_INFO_NULL, &nc), path)) {
-    T_CHECK(0, "cannot open fixture %s", path);
-    return;
-  }
-  printf("fixture %s\n", path);
-  cfg_model mc;
-  memset(&mc, 0, sizeof mc);
-  att_text(nc, "arch", mc.arch, sizeof mc.arch);
-  mc.vocab_size = att_int(nc, "vocab_size");
-  mc.block_size = att_int(nc, "block_size");
-  mc.n_layer = att_int(nc, "n_layer");
-  mc.n_embd = att_int(nc, "n_embd");
-  mc.n_head = att_int(nc, "n_head");
-  mc.window_size = att_int(nc, "window_size");
-  mc.layer_norm_epsilon = 1e-5;
-  mc.init_std = 0.02;
+/* The fixture's model shape, as a deck's &model would give it. */
+static void fixture_model(int nc, cfg_model *mc) {
+  memset(mc, 0, sizeof *mc);
+  att_text(nc, "arch", mc->arch, sizeof mc->arch);
+  mc->vocab_size = att_int(nc, "vocab_size");
+  mc->block_size = att_int(nc, "block_size");
+  mc->n_layer = att_int(nc, "n_layer");
+  mc->n_embd = att_int(nc, "n_embd");
+  mc->n_head = att_int(nc, "n_head");
+  mc->window_size = att_int(nc, "window_size");
+  mc->layer_norm_epsilon = 1e-5;
+  mc->init_std = 0.02;
   char types[256];
   att_text(nc, "attention_types", types, sizeof types);
-  for (char *tok = strtok(types, ","); tok; tok = strtok(NULL, ",")) util_strlcpy(mc.attention_types.v[mc.attention_types.n++], tok, CFG_ITEM_LEN);
-  const int B = (int)att_int(nc, "batch"), T = (int)att_int(nc, "seq_len"), V = (int)mc.vocab_size, N = B * T;
+  for (char *tok = strtok(types, ","); tok; tok = strtok(NULL, ","))
+    util_strlcpy(mc->attention_types.v[mc->attention_types.n++], tok, CFG_ITEM_LEN);
+}
 
-  gpt_shape s;
-  gpt_shape_from_cfg(&s, &mc);
-  gpt_model m;
-  gpt_init(&m, &s, backend_cpu(), B, T, gpt_whole(&s), 1);
-  optim_state opt;
-  optim_init(&opt, backend_cpu(), 0, m.nparams);
-  T_CHECK(m.nparams == gpt_count_params(&s), "parameter count");
-  float *host = malloc(m.nparams * sizeof(float)), *ref = malloc(m.nparams * sizeof(float));
-  if (!load_params(nc, &m, "", host)) goto out;
-  memcpy(m.params, host, m.nparams * sizeof(float));
+/* The worst relative error of any tensor of x against ref, each checked. */
+static double check_tensors(const gpt_model *m, const float *x, const float *ref, const char *path, const char *what) {
+  double worst = 0.0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    double e = t_rel_err(x + t->offset, ref + t->offset, t->numel);
+    T_CHECK(e < 1e-4, "%s %s of %s: relative error %.3g", path, what, t->name, e);
+    if (e > worst) worst = e;
+  }
+  return worst;
+}
 
-  int32_t *x = malloc((size_t)3 * N * sizeof(int32_t)), *y = malloc((size_t)3 * N * sizeof(int32_t));
+/* Logits, loss and every gradient of one batch against the fixture's. */
+static void check_forward_backward(int nc, gpt_model *m, int B, int T, int32_t *x, int32_t *y, float *ref, const char *path) {
+  const int N = B * T, V = m->s.V;
   float *logits = malloc((size_t)N * V * sizeof(float));
-  double loss_ref[3];
+  double loss_ref;
   read_var(nc, "input_ids", NC_INT, x, (size_t)N);
   read_var(nc, "targets", NC_INT, y, (size_t)N);
   read_var(nc, "logits", NC_FLOAT, logits, (size_t)N * V);
-  read_var(nc, "loss", NC_DOUBLE, loss_ref, 1);
-
-  /* forward and loss */
-  gpt_set_batch(&m, 0, x, y, B, T);
-  gpt_forward(&m, 0, B, T);
-  double e = t_rel_err(gpt_logits(&m, 0), logits, (size_t)N * V);
+  read_var(nc, "loss", NC_DOUBLE, &loss_ref, 1);
+  gpt_set_batch(m, 0, x, y, B, T);
+  gpt_forward(m, 0, B, T);
+  double e = t_rel_err(gpt_logits(m, 0), logits, (size_t)N * V);
   T_CHECK(e < 1e-4, "%s logits: relative error %.3g", path, e);
   printf("  logits rel err %.2e\n", e);
-  double loss = gpt_loss(&m, 0, B, T, 1.0f / (float)N) / N;
-  T_CHECK(fabs(loss - loss_ref[0]) < 1e-5 * fabs(loss_ref[0]), "%s loss %.8f vs %.8f", path, loss, loss_ref[0]);
-  printf("  loss %.7f (reference %.7f)\n", loss, loss_ref[0]);
+  double loss = gpt_loss(m, 0, B, T, 1.0f / (float)N) / N;
+  T_CHECK(fabs(loss - loss_ref) < 1e-5 * fabs(loss_ref), "%s loss %.8f vs %.8f", path, loss, loss_ref);
+  printf("  loss %.7f (reference %.7f)\n", loss, loss_ref);
+  gpt_zero_grad(m);
+  gpt_backward(m, 0, B, T, NULL, NULL);
+  load_params(nc, m, "grad.", ref);
+  printf("  gradients of %d tensors: worst rel err %.2e\n", m->ntensors, check_tensors(m, m->grads, ref, path, "gradient"));
+  free(logits);
+}
 
-  /* gradients */
-  gpt_zero_grad(&m);
-  gpt_backward(&m, 0, B, T, NULL, NULL);
-  load_params(nc, &m, "grad.", ref);
-  double worst = 0.0;
-  for (int i = 0; i < m.ntensors; i++) {
-    const gpt_tensor *t = &m.tensors[i];
-    double ge = t_rel_err(m.grads + t->offset, ref + t->offset, t->numel);
-    T_CHECK(ge < 1e-4, "%s gradient of %s: relative error %.3g", path, t->name, ge);
-    if (ge > worst) worst = ge;
-  }
-  printf("  gradients of %d tensors: worst rel err %.2e\n", m.ntensors, worst);
-
-  /* three AdamW steps with clipping, from the same initial parameters */
+/* Three AdamW steps with clipping from the fixture's initial parameters (in host). */
+static void check_adamw(int nc, gpt_model *m, optim_state *opt, int B, int T, int32_t *x, int32_t *y, const float *host,
+                        float *ref, const char *path) {
+  const int N = B * T;
   cfg_training tc;
   memset(&tc, 0, sizeof tc);
   tc.lr = att_float(nc, "lr");
@@ -151,34 +143,53 @@ static void run_fixture(const char *path) {
   tc.weight_decay = att_float(nc, "weight_decay");
   tc.grad_clip = att_float(nc, "grad_clip");
   strcpy(tc.lr_decay, "constant");
+  double loss_ref[3];
   read_var(nc, "adam_inputs", NC_INT, x, (size_t)3 * N);
   read_var(nc, "adam_targets", NC_INT, y, (size_t)3 * N);
   read_var(nc, "adam_losses", NC_DOUBLE, loss_ref, 3);
-  memcpy(m.params, host, m.nparams * sizeof(float));
+  memcpy(m->params, host, m->nparams * sizeof(float));
   for (int step = 0; step < 3; step++) {
-    gpt_zero_grad(&m);
-    gpt_set_batch(&m, 0, x + (size_t)step * N, y + (size_t)step * N, B, T);
-    gpt_forward(&m, 0, B, T);
-    double l = gpt_loss(&m, 0, B, T, 1.0f / (float)N) / N;
-    gpt_backward(&m, 0, B, T, NULL, NULL);
+    gpt_zero_grad(m);
+    gpt_set_batch(m, 0, x + (size_t)step * N, y + (size_t)step * N, B, T);
+    gpt_forward(m, 0, B, T);
+    double l = gpt_loss(m, 0, B, T, 1.0f / (float)N) / N;
+    gpt_backward(m, 0, B, T, NULL, NULL);
     T_CHECK(fabs(l - loss_ref[step]) < 1e-5 * fabs(loss_ref[step]), "%s AdamW step %d loss %.8f vs %.8f", path,
             step + 1, l, loss_ref[step]);
-    double norm = sqrt(m.be->sumsq(m.grads, m.nparams));
-    optim_adamw_step(&opt, &m, &tc, step, optim_lr(&tc, step), optim_clip_scale(&tc, norm));
+    double norm = sqrt(m->be->sumsq(m->grads, m->nparams));
+    optim_adamw_step(opt, m, &tc, step, optim_lr(&tc, step), optim_clip_scale(&tc, norm));
     printf("  AdamW step %d: loss %.7f (reference %.7f), grad norm %.4f\n", step + 1, l, loss_ref[step], norm);
   }
-  load_params(nc, &m, "step3.", ref);
-  worst = 0.0;
-  for (int i = 0; i < m.ntensors; i++) {
-    const gpt_tensor *t = &m.tensors[i];
-    double pe = t_rel_err(m.params + t->offset, ref + t->offset, t->numel);
-    T_CHECK(pe < 1e-4, "%s %s after 3 AdamW steps: relative error %.3g", path, t->name, pe);
-    if (pe > worst) worst = pe;
+  load_params(nc, m, "step3.", ref);
+  printf("  parameters after 3 AdamW steps: worst rel err %.2e\n",
+         check_tensors(m, m->params, ref, path, "parameters after 3 AdamW steps"));
+}
+
+static void run_fixture(const char *path) {
+  int nc;
+  if (!nc_ok(ncmpi_open(MPI_COMM_SELF, path, NC_NOWRITE, MPI_INFO_NULL, &nc), path)) {
+    T_CHECK(0, "cannot open fixture %s", path);
+    return;
   }
-  printf("  parameters after 3 AdamW steps: worst rel err %.2e\n", worst);
-  free(x), free(y), free(logits);
-out:
-  free(host), free(ref);
+  printf("fixture %s\n", path);
+  cfg_model mc;
+  fixture_model(nc, &mc);
+  const int B = (int)att_int(nc, "batch"), T = (int)att_int(nc, "seq_len"), N = B * T;
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &mc);
+  gpt_model m;
+  gpt_init(&m, &s, backend_cpu(), B, T, gpt_whole(&s), 1);
+  optim_state opt;
+  optim_init(&opt, backend_cpu(), 0, m.nparams);
+  T_CHECK(m.nparams == gpt_count_params(&s), "parameter count");
+  float *host = malloc(m.nparams * sizeof(float)), *ref = malloc(m.nparams * sizeof(float));
+  int32_t *x = malloc((size_t)3 * N * sizeof(int32_t)), *y = malloc((size_t)3 * N * sizeof(int32_t));
+  if (load_params(nc, &m, "", host)) {
+    memcpy(m.params, host, m.nparams * sizeof(float));
+    check_forward_backward(nc, &m, B, T, x, y, ref, path);
+    check_adamw(nc, &m, &opt, B, T, x, y, host, ref, path);
+  }
+  free(x), free(y), free(host), free(ref);
   optim_free(&opt);
   gpt_free(&m);
   gpt_shape_free(&s);

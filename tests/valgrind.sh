@@ -3,7 +3,7 @@
 # on one rank, under valgrind's memcheck: any invalid access, use of uninitialised memory or
 # definite leak fails (make check-valgrind, doc/testing.md). Ends with "N clean, N failed".
 #
-#   tests/valgrind.sh PROGRAM...
+#   tests/valgrind.sh PROGRAM...      (VALGRIND_FLAGS=--track-origins=yes for the origins of errors)
 . "$(dirname "$0")/lib.sh"
 out="$TEST_OUT/valgrind"
 rm -rf "$out"
@@ -11,7 +11,7 @@ mkdir -p "$out"
 vg() { # vg NAME command...
   name=$1; shift
   valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
-    --track-origins=yes -q "$@" > "$out/$name.log" 2>&1
+    -q ${VALGRIND_FLAGS:-} "$@" > "$out/$name.log" 2>&1
   rc=$?
   if [ $rc -eq 99 ] || grep -q "^==[0-9]*== [A-Z].*\(Invalid\|uninitialised\|definitely lost\)" "$out/$name.log"; then
     bad "$name: valgrind errors ($out/$name.log):"

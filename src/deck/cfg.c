@@ -168,120 +168,99 @@ static void key_hint(int k, char *out, size_t len) {
 static void *field(cfg_config *cfg, int k) { return (char *)cfg + cfg_key_table[k].offset; }
 static const void *cfield(const cfg_config *cfg, int k) { return (const char *)cfg + cfg_key_table[k].offset; }
 
+/* One entry being assigned: its key, its place, the hint its errors carry. */
+typedef struct {
+  cfg_config *cfg;
+  int k;
+  const cfg_key *key;
+  const nml_entry *e;
+  const char *group;
+  char hint[600];
+  err_list *errs;
+} assign_ctx;
+
+/* An error at value v: the user's text quoted short, so the reason after it is never cut. */
+#define assign_error(a, v, fmt, ...)                                                               \
+  do {                                                                                             \
+    char q_[72];                                                                                   \
+    err_quote(q_, sizeof q_, (v)->text ? (v)->text : "", (v)->text ? strlen((v)->text) : 0);       \
+    err_add((a)->errs, (a)->e->file, (v)->line, (v)->col, (a)->hint, "&%s %s" fmt, (a)->group,     \
+            (a)->key->name, q_, __VA_ARGS__);                                                      \
+  } while (0)
+
+static void assign_number(assign_ctx *a, const nml_value *v) {
+  cfg_interval iv;
+  int has_iv = parse_interval(a->key->range, &iv) == 0, is_int = a->key->type == CFG_T_INT;
+  if (is_int && (v->kind == NML_BOOL || v->kind == NML_STR ||
+                 (v->kind == NML_REAL && (v->r != floor(v->r) || fabs(v->r) > 9.007199254740992e15))))
+    assign_error(a, v, ": expected an integer, got '%s'%s", "");
+  else if (!is_int && v->kind != NML_INT && v->kind != NML_REAL)
+    assign_error(a, v, ": expected a real number, got '%s'%s", "");
+  else if (has_iv && !in_interval(v->r, &iv))
+    assign_error(a, v, " = %s is out of range %s", a->key->range);
+  else if (is_int)
+    *(long *)field(a->cfg, a->k) = v->kind == NML_INT ? (long)v->i : (long)v->r;
+  else
+    *(double *)field(a->cfg, a->k) = v->r;
+}
+
+/* One string value (of a string, or an entry of a list) checked and canonicalised into out. */
+static int string_value(assign_ctx *a, const nml_value *v, int entry, char *out) {
+  const char *what = entry ? "quoted strings" : "a quoted string";
+  char canon[CFG_ITEM_LEN], c[200];
+  const char *text = v->text;
+  if (v->kind != NML_STR) {
+    assign_error(a, v, ": expected %s, got %s", what);
+    return -1;
+  }
+  if (strlen(v->text) >= CFG_ITEM_LEN) {
+    assign_error(a, v, ": '%s' is longer than %d characters", CFG_ITEM_LEN - 1);
+    return -1;
+  }
+  if (a->key->range[0] && !(text = match_choice(v->text, a->key->range, canon, sizeof canon))) {
+    choices_text(a->key->range, c, sizeof c);
+    if (entry) assign_error(a, v, ": entry '%s' is not allowed (expected %s)", c);
+    else assign_error(a, v, " = '%s' is not allowed (expected %s)", c);
+    return -1;
+  }
+  util_strlcpy(out, text, CFG_ITEM_LEN);
+  return 0;
+}
+
+static void assign_list(assign_ctx *a) {
+  const nml_entry *e = a->e;
+  if (e->nvals > CFG_LIST_MAX) {
+    err_add(a->errs, e->file, e->line, e->col, a->hint, "&%s %s: at most %d entries, got %d", a->group, a->key->name,
+            CFG_LIST_MAX, e->nvals);
+    return;
+  }
+  cfg_strlist tmp;
+  memset(&tmp, 0, sizeof tmp);
+  int bad = 0;
+  for (int i = 0; i < e->nvals; i++)
+    if (string_value(a, &e->vals[i], 1, tmp.v[tmp.n]) == 0) tmp.n++;
+    else bad = 1;
+  if (!bad) *(cfg_strlist *)field(a->cfg, a->k) = tmp;
+}
+
 /* Assign entry e (already matched to key k) into cfg. Returns 0 or the number of errors added. */
 static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group, err_list *errs) {
-  const cfg_key *key = &cfg_key_table[k];
-  char hint[600];
-  key_hint(k, hint, sizeof hint);
+  assign_ctx a = {cfg, k, &cfg_key_table[k], e, group, "", errs};
+  key_hint(k, a.hint, sizeof a.hint);
   long n0 = err_count(errs);
-  if (key->type != CFG_T_STRLIST && e->nvals != 1) {
-    err_add(errs, e->file, e->line, e->col, hint, "&%s %s: takes one value, got %d", group, key->name,
-                  e->nvals);
-    return (int)(err_count(errs) - n0);
-  }
   const nml_value *v = &e->vals[0];
-  cfg_interval iv;
-  int has_iv = parse_interval(key->range, &iv) == 0;
-  switch (key->type) {
-  case CFG_T_INT: {
-    if (v->kind == NML_BOOL || v->kind == NML_STR || (v->kind == NML_REAL && (v->r != floor(v->r) || fabs(v->r) > 9.007199254740992e15))) {
-      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected an integer, got '%s'", group,
-                    key->name, v->text);
-      break;
-    }
-    double x = v->r;
-    if (has_iv && !in_interval(x, &iv)) {
-      err_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
-                    v->text, key->range);
-      break;
-    }
-    *(long *)field(cfg, k) = v->kind == NML_INT ? (long)v->i : (long)v->r;
-    break;
-  }
-  case CFG_T_REAL: {
-    if (v->kind != NML_INT && v->kind != NML_REAL) {
-      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a real number, got '%s'", group,
-                    key->name, v->text);
-      break;
-    }
-    if (has_iv && !in_interval(v->r, &iv)) {
-      err_add(errs, e->file, v->line, v->col, hint, "&%s %s = %s is out of range %s", group, key->name,
-                    v->text, key->range);
-      break;
-    }
-    *(double *)field(cfg, k) = v->r;
-    break;
-  }
-  case CFG_T_BOOL:
-    if (v->kind != NML_BOOL) {
-      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected .true. or .false., got '%s'", group,
-                    key->name, v->text);
-      break;
-    }
+  if (a.key->type != CFG_T_STRLIST && e->nvals != 1)
+    err_add(errs, e->file, e->line, e->col, a.hint, "&%s %s: takes one value, got %d", group, a.key->name, e->nvals);
+  else if (a.key->type == CFG_T_INT || a.key->type == CFG_T_REAL)
+    assign_number(&a, v);
+  else if (a.key->type == CFG_T_BOOL && v->kind != NML_BOOL)
+    assign_error(&a, v, ": expected .true. or .false., got '%s'%s", "");
+  else if (a.key->type == CFG_T_BOOL)
     *(int *)field(cfg, k) = (int)v->i;
-    break;
-  case CFG_T_STR: {
-    if (v->kind != NML_STR) {
-      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: expected a quoted string, got %s", group,
-                    key->name, v->text);
-      break;
-    }
-    if (strlen(v->text) >= CFG_STR_LEN) {
-      err_add(errs, e->file, v->line, v->col, hint, "&%s %s: string longer than %d characters", group,
-                    key->name, CFG_STR_LEN - 1);
-      break;
-    }
-    const char *text = v->text;
-    char canon[CFG_ITEM_LEN];
-    if (key->range[0]) {
-      text = match_choice(v->text, key->range, canon, sizeof canon);
-      if (!text) {
-        char c[200];
-        choices_text(key->range, c, sizeof c);
-        err_add(errs, e->file, v->line, v->col, hint, "&%s %s = '%s' is not allowed (expected %s)", group,
-                      key->name, v->text, c);
-        break;
-      }
-    }
-    util_strlcpy((char *)field(cfg, k), text, CFG_STR_LEN);
-    break;
-  }
-  case CFG_T_STRLIST: {
-    cfg_strlist *l = field(cfg, k);
-    if (e->nvals > CFG_LIST_MAX) {
-      err_add(errs, e->file, e->line, e->col, hint, "&%s %s: at most %d entries, got %d", group, key->name,
-                    CFG_LIST_MAX, e->nvals);
-      break;
-    }
-    cfg_strlist tmp;
-    memset(&tmp, 0, sizeof tmp);
-    for (int i = 0; i < e->nvals; i++) {
-      const nml_value *vi = &e->vals[i];
-      char canon[CFG_ITEM_LEN];
-      const char *text = vi->text;
-      if (vi->kind != NML_STR) {
-        err_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: expected quoted strings, got %s", group,
-                      key->name, vi->text);
-        continue;
-      }
-      if (key->range[0] && !(text = match_choice(vi->text, key->range, canon, sizeof canon))) {
-        char c[200];
-        choices_text(key->range, c, sizeof c);
-        err_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry '%s' is not allowed (expected %s)",
-                      group, key->name, vi->text, c);
-        continue;
-      }
-      if (strlen(text) >= CFG_ITEM_LEN) {
-        err_add(errs, e->file, vi->line, vi->col, hint, "&%s %s: entry longer than %d characters", group,
-                      key->name, CFG_ITEM_LEN - 1);
-        continue;
-      }
-      util_strlcpy(tmp.v[tmp.n++], text, CFG_ITEM_LEN);
-    }
-    if (err_count(errs) == n0) *l = tmp;
-    break;
-  }
-  }
+  else if (a.key->type == CFG_T_STR)
+    string_value(&a, v, 0, (char *)field(cfg, k));
+  else
+    assign_list(&a);
   return (int)(err_count(errs) - n0);
 }
 

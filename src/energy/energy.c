@@ -276,9 +276,8 @@ static void set_source(energy_source *s, energy_status st, const char *method, c
   if (note) util_strlcpy(s->note, note, sizeof s->note);
 }
 
-int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm node, int node_cores,
-                const char *gpu_bus_id, const char *csv_path, err_list *errs) {
-  memset(e, 0, sizeof *e);
+/* The world and node communicators' ranks; nodes numbered 0.. in the order of their leaders. */
+static void number_nodes(energy_meter *e, MPI_Comm world, MPI_Comm node) {
   e->world = world, e->node = node;
   MPI_Comm_rank(world, &e->rank);
   MPI_Comm_size(world, &e->size);
@@ -295,22 +294,16 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   }
   MPI_Bcast(&e->node_id, 1, MPI_INT, 0, node);
   MPI_Bcast(&e->nodes, 1, MPI_INT, 0, node);
-  e->cpu_tdp_w = c->cpu_tdp_w, e->gpu_tdp_w = c->gpu_tdp_w;
-  e->node_cores = node_cores > 0 ? node_cores : 1;
-  e->by_cpu_time = strcmp(c->attribution, "cpu_time") == 0;
-  e->pue = c->pue;
-  e->region = c->grid_intensity > 0 ? NULL : energy_find_region(c->region);
-  e->intensity = e->region ? e->region->g_per_kwh : c->grid_intensity;
-  pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->cv, NULL);
+}
 
-  /* CPU and DRAM: the leader reads RAPL; the node's other ranks learn what it found */
+/* CPU and DRAM: the leader reads RAPL; the node's other ranks learn what it found. */
+static void open_cpu_sources(energy_meter *e) {
   char why[256] = "";
   if (e->leader) open_rapl(e, why, sizeof why);
   int have[2] = {0, 0};
   for (int z = 0; z < e->nzones; z++) have[e->comp[z]] = 1;
-  MPI_Bcast(have, 2, MPI_INT, 0, node);
-  MPI_Bcast(why, sizeof why, MPI_CHAR, 0, node);
+  MPI_Bcast(have, 2, MPI_INT, 0, e->node);
+  MPI_Bcast(why, sizeof why, MPI_CHAR, 0, e->node);
   for (int k = ENERGY_CPU; k <= ENERGY_DRAM; k++) {
     energy_source *s = &e->src[k];
     if (have[k]) {
@@ -331,12 +324,14 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
     }
   }
   e->cpu_last = util_cpu_seconds();
+}
 
-  /* GPU: the lowest rank of the node on each bus id reads it */
+/* GPU: the lowest rank of the node on each bus id reads it; the others take its finding. */
+static void open_gpu_source(energy_meter *e, const char *gpu_bus_id) {
   char bus[32] = "";
   if (gpu_bus_id) util_strlcpy(bus, gpu_bus_id, sizeof bus);
   char *all = util_malloc((size_t)e->node_size * sizeof bus, "bus ids");
-  MPI_Allgather(bus, sizeof bus, MPI_CHAR, all, sizeof bus, MPI_CHAR, node);
+  MPI_Allgather(bus, sizeof bus, MPI_CHAR, all, sizeof bus, MPI_CHAR, e->node);
   int first = -1;
   for (int r = 0; r < e->node_size && bus[0]; r++)
     if (strcmp(all + (size_t)r * sizeof bus, bus) == 0) {
@@ -346,7 +341,7 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   free(all);
   e->gpu_owner = bus[0] && first == e->node_rank;
   /* the ranks of the node on the same GPU, the owner first */
-  MPI_Comm_split(node, bus[0] ? first : MPI_UNDEFINED, e->node_rank, &e->gpu_comm);
+  MPI_Comm_split(e->node, bus[0] ? first : MPI_UNDEFINED, e->node_rank, &e->gpu_comm);
   energy_source *g = &e->src[ENERGY_GPU];
   if (!bus[0]) {
     set_source(g, ENERGY_NOT_MEASURED, "none", "no GPU in use");
@@ -363,8 +358,11 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
       util_snprintf(g->note + n, sizeof g->note - n, "; no &energy gpu_tdp_w for an estimate");
     }
   }
+}
 
-  /* the sampling thread: RAPL well inside the shortest wrap time, GPU power at 10 Hz */
+/* The sampling thread (RAPL well inside the shortest wrap time, GPU power at 10 Hz) and rank 0's
+ * energy.csv. Returns 0, or an errno after adding an error. */
+static int start_sampling(energy_meter *e, const cfg_energy *c, const char *csv_path, err_list *errs) {
   if (e->leader && e->nzones > 0) e->rapl_every = c->sample_seconds;
   int rc = 0;
   if (e->rapl_every > 0 || e->power_every > 0) {
@@ -379,7 +377,26 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   if (rc)
     err_add(errs, e->csv || !csv_path ? NULL : csv_path, 0, 0, "check that &job run_dir is writable",
             "energy: cannot %s: %s", e->csv || !csv_path ? "start the sampling thread" : "write", strerror(rc));
-  int any;
+  return rc;
+}
+
+int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm node, int node_cores,
+                const char *gpu_bus_id, const char *csv_path, err_list *errs) {
+  memset(e, 0, sizeof *e);
+  e->gpu_comm = MPI_COMM_NULL;
+  number_nodes(e, world, node);
+  e->cpu_tdp_w = c->cpu_tdp_w, e->gpu_tdp_w = c->gpu_tdp_w;
+  e->node_cores = node_cores > 0 ? node_cores : 1;
+  e->by_cpu_time = strcmp(c->attribution, "cpu_time") == 0;
+  e->pue = c->pue;
+  e->region = c->grid_intensity > 0 ? NULL : energy_find_region(c->region);
+  e->intensity = e->region ? e->region->g_per_kwh : c->grid_intensity;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  open_cpu_sources(e);
+  e->cpu_last = util_cpu_seconds();
+  open_gpu_source(e, gpu_bus_id);
+  int rc = start_sampling(e, c, csv_path, errs), any;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, world);
   if (any) return -1;
   if (e->rank == 0) e->rec = util_calloc((size_t)e->size * ENERGY_REC, sizeof(double), "energy records");

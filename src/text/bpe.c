@@ -297,6 +297,98 @@ static int write_files(const char *dir, char **tok, const int *tlen, int ntok, c
 
 /* ---- training ----------------------------------------------------------------------------------- */
 
+/* The vocabulary being learned: token bytes by id, ids by bytes, the merges in order. */
+typedef struct {
+  char **tok;
+  int *tlen;
+  int ntok;
+  hmap_str ids;
+  int32_t (*mg)[2];
+  long nm;
+} bpe_vocab;
+
+static void vocab_init(bpe_vocab *v, int vocab_size) {
+  v->ntok = 256; /* the 256 bytes in GPT-2's order, then merged tokens */
+  v->tok = util_calloc((size_t)vocab_size, sizeof(char *), "BPE tokens");
+  v->tlen = util_calloc((size_t)vocab_size, sizeof(int), "BPE tokens");
+  hmap_str_init(&v->ids, (size_t)vocab_size);
+  for (int b = 0; b < 256; b++) {
+    int r = bpe_byte_rank(b);
+    v->tok[r] = util_malloc(1, "token");
+    v->tok[r][0] = (char)b;
+    v->tlen[r] = 1;
+  }
+  for (int r = 0; r < 256; r++) *hmap_str_put(&v->ids, v->tok[r], 1, 0, NULL) = r;
+  v->mg = util_malloc((size_t)vocab_size * sizeof *v->mg, "BPE merges");
+  v->nm = 0;
+}
+
+static void vocab_free(bpe_vocab *v) {
+  for (int i = 0; i < v->ntok; i++) free(v->tok[i]);
+  free(v->tok), free(v->tlen), free(v->mg);
+  hmap_str_free(&v->ids);
+}
+
+/* The globally best pair (highest count; ties to the smaller ids), agreed by all ranks; count 0
+ * when none is left. */
+static bpe_cand best_pair(bpe_state *s) {
+  bpe_cand mine = {0, 0};
+  while (s->nh > 0) { /* this rank's best live pair */
+    bpe_cand top = s->heap[0];
+    uint64_t *c = hmap_u64_get(&s->gcount, top.pair);
+    if (c && (int64_t)*c == top.count) {
+      mine = top;
+      break;
+    }
+    heap_pop(s);
+  }
+  bpe_cand *all = util_malloc((size_t)s->P * sizeof *all, "BPE candidates");
+  MPI_Allgather(&mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, s->comm);
+  bpe_cand best = all[0];
+  for (int r = 1; r < s->P; r++)
+    if (cand_better(all[r], best)) best = all[r];
+  free(all);
+  return best;
+}
+
+/* Merge pair best everywhere it occurs (in the pieces this rank owns) into its token: a new one,
+ * or the existing token with the same bytes. */
+static void merge_pair(bpe_state *s, bpe_vocab *v, bpe_cand best) {
+  if (owner_of(s, best.pair) == s->rank) heap_pop(s);
+  int32_t a = (int32_t)(best.pair >> 32), b = (int32_t)(uint32_t)best.pair;
+  int len = v->tlen[a] + v->tlen[b], added;
+  char *bytes = util_malloc((size_t)len, "token");
+  memcpy(bytes, v->tok[a], (size_t)v->tlen[a]);
+  memcpy(bytes + v->tlen[a], v->tok[b], (size_t)v->tlen[b]);
+  int64_t *id = hmap_str_put(&v->ids, bytes, (size_t)len, v->ntok, &added);
+  if (added) {
+    v->tok[v->ntok] = bytes;
+    v->tlen[v->ntok++] = len;
+  } else {
+    free(bytes);
+  }
+  int32_t m = (int32_t)*id;
+  v->mg[v->nm][0] = a, v->mg[v->nm][1] = b, v->nm++;
+  uint64_t *slot = hmap_u64_get(&s->where, best.pair);
+  if (slot) {
+    ivec l = s->wl[*slot]; /* taken out: merge_word may grow s->wl */
+    memset(&s->wl[*slot], 0, sizeof l);
+    for (int k = 0; k < l.n; k++) merge_word(s, l.v[k], a, b, m);
+    free(l.v);
+  }
+  flush_deltas(s);
+}
+
+static void state_free(bpe_state *s) {
+  for (size_t i = 0; i < s->nw; i++) free(s->w[i].sym);
+  for (size_t i = 0; i < s->nwl; i++) free(s->wl[i].v);
+  for (int r = 0; r < s->P; r++) free(s->out[r].p);
+  free(s->w), free(s->wl), free(s->heap), free(s->out);
+  hmap_u64_free(&s->where);
+  hmap_u64_free(&s->delta);
+  hmap_u64_free(&s->gcount);
+}
+
 int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, err_list *errs) {
   double t0 = util_now();
   bpe_state s;
@@ -309,7 +401,6 @@ int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *
   hmap_u64_init(&s.delta, 1 << 12);
   hmap_u64_init(&s.gcount, 1 << 12);
   memset(st, 0, sizeof *st);
-
   long local[2] = {0, (long)words->n}, global[2];
   for (size_t i = 0; i < words->n; i++) local[0] += (long)words->val[i];
   distribute_words(&s, words);
@@ -318,92 +409,21 @@ int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *
   st->words = global[0];
   st->unique = global[1];
   flush_deltas(&s);
-
-  /* tokens: the 256 bytes in GPT-2's order, then merged tokens */
-  int ntok = 256, cap = vocab_size;
-  char **tok = util_calloc((size_t)cap, sizeof(char *), "BPE tokens");
-  int *tlen = util_calloc((size_t)cap, sizeof(int), "BPE tokens");
-  hmap_str ids;
-  hmap_str_init(&ids, (size_t)cap);
-  for (int b = 0; b < 256; b++) {
-    int r = bpe_byte_rank(b);
-    tok[r] = util_malloc(1, "token");
-    tok[r][0] = (char)b;
-    tlen[r] = 1;
-  }
-  for (int r = 0; r < 256; r++) *hmap_str_put(&ids, tok[r], 1, 0, NULL) = r;
-  int32_t(*mg)[2] = util_malloc((size_t)vocab_size * sizeof *mg, "BPE merges");
-  long nm = 0;
-  int rc = 0;
-  while (ntok < vocab_size - 1) {
-    /* this rank's best live pair */
-    bpe_cand mine = {0, 0};
-    while (s.nh > 0) {
-      bpe_cand top = s.heap[0];
-      uint64_t *c = hmap_u64_get(&s.gcount, top.pair);
-      if (c && (int64_t)*c == top.count) {
-        mine = top;
-        break;
-      }
-      heap_pop(&s);
-    }
-    bpe_cand *all = util_malloc((size_t)s.P * sizeof *all, "BPE candidates");
-    MPI_Allgather(&mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, comm);
-    bpe_cand best = all[0];
-    for (int r = 1; r < s.P; r++)
-      if (cand_better(all[r], best)) best = all[r];
-    free(all);
-    if (best.count <= 0) break; /* no pair left: every piece is one token */
-    if (owner_of(&s, best.pair) == s.rank) heap_pop(&s);
-    int32_t a = (int32_t)(best.pair >> 32), b = (int32_t)(uint32_t)best.pair;
-    /* the merged token: a new one, or the existing token with the same bytes */
-    int len = tlen[a] + tlen[b];
-    char *bytes = util_malloc((size_t)len, "token");
-    memcpy(bytes, tok[a], (size_t)tlen[a]);
-    memcpy(bytes + tlen[a], tok[b], (size_t)tlen[b]);
-    int added;
-    int64_t *id = hmap_str_put(&ids, bytes, (size_t)len, ntok, &added);
-    if (added) {
-      tok[ntok] = bytes;
-      tlen[ntok] = len;
-      ntok++;
-    } else {
-      free(bytes);
-    }
-    int32_t m = (int32_t)*id;
-    mg[nm][0] = a;
-    mg[nm][1] = b;
-    nm++;
-    uint64_t *slot = hmap_u64_get(&s.where, best.pair);
-    if (slot) {
-      ivec l = s.wl[*slot]; /* taken out: merge_word may grow s.wl */
-      memset(&s.wl[*slot], 0, sizeof l);
-      for (int k = 0; k < l.n; k++) merge_word(&s, l.v[k], a, b, m);
-      free(l.v);
-    }
-    flush_deltas(&s);
-  }
-  st->merges = nm;
-  st->tokens = ntok + 1;
-  if (ntok < vocab_size - 1) rc = 1; /* too little text */
-  /* <|endoftext|> last */
-  tok[ntok] = util_strdup("<|endoftext|>");
-  tlen[ntok] = (int)strlen(tok[ntok]);
-  ntok++;
+  bpe_vocab v;
+  vocab_init(&v, vocab_size);
+  for (bpe_cand best; v.ntok < vocab_size - 1 && (best = best_pair(&s)).count > 0;) merge_pair(&s, &v, best);
+  st->merges = v.nm;
+  st->tokens = v.ntok + 1;
+  int rc = v.ntok < vocab_size - 1; /* too little text */
+  v.tok[v.ntok] = util_strdup("<|endoftext|>"); /* last */
+  v.tlen[v.ntok] = (int)strlen(v.tok[v.ntok]);
+  v.ntok++;
   if (rc == 0) {
-    if (s.rank == 0) rc = write_files(dir, tok, tlen, ntok, (const int32_t(*)[2])mg, nm, errs);
+    if (s.rank == 0) rc = write_files(dir, v.tok, v.tlen, v.ntok, (const int32_t(*)[2])v.mg, v.nm, errs);
     MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
   }
-  for (int i = 0; i < ntok; i++) free(tok[i]);
-  free(tok), free(tlen), free(mg);
-  hmap_str_free(&ids);
-  for (size_t i = 0; i < s.nw; i++) free(s.w[i].sym);
-  for (size_t i = 0; i < s.nwl; i++) free(s.wl[i].v);
-  for (int r = 0; r < s.P; r++) free(s.out[r].p);
-  free(s.w), free(s.wl), free(s.heap), free(s.out);
-  hmap_u64_free(&s.where);
-  hmap_u64_free(&s.delta);
-  hmap_u64_free(&s.gcount);
+  vocab_free(&v);
+  state_free(&s);
   st->seconds = util_now() - t0;
   return rc;
 }
