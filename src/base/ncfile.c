@@ -232,3 +232,19 @@ void ncfile_get_text(int ncid, int var, const char *name, char *buf, size_t len)
   if (ncmpi_get_att_text(ncid, var, name, buf) != NC_NOERR) n = 0;
   buf[n] = '\0';
 }
+
+int ncfile_commit(MPI_Comm comm, int bad, const char *tmp, const char *path, const char *what, const char *hint,
+                  err_list *errs) {
+  int rank, any;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (rank == 0) {
+    if (!any && util_commit(tmp, path) != 0) {
+      err_add(errs, path, 0, 0, hint, "cannot give the %s its name: %s", what, strerror(errno));
+      any = 1;
+    }
+    if (any) remove(tmp);
+  }
+  MPI_Bcast(&any, 1, MPI_INT, 0, comm);
+  return any;
+}

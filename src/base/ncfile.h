@@ -14,6 +14,12 @@
 int ncfile_open(MPI_Comm comm, const char *path, MPI_Info info, const char *what, const char *hint, int *ncid,
                 err_list *errs);
 
+/* After every rank of comm wrote its part of tmp (bad: this rank failed): all agree, then rank 0
+ * renames tmp to path durably (util_commit), or removes tmp when any rank failed; `what` names the
+ * file's kind in messages. Returns 1 (on every rank) when the file is not in place, else 0. */
+int ncfile_commit(MPI_Comm comm, int bad, const char *tmp, const char *path, const char *what, const char *hint,
+                  err_list *errs);
+
 /* Read a text attribute (NC_GLOBAL when var < 0) into buf; "" when absent or longer than len - 1. */
 void ncfile_get_text(int ncid, int var, const char *name, char *buf, size_t len);
 

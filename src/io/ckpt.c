@@ -691,18 +691,9 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
     wrc = io.rc == NC_NOERR ? crc : io.rc;
   }
   /* all ranks agree; rank 0 gives the file its name (durably), and drops the oldest */
-  int bad = wrc != NC_NOERR, any;
-  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
-  if (lay->rank == 0) {
-    if (!any && util_commit(tmp, st->path) != 0) {
-      err_add(errs, st->path, 0, 0, CKPT_WRITE_HINT, "cannot give the checkpoint its name: %s", strerror(errno));
-      any = 1;
-    }
-    if (any) remove(tmp);
-  }
+  int any = ncfile_commit(comm, wrc != NC_NOERR, tmp, st->path, "checkpoint", CKPT_WRITE_HINT, errs);
   st->seconds = util_now() - t0; /* the write, made durable and named; the pruning is housekeeping */
   if (lay->rank == 0 && !any) prune(dir, s->cfg->checkpoint.keep);
-  MPI_Bcast(&any, 1, MPI_INT, 0, comm);
   if (wrc != NC_NOERR) err_add(errs, tmp, 0, 0, CKPT_WRITE_HINT, "writing the checkpoint failed: %s", ncmpi_strerror(wrc));
   if (any) rc = -1;
   st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape); /* parameters and two moments */

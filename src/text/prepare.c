@@ -12,6 +12,7 @@
 #include "config.h"
 #include "text/corpus.h"
 #include "text/data.h"
+#include "base/ncfile.h"
 #include "base/rng.h"
 #include "text/tok.h"
 #include "base/util.h"
@@ -222,17 +223,7 @@ static int write_split(const split_out *s, const prep_job *j, err_list *errs) {
   }
   free(blocks);
   /* all ranks agree; then rank 0 gives the file its name */
-  int bad = rc != 0, any;
-  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
-  if (j->rank == 0) {
-    if (!any && util_commit(tmp, s->path) != 0) {
-      err_add(errs, s->path, 0, 0, PREP_WRITE_HINT, "cannot give the dataset its name: %s", strerror(errno));
-      any = 1;
-    }
-    if (any) remove(tmp);
-  }
-  MPI_Bcast(&any, 1, MPI_INT, 0, comm);
-  return any ? -1 : 0;
+  return ncfile_commit(comm, rc != 0, tmp, s->path, "dataset", PREP_WRITE_HINT, errs) ? -1 : 0;
 }
 
 /* ---- the task's phases: each returns 0, or 1 (on every rank) after errors were added ---------- */
