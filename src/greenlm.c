@@ -40,10 +40,12 @@ static void usage(FILE *fp) {
           "                          started)\n"
           "  --set group.key=value   override a deck key (repeatable), e.g. --set training.lr=3e-4\n"
           "  --deck-reference        print the Markdown reference of every deck key and exit\n"
+          "  --env-reference         print the Markdown table of greenlm's environment variables and exit\n"
           "  --version               print the version and exit\n"
           "  --help                  print this help and exit\n"
           "\n"
-          "Documentation: README.md and doc/ in the source tree (doc/deck-reference.md for the keys).\n");
+          "Documentation: the manual page greenlm(1), and README.md and doc/ in the source tree or\n"
+          "share/doc/greenlm where greenlm is installed (doc/deck-reference.md for the keys).\n");
 }
 
 typedef struct {
@@ -54,61 +56,58 @@ typedef struct {
   int ranks; /* --ranks N for the dry run's layout */
 } args;
 
-/* Returns -1 to continue, or an exit status. */
-static int parse_args(int argc, char **argv, args *a, int rank) {
+static const char USAGE_HINT[] = "greenlm --help lists the options";
+
+/* The options that print something and end: 1 when one was given (printed on rank 0). */
+static int print_option(const char *s, int rank) {
+  if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+    if (rank == 0) usage(stdout);
+  } else if (!strcmp(s, "--version")) {
+    if (rank == 0) printf("greenlm %s\n", PACKAGE_VERSION);
+  } else if (!strcmp(s, "--deck-reference")) {
+    if (rank == 0) cfg_write_reference(stdout);
+  } else if (!strcmp(s, "--env-reference")) {
+    if (rank == 0) env_write_reference(stdout);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* The command line into a. Returns -1 to continue, or an exit status (2 after errors were added to
+ * errs; every rank parses the same line, rank 0 reports). */
+static int parse_args(int argc, char **argv, args *a, int rank, err_list *errs) {
   memset(a, 0, sizeof *a);
   a->sets = util_calloc((size_t)argc, sizeof(char *), "arguments");
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
-    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-      if (rank == 0) usage(stdout);
-      return 0;
-    } else if (!strcmp(s, "--version")) {
-      if (rank == 0) printf("greenlm %s\n", PACKAGE_VERSION);
-      return 0;
-    } else if (!strcmp(s, "--deck-reference")) {
-      if (rank == 0) cfg_write_reference(stdout);
-      return 0;
-    } else if (!strcmp(s, "--dry-run")) {
+    if (print_option(s, rank)) return 0;
+    if (!strcmp(s, "--dry-run")) {
       a->dry_run = 1;
     } else if (!strcmp(s, "--ranks") || !strncmp(s, "--ranks=", 8)) {
       const char *v = s[7] == '=' ? s + 8 : i + 1 < argc ? argv[++i] : "";
-      char *end;
+      char *end, shown[80];
       long n = strtol(v, &end, 10);
-      if (!*v || *end || n < 1 || n > 1 << 24) {
-        if (rank == 0) fprintf(stderr, "greenlm: error: --ranks expects a positive rank count, got '%s'\n", v);
-        return 2;
-      }
+      if (!*v || *end || n < 1 || n > 1 << 24)
+        err_add(errs, "--ranks", 0, 0, "e.g. --dry-run --ranks 24", "expects a positive rank count, got '%s'",
+                err_quote(shown, sizeof shown, v, strlen(v)));
       a->ranks = (int)n;
-    } else if (!strcmp(s, "--set")) {
-      if (i + 1 >= argc) {
-        if (rank == 0) fprintf(stderr, "greenlm: error: --set needs group.key=value\n");
-        return 2;
-      }
-      a->sets[a->nsets++] = argv[++i];
-    } else if (!strncmp(s, "--set=", 6)) {
-      a->sets[a->nsets++] = argv[i] + 6;
+    } else if (!strcmp(s, "--set") && i + 1 >= argc) {
+      err_add(errs, "--set", 0, 0, "e.g. --set training.lr=3e-4", "needs group.key=value");
+    } else if (!strcmp(s, "--set") || !strncmp(s, "--set=", 6)) {
+      a->sets[a->nsets++] = s[5] == '=' ? argv[i] + 6 : argv[++i];
     } else if (s[0] == '-' && s[1]) {
-      if (rank == 0) {
-        fprintf(stderr, "greenlm: error: unknown option '%s'\n", s);
-        usage(stderr);
-      }
-      return 2;
+      err_add(errs, s, 0, 0, USAGE_HINT, "unknown option");
     } else if (a->deck) {
-      if (rank == 0) fprintf(stderr, "greenlm: error: more than one deck given ('%s' and '%s')\n", a->deck, s);
-      return 2;
+      err_add(errs, s, 0, 0, "give one deck; combine decks into one file", "a second deck (the first is '%s')", a->deck);
     } else {
       a->deck = s;
     }
   }
-  if (!a->deck) {
-    if (rank == 0) {
-      fprintf(stderr, "greenlm: error: no deck given\n");
-      usage(stderr);
-    }
-    return 2;
-  }
-  return -1;
+  if (!a->deck && errs->n == 0) err_add(errs, NULL, 0, 0, USAGE_HINT, "no deck given: greenlm [options] DECK");
+  if (errs->n == 0) return -1;
+  if (rank == 0) err_print(errs, 20);
+  return 2;
 }
 
 /* The program's state, from the command line to the exit status. */
@@ -250,7 +249,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p.size);
   util_set_rank(p.rank);
-  int rc = parse_args(argc, argv, &p.a, p.rank);
+  int rc = parse_args(argc, argv, &p.a, p.rank, &p.errs);
   if (rc < 0) rc = read_config(&p);
   if (rc < 0) {
     make_header(&p, argc, argv);

@@ -30,7 +30,7 @@ typedef struct {
   trainer *t;
   energy_meter energy;
   metrics_out out;
-  int energy_open, out_open;           /* what clean-up has to close */
+  int energy_opened, out_opened;       /* what clean-up has to close */
   double flops_per_token, peak_gflops; /* the job's peak: all ranks */
   char engine[256];
   topo_machine machine;
@@ -111,7 +111,7 @@ static int open_outputs(train_job *j, int set_aside, const char *header, err_lis
   if (ckpt_check_dir(cfg, errs) != 0) return -1;
   if (set_aside && ckpt_set_aside_dir(cfg, moved, sizeof moved, errs) != 0) return -1;
   if (metrics_open(&j->out, cfg->job.run_dir, j->resuming, errs) != 0) return -1;
-  j->out_open = 1;
+  j->out_opened = 1;
   if (write_resolved_deck(cfg, header) != 0) {
     err_add(errs, cfg->job.run_dir, 0, 0, "check that the directory is writable and the disk is not full",
             "cannot write deck.resolved.nml: %s", strerror(errno));
@@ -235,9 +235,9 @@ static int describe_job(train_job *j, err_list *errs) {
   j->flops_per_token = gpt_flops_per_token(&t->shape, t->T);
   char ecsv[UTIL_PATH_MAX];
   util_snprintf(ecsv, sizeof ecsv, "%s/energy.csv", cfg->job.run_dir);
-  j->energy_open = 1; /* energy_close undoes a partial open too */
+  j->energy_opened = 1; /* energy_close undoes a partial open too */
   if (energy_open(&j->energy, &cfg->energy, MPI_COMM_WORLD, t->lay.node, j->machine.cores, be->bus_id ? be->bus_id() : NULL,
-                  j->rank == 0 ? ecsv : NULL, errs) != 0)
+                  j->rank == 0 ? ecsv : NULL, j->resuming, errs) != 0)
     return 1;
   if (j->rank == 0) print_header(j);
   print_memory(j);
@@ -400,10 +400,12 @@ static int step_loop(train_job *j, err_list *errs) {
     int res = trainer_step(t, step, &info);
     j->last_loss = info.loss;
     if (res != 0) {
-      if (j->rank == 0)
-        metrics_printf(&j->out, "greenlm: error: training diverged at step %ld (loss %g, gradient norm %g)\n"
-                                "  hint: lower &training lr, raise warmup_steps, or keep grad_clip > 0\n",
-                       step + 1, info.loss, info.grad_norm);
+      if (j->rank == 0) {
+        err_add(errs, NULL, 0, 0, "lower &training lr, raise warmup_steps, or keep grad_clip > 0",
+                "training diverged at step %ld (loss %g, gradient norm %g)", step + 1, info.loss, info.grad_norm);
+        metrics_log(&j->out, "error: training diverged at step %ld (loss %g, gradient norm %g)\n", step + 1, info.loss,
+                    info.grad_norm);
+      }
       j->status = "diverged";
       return TRAIN_DIVERGED;
     }
@@ -600,12 +602,12 @@ static int set_up(train_job *j, const char *header, err_list *errs) {
  * log.txt or metrics.csv lost a write (a full disk), after adding an error. */
 static int clean_up(train_job *j, err_list *errs) {
   int rc = 0;
-  if (j->out_open && metrics_close(&j->out) != 0) {
+  if (j->out_opened && metrics_close(&j->out) != 0) {
     err_add(errs, j->cfg->job.run_dir, 0, 0, "check that the disk is not full", "writing log.txt or metrics.csv failed: "
             "they are incomplete");
     rc = -1;
   }
-  if (j->energy_open) energy_close(&j->energy);
+  if (j->energy_opened) energy_close(&j->energy);
   trainer_close(j->t);
   return rc;
 }

@@ -87,7 +87,7 @@ static void rapl_case(MPI_Comm node, int nodes_expected, const char *attribution
   cfg_energy c = deck(0, 0, attribution);
   energy_meter e;
   err_list eerr = {0};
-  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, node, 2, NULL, NULL, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, node, 2, NULL, NULL, 0, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
   T_CHECK(e.src[ENERGY_CPU].status == ENERGY_MEASURED && strcmp(e.src[ENERGY_CPU].method, "rapl_sysfs") == 0,
           "cpu not measured by RAPL: %s", e.src[ENERGY_CPU].note);
   T_CHECK(e.src[ENERGY_DRAM].status == ENERGY_MEASURED, "dram not measured: %s", e.src[ENERGY_DRAM].note);
@@ -146,7 +146,7 @@ static void nvml_case(const char *lib) {
   cfg_energy c = deck(0, 0, "equal");
   energy_meter e;
   err_list eerr = {0};
-  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, 0, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
   const char *want = rank < 2 ? "nvml_energy_counter" : rank == 2 ? "nvml_power_sampled" : "none";
   T_CHECK(strcmp(e.src[ENERGY_GPU].method, want) == 0, "rank %d: GPU method %s, expected %s (%s)", rank,
           e.src[ENERGY_GPU].method, want, e.src[ENERGY_GPU].note);
@@ -170,7 +170,7 @@ static void nvml_case(const char *lib) {
   setenv("GREENLM_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
   for (int tdp = 0; tdp <= 1; tdp++) {
     c = deck(tdp ? 50 : 0, tdp ? 300 : 0, "equal");
-    T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
+    T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, 0, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
     energy_status st = bus ? e.src[ENERGY_GPU].status : ENERGY_NOT_MEASURED;
     T_CHECK(st == (tdp && bus ? ENERGY_ESTIMATED : ENERGY_NOT_MEASURED), "rank %d, tdp %d: GPU %s (%s)", rank, tdp,
             energy_status_name(st), e.src[ENERGY_GPU].note);

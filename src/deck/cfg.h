@@ -118,7 +118,7 @@ typedef struct {
   X(g, STR, precision, "'fp32'", "fp32|tf32|bf16|fp16", "Precision of the GEMMs, which accumulate in fp32 (storage stays fp32): 'fp32', or on the CUDA backend the tensor-core modes 'tf32', 'bf16' and 'fp16' (with dynamic loss scaling)") \
   X(g, REAL, loss_scale, "65536", "[1, 1e300]", "precision = 'fp16': initial loss scale; halved (and the step skipped) when the gradients overflow") \
   X(g, INT, loss_scale_window, "2000", "[1, inf)", "precision = 'fp16': good steps in a row after which the loss scale doubles") \
-  X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 keeps OpenBLAS's own choice (OPENBLAS_NUM_THREADS)") \
+  X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 gives each rank as many threads as it has cores (after binding)") \
   X(g, REAL, peak_gflops, "0", "[0, inf)", "Peak GFLOP/s of one rank for MFU; 0 measures a GEMM at start-up (at the GEMM precision; e.g. 989000 is an H100/H200's dense bf16 peak)")
 
 #define CFG_GROUP_ENERGY(X, g)                                                                        \

@@ -89,8 +89,15 @@ static int lx_at_key(const nml_lexer *lx) {
 
 /* ---- values --------------------------------------------------------------------------------- */
 
+/* Room for one more element in an array of n, grown geometrically (cap: its capacity). */
+static void *grow(void *p, int n, int *cap, size_t size, const char *what) {
+  if (n < *cap) return p;
+  *cap = *cap ? 2 * *cap : 8;
+  return util_realloc(p, (size_t)*cap * size, what);
+}
+
 static void value_push(nml_entry *e, const nml_value *v) {
-  e->vals = util_realloc(e->vals, (size_t)(e->nvals + 1) * sizeof *e->vals, "deck values");
+  e->vals = grow(e->vals, e->nvals, &e->cap, sizeof *e->vals, "deck values");
   e->vals[e->nvals++] = *v;
 }
 
@@ -238,9 +245,8 @@ static int lx_value(nml_lexer *lx, nml_entry *e) {
       int line = lx->line, col = lx->col;
       while (lx->p < q) lx_next(lx);
       lx_next(lx); /* '*' */
-      if (repeat < 1 || repeat > 1000000) {
-        err_add(lx->errs, lx->file, line, col, "write n*value with 1 <= n", "bad repeat count %lld",
-                      repeat);
+      if (repeat < 1 || repeat > NML_MAX_VALUES) {
+        err_add(lx->errs, lx->file, line, col, "write n*value with 1 <= n <= 4096", "bad repeat count %lld", repeat);
         return -1;
       }
       if (is_separator(lx_peek(lx))) {
@@ -296,6 +302,11 @@ static int lx_value(nml_lexer *lx, nml_entry *e) {
     return -1;
   }
   if (rc != 0) return -1;
+  if (e->nvals + repeat > NML_MAX_VALUES) {
+    err_add(lx->errs, lx->file, v.line, v.col, "a key takes at most 4096 values", "too many values for '%s'", e->key);
+    free(v.text);
+    return -1;
+  }
   for (long long k = 0; k < repeat; k++) {
     nml_value copy = v;
     if (k > 0) copy.text = util_strdup(v.text);
@@ -307,7 +318,7 @@ static int lx_value(nml_lexer *lx, nml_entry *e) {
 /* ---- groups --------------------------------------------------------------------------------- */
 
 static nml_group *group_push(nml_doc *doc, const char *name, const char *file, int line, int col) {
-  doc->groups = util_realloc(doc->groups, (size_t)(doc->n + 1) * sizeof *doc->groups, "deck groups");
+  doc->groups = grow(doc->groups, doc->n, &doc->cap, sizeof *doc->groups, "deck groups");
   nml_group *g = &doc->groups[doc->n++];
   memset(g, 0, sizeof *g);
   g->name = util_strdup(name);
@@ -318,7 +329,7 @@ static nml_group *group_push(nml_doc *doc, const char *name, const char *file, i
 }
 
 static nml_entry *entry_push(nml_group *g, const char *key, const char *file, int line, int col) {
-  g->entries = util_realloc(g->entries, (size_t)(g->n + 1) * sizeof *g->entries, "deck entries");
+  g->entries = grow(g->entries, g->n, &g->cap, sizeof *g->entries, "deck entries");
   nml_entry *e = &g->entries[g->n++];
   memset(e, 0, sizeof *e);
   e->key = util_strdup(key);

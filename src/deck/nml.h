@@ -32,7 +32,7 @@ typedef struct {
   const char *file;
   int line, col;
   nml_value *vals;
-  int nvals;
+  int nvals, cap;
 } nml_entry;
 
 typedef struct {
@@ -40,16 +40,16 @@ typedef struct {
   const char *file;
   int line, col;
   nml_entry *entries;
-  int n;
+  int n, cap;
 } nml_group;
 
 typedef struct {
   nml_group *groups;
-  int n;
+  int n, cap;
 } nml_doc;
 
-/* A deck is at most this long. */
-enum { NML_MAX_BYTES = 1 << 20 };
+/* A deck is at most this long; a key takes at most this many values. */
+enum { NML_MAX_BYTES = 1 << 20, NML_MAX_VALUES = 4096 };
 
 /* Parse len bytes of text (NUL-terminated after them) read from `file` (a name for messages; kept
  * by pointer) and append its groups to doc. Text that is not text (a NUL byte, a control

@@ -362,17 +362,19 @@ static void open_gpu_source(energy_meter *e, const char *gpu_bus_id) {
 
 /* The sampling thread (RAPL well inside the shortest wrap time, GPU power at 10 Hz) and rank 0's
  * energy.csv. Returns 0, or an errno after adding an error. */
-static int start_sampling(energy_meter *e, const cfg_energy *c, const char *csv_path, err_list *errs) {
+static int start_sampling(energy_meter *e, const cfg_energy *c, const char *csv_path, int append, err_list *errs) {
   if (e->leader && e->nzones > 0) e->rapl_every = c->sample_seconds;
   int rc = 0;
   if (e->rapl_every > 0 || e->power_every > 0) {
     rc = pthread_create(&e->thread, NULL, sampler, e);
     e->running = rc == 0;
   }
-  if (e->rank == 0 && csv_path) {
-    e->csv = fopen(csv_path, "w");
+  if (e->rank == 0 && csv_path) { /* a restarted run appends: the earlier jobs' series stay */
+    FILE *old = append ? fopen(csv_path, "r") : NULL;
+    if (old) fclose(old);
+    e->csv = fopen(csv_path, append ? "a" : "w");
     if (!e->csv) rc = errno;
-    else fprintf(e->csv, "time_s,node,component,measured_j,estimated_j\n");
+    else if (!old) fprintf(e->csv, "time_s,node,component,measured_j,estimated_j\n");
   }
   if (rc)
     err_add(errs, e->csv || !csv_path ? NULL : csv_path, 0, 0, "check that &job run_dir is writable",
@@ -381,7 +383,7 @@ static int start_sampling(energy_meter *e, const cfg_energy *c, const char *csv_
 }
 
 int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm node, int node_cores,
-                const char *gpu_bus_id, const char *csv_path, err_list *errs) {
+                const char *gpu_bus_id, const char *csv_path, int append, err_list *errs) {
   memset(e, 0, sizeof *e);
   e->gpu_comm = MPI_COMM_NULL;
   number_nodes(e, world, node);
@@ -396,7 +398,7 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   open_cpu_sources(e);
   e->cpu_last = util_cpu_seconds();
   open_gpu_source(e, gpu_bus_id);
-  int rc = start_sampling(e, c, csv_path, errs), any;
+  int rc = start_sampling(e, c, csv_path, append, errs), any;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, world);
   if (any) return -1;
   if (e->rank == 0) e->rec = util_calloc((size_t)e->size * ENERGY_REC, sizeof(double), "energy records");

@@ -105,9 +105,10 @@ typedef struct {
 
 /* Open the sensors: collective over world (node: its node communicator). gpu_bus_id is the PCI bus
  * id of the GPU this rank computes on, NULL or "" for none. csv_path (rank 0; NULL for none)
- * receives the time series. Returns 0, or -1 (on every rank) after an error was added where it happened. */
+ * receives the time series, appended to an existing file when append is set (a restarted run).
+ * Returns 0, or -1 (on every rank) after an error was added where it happened. */
 int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm node, int node_cores,
-                const char *gpu_bus_id, const char *csv_path, err_list *errs);
+                const char *gpu_bus_id, const char *csv_path, int append, err_list *errs);
 /* Read every sensor and update the job totals on every rank: collective; call at every log step
  * and at the end. */
 void energy_sample(energy_meter *e);
