@@ -470,7 +470,7 @@ int bpe_run_task(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
                   cfg->prepare.documents, cfg->prepare.separator, comm, errs))
     return 1;
   tok_tokenizer pre;
-  UTIL_CHECK(tok_init_pretokenizer(&pre, errs) == 0, NULL, "%s", errs->v[0].msg);
+  UTIL_CHECK(tok_init_pretokenizer(&pre, errs) == 0, NULL, "%s", errs->n ? errs->v[errs->n - 1].msg : "PCRE2");
   hmap_str words;
   hmap_str_init(&words, 1 << 16);
   count_ctx c = {&pre, &words};
