@@ -646,7 +646,7 @@ static char *override_text(const char *ov) {
   int k = cfg_find(group, key);
   int quote = k >= 0 && (cfg_key_table[k].type == CFG_T_STR || cfg_key_table[k].type == CFG_T_STRLIST) &&
               !strchr(val, '\'') && !strchr(val, '"');
-  size_t n = 2 * strlen(ov) + 32;
+  size_t n = 4 * strlen(ov) + 32; /* a list value: each comma becomes four characters */
   char *s = util_malloc(n, "override");
   int o = snprintf(s, n, "&%s\n%s = ", group, key);
   if (!quote) {
