@@ -214,6 +214,10 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
 static int run_tasks(program *p) {
   const cfg_config *cfg = p->cfg;
   char note[640] = ""; /* how the backend was chosen, where there was a choice */
+  if (cfg_has_task(cfg, "train") && train_preflight(cfg, &p->errs)) {
+    err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE);
+    return 1;
+  }
   if (cfg_has_task(cfg, "train") && !(p->be = backends_open(cfg, MPI_COMM_WORLD, &p->errs, note, sizeof note))) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, "the deck cannot run here; nothing was run or written");
     return 1;

@@ -95,6 +95,14 @@ static int check_run_dir(const cfg_config *cfg, int *set_aside, err_list *errs) 
   return finished || nckpt > 0;
 }
 
+int train_preflight(const cfg_config *cfg, err_list *errs) {
+  int rank, set_aside = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int bad = rank == 0 && !cfg->checkpoint.restart[0] ? check_run_dir(cfg, &set_aside, errs) : 0;
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad;
+}
+
 static int write_resolved_deck(const cfg_config *cfg, const char *header) {
   char path[UTIL_PATH_MAX];
   util_snprintf(path, sizeof path, "%s/deck.resolved.nml", cfg->job.run_dir);

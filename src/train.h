@@ -17,6 +17,11 @@ enum {
   TRAIN_IO_FAILED = 4    /* a checkpoint or a run file could not be written (the older checkpoints stay) */
 };
 
+/* Before any task of the job runs: the run directory may take a fresh start (no finished run, no
+ * other run's checkpoints, unless &job overwrite). Collective; returns 1 (every rank) after
+ * errors. */
+int train_preflight(const cfg_config *cfg, err_list *errs);
+
 /* Run the deck's training job. `header` (the program and command line) goes into the resolved
  * deck. Collective over MPI_COMM_WORLD. Returns the exit status above (the same on every rank),
  * the errors added to errs for the caller's report. */

@@ -104,6 +104,10 @@ check "$name: 'latest' did not resume the new run: $(grep restart: "$out/$name.r
 name=overwrite-refused
 cp -r "$out/ref" "$out/$name.run" && rm "$out/$name.run/metrics.csv"
 expect $name overwrite 1 "holds 3 checkpoints of an earlier run" run
+name=overwrite-refused-first
+cp -r "$out/ref" "$out/$name.run"
+expect $name overwrite 1 "already holds a run (metrics.csv exists)" run --set "job.task=prepare,train"
+check "$name: the prepare task ran before the run directory was refused" sh -c "! grep -q '== task: prepare' '$out/$name.out'"
 
 # ---- decks and overrides -----------------------------------------------------------------------
 printf '&job\n name = "a\000b" /\n' > "$out/nul.nml"
