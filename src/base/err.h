@@ -12,7 +12,11 @@
 #ifndef GREENLM_ERR_H
 #define GREENLM_ERR_H
 
+/* CUDA translation units (gpu/) are compiled without MPI's headers (GREENLM_NO_MPI): they use
+ * the error list but never report it collectively. */
+#ifndef GREENLM_NO_MPI
 #include <mpi.h>
+#endif
 #include <stddef.h>
 
 #if defined(__GNUC__)
@@ -53,7 +57,9 @@ void err_print(const err_list *e, int max);
  * seen by every rank names the ranks that saw it), print up to max there, then the line
  * "greenlm: N error(s); <outcome>" when outcome is not NULL. Returns the number of distinct errors,
  * the same on every rank (0: nothing printed). */
+#ifndef GREENLM_NO_MPI
 long err_report(const err_list *e, MPI_Comm comm, int max, const char *outcome);
+#endif
 
 /* Cut text to fit len bytes at a word boundary with "..." (for quoting user material in
  * messages). Returns out. */
