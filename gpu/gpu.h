@@ -1,10 +1,13 @@
 /* gpu: the CUDA backend's internals, shared by the .cu files of gpu/ (CUDA C++).
  *
- * One device per process (gpu_open), every kernel and cuBLAS call on the legacy default stream, so
- * the ops run in the order they are called and a copy to the host waits for them. Storage is fp32
- * everywhere (parameters, gradients, activations, AdamW moments); the precision only chooses the
- * cuBLAS compute type of the GEMMs (fp32 accumulation in every mode). Errors are fatal, with the
- * failing call, its place and a hint (util_fatal_at). */
+ * An instance's context (gpu_ctx: device, cuBLAS handle, compute type, workspace) is passed to the
+ * functions that need it; the device is made current when the instance opens (one device per
+ * process). Every kernel and cuBLAS call runs on the legacy default stream, so the ops run in the
+ * order they are called and a copy to the host waits for them. Storage is fp32 everywhere
+ * (parameters, gradients, activations, AdamW moments): the backend's capabilities say so, and at
+ * bf16 and fp16 precision the run stores fp32 and only the GEMMs and the tensor-core attention
+ * round their inputs (fp32 accumulation in every mode). Errors are fatal, with the failing call,
+ * its place and a hint (util_fatal_at). */
 #ifndef GREENLM_GPU_H
 #define GREENLM_GPU_H
 
@@ -44,23 +47,25 @@ extern "C" {
 /* After a kernel launch: a bad launch configuration is reported here, at its place. */
 #define GPU_LAUNCHED() GPU_CHECK(cudaGetLastError())
 
-/* ---- state (gpu_backend.cu) ------------------------------------------------------------------ */
+/* ---- an instance's context (gpu_backend.cu) ---------------------------------------------------- */
 
 typedef struct {
-  int device = -1;              /* CUDA device index (among the visible ones); -1 before gpu_open */
+  int device = -1;              /* CUDA device index (among the visible ones); -1: planning only */
   cudaDeviceProp prop;
   cublasHandle_t blas;
   cublasComputeType_t compute;  /* of the GEMMs, from the precision */
   char precision[8];            /* "fp32", "tf32", "bf16" or "fp16" */
-  void *work;                   /* workspace of the ops (gpu_workspace) */
+  void *work;                   /* the workspace (attention's D, the norm's partial sums) */
   size_t work_bytes;
-} gpu_state;
+  char bus[32];                 /* PCI bus id in NVML's form, once asked */
+} gpu_ctx;
 
-extern gpu_state gpu;
+static inline gpu_ctx *gpu_of(const backend *be) { return (gpu_ctx *)be->ctx; }
 
-/* Device memory of at least `bytes` for an op's temporary values, valid until the next call (the
- * buffer grows; ops run in order on one stream, so one buffer serves them all). */
-void *gpu_workspace(size_t bytes);
+/* Device memory of at least `bytes` for an op's temporary values, valid until the next call. The
+ * instance's prepare allocates what the planned shapes need; a larger request (a test calling ops
+ * on other shapes) grows it. */
+void *gpu_workspace(gpu_ctx *g, size_t bytes);
 
 /* Blocks for a grid-stride loop over n elements with `threads` per block. */
 static inline unsigned gpu_blocks(size_t n, int threads) {
@@ -89,29 +94,35 @@ void gpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float
 void gpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
 void gpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                        int C, float eps);
-void gpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                       const float *mean, const float *rstd, int N, int C);
+void gpu_layernorm_bwd(const gpu_ctx *g, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, const float *mean, const float *rstd, int N, int C);
 void gpu_gelu_fwd(float *out, const float *inp, size_t n);
 void gpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
 void gpu_residual_fwd(float *out, const float *a, const float *b, size_t n);
 void gpu_accumulate(float *dst, const float *src, size_t n);
 void gpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale);
 void gpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
-double gpu_sumsq(const float *x, size_t n);
+size_t gpu_sumsq_workspace(void);
+double gpu_sumsq(gpu_ctx *g, const float *x, size_t n);
 
 /* gpu_matmul.cu */
-void gpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M);
-void gpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
-                    int K, int M);
+void gpu_matmul_fwd(const gpu_ctx *g, float *out, const float *inp, const float *w, const float *bias, int N, int K,
+                    int M);
+void gpu_matmul_bwd(const gpu_ctx *g, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                    const float *w, int N, int K, int M);
 /* C (m,n column-major, ldc) = alpha op(A) op(B) + beta C in fp32 storage at the GEMM precision. */
-void gpu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc);
+void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 /* gpu_attention.cu */
 size_t gpu_attention_scratch(int T);
-void gpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H, int window,
-                       float scale);
-void gpu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                       float *scratch, int B, int T, int C, int H, int window, float scale);
+size_t gpu_attention_workspace(int B, int T, int H);
+void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
+                       int window, float scale);
+void gpu_attention_bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse,
+                       const float *qkv, float *scratch, int B, int T, int C, int H, int window, float scale);
+
+/* gpu_mpi.c (C, compiled with MPI): whether the MPI library moves CUDA device memory itself. */
+extern "C" int gpu_mpi_direct(const backend *be, const char **how);
 
 #endif

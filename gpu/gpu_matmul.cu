@@ -9,10 +9,10 @@
  * (CUBLAS_COMPUTE_32F, _32F_FAST_TF32, _32F_FAST_16BF or _32F_FAST_16F: fp32 accumulation). */
 #include "gpu.h"
 
-void gpu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float *A, int lda,
+void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
-  GPU_BLAS(cublasGemmEx(gpu.blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                        CUDA_R_32F, ldc, gpu.compute, CUBLAS_GEMM_DEFAULT));
+  GPU_BLAS(cublasGemmEx(g->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
+                        CUDA_R_32F, ldc, g->compute, CUBLAS_GEMM_DEFAULT));
 }
 
 /* out (N,M): every row = bias (M) */
@@ -39,7 +39,7 @@ __global__ void bias_grad_kernel(float *dbias, const float *dout, int N, int M) 
   }
 }
 
-void gpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M) {
+void gpu_matmul_fwd(const gpu_ctx *g, float *out, const float *inp, const float *w, const float *bias, int N, int K, int M) {
   float beta = 0.0f;
   if (bias) { /* rows pre-filled with the bias, then beta = 1 (as the CPU backend does) */
     bias_rows_kernel<<<gpu_blocks((size_t)N * M, 256), 256>>>(out, bias, (size_t)N, M);
@@ -47,15 +47,15 @@ void gpu_matmul_fwd(float *out, const float *inp, const float *w, const float *b
     beta = 1.0f;
   }
   /* out^T (M,N) = w (M,K) * inp^T (K,N) */
-  gpu_gemm(CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, 1.0f, w, K, inp, K, beta, out, M);
+  gpu_gemm(g, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, 1.0f, w, K, inp, K, beta, out, M);
 }
 
-void gpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
+void gpu_matmul_bwd(const gpu_ctx *g, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
                     int K, int M) {
   /* dinp^T (K,N) = w^T (K,M) * dout^T (M,N) */
-  if (dinp) gpu_gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, 1.0f, w, K, dout, M, 0.0f, dinp, K);
+  if (dinp) gpu_gemm(g, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, 1.0f, w, K, dout, M, 0.0f, dinp, K);
   /* dw^T (K,M) += inp^T (K,N) * dout (N,M) */
-  gpu_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, 1.0f, inp, K, dout, M, 1.0f, dw, K);
+  gpu_gemm(g, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, 1.0f, inp, K, dout, M, 1.0f, dw, K);
   if (dbias) {
     bias_grad_kernel<<<(M + 31) / 32, dim3(32, 32)>>>(dbias, dout, N, M);
     GPU_LAUNCHED();

@@ -114,11 +114,11 @@ void gpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, c
   GPU_LAUNCHED();
 }
 
-void gpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+void gpu_layernorm_bwd(const gpu_ctx *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int N, int C) {
   int shared = C <= LN_SMEM_MAX_C;
   /* a few blocks per multiprocessor: enough to fill the GPU, few shared-memory flushes */
-  int blocks = (N + LN_WARPS - 1) / LN_WARPS, most = 4 * gpu.prop.multiProcessorCount;
+  int blocks = (N + LN_WARPS - 1) / LN_WARPS, most = 4 * g->prop.multiProcessorCount;
   if (blocks > most) blocks = most;
   size_t smem = shared ? 2 * (size_t)C * sizeof(float) : 0;
   layernorm_bwd_kernel<<<blocks, 32 * LN_WARPS, smem>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, shared);
@@ -280,11 +280,13 @@ __global__ void sumsq_kernel(double *part, const float *x, size_t n) {
   }
 }
 
-double gpu_sumsq(const float *x, size_t n) {
+size_t gpu_sumsq_workspace(void) { return SUMSQ_BLOCKS * sizeof(double); }
+
+double gpu_sumsq(gpu_ctx *g, const float *x, size_t n) {
   if (n == 0) return 0.0;
   unsigned blocks = gpu_blocks(n, SUMSQ_THREADS);
   if (blocks > SUMSQ_BLOCKS) blocks = SUMSQ_BLOCKS;
-  double *part = (double *)gpu_workspace(SUMSQ_BLOCKS * sizeof(double)), host[SUMSQ_BLOCKS];
+  double *part = (double *)gpu_workspace(g, gpu_sumsq_workspace()), host[SUMSQ_BLOCKS];
   sumsq_kernel<<<blocks, SUMSQ_THREADS>>>(part, x, n);
   GPU_LAUNCHED();
   GPU_CHECK(cudaMemcpy(host, part, blocks * sizeof(double), cudaMemcpyDeviceToHost));
