@@ -440,8 +440,7 @@ static void test_conversions(void) {
     b->to_fp32(b, wide, all, 65536);
     b->to_storage(b, back, wide, 65536);
     long bad = 0;
-    for (uint32_t i = 0; i < 65536; i++)
-      if (back[i] != all[i] && !(wide[i] != wide[i] && back[i] != back[i] + 1)) bad += wide[i] == wide[i];
+    for (uint32_t i = 0; i < 65536; i++) bad += wide[i] == wide[i] && back[i] != all[i]; /* NaNs: any NaN back */
     T_CHECK(bad == 0, "%s: %ld values do not round trip", b->precision, bad);
   }
   /* rounding: ties to even, the largest values, subnormals, overflow, NaN */
