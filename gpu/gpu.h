@@ -49,7 +49,7 @@ extern "C" {
 
 /* ---- an instance's context (gpu_backend.cu) ---------------------------------------------------- */
 
-typedef struct {
+typedef struct gpu_ctx {
   int device = -1;              /* CUDA device index (among the visible ones); -1: planning only */
   cudaDeviceProp prop;
   cublasHandle_t blas;

@@ -332,6 +332,9 @@ enum { TC_WARPS = 4, TC_ROWS = 16 * TC_WARPS, TC_TILE = 64 };
 #else
 #define TC_ARCH_OK 1
 #endif
+/* the parameters of a kernel whose body is compiled out for this architecture */
+template <typename... A>
+__device__ __forceinline__ void tc_unused(const A &...) {}
 
 /* Byte offsets into a tensor-core kernel's dynamic shared memory: NT tiles (TC_ROWS, pitch) of E,
  * the index matrix Ms (16 x 16 floats), NV floats of per-row values, then WF floats and WE
@@ -493,6 +496,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   }
   __syncwarp();
   store_acc(out + (size_t)b * T * C + (size_t)h * hs, C, i0 + warp * 16, T, hs, o, Ms, Rs, 1.0f);
+#else
+  tc_unused(out, lse, qkv, T, C, H, window, scale);
 #endif
 }
 
@@ -564,6 +569,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     }
   }
   store_acc(dqkv + (size_t)b * T * C3 + (size_t)h * hs, C3, i0 + warp * 16, T, hs, dq, Ms, NULL, scale);
+#else
+  tc_unused(dqkv, Dg, dout, out, lse, qkv, T, C, H, window, scale);
 #endif
 }
 
@@ -639,6 +646,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *dkv = dqkv + (size_t)b * T * C3 + C + (size_t)h * hs;
   store_acc(dkv, C3, j0 + warp * 16, T, hs, dk, Ms, NULL, scale);
   store_acc(dkv + C, C3, j0 + warp * 16, T, hs, dv, Ms, NULL, 1.0f);
+#else
+  tc_unused(dqkv, Dg, dout, lse, qkv, T, C, H, window, scale);
 #endif
 }
 
