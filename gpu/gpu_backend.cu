@@ -150,10 +150,11 @@ static const char *gpu_describe(const backend *be, char *buf, size_t len) {
   char mem[32];
   int tc = g->prop.major >= 8 && (!strcmp(g->precision, "bf16") || !strcmp(g->precision, "fp16"));
   util_snprintf(buf, len,
-                "%s (sm_%d%d, %s), CUDA %d.%d, cuBLAS %d.%d.%d; GEMMs %s (fp32 storage and accumulation), fused "
+                "%s (sm_%d%d, %s), CUDA %d.%d, cuBLAS %d.%d.%d; %s storage, GEMMs %s (fp32 accumulation), fused "
                 "attention %s",
                 g->prop.name, g->prop.major, g->prop.minor, util_fmt_bytes((double)g->prop.totalGlobalMem, mem, 32),
-                rt / 1000, rt % 1000 / 10, blas / 10000, blas / 100 % 100, blas % 100, g->precision,
+                rt / 1000, rt % 1000 / 10, blas / 10000, blas / 100 % 100, blas % 100, backend_dtype_name(be->storage),
+                g->precision,
                 tc ? "on tensor cores at the GEMM precision (head sizes 33-128; fp32 otherwise)" : "in fp32");
   return buf;
 }
@@ -193,67 +194,98 @@ static double gpu_measure_gflops(const backend *be, int n, double seconds) {
   return best;
 }
 
-/* ---- the table's ops: fp32 storage, so S arrays are float arrays ---------------------------------- */
+/* ---- the table's ops ------------------------------------------------------------------------------ */
 
 #define F(p) ((float *)(p))
 #define CF(p) ((const float *)(p))
 
 static void op_embed_fwd(const backend *be, void *o, const int32_t *tok, const void *wte, const void *wpe, int B, int T,
                          int C) {
-  (void)be, gpu_embed_fwd(F(o), tok, CF(wte), CF(wpe), B, T, C);
+  gpu_embed_fwd(be->storage, o, tok, wte, wpe, B, T, C);
 }
 static void op_embed_bwd(const backend *be, float *dwte, float *dwpe, const void *d, const int32_t *tok, int B, int T,
                          int C) {
-  (void)be, gpu_embed_bwd(dwte, dwpe, CF(d), tok, B, T, C);
+  gpu_embed_bwd(be->storage, dwte, dwpe, d, tok, B, T, C);
 }
 static void op_layernorm_fwd(const backend *be, void *o, float *mean, float *rstd, const void *x, const void *w,
                              const void *b, int N, int C, float eps) {
-  (void)be, gpu_layernorm_fwd(F(o), mean, rstd, CF(x), CF(w), CF(b), N, C, eps);
+  gpu_layernorm_fwd(be->storage, o, mean, rstd, x, w, b, N, C, eps);
 }
 static void op_layernorm_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x,
                              const void *w, const float *mean, const float *rstd, int N, int C) {
-  gpu_layernorm_bwd(gpu_of(be), F(dx), dw, db, CF(d), CF(x), CF(w), mean, rstd, N, C);
+  gpu_layernorm_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);
 }
 static void op_matmul_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M) {
-  gpu_matmul_fwd(gpu_of(be), F(o), CF(x), CF(w), CF(b), N, K, M);
+  gpu_matmul_fwd(gpu_of(be), be->storage, o, x, w, b, N, K, M);
 }
 static void op_matmul_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x, const void *w,
                           int N, int K, int M) {
-  gpu_matmul_bwd(gpu_of(be), F(dx), dw, db, CF(d), CF(x), CF(w), N, K, M);
+  gpu_matmul_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, N, K, M);
 }
+
+/* Attention computes on fp32 arrays: at 16-bit storage its operands are widened into the
+ * workspace, after the attention's own (B,H,T) array, and its outputs rounded back. */
+static size_t att_own(int B, int T, int H) { return (gpu_attention_workspace(B, T, H) + 255) / 256 * 256; }
+static size_t att_wide(backend_dtype t, int B, int T, int C) {
+  return t == BACKEND_FP32 ? 0 : (size_t)8 * B * T * C * sizeof(float); /* dqkv, dout, out, qkv */
+}
+
 static void op_attention_fwd(const backend *be, void *o, float *lse, const void *qkv, void *s, int B, int T, int C,
                              int H, int window, float scale) {
-  gpu_attention_fwd(gpu_of(be), F(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
+  gpu_ctx *g = gpu_of(be);
+  const backend_dtype t = be->storage;
+  if (t == BACKEND_FP32) {
+    gpu_attention_fwd(g, F(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
+    return;
+  }
+  const size_t n = (size_t)B * T * C;
+  float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
+  float *q32 = w, *o32 = w + 3 * n;
+  gpu_to_fp32(t, q32, qkv, 3 * n);
+  gpu_attention_fwd(g, o32, lse, q32, F(s), B, T, C, H, window, scale);
+  gpu_to_storage(t, o, o32, n);
 }
+
 static void op_attention_bwd(const backend *be, void *dqkv, const void *d, const void *o, const float *lse,
                              const void *qkv, void *s, int B, int T, int C, int H, int window, float scale) {
-  gpu_attention_bwd(gpu_of(be), F(dqkv), CF(d), CF(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
+  gpu_ctx *g = gpu_of(be);
+  const backend_dtype t = be->storage;
+  if (t == BACKEND_FP32) {
+    gpu_attention_bwd(g, F(dqkv), CF(d), CF(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
+    return;
+  }
+  const size_t n = (size_t)B * T * C;
+  float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
+  float *dq32 = w, *d32 = w + 3 * n, *o32 = w + 4 * n, *q32 = w + 5 * n;
+  gpu_to_fp32(t, d32, d, n);
+  gpu_to_fp32(t, o32, o, n);
+  gpu_to_fp32(t, q32, qkv, 3 * n);
+  gpu_attention_bwd(g, dq32, d32, o32, lse, q32, F(s), B, T, C, H, window, scale);
+  gpu_to_storage(t, dqkv, dq32, 3 * n);
 }
-static void op_gelu_fwd(const backend *be, void *o, const void *x, size_t n) { (void)be, gpu_gelu_fwd(F(o), CF(x), n); }
+
+static void op_gelu_fwd(const backend *be, void *o, const void *x, size_t n) { gpu_gelu_fwd(be->storage, o, x, n); }
 static void op_gelu_bwd(const backend *be, void *dx, const void *d, const void *x, size_t n) {
-  (void)be, gpu_gelu_bwd(F(dx), CF(d), CF(x), n);
+  gpu_gelu_bwd(be->storage, dx, d, x, n);
 }
 static void op_residual_fwd(const backend *be, void *o, const void *a, const void *b, size_t n) {
-  (void)be, gpu_residual_fwd(F(o), CF(a), CF(b), n);
+  gpu_residual_fwd(be->storage, o, a, b, n);
 }
 static void op_accumulate(const backend *be, void *dst, const void *src, size_t n) {
-  (void)be, gpu_accumulate(F(dst), CF(src), n);
+  gpu_accumulate(be->storage, dst, src, n);
 }
 static void op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const int32_t *tgt, int N, int V, float ds) {
-  (void)be, gpu_xent_fwd_bwd(losses, F(logits), tgt, N, V, ds);
+  gpu_xent_fwd_bwd(be->storage, losses, logits, tgt, N, V, ds);
 }
 static void op_adamw(const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,
                      const backend_adamw_args *a) {
-  UTIL_CHECK(!pc, NULL, "internal: a compute copy on the CUDA backend, which stores fp32");
-  (void)be, gpu_adamw(p, g, m, v, n, a);
+  gpu_adamw(be->storage, p, pc, g, m, v, n, a);
 }
 static void op_sumsq(const backend *be, double *out, const float *x, size_t n) { *out = gpu_sumsq(gpu_of(be), x, n); }
 static void op_to_storage(const backend *be, void *dst, const float *src, size_t n) {
-  gpu_copy(be, dst, src, n * sizeof(float));
+  gpu_to_storage(be->storage, dst, src, n);
 }
-static void op_to_fp32(const backend *be, float *dst, const void *src, size_t n) {
-  gpu_copy(be, dst, src, n * sizeof(float));
-}
+static void op_to_fp32(const backend *be, float *dst, const void *src, size_t n) { gpu_to_fp32(be->storage, dst, src, n); }
 
 /* ---- planning, instances, the kind ------------------------------------------------------------------ */
 
@@ -263,8 +295,7 @@ static size_t gpu_scratch(const backend *be, int T) {
 }
 
 static size_t gpu_workspace_bytes(const backend *be, const backend_shape *s) {
-  (void)be;
-  size_t a = gpu_attention_workspace(s->B, s->T, s->H), n = gpu_sumsq_workspace();
+  size_t a = att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), n = gpu_sumsq_workspace();
   return a > n ? a : n;
 }
 
@@ -287,10 +318,14 @@ static backend_caps gpu_caps(void) {
   backend_caps c;
   memset(&c, 0, sizeof c);
   c.precisions = BACKEND_PREC_FP32 | BACKEND_PREC_TF32 | BACKEND_PREC_BF16 | BACKEND_PREC_FP16;
+  /* the bf16 and fp16 storage kernels are built (and compiled for sm_70 to sm_90), and the parity
+   * program tests them (it sets an instance's storage itself), but runs store fp32 until that
+   * program has passed on a GPU */
   c.storage = 1u << BACKEND_FP32;
   c.host_memory = 0;
   c.devices = 1;
-  c.attention = "fused fp32 kernels; tensor-core (WMMA) kernels at bf16 and fp16 precision on sm_80+";
+  c.attention = "fused fp32 kernels; tensor-core (WMMA) kernels at bf16 and fp16 precision on sm_80+ (16-bit "
+                "storage widened to fp32 around them)";
   return c;
 }
 
@@ -312,7 +347,8 @@ static backend *gpu_open(int device, const char *precision) {
   backend *be = (backend *)util_calloc(1, sizeof *be, "backend");
   be->name = "cuda";
   be->caps = gpu_caps();
-  be->storage = BACKEND_FP32; /* the caps: fp32 storage only */
+  backend_dtype want = backend_precision_storage(precision);
+  be->storage = be->caps.storage & (1u << want) ? want : BACKEND_FP32;
   util_strlcpy(be->precision, precision, sizeof be->precision);
   be->ctx = g;
   be->alloc = gpu_alloc;
