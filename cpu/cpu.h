@@ -1,4 +1,6 @@
-/* cpu: the CPU backend's kernels (the reference implementation of every op in backend.h). */
+/* cpu: the CPU backend's kernels (the reference implementation of every op in backend.h): fp32
+ * kernels on fp32 arrays (cpu_ops.c, cpu_matmul.c, cpu_attention.c), and the table's ops at every
+ * storage type around them (cpu_storage.c). */
 #ifndef GREENLM_CPU_H
 #define GREENLM_CPU_H
 
@@ -6,6 +8,24 @@
 #include <stdint.h>
 
 #include "model/backend.h"
+
+/* An instance's context: the workspace the ops stage 16-bit operands in (cpu_storage.c). */
+typedef struct {
+  float *work;
+  size_t work_floats;
+} cpu_ctx;
+
+/* Widen n elements of storage type t to fp32, and round fp32 to t (nearest even); t = fp32 copies. */
+void cpu_load(backend_dtype t, float *dst, const void *src, size_t n);
+void cpu_store(backend_dtype t, void *dst, const float *src, size_t n);
+/* Workspace (floats) the ops need for shapes up to s at storage type t. */
+size_t cpu_stage_floats(backend_dtype t, const backend_shape *s);
+
+/* The table's ops (cpu_storage.c): cpu_op_embed_fwd, ... */
+#define CPU_OP_DECLARE(name, params, args) void cpu_op_##name params;
+BACKEND_OPS(CPU_OP_DECLARE)
+
+/* The fp32 kernels */
 
 void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
 void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);

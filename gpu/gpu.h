@@ -1,10 +1,12 @@
 /* gpu: the CUDA backend's internals, shared by the .cu files of gpu/ (CUDA C++).
  *
- * One device per process (gpu_open), every kernel and cuBLAS call on the legacy default stream, so
- * the ops run in the order they are called and a copy to the host waits for them. Storage is fp32
- * everywhere (parameters, gradients, activations, AdamW moments); the precision only chooses the
- * cuBLAS compute type of the GEMMs (fp32 accumulation in every mode). Errors are fatal, with the
- * failing call, its place and a hint (util_fatal_at). */
+ * An instance's context (gpu_ctx: device, cuBLAS handle, compute type, workspace) is passed to the
+ * functions that need it; the device is made current when the instance opens (one device per
+ * process). Every kernel and cuBLAS call runs on the legacy default stream, so the ops run in the
+ * order they are called and a copy to the host waits for them. Activations and the parameters'
+ * compute copy are stored in the instance's storage type (fp32, or bf16 and fp16 at those
+ * precisions); master parameters, gradients and AdamW moments in fp32. Kernels compute in fp32.
+ * Errors are fatal, with the failing call, its place and a hint (util_fatal_at). */
 #ifndef GREENLM_GPU_H
 #define GREENLM_GPU_H
 
@@ -15,6 +17,8 @@
 #include <string.h>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "config.h" /* GREENLM_HAVE_CUDA: backend.h declares the entry points */
@@ -44,23 +48,25 @@ extern "C" {
 /* After a kernel launch: a bad launch configuration is reported here, at its place. */
 #define GPU_LAUNCHED() GPU_CHECK(cudaGetLastError())
 
-/* ---- state (gpu_backend.cu) ------------------------------------------------------------------ */
+/* ---- an instance's context (gpu_backend.cu) ---------------------------------------------------- */
 
-typedef struct {
-  int device = -1;              /* CUDA device index (among the visible ones); -1 before gpu_open */
+typedef struct gpu_ctx {
+  int device = -1;              /* CUDA device index (among the visible ones); -1: planning only */
   cudaDeviceProp prop;
   cublasHandle_t blas;
   cublasComputeType_t compute;  /* of the GEMMs, from the precision */
   char precision[8];            /* "fp32", "tf32", "bf16" or "fp16" */
-  void *work;                   /* workspace of the ops (gpu_workspace) */
+  void *work;                   /* the workspace (attention's D, the norm's partial sums) */
   size_t work_bytes;
-} gpu_state;
+  char bus[32];                 /* PCI bus id in NVML's form, once asked */
+} gpu_ctx;
 
-extern gpu_state gpu;
+static inline gpu_ctx *gpu_of(const backend *be) { return (gpu_ctx *)be->ctx; }
 
-/* Device memory of at least `bytes` for an op's temporary values, valid until the next call (the
- * buffer grows; ops run in order on one stream, so one buffer serves them all). */
-void *gpu_workspace(size_t bytes);
+/* Device memory of at least `bytes` for an op's temporary values, valid until the next call. The
+ * instance's prepare allocates what the planned shapes need; a larger request (a test calling ops
+ * on other shapes) grows it. */
+void *gpu_workspace(gpu_ctx *g, size_t bytes);
 
 /* Blocks for a grid-stride loop over n elements with `threads` per block. */
 static inline unsigned gpu_blocks(size_t n, int threads) {
@@ -68,6 +74,43 @@ static inline unsigned gpu_blocks(size_t n, int threads) {
   if (b > 65536) b = 65536;
   return b ? (unsigned)b : 1u;
 }
+
+/* ---- storage types ------------------------------------------------------------------------------- */
+
+/* Activations are stored as S = float, __nv_bfloat16 or __half (be->storage); kernels load them
+ * into fp32 (ld), compute in fp32 and round once on store (st<S>, to nearest even). */
+__device__ __forceinline__ float ld(float x) { return x; }
+__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
+template <typename S>
+__device__ __forceinline__ S st(float x);
+template <>
+__device__ __forceinline__ float st<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half st<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+/* Run STMT with S the element type of storage type t: GPU_STORAGE(t, kernel<S><<<...>>>(...)). */
+#define GPU_STORAGE(t, ...)                                                                                            \
+  do {                                                                                                                 \
+    if ((t) == BACKEND_BF16) {                                                                                         \
+      typedef __nv_bfloat16 S;                                                                                         \
+      __VA_ARGS__;                                                                                                     \
+    } else if ((t) == BACKEND_FP16) {                                                                                  \
+      typedef __half S;                                                                                                \
+      __VA_ARGS__;                                                                                                     \
+    } else {                                                                                                           \
+      typedef float S;                                                                                                 \
+      __VA_ARGS__;                                                                                                     \
+    }                                                                                                                  \
+  } while (0)
 
 /* ---- warp reductions ------------------------------------------------------------------------- */
 
@@ -84,34 +127,45 @@ __device__ __forceinline__ float gpu_warp_max(float x) {
 
 /* ---- the ops (one file per kind, as in cpu/) ---------------------------------------------------- */
 
-/* gpu_ops.cu */
-void gpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
-void gpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
-void gpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
-                       int C, float eps);
-void gpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                       const float *mean, const float *rstd, int N, int C);
-void gpu_gelu_fwd(float *out, const float *inp, size_t n);
-void gpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
-void gpu_residual_fwd(float *out, const float *a, const float *b, size_t n);
-void gpu_accumulate(float *dst, const float *src, size_t n);
-void gpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale);
-void gpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
-double gpu_sumsq(const float *x, size_t n);
+/* gpu_ops.cu: S arrays (void *) are in storage type t */
+void gpu_embed_fwd(backend_dtype t, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C);
+void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C);
+void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                       const void *b, int N, int C, float eps);
+void gpu_layernorm_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
+                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C);
+void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n);
+void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n);
+void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);
+void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n);
+void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale);
+/* AdamW on the fp32 master p; pc (n, storage type t) receives the rounded update unless NULL */
+void gpu_adamw(backend_dtype t, float *p, void *pc, const float *g, float *m, float *v, size_t n,
+               const backend_adamw_args *a);
+size_t gpu_sumsq_workspace(void);
+double gpu_sumsq(gpu_ctx *g, const float *x, size_t n);
+/* dst (n, type t) = src (fp32) rounded; dst (fp32) = src (n, type t) */
+void gpu_to_storage(backend_dtype t, void *dst, const float *src, size_t n);
+void gpu_to_fp32(backend_dtype t, float *dst, const void *src, size_t n);
 
-/* gpu_matmul.cu */
-void gpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M);
-void gpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N,
-                    int K, int M);
+/* gpu_matmul.cu: activations and weights in storage type t, weight and bias gradients fp32 */
+void gpu_matmul_fwd(const gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias,
+                    int N, int K, int M);
+void gpu_matmul_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
+                    const void *inp, const void *w, int N, int K, int M);
 /* C (m,n column-major, ldc) = alpha op(A) op(B) + beta C in fp32 storage at the GEMM precision. */
-void gpu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc);
+void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 /* gpu_attention.cu */
 size_t gpu_attention_scratch(int T);
-void gpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H, int window,
-                       float scale);
-void gpu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                       float *scratch, int B, int T, int C, int H, int window, float scale);
+size_t gpu_attention_workspace(int B, int T, int H);
+void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
+                       int window, float scale);
+void gpu_attention_bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse,
+                       const float *qkv, float *scratch, int B, int T, int C, int H, int window, float scale);
+
+/* gpu_mpi.c (C, compiled with MPI): whether the MPI library moves CUDA device memory itself. */
+extern "C" int gpu_mpi_direct(const backend *be, const char **how);
 
 #endif

@@ -332,6 +332,9 @@ enum { TC_WARPS = 4, TC_ROWS = 16 * TC_WARPS, TC_TILE = 64 };
 #else
 #define TC_ARCH_OK 1
 #endif
+/* the parameters of a kernel whose body is compiled out for this architecture */
+template <typename... A>
+__device__ __forceinline__ void tc_unused(const A &...) {}
 
 /* Byte offsets into a tensor-core kernel's dynamic shared memory: NT tiles (TC_ROWS, pitch) of E,
  * the index matrix Ms (16 x 16 floats), NV floats of per-row values, then WF floats and WE
@@ -493,6 +496,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   }
   __syncwarp();
   store_acc(out + (size_t)b * T * C + (size_t)h * hs, C, i0 + warp * 16, T, hs, o, Ms, Rs, 1.0f);
+#else
+  tc_unused(out, lse, qkv, T, C, H, window, scale);
 #endif
 }
 
@@ -564,6 +569,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     }
   }
   store_acc(dqkv + (size_t)b * T * C3 + (size_t)h * hs, C3, i0 + warp * 16, T, hs, dq, Ms, NULL, scale);
+#else
+  tc_unused(dqkv, Dg, dout, out, lse, qkv, T, C, H, window, scale);
 #endif
 }
 
@@ -639,6 +646,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *dkv = dqkv + (size_t)b * T * C3 + C + (size_t)h * hs;
   store_acc(dkv, C3, j0 + warp * 16, T, hs, dk, Ms, NULL, scale);
   store_acc(dkv + C, C3, j0 + warp * 16, T, hs, dv, Ms, NULL, 1.0f);
+#else
+  tc_unused(dqkv, Dg, dout, lse, qkv, T, C, H, window, scale);
 #endif
 }
 
@@ -652,37 +661,39 @@ static size_t dkdv_smem(int hp) {
 
 /* Allow `kernel` the dynamic shared memory it needs (above 48 KiB needs the opt-in). */
 template <typename K>
-static void allow_smem(K kernel, size_t bytes) {
-  if (bytes > (size_t)gpu.prop.sharedMemPerBlockOptin)
+static void allow_smem(const gpu_ctx *g, K kernel, size_t bytes) {
+  if (bytes > (size_t)g->prop.sharedMemPerBlockOptin)
     UTIL_FATAL("use more heads (a smaller head size n_embd / n_head)",
                "CUDA attention: %zu bytes of shared memory per block exceed this GPU's %zu", bytes,
-               (size_t)gpu.prop.sharedMemPerBlockOptin);
+               (size_t)g->prop.sharedMemPerBlockOptin);
   GPU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 size_t gpu_attention_scratch(int T) {
   (void)T;
-  return 0; /* the kernels keep their tiles in shared memory; D (B,H,T) goes to gpu_workspace */
+  return 0; /* the kernels keep their tiles in shared memory; D (B,H,T) goes to the workspace */
 }
 
+size_t gpu_attention_workspace(int B, int T, int H) { return (size_t)B * H * T * sizeof(float); }
+
 template <int NV>
-static void fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int H, int window, float scale) {
+static void fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, int B, int T, int C, int H, int window, float scale) {
   dim3 grid((T + ATT_ROWS - 1) / ATT_ROWS, H, B);
   size_t smem = fwd_smem(32 * NV);
   static bool ready = false; /* the opt-in is set once per kernel */
-  if (!ready) allow_smem(att_fwd_kernel<NV>, smem), ready = true;
+  if (!ready) allow_smem(g, att_fwd_kernel<NV>, smem), ready = true;
   att_fwd_kernel<NV><<<grid, 32 * ATT_WARPS, smem>>>(out, lse, qkv, T, C, H, window, scale);
   GPU_LAUNCHED();
 }
 
 template <int NV>
-static void bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv, int B, int T,
+static void bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv, int B, int T,
                 int C, int H, int window, float scale) {
   dim3 grid((T + ATT_ROWS - 1) / ATT_ROWS, H, B);
-  float *D = (float *)gpu_workspace((size_t)B * H * T * sizeof(float)); /* (B,H,T) */
+  float *D = (float *)gpu_workspace(g, gpu_attention_workspace(B, T, H)); /* (B,H,T) */
   size_t s1 = dq_smem(32 * NV), s2 = dkdv_smem(32 * NV);
   static bool ready = false;
-  if (!ready) allow_smem(att_bwd_dq_kernel<NV>, s1), allow_smem(att_bwd_dkdv_kernel<NV>, s2), ready = true;
+  if (!ready) allow_smem(g, att_bwd_dq_kernel<NV>, s1), allow_smem(g, att_bwd_dkdv_kernel<NV>, s2), ready = true;
   att_bwd_dq_kernel<NV><<<grid, 32 * ATT_WARPS, s1>>>(dqkv, D, dout, out, lse, qkv, T, C, H, window, scale);
   GPU_LAUNCHED();
   att_bwd_dkdv_kernel<NV><<<grid, 32 * ATT_WARPS, s2>>>(dqkv, D, dout, lse, qkv, T, C, H, window, scale);
@@ -690,23 +701,23 @@ static void bwd(float *dqkv, const float *dout, const float *out, const float *l
 }
 
 template <typename E, int HP>
-static void fwd_tc(float *out, float *lse, const float *qkv, int B, int T, int C, int H, int window, float scale) {
+static void fwd_tc(gpu_ctx *g, float *out, float *lse, const float *qkv, int B, int T, int C, int H, int window, float scale) {
   dim3 grid((T + TC_ROWS - 1) / TC_ROWS, H, B);
   size_t smem = fwd_tc_smem<E, HP>::bytes;
   static bool ready = false;
-  if (!ready) allow_smem(att_fwd_tc_kernel<E, HP>, smem), ready = true;
+  if (!ready) allow_smem(g, att_fwd_tc_kernel<E, HP>, smem), ready = true;
   att_fwd_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, smem>>>(out, lse, qkv, T, C, H, window, scale);
   GPU_LAUNCHED();
 }
 
 template <typename E, int HP>
-static void bwd_tc(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv, int B, int T,
+static void bwd_tc(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv, int B, int T,
                    int C, int H, int window, float scale) {
   dim3 grid((T + TC_ROWS - 1) / TC_ROWS, H, B);
-  float *D = (float *)gpu_workspace((size_t)B * H * T * sizeof(float)); /* (B,H,T) */
+  float *D = (float *)gpu_workspace(g, gpu_attention_workspace(B, T, H)); /* (B,H,T) */
   size_t s1 = dq_tc_smem<E, HP>::bytes, s2 = dkdv_tc_smem<E, HP>::bytes;
   static bool ready = false;
-  if (!ready) allow_smem(att_bwd_dq_tc_kernel<E, HP>, s1), allow_smem(att_bwd_dkdv_tc_kernel<E, HP>, s2), ready = true;
+  if (!ready) allow_smem(g, att_bwd_dq_tc_kernel<E, HP>, s1), allow_smem(g, att_bwd_dkdv_tc_kernel<E, HP>, s2), ready = true;
   att_bwd_dq_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, s1>>>(dqkv, D, dout, out, lse, qkv, T, C, H, window, scale);
   GPU_LAUNCHED();
   att_bwd_dkdv_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, s2>>>(dqkv, D, dout, lse, qkv, T, C, H, window, scale);
@@ -716,10 +727,10 @@ static void bwd_tc(float *dqkv, const float *dout, const float *out, const float
 /* Which kernels take a call: the tensor-core ones at bf16 and fp16 precision for head sizes 33..128
  * (zero-padded to 64 or 128) on compute capability 8.0 and newer; the fp32 ones otherwise. */
 enum tc_kind { TC_NONE, TC_BF16, TC_FP16 };
-static tc_kind tc_choice(int hs) {
-  if (hs <= 32 || hs > 128 || gpu.prop.major < 8) return TC_NONE;
-  if (strcmp(gpu.precision, "bf16") == 0) return TC_BF16;
-  return strcmp(gpu.precision, "fp16") == 0 ? TC_FP16 : TC_NONE;
+static tc_kind tc_choice(const gpu_ctx *g, int hs) {
+  if (hs <= 32 || hs > 128 || g->prop.major < 8) return TC_NONE;
+  if (strcmp(g->precision, "bf16") == 0) return TC_BF16;
+  return strcmp(g->precision, "fp16") == 0 ? TC_FP16 : TC_NONE;
 }
 
 static void check_shape(int B, int T, int C, int H) {
@@ -730,48 +741,48 @@ static void check_shape(int B, int T, int C, int H) {
   (void)T;
 }
 
-void gpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H, int window,
+void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H, int window,
                        float scale) {
   (void)scratch;
   check_shape(B, T, C, H);
   int hs = C / H;
-  switch (tc_choice(hs)) {
+  switch (tc_choice(g, hs)) {
   case TC_BF16:
-    if (hs <= 64) fwd_tc<__nv_bfloat16, 64>(out, lse, qkv, B, T, C, H, window, scale);
-    else fwd_tc<__nv_bfloat16, 128>(out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) fwd_tc<__nv_bfloat16, 64>(g, out, lse, qkv, B, T, C, H, window, scale);
+    else fwd_tc<__nv_bfloat16, 128>(g, out, lse, qkv, B, T, C, H, window, scale);
     return;
   case TC_FP16:
-    if (hs <= 64) fwd_tc<__half, 64>(out, lse, qkv, B, T, C, H, window, scale);
-    else fwd_tc<__half, 128>(out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) fwd_tc<__half, 64>(g, out, lse, qkv, B, T, C, H, window, scale);
+    else fwd_tc<__half, 128>(g, out, lse, qkv, B, T, C, H, window, scale);
     return;
   case TC_NONE:
     break;
   }
-  if (hs <= 32) fwd<1>(out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 64) fwd<2>(out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 128) fwd<4>(out, lse, qkv, B, T, C, H, window, scale);
-  else fwd<8>(out, lse, qkv, B, T, C, H, window, scale);
+  if (hs <= 32) fwd<1>(g, out, lse, qkv, B, T, C, H, window, scale);
+  else if (hs <= 64) fwd<2>(g, out, lse, qkv, B, T, C, H, window, scale);
+  else if (hs <= 128) fwd<4>(g, out, lse, qkv, B, T, C, H, window, scale);
+  else fwd<8>(g, out, lse, qkv, B, T, C, H, window, scale);
 }
 
-void gpu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+void gpu_attention_bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
                        float *scratch, int B, int T, int C, int H, int window, float scale) {
   (void)scratch;
   check_shape(B, T, C, H);
   int hs = C / H;
-  switch (tc_choice(hs)) {
+  switch (tc_choice(g, hs)) {
   case TC_BF16:
-    if (hs <= 64) bwd_tc<__nv_bfloat16, 64>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-    else bwd_tc<__nv_bfloat16, 128>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) bwd_tc<__nv_bfloat16, 64>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+    else bwd_tc<__nv_bfloat16, 128>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
     return;
   case TC_FP16:
-    if (hs <= 64) bwd_tc<__half, 64>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-    else bwd_tc<__half, 128>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) bwd_tc<__half, 64>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+    else bwd_tc<__half, 128>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
     return;
   case TC_NONE:
     break;
   }
-  if (hs <= 32) bwd<1>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 64) bwd<2>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 128) bwd<4>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-  else bwd<8>(dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+  if (hs <= 32) bwd<1>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+  else if (hs <= 64) bwd<2>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+  else if (hs <= 128) bwd<4>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+  else bwd<8>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
 }

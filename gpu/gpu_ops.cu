@@ -1,5 +1,7 @@
-/* gpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy, AdamW and the sum of
- * squares on the device; the formulas are cpu/cpu_ops.c's. */
+/* gpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy, AdamW, the sum of
+ * squares and the storage conversions on the device; the formulas are cpu/cpu_ops.c's. Every
+ * kernel that touches activations is a template on their storage type S (gpu.h: ld, st): fp32
+ * arithmetic, one rounding on store. */
 #include "gpu.h"
 
 #include <math.h>
@@ -7,44 +9,48 @@
 /* ---- embedding ------------------------------------------------------------------------------- */
 
 /* out (B,T,C) = wte[tok[b,t]] + wpe[t] */
-__global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int T, int C,
-                                 size_t n) {
+template <typename S>
+__global__ void embed_fwd_kernel(S *out, const int32_t *tok, const S *wte, const S *wpe, int T, int C, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     size_t row = i / (size_t)C; /* b*T + t */
     int c = (int)(i % (size_t)C), t = (int)(row % (size_t)T);
-    out[i] = wte[(size_t)tok[row] * C + c] + wpe[(size_t)t * C + c];
+    out[i] = st<S>(ld(wte[(size_t)tok[row] * C + c]) + ld(wpe[(size_t)t * C + c]));
   }
 }
 
 /* dwte[tok[b,t]] += dout[b,t]: rows of repeated tokens collide, hence atomicAdd */
-__global__ void embed_bwd_wte_kernel(float *dwte, const float *dout, const int32_t *tok, int C, size_t n) {
+template <typename S>
+__global__ void embed_bwd_wte_kernel(float *dwte, const S *dout, const int32_t *tok, int C, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     size_t row = i / (size_t)C;
-    atomicAdd(&dwte[(size_t)tok[row] * C + i % (size_t)C], dout[i]);
+    atomicAdd(&dwte[(size_t)tok[row] * C + i % (size_t)C], ld(dout[i]));
   }
 }
 
 /* dwpe[t] += sum_b dout[b,t]: one thread per (t,c), summing over b in order */
-__global__ void embed_bwd_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+template <typename S>
+__global__ void embed_bwd_wpe_kernel(float *dwpe, const S *dout, int B, int T, int C) {
   size_t n = (size_t)T * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float s = 0.0f;
-    for (int b = 0; b < B; b++) s += dout[(size_t)b * n + i];
+    for (int b = 0; b < B; b++) s += ld(dout[(size_t)b * n + i]);
     dwpe[i] += s;
   }
 }
 
-void gpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+void gpu_embed_fwd(backend_dtype t, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T,
+                   int C) {
   size_t n = (size_t)B * T * C;
-  embed_fwd_kernel<<<gpu_blocks(n, 256), 256>>>(out, tok, wte, wpe, T, C, n);
+  GPU_STORAGE(t, embed_fwd_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)out, tok, (const S *)wte, (const S *)wpe, T, C, n));
   GPU_LAUNCHED();
 }
 
-void gpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
+void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T,
+                   int C) {
   size_t n = (size_t)B * T * C;
-  embed_bwd_wte_kernel<<<gpu_blocks(n, 256), 256>>>(dwte, dout, tok, C, n);
+  GPU_STORAGE(t, embed_bwd_wte_kernel<S><<<gpu_blocks(n, 256), 256>>>(dwte, (const S *)dout, tok, C, n));
   GPU_LAUNCHED();
-  embed_bwd_wpe_kernel<<<gpu_blocks((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
+  GPU_STORAGE(t, embed_bwd_wpe_kernel<S><<<gpu_blocks((size_t)T * C, 256), 256>>>(dwpe, (const S *)dout, B, T, C));
   GPU_LAUNCHED();
 }
 
@@ -53,26 +59,28 @@ void gpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *t
 enum { LN_WARPS = 8, LN_SMEM_MAX_C = 4096 };
 
 /* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) */
-__global__ void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                     const float *b, int N, int C, float eps) {
+template <typename S>
+__global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, const S *inp, const S *w, const S *b, int N, int C,
+                                     float eps) {
   int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float *x = inp + (size_t)row * C;
-  float *o = out + (size_t)row * C;
+  const S *x = inp + (size_t)row * C;
+  S *o = out + (size_t)row * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane; c < C; c += 32) s += ld(x[c]);
   float m = gpu_warp_sum(s) / (float)C;
   float v = 0.0f; /* two passes over the row, as on the CPU */
-  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  for (int c = lane; c < C; c += 32) v += (ld(x[c]) - m) * (ld(x[c]) - m);
   float r = 1.0f / sqrtf(gpu_warp_sum(v) / (float)C + eps);
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  for (int c = lane; c < C; c += 32) o[c] = st<S>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
 /* dinp (N,C) +=; dw, db (C) += summed over the rows. Each block strides over rows with its warps and
  * gathers its dw, db in shared memory (when C fits) before one atomicAdd per element and block. */
-__global__ void layernorm_bwd_kernel(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                     const float *w, const float *mean, const float *rstd, int N, int C, int shared) {
+template <typename S>
+__global__ void layernorm_bwd_kernel(S *dinp, float *dw, float *db, const S *dout, const S *inp, const S *w,
+                                     const float *mean, const float *rstd, int N, int C, int shared) {
   extern __shared__ float acc[]; /* (2C) when shared: dw then db */
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float *adw = shared ? acc : dw, *adb = shared ? acc + C : db;
@@ -81,22 +89,22 @@ __global__ void layernorm_bwd_kernel(float *dinp, float *dw, float *db, const fl
     __syncthreads();
   }
   for (int row = blockIdx.x * LN_WARPS + warp; row < N; row += gridDim.x * LN_WARPS) {
-    const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C;
+    const S *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    S *dx = dinp + (size_t)row * C;
     float m = mean[row], r = rstd[row];
     float s1 = 0.0f, s2 = 0.0f; /* sums of dnorm and dnorm * norm, with dnorm = dout * w */
     for (int c = lane; c < C; c += 32) {
-      float n = (x[c] - m) * r, dn = d[c] * w[c];
+      float n = (ld(x[c]) - m) * r, dn = ld(d[c]) * ld(w[c]);
       s1 += dn;
       s2 += dn * n;
     }
     s1 = gpu_warp_sum(s1) / (float)C;
     s2 = gpu_warp_sum(s2) / (float)C;
     for (int c = lane; c < C; c += 32) {
-      float n = (x[c] - m) * r, dn = d[c] * w[c];
-      dx[c] += (dn - s1 - n * s2) * r;
-      atomicAdd(&adw[c], d[c] * n);
-      atomicAdd(&adb[c], d[c]);
+      float n = (ld(x[c]) - m) * r, dc = ld(d[c]), dn = dc * ld(w[c]);
+      dx[c] = st<S>(ld(dx[c]) + (dn - s1 - n * s2) * r);
+      atomicAdd(&adw[c], dc * n);
+      atomicAdd(&adb[c], dc);
     }
   }
   if (shared) {
@@ -108,20 +116,23 @@ __global__ void layernorm_bwd_kernel(float *dinp, float *dw, float *db, const fl
   }
 }
 
-void gpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
-                       int C, float eps) {
-  layernorm_fwd_kernel<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(out, mean, rstd, inp, w, b, N, C, eps);
+void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, const void *inp, const void *w,
+                       const void *b, int N, int C, float eps) {
+  GPU_STORAGE(t, layernorm_fwd_kernel<S><<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(
+                     (S *)out, mean, rstd, (const S *)inp, (const S *)w, (const S *)b, N, C, eps));
   GPU_LAUNCHED();
 }
 
-void gpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                       const float *mean, const float *rstd, int N, int C) {
+void gpu_layernorm_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
+                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
   int shared = C <= LN_SMEM_MAX_C;
   /* a few blocks per multiprocessor: enough to fill the GPU, few shared-memory flushes */
-  int blocks = (N + LN_WARPS - 1) / LN_WARPS, most = 4 * gpu.prop.multiProcessorCount;
+  int blocks = (N + LN_WARPS - 1) / LN_WARPS, most = 4 * g->prop.multiProcessorCount;
   if (blocks > most) blocks = most;
   size_t smem = shared ? 2 * (size_t)C * sizeof(float) : 0;
-  layernorm_bwd_kernel<<<blocks, 32 * LN_WARPS, smem>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, shared);
+  GPU_STORAGE(t, layernorm_bwd_kernel<S><<<blocks, 32 * LN_WARPS, smem>>>((S *)dinp, dw, db, (const S *)dout,
+                                                                         (const S *)inp, (const S *)w, mean, rstd, N,
+                                                                         C, shared));
   GPU_LAUNCHED();
 }
 
@@ -130,50 +141,73 @@ void gpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, con
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-__global__ void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
+template <typename S>
+__global__ void gelu_fwd_kernel(S *out, const S *inp, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_S * (x + GELU_A * x * x * x)));
+    float x = ld(inp[i]);
+    out[i] = st<S>(0.5f * x * (1.0f + tanhf(GELU_S * (x + GELU_A * x * x * x))));
   }
 }
 
 /* dinp may alias dout: each element is read before it is written, by the same thread */
-__global__ void gelu_bwd_kernel(float *dinp, const float *dout, const float *inp, size_t n) {
+template <typename S>
+__global__ void gelu_bwd_kernel(S *dinp, const S *dout, const S *inp, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float x = inp[i];
+    float x = ld(inp[i]);
     float t = tanhf(GELU_S * (x + GELU_A * x * x * x));
     float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
-    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    dinp[i] = st<S>(ld(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du));
   }
 }
 
-__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n) {
+template <typename S>
+__global__ void residual_kernel(S *out, const S *a, const S *b, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = a[i] + b[i];
+    out[i] = st<S>(ld(a[i]) + ld(b[i]));
 }
 
-__global__ void accumulate_kernel(float *dst, const float *src, size_t n) {
+template <typename S>
+__global__ void accumulate_kernel(S *dst, const S *src, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    dst[i] += src[i];
+    dst[i] = st<S>(ld(dst[i]) + ld(src[i]));
 }
 
-void gpu_gelu_fwd(float *out, const float *inp, size_t n) {
-  gelu_fwd_kernel<<<gpu_blocks(n, 256), 256>>>(out, inp, n);
+/* dst (n) = src (n), converted: fp32 <-> the storage type */
+template <typename D, typename E>
+__global__ void convert_kernel(D *dst, const E *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = st<D>(ld(src[i]));
+}
+
+void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n) {
+  GPU_STORAGE(t, gelu_fwd_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)out, (const S *)inp, n));
   GPU_LAUNCHED();
 }
 
-void gpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n) {
-  gelu_bwd_kernel<<<gpu_blocks(n, 256), 256>>>(dinp, dout, inp, n);
+void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n) {
+  GPU_STORAGE(t, gelu_bwd_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)dinp, (const S *)dout, (const S *)inp, n));
   GPU_LAUNCHED();
 }
 
-void gpu_residual_fwd(float *out, const float *a, const float *b, size_t n) {
-  residual_kernel<<<gpu_blocks(n, 256), 256>>>(out, a, b, n);
+void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n) {
+  GPU_STORAGE(t, residual_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)out, (const S *)a, (const S *)b, n));
   GPU_LAUNCHED();
 }
 
-void gpu_accumulate(float *dst, const float *src, size_t n) {
-  accumulate_kernel<<<gpu_blocks(n, 256), 256>>>(dst, src, n);
+void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n) {
+  GPU_STORAGE(t, accumulate_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)dst, (const S *)src, n));
+  GPU_LAUNCHED();
+}
+
+void gpu_to_storage(backend_dtype t, void *dst, const float *src, size_t n) {
+  if (n == 0) return;
+  GPU_STORAGE(t, convert_kernel<S, float><<<gpu_blocks(n, 256), 256>>>((S *)dst, src, n));
+  GPU_LAUNCHED();
+}
+
+void gpu_to_fp32(backend_dtype t, float *dst, const void *src, size_t n) {
+  if (n == 0) return;
+  GPU_STORAGE(t, convert_kernel<float, S><<<gpu_blocks(n, 256), 256>>>(dst, (const S *)src, n));
   GPU_LAUNCHED();
 }
 
@@ -192,15 +226,16 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
 /* losses (N) = logsumexp(logits[i]) - logits[i, targets[i]]; with dscale != 0 the logits (N,V)
  * become dscale * (softmax - onehot(target)). One pass finds the row's maximum and sum together
  * (online softmax); a second writes the gradient. */
-__global__ void xent_kernel(float *losses, float *logits, const int32_t *targets, int V, float dscale) {
+template <typename S>
+__global__ void xent_kernel(float *losses, S *logits, const int32_t *targets, int V, float dscale) {
   __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
   __shared__ float row_m, row_s;
-  float *x = logits + (size_t)blockIdx.x * V;
+  S *x = logits + (size_t)blockIdx.x * V;
   const int tgt = targets[blockIdx.x];
-  const float xt = x[tgt]; /* read before any thread overwrites the row */
+  const float xt = ld(x[tgt]); /* read before any thread overwrites the row */
   float m = -INFINITY, s = 0.0f;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    float xv = x[v];
+    float xv = ld(x[v]);
     if (xv > m) {
       s = s * expf(m - xv) + 1.0f;
       m = xv;
@@ -216,29 +251,30 @@ __global__ void xent_kernel(float *losses, float *logits, const int32_t *targets
   if (lane == 0) sm[warp] = m, ss[warp] = s;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float M = sm[0], S = ss[0];
-    for (int w = 1; w < (int)blockDim.x / 32; w++) lse_merge(M, S, sm[w], ss[w]);
+    float M = sm[0], sum = ss[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) lse_merge(M, sum, sm[w], ss[w]);
     row_m = M;
-    row_s = S;
-    losses[blockIdx.x] = M + logf(S) - xt;
+    row_s = sum;
+    losses[blockIdx.x] = M + logf(sum) - xt;
   }
   __syncthreads();
   if (dscale != 0.0f) {
     const float M = row_m, k = dscale / row_s;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) x[v] = expf(x[v] - M) * k - (v == tgt ? dscale : 0.0f);
+    for (int v = threadIdx.x; v < V; v += blockDim.x) x[v] = st<S>(expf(ld(x[v]) - M) * k - (v == tgt ? dscale : 0.0f));
   }
 }
 
-void gpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale) {
+void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale) {
   if (N <= 0) return;
-  xent_kernel<<<N, XENT_THREADS>>>(losses, logits, targets, V, dscale);
+  GPU_STORAGE(t, xent_kernel<S><<<N, XENT_THREADS>>>(losses, (S *)logits, targets, V, dscale));
   GPU_LAUNCHED();
 }
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
 /* PyTorch's AdamW, as cpu_adamw: the bias corrections come from the host in float */
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float gs,
+template <typename S>
+__global__ void adamw_kernel(float *p, S *pc, const float *g, float *m, float *v, size_t n, float b1, float b2, float gs,
                              float step_size, float rbc2, float decay, float eps) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i] * gs;
@@ -246,17 +282,21 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * rbc2 + eps);
+    float pi = p[i] * decay - step_size * mi / (sqrtf(vi) * rbc2 + eps);
+    p[i] = pi;
+    if (pc) pc[i] = st<S>(pi); /* the compute copy, rounded from the updated master */
   }
 }
 
-void gpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a) {
+void gpu_adamw(backend_dtype t, float *p, void *pc, const float *g, float *m, float *v, size_t n,
+               const backend_adamw_args *a) {
   if (n == 0) return;
   const float b1 = a->beta1, b2 = a->beta2;
   const float bc1 = 1.0f - powf(b1, (float)a->step), bc2 = 1.0f - powf(b2, (float)a->step);
   const float step_size = a->lr / bc1, rbc2 = 1.0f / sqrtf(bc2);
   const float decay = 1.0f - a->lr * a->weight_decay;
-  adamw_kernel<<<gpu_blocks(n, 256), 256>>>(p, g, m, v, n, b1, b2, a->grad_scale, step_size, rbc2, decay, a->eps);
+  GPU_STORAGE(t, adamw_kernel<S><<<gpu_blocks(n, 256), 256>>>(p, (S *)pc, g, m, v, n, b1, b2, a->grad_scale, step_size,
+                                                              rbc2, decay, a->eps));
   GPU_LAUNCHED();
 }
 
@@ -280,11 +320,13 @@ __global__ void sumsq_kernel(double *part, const float *x, size_t n) {
   }
 }
 
-double gpu_sumsq(const float *x, size_t n) {
+size_t gpu_sumsq_workspace(void) { return SUMSQ_BLOCKS * sizeof(double); }
+
+double gpu_sumsq(gpu_ctx *g, const float *x, size_t n) {
   if (n == 0) return 0.0;
   unsigned blocks = gpu_blocks(n, SUMSQ_THREADS);
   if (blocks > SUMSQ_BLOCKS) blocks = SUMSQ_BLOCKS;
-  double *part = (double *)gpu_workspace(SUMSQ_BLOCKS * sizeof(double)), host[SUMSQ_BLOCKS];
+  double *part = (double *)gpu_workspace(g, gpu_sumsq_workspace()), host[SUMSQ_BLOCKS];
   sumsq_kernel<<<blocks, SUMSQ_THREADS>>>(part, x, n);
   GPU_LAUNCHED();
   GPU_CHECK(cudaMemcpy(host, part, blocks * sizeof(double), cudaMemcpyDeviceToHost));

@@ -243,6 +243,8 @@ static int run_tasks(program *p) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, rc ? outcome : NULL);
     err_free(&p->errs);
   }
+  backend_close(p->be);
+  p->be = NULL;
   return rc;
 }
 
@@ -258,7 +260,11 @@ int main(int argc, char **argv) {
   if (rc < 0) {
     make_header(&p, argc, argv);
     if (p.a.dry_run) {
-      if (p.rank == 0) dry_run(p.cfg, backends_plan(p.cfg), p.header, p.a.ranks > 0 ? p.a.ranks : p.size);
+      if (p.rank == 0) {
+        const backend *be = backends_plan(p.cfg);
+        dry_run(p.cfg, be, p.header, p.a.ranks > 0 ? p.a.ranks : p.size);
+        backend_close(be);
+      }
       rc = 0;
     } else {
       rc = run_tasks(&p);

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h" /* first: GREENLM_HAVE_CUDA decides what backend.h declares */
+#include "config.h"
 #include "model/backend.h"
 #include "deck/cfg.h"
 #include "model/gpt.h"
@@ -26,84 +26,60 @@
 
 /* ---- --profile: a backend table that times every op ------------------------------------------ */
 
+/* Slots: every op of the list, then the tied LM head's matmuls (M == vocab) apart, and zero. */
+enum { P_HEAD_F = BACKEND_NOPS, P_HEAD_B, P_ZERO, P_NOPS };
 static const backend *prof_inner;
-static int prof_vocab; /* matmuls with M == vocab are the tied LM head, reported apart */
-enum { P_EMBED_F, P_EMBED_B, P_LN_F, P_LN_B, P_MM_F, P_MM_B, P_HEAD_F, P_HEAD_B, P_ATT_F, P_ATT_B, P_GELU_F,
-       P_GELU_B, P_RES, P_ACC, P_XENT, P_ADAMW, P_SUMSQ, P_ZERO, P_NOPS };
-static const char *prof_name[P_NOPS] = {"embedding fwd", "embedding bwd", "layernorm fwd", "layernorm bwd",
-                                        "matmul fwd", "matmul bwd", "lm head matmul fwd", "lm head matmul bwd",
-                                        "attention fwd", "attention bwd", "gelu fwd", "gelu bwd", "residual",
-                                        "accumulate", "softmax+xent", "adamw", "sumsq", "zero"};
+static int prof_vocab;
 static double prof_t[P_NOPS];
 static long prof_n[P_NOPS];
-static double prof_start(void) { return util_now(); }
 static void prof_stop(int op, double t0) {
-  prof_inner->sync();
+  prof_inner->sync(prof_inner);
   prof_t[op] += util_now() - t0;
   prof_n[op]++;
 }
-#define PROF(op, call)                                                                             \
-  do {                                                                                             \
-    double t0_ = prof_start();                                                                     \
-    call;                                                                                          \
-    prof_stop(op, t0_);                                                                            \
-  } while (0)
+static const char *prof_name(int op) {
+  return op < BACKEND_NOPS ? backend_op_names[op] : op == P_HEAD_F ? "LM head fwd" : op == P_HEAD_B ? "LM head bwd" : "zero";
+}
 
-static void p_embed_fwd(float *o, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
-  PROF(P_EMBED_F, prof_inner->embed_fwd(o, tok, wte, wpe, B, T, C));
-}
-static void p_embed_bwd(float *dwte, float *dwpe, const float *d, const int32_t *tok, int B, int T, int C) {
-  PROF(P_EMBED_B, prof_inner->embed_bwd(dwte, dwpe, d, tok, B, T, C));
-}
-static void p_ln_fwd(float *o, float *m, float *r, const float *x, const float *w, const float *b, int N, int C,
-                     float eps) {
-  PROF(P_LN_F, prof_inner->layernorm_fwd(o, m, r, x, w, b, N, C, eps));
-}
-static void p_ln_bwd(float *dx, float *dw, float *db, const float *d, const float *x, const float *w, const float *m,
-                     const float *r, int N, int C) {
-  PROF(P_LN_B, prof_inner->layernorm_bwd(dx, dw, db, d, x, w, m, r, N, C));
-}
-static void p_mm_fwd(float *o, const float *x, const float *w, const float *b, int N, int K, int M) {
-  PROF(M == prof_vocab ? P_HEAD_F : P_MM_F, prof_inner->matmul_fwd(o, x, w, b, N, K, M));
-}
-static void p_mm_bwd(float *dx, float *dw, float *db, const float *d, const float *x, const float *w, int N, int K,
-                     int M) {
-  PROF(M == prof_vocab ? P_HEAD_B : P_MM_B, prof_inner->matmul_bwd(dx, dw, db, d, x, w, N, K, M));
-}
-static void p_att_fwd(float *o, float *lse, const float *qkv, float *s, int B, int T, int C, int H, int w, float sc) {
-  PROF(P_ATT_F, prof_inner->attention_fwd(o, lse, qkv, s, B, T, C, H, w, sc));
-}
-static void p_att_bwd(float *dqkv, const float *d, const float *o, const float *lse, const float *qkv, float *s, int B,
-                      int T, int C, int H, int w, float sc) {
-  PROF(P_ATT_B, prof_inner->attention_bwd(dqkv, d, o, lse, qkv, s, B, T, C, H, w, sc));
-}
-static void p_gelu_fwd(float *o, const float *x, size_t n) { PROF(P_GELU_F, prof_inner->gelu_fwd(o, x, n)); }
-static void p_gelu_bwd(float *dx, const float *d, const float *x, size_t n) {
-  PROF(P_GELU_B, prof_inner->gelu_bwd(dx, d, x, n));
-}
-static void p_res(float *o, const float *a, const float *b, size_t n) { PROF(P_RES, prof_inner->residual_fwd(o, a, b, n)); }
-static void p_acc(float *d, const float *s, size_t n) { PROF(P_ACC, prof_inner->accumulate(d, s, n)); }
-static void p_xent(float *l, float *x, const int32_t *t, int N, int V, float ds) {
-  PROF(P_XENT, prof_inner->xent_fwd_bwd(l, x, t, N, V, ds));
-}
-static void p_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a) {
-  PROF(P_ADAMW, prof_inner->adamw(p, g, m, v, n, a));
-}
-static double p_sumsq(const float *x, size_t n) {
-  double r;
-  PROF(P_SUMSQ, r = prof_inner->sumsq(x, n));
-  return r;
-}
-static void p_zero(void *p, size_t n) { PROF(P_ZERO, prof_inner->zero(p, n)); }
+/* prof_<op>: the inner op, synchronised and timed under its own name */
+#define PROF_WRAP(name, params, args)                                                                                    static void prof_##name params {                                                                                         (void)be;                                                                                                              double t0 = util_now();                                                                                                BACKEND_CALL(prof_inner->name, prof_inner, args);                                                                      prof_stop(BACKEND_OP_##name, t0);                                                                                    }
+BACKEND_OPS(PROF_WRAP)
 
+static void prof_head_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M) {
+  if (M != prof_vocab) {
+    prof_matmul_fwd(be, o, x, w, b, N, K, M);
+    return;
+  }
+  double t0 = util_now();
+  prof_inner->matmul_fwd(prof_inner, o, x, w, b, N, K, M);
+  prof_stop(P_HEAD_F, t0);
+}
+static void prof_head_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x, const void *w,
+                          int N, int K, int M) {
+  if (M != prof_vocab) {
+    prof_matmul_bwd(be, dx, dw, db, d, x, w, N, K, M);
+    return;
+  }
+  double t0 = util_now();
+  prof_inner->matmul_bwd(prof_inner, dx, dw, db, d, x, w, N, K, M);
+  prof_stop(P_HEAD_B, t0);
+}
+static void prof_zero(const backend *be, void *p, size_t n) {
+  (void)be;
+  double t0 = util_now();
+  prof_inner->zero(prof_inner, p, n);
+  prof_stop(P_ZERO, t0);
+}
+
+#define PROF_SET(name, params, args) p.name = prof_##name;
+
+/* A copy of the table (same context) whose ops are timed. */
 static backend profiled(const backend *be, int vocab) {
   prof_inner = be;
   prof_vocab = vocab;
   backend p = *be;
-  p.embed_fwd = p_embed_fwd, p.embed_bwd = p_embed_bwd, p.layernorm_fwd = p_ln_fwd, p.layernorm_bwd = p_ln_bwd;
-  p.matmul_fwd = p_mm_fwd, p.matmul_bwd = p_mm_bwd, p.attention_fwd = p_att_fwd, p.attention_bwd = p_att_bwd;
-  p.gelu_fwd = p_gelu_fwd, p.gelu_bwd = p_gelu_bwd, p.residual_fwd = p_res, p.accumulate = p_acc;
-  p.xent_fwd_bwd = p_xent, p.adamw = p_adamw, p.sumsq = p_sumsq, p.zero = p_zero;
+  BACKEND_OPS(PROF_SET)
+  p.matmul_fwd = prof_head_fwd, p.matmul_bwd = prof_head_bwd, p.zero = prof_zero;
   return p;
 }
 
@@ -189,29 +165,28 @@ static int parse(int argc, char **argv, bench_args *a) {
     fprintf(stderr, "greenlm-bench: error: --embd %d is not divisible by --heads %d\n", a->C, a->H);
     return 2;
   }
-  if (!strcmp(a->backend, "cpu") && strcmp(a->precision, "fp32") != 0) {
-    fprintf(stderr, "greenlm-bench: error: --precision %s needs --backend cuda (the CPU backend computes in fp32)\n",
-            a->precision);
-    return 2;
-  }
   return -1;
 }
 
-/* The backend asked for (CPU, or CUDA in a build that has it). Returns NULL after a message. */
+/* The backend asked for, on its first device. Returns NULL after a message. */
 static const backend *open_backend(const bench_args *a) {
-  if (strcmp(a->backend, "cuda") != 0) return backend_cpu();
-#ifdef GREENLM_HAVE_CUDA
-  char why[256];
-  if (gpu_device_count(why, sizeof why) == 0) {
-    fprintf(stderr, "greenlm-bench: error: --backend cuda: no usable GPU (%s)\n", why);
+  const char *build;
+  const backend_kind *k = backend_find_kind(a->backend, &build);
+  if (!k) {
+    fprintf(stderr, "greenlm-bench: error: --backend %s: %s\n", a->backend, build ? build : "no such backend");
     return NULL;
   }
-  gpu_open(0, a->precision);
-  return backend_cuda();
-#else
-  fprintf(stderr, "greenlm-bench: error: --backend cuda: this build has no CUDA backend (configure --with-cuda)\n");
-  return NULL;
-#endif
+  char why[256], names[64];
+  if (!(k->caps().precisions & backend_precision_bit(a->precision))) {
+    fprintf(stderr, "greenlm-bench: error: --precision %s: the %s backend computes at %s\n", a->precision, k->name,
+            backend_precision_names(k->caps().precisions, names, sizeof names));
+    return NULL;
+  }
+  if (k->devices && k->devices(why, sizeof why) == 0) {
+    fprintf(stderr, "greenlm-bench: error: --backend %s: no usable device (%s)\n", a->backend, why);
+    return NULL;
+  }
+  return k->open(0, a->precision);
 }
 
 /* The model of the command line, as a deck's &model would give it. */
@@ -251,14 +226,16 @@ static bench_times run_steps(const bench_args *a, const backend *be, gpt_model *
     gpt_set_batch(m, 0, x, y, a->B, a->T);
     gpt_forward(m, 0, a->B, a->T);
     bt.loss = gpt_loss(m, 0, a->B, a->T, 1.0f / (float)N) / N;
-    be->sync();
+    be->sync(be);
     double t1 = util_now();
     gpt_backward(m, 0, a->B, a->T, NULL, NULL);
-    be->sync();
+    be->sync(be);
     double t2 = util_now();
-    double norm = sqrt(be->sumsq(m->grads, m->nparams));
+    double norm;
+    be->sumsq(be, &norm, m->grads, m->nparams);
+    norm = sqrt(norm);
     optim_adamw_step(&opt, m, &tc, step, tc.lr, optim_clip_scale(&tc, norm));
-    be->sync();
+    be->sync(be);
     double t3 = util_now();
     if (step >= a->warmup) {
       bt.fwd += (t1 - t0) / a->steps, bt.bwd += (t2 - t1) / a->steps, bt.opt += (t3 - t2) / a->steps;
@@ -296,7 +273,7 @@ static void report(const bench_args *a, const gpt_model *m, const bench_times *b
     printf("profile: time per step by op (%.1f ms of %.1f ms in ops)\n", 1e3 * total / a->steps, 1e3 * per);
     for (int i = 0; i < P_NOPS; i++)
       if (prof_n[i])
-        printf("  %-20s %9.2f ms %5.1f%%  (%ld calls)\n", prof_name[i], 1e3 * prof_t[i] / a->steps,
+        printf("  %-20s %9.2f ms %5.1f%%  (%ld calls)\n", prof_name(i), 1e3 * prof_t[i] / a->steps,
                100 * prof_t[i] / (per * a->steps), prof_n[i] / a->steps);
   }
   for (char *c = engine; *c; c++)
@@ -314,10 +291,10 @@ int main(int argc, char **argv) {
   if (rc >= 0) util_exit_all(rc);
   const backend *be = open_backend(&a);
   if (!be) util_exit_all(1);
-  be->set_threads(a.threads);
+  be->set_threads(be, a.threads);
   char engine[256];
-  be->describe(engine, sizeof engine);
-  double peak = a.peak > 0 ? a.peak : be->measure_gflops(a.peak_n, a.peak_seconds);
+  be->describe(be, engine, sizeof engine);
+  double peak = a.peak > 0 ? a.peak : be->measure_gflops(be, a.peak_n, a.peak_seconds);
   cfg_model mc;
   model_config(&a, &mc);
   gpt_shape s;
@@ -331,9 +308,10 @@ int main(int argc, char **argv) {
   bench_times bt = run_steps(&a, be, &m);
   /* the better of two peak measurements (before and after the steps): on a shared machine both
    * guard against a slow moment */
-  double peak2 = a.peak > 0 ? a.peak : be->measure_gflops(a.peak_n, a.peak_seconds);
+  double peak2 = a.peak > 0 ? a.peak : be->measure_gflops(be, a.peak_n, a.peak_seconds);
   report(&a, &m, &bt, peak2 > peak ? peak2 : peak, engine);
   gpt_free(&m);
   gpt_shape_free(&s);
+  backend_close(prof_inner);
   util_exit_all(0);
 }

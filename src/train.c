@@ -233,18 +233,18 @@ static int describe_job(train_job *j, err_list *errs) {
   if (be->placement) { /* this rank's GPU and its PCI bus id, in the topology lines */
     char dev[200];
     size_t o = strlen(bind);
-    util_snprintf(bind + o, sizeof bind - o, ", %s", be->placement(dev, sizeof dev));
+    util_snprintf(bind + o, sizeof bind - o, ", %s", be->placement(be, dev, sizeof dev));
   }
-  be->set_threads(cfg->system.blas_threads > 0 ? (int)cfg->system.blas_threads : cores);
-  be->describe(j->engine, sizeof j->engine);
+  be->set_threads(be, cfg->system.blas_threads > 0 ? (int)cfg->system.blas_threads : cores);
+  be->describe(be, j->engine, sizeof j->engine);
   print_topology(j, bind);
-  double my_peak = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(1024, 1.0);
+  double my_peak = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(be, 1024, 1.0);
   MPI_Allreduce(&my_peak, &j->peak_gflops, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   j->flops_per_token = gpt_flops_per_token(&t->shape, t->T);
   char ecsv[UTIL_PATH_MAX];
   util_snprintf(ecsv, sizeof ecsv, "%s/energy.csv", cfg->job.run_dir);
   j->energy_opened = 1; /* energy_close undoes a partial open too */
-  if (energy_open(&j->energy, &cfg->energy, MPI_COMM_WORLD, t->lay.node, j->machine.cores, be->bus_id ? be->bus_id() : NULL,
+  if (energy_open(&j->energy, &cfg->energy, MPI_COMM_WORLD, t->lay.node, j->machine.cores, be->bus_id ? be->bus_id(be) : NULL,
                   j->rank == 0 ? ecsv : NULL, j->resuming, errs) != 0)
     return 1;
   if (j->rank == 0) print_header(j);

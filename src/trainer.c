@@ -36,7 +36,7 @@ trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, con
   size_t n = gpt_part_params(&s, t.part);
   t.adam = optim_bytes(grad_own_params(n, lay, replica));
   t.exchange = grad_exchange_bytes(n, lay);
-  t.pipe = pipe_bytes(&s, t.part, B, T);
+  t.pipe = pipe_bytes(&s, t.part, B, T, backend_dtype_size(be->storage));
   t.total = t.model.total + t.adam + t.exchange + t.pipe;
   gpt_shape_free(&s);
   return t;
@@ -134,7 +134,7 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   if (ok > 0) { /* AdamW divides the loss scale out with the clipping factor */
     optim_adamw_step(&t->opt, &t->model, tc, step, info->lr, optim_clip_scale(tc, info->grad_norm) / scale);
     grad_gather_params(t->gx);
-    t->be->sync();
+    t->be->sync(t->be);
   }
   info->step_s = util_now() - t0;
   info->pipe = pipe_take_stats(&t->pipe);
@@ -161,7 +161,7 @@ float *trainer_gather_params(trainer *t, size_t *n) {
   if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
   int count = (int)(m->nparams - skip), P = t->lay.P;
   float *host = util_malloc((m->nparams - skip + 1) * sizeof(float), "parameter copy");
-  t->be->to_host(host, m->params + skip, (size_t)count * sizeof(float));
+  t->be->to_host(t->be, host, m->params + skip, (size_t)count * sizeof(float));
   int *counts = NULL, *displs = NULL;
   float *all = NULL;
   if (t->lay.stage == 0) {
@@ -190,6 +190,7 @@ int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err
 int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, err_list *errs) {
   ckpt_state cs = ckpt_view(t, 0, 0.0);
   int n = ckpt_read(&cs, path, st, errs);
+  if (n == 0) gpt_params_changed(&t->model, 0, t->model.nparams);
   /* fp16 continues with the saved loss scale; a checkpoint without scaling (1) keeps the deck's */
   if (n == 0 && t->scaler.enabled && cs.loss_scale != 1.0) t->scaler.scale = cs.loss_scale;
   *step = cs.step;

@@ -36,6 +36,20 @@ check "loss curves differ between identical runs" cmp -s "$out/a.loss" "$out/b.l
 check "samples differ between identical runs" cmp -s "$out/run-a/sample.txt" "$out/run-b/sample.txt"
 check "vocabularies differ between identical runs" cmp -s "$out/run-a/tok/vocab.bpe" "$out/run-b/tok/vocab.bpe"
 
+# bf16 and fp16 storage (activations and the parameters' compute copy in 16 bits) train as fp32
+# does: the validation loss within 0.02 nats
+for prec in bf16 fp16; do
+  deck "run-$prec"
+  greenlm --set "job.task='train'" --set "tokenizer.dir='$out/run-a/tok'" --set "data.train='$out/run-a/data/train.nc'" \
+    --set "data.val='$out/run-a/data/val.nc'" --set "system.precision='$prec'" "$out/run-$prec.nml" > "$out/$prec.out" 2>&1
+  check "$prec run failed: $(tail -n 5 "$out/$prec.out")" [ $? -eq 0 ]
+  v16=$(sed -n 's/.*"val_loss": \([0-9.eE+-]*\).*/\1/p' "$out/run-$prec/verdict.json")
+  check "$prec storage: validation loss $v16, fp32 $val: not within 0.02" \
+    awk -v a="$v16" -v b="$val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d < 0.02) }'
+  check "$prec: the run header does not name the storage" grep -q "$prec storage" "$out/$prec.out"
+  echo "golden deck at $prec storage: validation loss $v16 (fp32 $val)"
+done
+
 # the resolved deck is itself a valid deck
 greenlm --dry-run "$out/run-a/deck.resolved.nml" > "$out/resolved.out" 2>&1
 check "deck.resolved.nml does not pass --dry-run: $(tail -n 3 "$out/resolved.out")" [ $? -eq 0 ]

@@ -60,14 +60,14 @@ static int32_t *irand(size_t n, int below) {
 }
 /* A device copy of host memory. */
 static void *up(const void *h, size_t bytes) {
-  void *d = gpu->alloc(bytes);
-  gpu->to_device(d, h, bytes);
+  void *d = gpu->alloc(gpu, bytes);
+  gpu->to_device(gpu, d, h, bytes);
   return d;
 }
 /* Compare n floats of device memory d with the CPU result c. */
 static void cmp(const char *what, const float *d, const float *c, size_t n, double tol) {
   float *h = malloc((n ? n : 1) * sizeof(float));
-  gpu->to_host(h, d, n * sizeof(float));
+  gpu->to_host(gpu, h, d, n * sizeof(float));
   double e = t_rel_err(h, c, n);
   T_CHECK(e <= tol, "%s [%s]: relative error %.3g > %.1e", what, prec, e, tol);
   printf("  %-44s %-4s rel err %.2e (bound %.0e)\n", what, prec, e, tol);
@@ -95,19 +95,19 @@ static void test_embed(int B, int T, int C, int V) {
   int32_t *gtok = up(tok, N * sizeof(int32_t));
   float *gwte = up(wte, (size_t)V * C * 4), *gwpe = up(wpe, (size_t)T * C * 4), *gdout = up(dout, N * C * 4);
   float *gout = up(out, N * C * 4), *gdwte = up(dwte, (size_t)V * C * 4), *gdwpe = up(dwpe, (size_t)T * C * 4);
-  cpu->embed_fwd(out, tok, wte, wpe, B, T, C);
-  gpu->embed_fwd(gout, gtok, gwte, gwpe, B, T, C);
+  cpu->embed_fwd(cpu, out, tok, wte, wpe, B, T, C);
+  gpu->embed_fwd(gpu, gout, gtok, gwte, gwpe, B, T, C);
   snprintf(w, sizeof w, "embed fwd B=%d T=%d C=%d V=%d", B, T, C, V);
   cmp(w, gout, out, N * C, TOL);
-  cpu->embed_bwd(dwte, dwpe, dout, tok, B, T, C);
-  gpu->embed_bwd(gdwte, gdwpe, gdout, gtok, B, T, C);
+  cpu->embed_bwd(cpu, dwte, dwpe, dout, tok, B, T, C);
+  gpu->embed_bwd(gpu, gdwte, gdwpe, gdout, gtok, B, T, C);
   snprintf(w, sizeof w, "embed bwd dwte += B=%d T=%d C=%d V=%d", B, T, C, V);
   cmp(w, gdwte, dwte, (size_t)V * C, TOL);
   snprintf(w, sizeof w, "embed bwd dwpe += B=%d T=%d C=%d", B, T, C);
   cmp(w, gdwpe, dwpe, (size_t)T * C, TOL);
   free(tok), free(wte), free(wpe), free(dout), free(out), free(dwte), free(dwpe);
-  gpu->free(gtok), gpu->free(gwte), gpu->free(gwpe), gpu->free(gdout), gpu->free(gout), gpu->free(gdwte);
-  gpu->free(gdwpe);
+  gpu->free(gpu, gtok), gpu->free(gpu, gwte), gpu->free(gpu, gwpe), gpu->free(gpu, gdout), gpu->free(gpu, gout), gpu->free(gpu, gdwte);
+  gpu->free(gpu, gdwpe);
 }
 
 static void test_layernorm(int N, int C) {
@@ -120,21 +120,21 @@ static void test_layernorm(int N, int C) {
   float *ginp = up(inp, n * 4), *gw = up(lw, (size_t)C * 4), *gb = up(lb, (size_t)C * 4), *gdout = up(dout, n * 4);
   float *gout = up(out, n * 4), *gmean = up(mean, (size_t)N * 4), *grstd = up(rstd, (size_t)N * 4);
   float *gdinp = up(dinp, n * 4), *gdw = up(dw, (size_t)C * 4), *gdb = up(db, (size_t)C * 4);
-  cpu->layernorm_fwd(out, mean, rstd, inp, lw, lb, N, C, 1e-5f);
-  gpu->layernorm_fwd(gout, gmean, grstd, ginp, gw, gb, N, C, 1e-5f);
+  cpu->layernorm_fwd(cpu, out, mean, rstd, inp, lw, lb, N, C, 1e-5f);
+  gpu->layernorm_fwd(gpu, gout, gmean, grstd, ginp, gw, gb, N, C, 1e-5f);
   snprintf(w, sizeof w, "layernorm fwd N=%d C=%d", N, C);
   cmp(w, gout, out, n, TOL);
   cmp("  mean", gmean, mean, (size_t)N, TOL);
   cmp("  rstd", grstd, rstd, (size_t)N, TOL);
-  cpu->layernorm_bwd(dinp, dw, db, dout, inp, lw, mean, rstd, N, C);
-  gpu->layernorm_bwd(gdinp, gdw, gdb, gdout, ginp, gw, gmean, grstd, N, C);
+  cpu->layernorm_bwd(cpu, dinp, dw, db, dout, inp, lw, mean, rstd, N, C);
+  gpu->layernorm_bwd(gpu, gdinp, gdw, gdb, gdout, ginp, gw, gmean, grstd, N, C);
   snprintf(w, sizeof w, "layernorm bwd dinp += N=%d C=%d", N, C);
   cmp(w, gdinp, dinp, n, TOL);
   cmp("  dw +=", gdw, dw, (size_t)C, TOL);
   cmp("  db +=", gdb, db, (size_t)C, TOL);
   free(inp), free(lw), free(lb), free(dout), free(out), free(mean), free(rstd), free(dinp), free(dw), free(db);
-  gpu->free(ginp), gpu->free(gw), gpu->free(gb), gpu->free(gdout), gpu->free(gout), gpu->free(gmean);
-  gpu->free(grstd), gpu->free(gdinp), gpu->free(gdw), gpu->free(gdb);
+  gpu->free(gpu, ginp), gpu->free(gpu, gw), gpu->free(gpu, gb), gpu->free(gpu, gdout), gpu->free(gpu, gout), gpu->free(gpu, gmean);
+  gpu->free(gpu, grstd), gpu->free(gpu, gdinp), gpu->free(gpu, gdw), gpu->free(gpu, gdb);
 }
 
 static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
@@ -145,19 +145,19 @@ static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
   float *ginp = up(inp, (size_t)N * K * 4), *gwt = up(wt, (size_t)M * K * 4), *gbias = up(bias, (size_t)M * 4);
   float *gdout = up(dout, (size_t)N * M * 4), *gout = up(out, (size_t)N * M * 4), *gdinp = up(dinp, (size_t)N * K * 4);
   float *gdw = up(dw, (size_t)M * K * 4), *gdb = up(db, (size_t)M * 4);
-  cpu->matmul_fwd(out, inp, wt, with_bias ? bias : NULL, N, K, M);
-  gpu->matmul_fwd(gout, ginp, gwt, with_bias ? gbias : NULL, N, K, M);
+  cpu->matmul_fwd(cpu, out, inp, wt, with_bias ? bias : NULL, N, K, M);
+  gpu->matmul_fwd(gpu, gout, ginp, gwt, with_bias ? gbias : NULL, N, K, M);
   snprintf(w, sizeof w, "matmul fwd N=%d K=%d M=%d%s", N, K, M, with_bias ? " +bias" : "");
   cmp(w, gout, out, (size_t)N * M, gemm_tol());
-  cpu->matmul_bwd(with_dinp ? dinp : NULL, dw, with_bias ? db : NULL, dout, inp, wt, N, K, M);
-  gpu->matmul_bwd(with_dinp ? gdinp : NULL, gdw, with_bias ? gdb : NULL, gdout, ginp, gwt, N, K, M);
+  cpu->matmul_bwd(cpu, with_dinp ? dinp : NULL, dw, with_bias ? db : NULL, dout, inp, wt, N, K, M);
+  gpu->matmul_bwd(gpu, with_dinp ? gdinp : NULL, gdw, with_bias ? gdb : NULL, gdout, ginp, gwt, N, K, M);
   snprintf(w, sizeof w, "matmul bwd N=%d K=%d M=%d: dinp%s", N, K, M, with_dinp ? "" : " (NULL: untouched)");
   cmp(w, gdinp, dinp, (size_t)N * K, with_dinp ? gemm_tol() : 0.0);
   cmp("  dw +=", gdw, dw, (size_t)M * K, gemm_tol());
   cmp(with_bias ? "  dbias +=" : "  dbias (NULL: untouched)", gdb, db, (size_t)M, with_bias ? TOL : 0.0);
   free(inp), free(wt), free(bias), free(dout), free(out), free(dinp), free(dw), free(db);
-  gpu->free(ginp), gpu->free(gwt), gpu->free(gbias), gpu->free(gdout), gpu->free(gout), gpu->free(gdinp);
-  gpu->free(gdw), gpu->free(gdb);
+  gpu->free(gpu, ginp), gpu->free(gpu, gwt), gpu->free(gpu, gbias), gpu->free(gpu, gdout), gpu->free(gpu, gout), gpu->free(gpu, gdinp);
+  gpu->free(gpu, gdw), gpu->free(gpu, gdb);
 }
 
 static void test_attention(int B, int T, int C, int H, int window, float scale) {
@@ -170,43 +170,44 @@ static void test_attention(int B, int T, int C, int H, int window, float scale) 
   const double tol = att_tol(C / H);
   float *gqkv = up(qkv, n3 * 4), *gdout = up(dout, n * 4), *gout = up(out, n * 4), *glse = up(lse, nl * 4);
   float *gdqkv = up(dqkv, n3 * 4);
-  float *scratch = malloc(cpu->attention_scratch(T) + 64);
-  float *gscratch = gpu->alloc(gpu->attention_scratch(T));
-  cpu->attention_fwd(out, lse, qkv, scratch, B, T, C, H, window, scale);
-  gpu->attention_fwd(gout, glse, gqkv, gscratch, B, T, C, H, window, scale);
+  float *scratch = malloc(cpu->attention_scratch(cpu, T) + 64);
+  float *gscratch = gpu->alloc(gpu, gpu->attention_scratch(gpu, T));
+  cpu->attention_fwd(cpu, out, lse, qkv, scratch, B, T, C, H, window, scale);
+  gpu->attention_fwd(gpu, gout, glse, gqkv, gscratch, B, T, C, H, window, scale);
   snprintf(w, sizeof w, "attention fwd B=%d T=%d C=%d H=%d (hs %d) %s%d", B, T, C, H, C / H,
            window > 0 ? "local " : "global", window > 0 ? window : T);
   cmp(w, gout, out, n, tol);
   cmp("  lse", glse, lse, nl, tol);
-  cpu->attention_bwd(dqkv, dout, out, lse, qkv, scratch, B, T, C, H, window, scale);
-  gpu->attention_bwd(gdqkv, gdout, gout, glse, gqkv, gscratch, B, T, C, H, window, scale);
+  cpu->attention_bwd(cpu, dqkv, dout, out, lse, qkv, scratch, B, T, C, H, window, scale);
+  gpu->attention_bwd(gpu, gdqkv, gdout, gout, glse, gqkv, gscratch, B, T, C, H, window, scale);
   cmp("  bwd dqkv (overwritten)", gdqkv, dqkv, n3, tol);
   free(qkv), free(dout), free(out), free(lse), free(dqkv), free(scratch);
-  gpu->free(gqkv), gpu->free(gdout), gpu->free(gout), gpu->free(glse), gpu->free(gdqkv), gpu->free(gscratch);
+  gpu->free(gpu, gqkv), gpu->free(gpu, gdout), gpu->free(gpu, gout), gpu->free(gpu, glse), gpu->free(gpu, gdqkv), gpu->free(gpu, gscratch);
 }
 
 static void test_elementwise(size_t n) {
   char w[96];
   float *x = frand(n, 2), *y = frand(n, 1), *d = frand(n, 1), *o = frand(n, 1);
   float *gx = up(x, n * 4), *gy = up(y, n * 4), *gd = up(d, n * 4), *go = up(o, n * 4);
-  cpu->gelu_fwd(o, x, n);
-  gpu->gelu_fwd(go, gx, n);
+  cpu->gelu_fwd(cpu, o, x, n);
+  gpu->gelu_fwd(gpu, go, gx, n);
   snprintf(w, sizeof w, "gelu_new fwd n=%zu", n);
   cmp(w, go, o, n, TOL);
-  cpu->gelu_bwd(d, d, x, n); /* in place, as the model calls it */
-  gpu->gelu_bwd(gd, gd, gx, n);
+  cpu->gelu_bwd(cpu, d, d, x, n); /* in place, as the model calls it */
+  gpu->gelu_bwd(gpu, gd, gd, gx, n);
   cmp("  gelu_new bwd (dinp aliases dout)", gd, d, n, TOL);
-  cpu->residual_fwd(o, x, y, n);
-  gpu->residual_fwd(go, gx, gy, n);
+  cpu->residual_fwd(cpu, o, x, y, n);
+  gpu->residual_fwd(gpu, go, gx, gy, n);
   cmp("  residual", go, o, n, TOL);
-  cpu->accumulate(y, x, n);
-  gpu->accumulate(gy, gx, n);
+  cpu->accumulate(cpu, y, x, n);
+  gpu->accumulate(gpu, gy, gx, n);
   cmp("  accumulate +=", gy, y, n, TOL);
-  double s1 = cpu->sumsq(x, n), s2 = gpu->sumsq(gx, n);
+  double s1, s2;
+  cpu->sumsq(cpu, &s1, x, n), gpu->sumsq(gpu, &s2, gx, n);
   T_CHECK(fabs(s1 - s2) <= 1e-6 * s1, "sumsq n=%zu: gpu %.12g vs cpu %.12g", n, s2, s1);
   printf("  %-44s %-4s rel err %.2e (bound 1e-06)\n", "sumsq (double, on the host)", prec, fabs(s1 - s2) / s1);
   free(x), free(y), free(d), free(o);
-  gpu->free(gx), gpu->free(gy), gpu->free(gd), gpu->free(go);
+  gpu->free(gpu, gx), gpu->free(gpu, gy), gpu->free(gpu, gd), gpu->free(gpu, go);
 }
 
 static void test_xent(int N, int V) {
@@ -217,16 +218,16 @@ static void test_xent(int N, int V) {
   float *l2 = fcopy(logits, n), *glog = up(logits, n * 4), *glog2 = up(logits, n * 4), *gloss = up(losses, (size_t)N * 4);
   int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
   float dscale = 1.0f / (float)N;
-  cpu->xent_fwd_bwd(losses, logits, tgt, N, V, dscale);
-  gpu->xent_fwd_bwd(gloss, glog, gtgt, N, V, dscale);
+  cpu->xent_fwd_bwd(cpu, losses, logits, tgt, N, V, dscale);
+  gpu->xent_fwd_bwd(gpu, gloss, glog, gtgt, N, V, dscale);
   snprintf(w, sizeof w, "softmax+xent N=%d V=%d: losses", N, V);
   cmp(w, gloss, losses, (size_t)N, TOL);
   cmp("  dlogits (dscale 1/N)", glog, logits, n, TOL);
-  cpu->xent_fwd_bwd(losses, l2, tgt, N, V, 0.0f);
-  gpu->xent_fwd_bwd(gloss, glog2, gtgt, N, V, 0.0f);
+  cpu->xent_fwd_bwd(cpu, losses, l2, tgt, N, V, 0.0f);
+  gpu->xent_fwd_bwd(gpu, gloss, glog2, gtgt, N, V, 0.0f);
   cmp("  losses, forward only (dscale 0)", gloss, losses, (size_t)N, TOL);
   free(logits), free(losses), free(tgt), free(l2);
-  gpu->free(glog), gpu->free(glog2), gpu->free(gloss), gpu->free(gtgt);
+  gpu->free(gpu, glog), gpu->free(gpu, glog2), gpu->free(gpu, gloss), gpu->free(gpu, gtgt);
 }
 
 static void test_adamw(size_t n) {
@@ -235,36 +236,54 @@ static void test_adamw(size_t n) {
   float *gp = up(p, n * 4), *gg = up(g, n * 4), *gm = up(m, n * 4), *gv = up(v, n * 4);
   backend_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                           .grad_scale = 0.5f, .step = 7};
-  cpu->adamw(p, g, m, v, n, &a);
-  gpu->adamw(gp, gg, gm, gv, n, &a);
+  cpu->adamw(cpu, p, NULL, g, m, v, n, &a);
+  gpu->adamw(gpu, gp, NULL, gg, gm, gv, n, &a);
   cmp("adamw: parameters", gp, p, n, TOL);
   cmp("  first moments", gm, m, n, TOL);
   cmp("  second moments", gv, v, n, TOL);
   free(p), free(g), free(m), free(v);
-  gpu->free(gp), gpu->free(gg), gpu->free(gm), gpu->free(gv);
+  gpu->free(gpu, gp), gpu->free(gpu, gg), gpu->free(gpu, gm), gpu->free(gpu, gv);
 }
 
 static void test_memory(void) {
   size_t n = 1000;
   float *h = frand(n, 1), *back = malloc(n * 4);
-  float *a = gpu->alloc(n * 4), *b = gpu->alloc(n * 4);
-  gpu->to_host(back, a, n * 4);
+  float *a = gpu->alloc(gpu, n * 4), *b = gpu->alloc(gpu, n * 4);
+  gpu->to_host(gpu, back, a, n * 4);
   int zero = 1;
   for (size_t i = 0; i < n; i++) zero &= back[i] == 0.0f;
   T_CHECK(zero, "alloc is not zero-filled");
-  gpu->to_device(a, h, n * 4);
-  gpu->copy(b, a, n * 4);
-  gpu->to_host(back, b, n * 4);
+  gpu->to_device(gpu, a, h, n * 4);
+  gpu->copy(gpu, b, a, n * 4);
+  gpu->to_host(gpu, back, b, n * 4);
   T_CHECK(memcmp(back, h, n * 4) == 0, "to_device / copy / to_host do not round-trip");
-  gpu->zero(b, n * 4);
-  gpu->to_host(back, b, n * 4);
+  gpu->to_fp32(gpu, b, a, n); /* the storage conversions, both ways (the identity at fp32 storage) */
+  gpu->to_storage(gpu, a, b, n);
+  gpu->to_host(gpu, back, a, n * 4);
+  T_CHECK(memcmp(back, h, n * 4) == 0, "to_fp32 / to_storage do not round-trip");
+  gpu->zero(gpu, b, n * 4);
+  gpu->to_host(gpu, back, b, n * 4);
   T_CHECK(back[0] == 0.0f && back[n - 1] == 0.0f, "zero left data");
-  gpu->sync();
+  gpu->sync(gpu);
   free(h), free(back);
-  gpu->free(a), gpu->free(b);
+  gpu->free(gpu, a), gpu->free(gpu, b);
 }
 
+/* Which case covers each op of the list; a new op without one fails the test. */
+static const char *const covered_by[BACKEND_NOPS] = {
+    [BACKEND_OP_embed_fwd] = "test_embed",         [BACKEND_OP_embed_bwd] = "test_embed",
+    [BACKEND_OP_layernorm_fwd] = "test_layernorm", [BACKEND_OP_layernorm_bwd] = "test_layernorm",
+    [BACKEND_OP_matmul_fwd] = "test_matmul",       [BACKEND_OP_matmul_bwd] = "test_matmul",
+    [BACKEND_OP_attention_fwd] = "test_attention", [BACKEND_OP_attention_bwd] = "test_attention",
+    [BACKEND_OP_gelu_fwd] = "test_elementwise",    [BACKEND_OP_gelu_bwd] = "test_elementwise",
+    [BACKEND_OP_residual_fwd] = "test_elementwise", [BACKEND_OP_accumulate] = "test_elementwise",
+    [BACKEND_OP_sumsq] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
+    [BACKEND_OP_adamw] = "test_adamw",             [BACKEND_OP_to_storage] = "test_memory",
+    [BACKEND_OP_to_fp32] = "test_memory",
+};
+
 static void test_ops(void) {
+  for (int i = 0; i < BACKEND_NOPS; i++) T_CHECK(covered_by[i] != NULL, "op %s has no parity case", backend_op_names[i]);
   printf("== ops, precision %s ==\n", prec);
   test_embed(2, 17, 24, 50);
   test_embed(3, 64, 96, 300);
@@ -349,7 +368,7 @@ static void test_training(const char *dir) {
   static const char *precs[] = {"fp32", "tf32", "bf16", "fp16"}; /* fp16 with loss scaling */
   for (int k = 0; k < 4; k++) {
     prec = precs[k];
-    gpu_open(0, prec);
+    gpu = backend_kind_cuda.open(0, prec);
     c = deck(dir, "cuda", prec);
     double lg[STEPS], worst = 0;
     float *pg = train(c, gpu, lg, &ng);
@@ -362,6 +381,7 @@ static void test_training(const char *dir) {
     T_CHECK(worst <= (fp32 ? 1e-4 : 3e-2), "training [%s]: a step's loss differs by %.3g relative", prec, worst);
     T_CHECK(pe <= (fp32 ? 1e-3 : 5e-2), "training [%s]: parameters differ by %.3g", prec, pe);
     free(pg), free(c);
+    backend_close(gpu);
   }
   free(pc);
 }
@@ -369,7 +389,7 @@ static void test_training(const char *dir) {
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   char why[256];
-  int n = gpu_device_count(why, sizeof why);
+  int n = backend_kind_cuda.devices(why, sizeof why);
   if (n == 0) {
     printf("SKIP: no usable GPU (%s): the parity test needs one\n", why);
     MPI_Finalize();
@@ -380,15 +400,15 @@ int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "%s/gpu_parity", out ? out : "tests/out");
   util_mkdir_p(dir);
   cpu = backend_cpu();
-  gpu = backend_cuda();
   rng_seed(&R, 2024, 0, 0);
   static const char *precs[] = {"fp32", "tf32", "bf16", "fp16"};
   for (int k = 0; k < 4; k++) {
     prec = precs[k];
-    gpu_open(0, prec);
+    gpu = backend_kind_cuda.open(0, prec);
     char desc[512];
-    if (k == 0) printf("GPU: %s\n", gpu->describe(desc, sizeof desc));
+    if (k == 0) printf("GPU: %s\n", gpu->describe(gpu, desc, sizeof desc));
     test_ops();
+    backend_close(gpu);
   }
   test_training(dir);
   int rc = t_done("test_gpu_parity");

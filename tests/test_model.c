@@ -26,8 +26,7 @@ static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V,
   gpt_shape_from_cfg(s, &mc);
 }
 
-static void test_memory_plan(void) {
-  const backend *counting = t_counting_backend();
+static void test_memory_plan(const char *precision) {
   const struct {
     const char *arch;
     int L, C, H, V, maxT, B, T;
@@ -39,13 +38,16 @@ static void test_memory_plan(void) {
      * recomputation (one block's inner activations instead of one per block and slot) */
     gpt_part parts[4] = {gpt_whole(&s), {0, s.L - 1, 1, 0, 3, 0}, {s.L - 1, s.L, 0, 1, 1, 0}, {0, s.L - 1, 1, 0, 3, 1}};
     for (int k = 0; k < 4; k++) {
+      const backend *counting = t_counting_backend(precision, 0); /* a fresh instance: its workspace is counted */
       gpt_memory plan = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[k]);
       t_counted = 0;
       gpt_model m;
       gpt_init(&m, &s, counting, cases[i].B, cases[i].T, parts[k], 7);
-      T_CHECK(t_counted == plan.total, "%s case %d part %d: planned %zu bytes, allocated %zu", cases[i].arch, i, k,
-              plan.total, t_counted);
+      T_CHECK(t_counted == plan.total, "%s %s case %d part %d: planned %zu bytes, allocated %zu", precision,
+              cases[i].arch, i, k, plan.total, t_counted);
       T_CHECK(plan.params == m.nparams * sizeof(float) && m.nparams == gpt_part_params(&s, parts[k]), "parameter bytes");
+      T_CHECK(plan.compute == (strcmp(precision, "fp32") ? m.nparams * 2 : 0), "%s: compute copy %zu bytes", precision,
+              plan.compute);
       if (k == 3) {
         gpt_memory kept = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[1]);
         T_CHECK(plan.acts < kept.acts, "recomputation plans %zu activation bytes, not fewer than %zu", plan.acts, kept.acts);
@@ -108,7 +110,7 @@ static void test_causality(void) {
   tok[12 + 10] = (tok[12 + 10] + 1) % 40;
   gpt_set_batch(&m, 0, tok, NULL, 2, 12);
   gpt_forward(&m, 0, 2, 12);
-  e = t_rel_err(gpt_logits(&m, 0) + n, full + n, (size_t)10 * 40);
+  e = t_rel_err((float *)gpt_logits(&m, 0) + n, full + n, (size_t)10 * 40);
   T_CHECK(e == 0.0, "a later token changed earlier logits: %.3g", e);
   free(full);
   gpt_free(&m);
@@ -148,7 +150,9 @@ static void test_accumulation(void) {
 
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
-  test_memory_plan();
+  test_memory_plan("fp32");
+  test_memory_plan("bf16");
+  test_memory_plan("fp16");
   test_init();
   test_causality();
   test_accumulation();

@@ -7,7 +7,13 @@
  *      for a random projection w, L(x) = sum_i w_i * f(x)_i, and dL/dx_j from the op's backward
  *      (fed dout = w) must match (L(x + h e_j) - L(x - h e_j)) / 2h, h = 1e-6 (relative error
  *      < 1e-4 over the tensor).
- * Large tensors are probed at 300 random coordinates. */
+ * Large tensors are probed at 300 random coordinates.
+ *
+ * Then the 16-bit storage types: the conversions (every bf16 and fp16 value round trips; rounding
+ * is to nearest even, with fp16's subnormals, overflow to infinity and NaN), and every op at bf16
+ * and fp16 storage against the same op at fp32 on the same (representable) inputs: the 16-bit
+ * output must be exactly the fp32 output rounded once, and fp32 outputs (statistics, parameter
+ * gradients) exactly equal. Every op of backend.h's list must be covered (op_tests). */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -105,11 +111,11 @@ static void test_embedding(void) {
   c.wpe = dcopy(wpe, (size_t)c.T * c.C);
   c.w = dcopy(w, n);
   c.y = malloc(n * sizeof(double));
-  be->embed_fwd(y, c.tok, wte, wpe, c.B, c.T, c.C);
+  be->embed_fwd(be, y, c.tok, wte, wpe, c.B, c.T, c.C);
   emb_ref(&c);
   check_fwd("embedding", y, c.y, n);
   float *dwte = fzeros((size_t)c.V * c.C), *dwpe = fzeros((size_t)c.T * c.C);
-  be->embed_bwd(dwte, dwpe, w, c.tok, c.B, c.T, c.C);
+  be->embed_bwd(be, dwte, dwpe, w, c.tok, c.B, c.T, c.C);
   check_grad("embedding d/dwte", emb_loss, &c, c.wte, dwte, (size_t)c.V * c.C);
   check_grad("embedding d/dwpe", emb_loss, &c, c.wpe, dwpe, (size_t)c.T * c.C);
   free(c.tok), free(wte), free(wpe), free(w), free(y), free(c.wte), free(c.wpe), free(c.w), free(c.y), free(dwte),
@@ -149,11 +155,11 @@ static void test_layernorm(void) {
   float *y = fzeros(n), *mean = fzeros((size_t)c.N), *rstd = fzeros((size_t)c.N);
   c.x = dcopy(x, n), c.g = dcopy(g, (size_t)c.C), c.b = dcopy(b, (size_t)c.C), c.w = dcopy(w, n);
   c.y = malloc(n * sizeof(double));
-  be->layernorm_fwd(y, mean, rstd, x, g, b, c.N, c.C, (float)c.eps);
+  be->layernorm_fwd(be, y, mean, rstd, x, g, b, c.N, c.C, (float)c.eps);
   ln_ref(&c);
   check_fwd("layernorm", y, c.y, n);
   float *dx = fzeros(n), *dg = fzeros((size_t)c.C), *db = fzeros((size_t)c.C);
-  be->layernorm_bwd(dx, dg, db, w, x, g, mean, rstd, c.N, c.C);
+  be->layernorm_bwd(be, dx, dg, db, w, x, g, mean, rstd, c.N, c.C);
   check_grad("layernorm d/dinp", ln_loss, &c, c.x, dx, n);
   check_grad("layernorm d/dweight", ln_loss, &c, c.g, dg, (size_t)c.C);
   check_grad("layernorm d/dbias", ln_loss, &c, c.b, db, (size_t)c.C);
@@ -188,18 +194,18 @@ static void test_matmul(int with_bias) {
   float *x = frand(nx, 1), *W = frand(nW, 1), *bias = frand((size_t)c.M, 1), *w = frand(ny, 1), *y = fzeros(ny);
   c.x = dcopy(x, nx), c.W = dcopy(W, nW), c.bias = with_bias ? dcopy(bias, (size_t)c.M) : NULL, c.w = dcopy(w, ny);
   c.y = malloc(ny * sizeof(double));
-  be->matmul_fwd(y, x, W, with_bias ? bias : NULL, c.N, c.K, c.M);
+  be->matmul_fwd(be, y, x, W, with_bias ? bias : NULL, c.N, c.K, c.M);
   mm_ref(&c);
   check_fwd(with_bias ? "matmul+bias" : "matmul", y, c.y, ny);
   float *dx = fzeros(nx), *dW = fzeros(nW), *db = fzeros((size_t)c.M);
-  be->matmul_bwd(dx, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M);
+  be->matmul_bwd(be, dx, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M);
   check_grad(with_bias ? "matmul+bias d/dinp" : "matmul d/dinp", mm_loss, &c, c.x, dx, nx);
   check_grad(with_bias ? "matmul+bias d/dweight" : "matmul d/dweight", mm_loss, &c, c.W, dW, nW);
   if (with_bias) check_grad("matmul+bias d/dbias", mm_loss, &c, c.bias, db, (size_t)c.M);
   /* dweight and dbias accumulate: a second backward doubles them */
-  be->matmul_bwd(NULL, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M);
+  be->matmul_bwd(be, NULL, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M);
   float *dW1 = fzeros(nW);
-  be->matmul_bwd(dx, dW1, NULL, w, x, W, c.N, c.K, c.M);
+  be->matmul_bwd(be, dx, dW1, NULL, w, x, W, c.N, c.K, c.M);
   double err = 0;
   for (size_t i = 0; i < nW; i++) err = fmax(err, fabs(dW[i] - 2 * dW1[i]));
   T_CHECK(err < 1e-5, "matmul dweight does not accumulate (+=): max err %g", err);
@@ -254,10 +260,10 @@ static void test_attention(int T, int window, double scale, const char *what) {
   att_ctx c = {.B = 2, .T = T, .C = 12, .H = 3, .window = window, .scale = scale};
   size_t nq = (size_t)c.B * T * 3 * c.C, ny = (size_t)c.B * T * c.C, nl = (size_t)c.B * c.H * T;
   float *qkv = frand(nq, 1), *w = frand(ny, 1), *y = fzeros(ny), *lse = fzeros(nl);
-  float *scratch = be->alloc(be->attention_scratch(T));
+  float *scratch = be->alloc(be, be->attention_scratch(be, T));
   c.qkv = dcopy(qkv, nq), c.w = dcopy(w, ny);
   c.y = malloc(ny * sizeof(double)), c.lse = malloc(nl * sizeof(double));
-  be->attention_fwd(y, lse, qkv, scratch, c.B, T, c.C, c.H, window, (float)scale);
+  be->attention_fwd(be, y, lse, qkv, scratch, c.B, T, c.C, c.H, window, (float)scale);
   att_ref(&c);
   char name[80];
   snprintf(name, sizeof name, "attention %s", what);
@@ -265,10 +271,10 @@ static void test_attention(int T, int window, double scale, const char *what) {
   snprintf(name, sizeof name, "attention %s lse", what);
   check_fwd(name, lse, c.lse, nl);
   float *dqkv = fzeros(nq);
-  be->attention_bwd(dqkv, w, y, lse, qkv, scratch, c.B, T, c.C, c.H, window, (float)scale);
+  be->attention_bwd(be, dqkv, w, y, lse, qkv, scratch, c.B, T, c.C, c.H, window, (float)scale);
   snprintf(name, sizeof name, "attention %s d/dqkv", what);
   check_grad(name, att_loss, &c, c.qkv, dqkv, nq);
-  be->free(scratch);
+  be->free(be, scratch);
   free(qkv), free(w), free(y), free(lse), free(dqkv), free(c.qkv), free(c.w), free(c.y), free(c.lse);
 }
 
@@ -296,14 +302,14 @@ static void test_gelu(void) {
   float *x = frand(c.n, 3), *w = frand(c.n, 1), *y = fzeros(c.n);
   x[0] = 0.0f, x[1] = 12.0f, x[2] = -12.0f, x[3] = 1e-4f; /* flat tails and the origin */
   c.x = dcopy(x, c.n), c.w = dcopy(w, c.n), c.y = malloc(c.n * sizeof(double));
-  be->gelu_fwd(y, x, c.n);
+  be->gelu_fwd(be, y, x, c.n);
   gelu_ref(&c);
   check_fwd("gelu_new", y, c.y, c.n);
   float *dx = fzeros(c.n);
-  be->gelu_bwd(dx, w, x, c.n);
+  be->gelu_bwd(be, dx, w, x, c.n);
   check_grad("gelu_new d/dinp", gelu_loss, &c, c.x, dx, c.n);
   memcpy(dx, w, c.n * sizeof(float)); /* in place, as the model calls it */
-  be->gelu_bwd(dx, dx, x, c.n);
+  be->gelu_bwd(be, dx, dx, x, c.n);
   check_grad("gelu_new d/dinp (in place)", gelu_loss, &c, c.x, dx, c.n);
   free(x), free(w), free(y), free(dx), free(c.x), free(c.w), free(c.y);
 }
@@ -325,13 +331,13 @@ static void test_residual(void) {
   res_ctx c = {.n = 50};
   float *a = frand(c.n, 1), *b = frand(c.n, 1), *w = frand(c.n, 1), *y = fzeros(c.n);
   c.a = dcopy(a, c.n), c.b = dcopy(b, c.n), c.w = dcopy(w, c.n), c.y = malloc(c.n * sizeof(double));
-  be->residual_fwd(y, a, b, c.n);
+  be->residual_fwd(be, y, a, b, c.n);
   res_loss(&c);
   check_fwd("residual", y, c.y, c.n);
   /* backward: both inputs receive dout, accumulated */
   float *da = fzeros(c.n), *db = fzeros(c.n);
-  be->accumulate(da, w, c.n);
-  be->accumulate(db, w, c.n);
+  be->accumulate(be, da, w, c.n);
+  be->accumulate(be, db, w, c.n);
   check_grad("residual d/da", res_loss, &c, c.a, da, c.n);
   check_grad("residual d/db", res_loss, &c, c.b, db, c.n);
   free(a), free(b), free(w), free(y), free(da), free(db), free(c.a), free(c.b), free(c.w), free(c.y);
@@ -371,14 +377,14 @@ static void test_xent(void) {
   c.x = dcopy(x, n), c.loss = malloc((size_t)c.N * sizeof(double));
   float *xg = malloc(n * sizeof(float));
   memcpy(xg, x, n * sizeof(float));
-  be->xent_fwd_bwd(l, xg, c.tgt, c.N, c.V, (float)c.dscale);
+  be->xent_fwd_bwd(be, l, xg, c.tgt, c.N, c.V, (float)c.dscale);
   xent_total(&c);
   check_fwd("softmax+cross-entropy loss", l, c.loss, (size_t)c.N);
   check_grad("softmax+cross-entropy d/dlogits", xent_total, &c, c.x, xg, n);
   /* dscale = 0: losses only */
   float *l0 = fzeros((size_t)c.N);
   memcpy(xg, x, n * sizeof(float));
-  be->xent_fwd_bwd(l0, xg, c.tgt, c.N, c.V, 0.0f);
+  be->xent_fwd_bwd(be, l0, xg, c.tgt, c.N, c.V, 0.0f);
   check_fwd("cross-entropy loss (no grad)", l0, c.loss, (size_t)c.N);
   free(x), free(l), free(l0), free(xg), free(c.tgt), free(c.x), free(c.loss);
 }
@@ -392,7 +398,7 @@ static void test_adamw(void) {
   double *pd = dcopy(p, n), *md = dcopy(m, n), *vd = dcopy(v, n);
   backend_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                           .grad_scale = 0.5f, .step = 3};
-  be->adamw(p, g, m, v, n, &a);
+  be->adamw(be, p, NULL, g, m, v, n, &a);
   double b1 = 0.9, b2 = 0.95, lr = 1e-2, bc1 = 1 - pow(b1, 3), bc2 = 1 - pow(b2, 3);
   for (size_t i = 0; i < n; i++) {
     double gi = 0.5 * g[i];
@@ -408,27 +414,236 @@ static void test_adamw(void) {
   size_t big = 100003;
   float *x = frand(big, 1);
   for (size_t i = 0; i < big; i++) ss += (double)x[i] * x[i];
-  double got = be->sumsq(x, big);
+  double got;
+  be->sumsq(be, &got, x, big);
   T_CHECK(fabs(got - ss) / ss < 1e-6, "sumsq: %.10g vs %.10g", got, ss);
   free(p), free(g), free(m), free(v), free(pd), free(md), free(vd), free(x);
 }
+
+/* ---- the storage types --------------------------------------------------------------------------- */
+
+static const backend *b16; /* a CPU instance at bf16 or fp16 storage */
+
+static uint32_t fbits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static void test_conversions(void) {
+  const backend *bf = backend_kind_cpu.open(-1, "bf16"), *hf = backend_kind_cpu.open(-1, "fp16");
+  uint16_t *all = malloc(65536 * sizeof(uint16_t)), *back = malloc(65536 * sizeof(uint16_t));
+  float *wide = malloc(65536 * sizeof(float));
+  for (int k = 0; k < 2; k++) {
+    const backend *b = k ? hf : bf;
+    for (uint32_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    b->to_fp32(b, wide, all, 65536);
+    b->to_storage(b, back, wide, 65536);
+    long bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) bad += wide[i] == wide[i] && back[i] != all[i]; /* NaNs: any NaN back */
+    T_CHECK(bad == 0, "%s: %ld values do not round trip", b->precision, bad);
+  }
+  /* rounding: ties to even, the largest values, subnormals, overflow, NaN */
+  static const struct {
+    float x;
+    uint16_t bf16, fp16;
+  } cases[] = {{1.0f, 0x3f80, 0x3c00},          {1.0f + 0x1p-8f, 0x3f80, 0x3c04},  {1.0f + 0x3p-8f, 0x3f82, 0x3c0c},
+               {1.0f + 0x1p-11f, 0x3f80, 0x3c00}, {1.0f + 0x3p-11f, 0x3f80, 0x3c02}, {-2.5f, 0xc020, 0xc100},
+               {65504.0f, 0x4780, 0x7bff},       {65519.0f, 0x4780, 0x7bff},       {65520.0f, 0x4780, 0x7c00},
+               {0x1p-24f, 0x3380, 0x0001},       {0x1p-25f, 0x3300, 0x0000},       {0x3p-25f, 0x33c0, 0x0002},
+               {0x1p-14f, 0x3880, 0x0400},       {1e30f, 0x714a, 0x7c00},          {-INFINITY, 0xff80, 0xfc00}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint16_t h[2];
+    bf->to_storage(bf, &h[0], &cases[i].x, 1);
+    hf->to_storage(hf, &h[1], &cases[i].x, 1);
+    T_CHECK(h[0] == cases[i].bf16 && h[1] == cases[i].fp16, "%a: bf16 0x%04x (want 0x%04x), fp16 0x%04x (want 0x%04x)",
+            (double)cases[i].x, h[0], cases[i].bf16, h[1], cases[i].fp16);
+  }
+  float nan = NAN, r;
+  uint16_t h;
+  hf->to_storage(hf, &h, &nan, 1);
+  hf->to_fp32(hf, &r, &h, 1);
+  T_CHECK(r != r, "fp16: NaN became %g", (double)r);
+  bf->to_storage(bf, &h, &nan, 1);
+  bf->to_fp32(bf, &r, &h, 1);
+  T_CHECK(r != r, "bf16: NaN became %g", (double)r);
+  printf("  %-34s all 65536 values of each round trip; %zu rounding cases\n", "bf16 and fp16 conversions",
+         sizeof cases / sizeof cases[0]);
+  backend_close(bf), backend_close(hf);
+  free(all), free(back), free(wide);
+}
+
+/* n random values representable in b16's type (fp32), and their 16-bit copy. */
+static float *rand16(size_t n, double scale, void **h) {
+  float *x = frand(n, scale);
+  *h = malloc(n * 2);
+  b16->to_storage(b16, *h, x, n);
+  b16->to_fp32(b16, x, *h, n);
+  return x;
+}
+
+/* The 16-bit output h must be the fp32 output y rounded once. */
+static void same16(const char *what, const void *h, const float *y, size_t n) {
+  uint16_t *r = malloc(n * 2);
+  b16->to_storage(b16, r, y, n);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += r[i] != ((const uint16_t *)h)[i];
+  T_CHECK(bad == 0, "%s at %s: %zu of %zu values are not the fp32 result rounded", what, b16->precision, bad, n);
+  free(r);
+}
+static void same32(const char *what, const float *a, const float *b, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += fbits(a[i]) != fbits(b[i]);
+  T_CHECK(bad == 0, "%s at %s: %zu of %zu fp32 values differ", what, b16->precision, bad, n);
+}
+
+static void storage_norm_and_linear(void) {
+  const int N = 7, C = 24, M = 40;
+  void *xh, *wh, *bh, *dh, *gh;
+  float *x = rand16((size_t)N * C, 1, &xh), *w = rand16(C, 1, &wh), *b = rand16(C, 1, &bh), *d = rand16((size_t)N * C, 1, &dh);
+  float *y = fzeros((size_t)N * C), *mean = fzeros(N), *rstd = fzeros(N), *m16 = fzeros(N), *r16 = fzeros(N);
+  uint16_t *y16 = malloc((size_t)N * C * 2);
+  be->layernorm_fwd(be, y, mean, rstd, x, w, b, N, C, 1e-5f);
+  b16->layernorm_fwd(b16, y16, m16, r16, xh, wh, bh, N, C, 1e-5f);
+  same16("layernorm_fwd", y16, y, (size_t)N * C), same32("layernorm_fwd mean", mean, m16, N), same32("layernorm_fwd rstd", rstd, r16, N);
+  /* backward: dinp (starting from d) accumulates into a 16-bit value */
+  float *g = rand16((size_t)N * C, 1, &gh), *dw = fzeros(C), *db = fzeros(C), *dw16 = fzeros(C), *db16 = fzeros(C);
+  be->layernorm_bwd(be, d, dw, db, g, x, w, mean, rstd, N, C);
+  b16->layernorm_bwd(b16, dh, dw16, db16, gh, xh, wh, mean, rstd, N, C);
+  same16("layernorm_bwd dinp (+=)", dh, d, (size_t)N * C), same32("layernorm_bwd dw", dw, dw16, C);
+  same32("layernorm_bwd db", db, db16, C);
+  /* matmul with bias, forward and backward */
+  void *Wh, *Bh, *Oh;
+  float *W = rand16((size_t)M * C, 0.3, &Wh), *B = rand16(M, 1, &Bh), *go = rand16((size_t)N * M, 1, &Oh);
+  float *out = fzeros((size_t)N * M), *dx = fzeros((size_t)N * C), *dW = fzeros((size_t)M * C), *dB = fzeros(M);
+  float *dW16 = fzeros((size_t)M * C), *dB16 = fzeros(M);
+  uint16_t *out16 = malloc((size_t)N * M * 2), *dx16 = malloc((size_t)N * C * 2);
+  be->matmul_fwd(be, out, x, W, B, N, C, M);
+  b16->matmul_fwd(b16, out16, xh, Wh, Bh, N, C, M);
+  same16("matmul_fwd", out16, out, (size_t)N * M);
+  be->matmul_bwd(be, dx, dW, dB, go, x, W, N, C, M);
+  b16->matmul_bwd(b16, dx16, dW16, dB16, Oh, xh, Wh, N, C, M);
+  same16("matmul_bwd dinp", dx16, dx, (size_t)N * C), same32("matmul_bwd dw", dW, dW16, (size_t)M * C);
+  same32("matmul_bwd dbias", dB, dB16, M);
+  free(g), free(gh);
+  free(x), free(w), free(b), free(d), free(y), free(mean), free(rstd), free(m16), free(r16), free(y16), free(dw), free(db),
+      free(dw16), free(db16), free(W), free(B), free(go), free(out), free(dx), free(dW), free(dB), free(dW16), free(dB16),
+      free(out16), free(dx16), free(xh), free(wh), free(bh), free(dh), free(Wh), free(Bh), free(Oh);
+}
+static void storage_attention(void) {
+  const int B = 2, T = 70, C = 12, H = 3;
+  const size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
+  for (int window = 0; window <= 5; window += 5) {
+    void *qh, *gh;
+    float *qkv = rand16(nq, 0.5, &qh), *g = rand16(ny, 1, &gh), *y = fzeros(ny), *lse = fzeros(nl), *lse16 = fzeros(nl);
+    float *dq = fzeros(nq), *yr = fzeros(ny);
+    uint16_t *y16 = malloc(ny * 2), *dq16 = malloc(nq * 2);
+    void *s32 = be->alloc(be, be->attention_scratch(be, T)), *s16 = b16->alloc(b16, b16->attention_scratch(b16, T));
+    be->attention_fwd(be, y, lse, qkv, s32, B, T, C, H, window, 1.0f);
+    b16->attention_fwd(b16, y16, lse16, qh, s16, B, T, C, H, window, 1.0f);
+    same16("attention_fwd", y16, y, ny), same32("attention_fwd lse", lse, lse16, nl);
+    b16->to_fp32(b16, yr, y16, ny); /* the backward reads the stored (rounded) output */
+    be->attention_bwd(be, dq, g, yr, lse, qkv, s32, B, T, C, H, window, 1.0f);
+    b16->attention_bwd(b16, dq16, gh, y16, lse16, qh, s16, B, T, C, H, window, 1.0f);
+    same16("attention_bwd", dq16, dq, nq);
+    be->free(be, s32), b16->free(b16, s16);
+    free(qkv), free(g), free(y), free(lse), free(lse16), free(dq), free(yr), free(y16), free(dq16), free(qh), free(gh);
+  }
+}
+
+static void storage_elementwise(void) {
+  const size_t n = 333;
+  void *xh, *ah, *dh;
+  float *x = rand16(n, 2, &xh), *a = rand16(n, 1, &ah), *d = rand16(n, 1, &dh), *y = fzeros(n);
+  uint16_t *y16 = malloc(n * 2);
+  be->gelu_fwd(be, y, x, n), b16->gelu_fwd(b16, y16, xh, n), same16("gelu_fwd", y16, y, n);
+  be->gelu_bwd(be, d, d, x, n), b16->gelu_bwd(b16, dh, dh, xh, n), same16("gelu_bwd (in place)", dh, d, n);
+  be->residual_fwd(be, y, x, a, n), b16->residual_fwd(b16, y16, xh, ah, n), same16("residual_fwd", y16, y, n);
+  be->accumulate(be, a, x, n), b16->accumulate(b16, ah, xh, n), same16("accumulate (+=)", ah, a, n);
+  /* embedding: rows picked by tokens, and the fp32 gradients of a 16-bit dout */
+  const int B = 2, T = 5, C = 6, V = 7;
+  int32_t tok[10];
+  for (int i = 0; i < B * T; i++) tok[i] = (int32_t)rng_below(&R, (uint64_t)V);
+  void *eh, *ph, *gh;
+  float *wte = rand16((size_t)V * C, 1, &eh), *wpe = rand16((size_t)T * C, 1, &ph), *g = rand16((size_t)B * T * C, 1, &gh);
+  float *e = fzeros((size_t)B * T * C), *dwte = fzeros((size_t)V * C), *dwpe = fzeros((size_t)T * C);
+  float *dwte16 = fzeros((size_t)V * C), *dwpe16 = fzeros((size_t)T * C);
+  uint16_t *e16 = malloc((size_t)B * T * C * 2);
+  be->embed_fwd(be, e, tok, wte, wpe, B, T, C), b16->embed_fwd(b16, e16, tok, eh, ph, B, T, C);
+  same16("embed_fwd", e16, e, (size_t)B * T * C);
+  be->embed_bwd(be, dwte, dwpe, g, tok, B, T, C), b16->embed_bwd(b16, dwte16, dwpe16, gh, tok, B, T, C);
+  same32("embed_bwd dwte", dwte, dwte16, (size_t)V * C), same32("embed_bwd dwpe", dwpe, dwpe16, (size_t)T * C);
+  /* cross-entropy on 16-bit logits: fp32 losses, the gradient stored in 16 bits */
+  const int N = 3, NV = 301;
+  void *lh;
+  float *lg = rand16((size_t)N * NV, 3, &lh), *loss = fzeros(N), *loss16 = fzeros(N);
+  int32_t tgt[3] = {0, 150, 300};
+  be->xent_fwd_bwd(be, loss, lg, tgt, N, NV, 0.25f), b16->xent_fwd_bwd(b16, loss16, lh, tgt, N, NV, 0.25f);
+  same32("xent_fwd_bwd losses", loss, loss16, N), same16("xent_fwd_bwd dlogits", lh, lg, (size_t)N * NV);
+  /* AdamW: the fp32 master as at fp32, and the compute copy its rounding */
+  float *p = frand(n, 1), *p16 = malloc(n * sizeof(float)), *gr = frand(n, 1), *m = fzeros(n), *v = fzeros(n);
+  float *m16 = fzeros(n), *v16 = fzeros(n);
+  memcpy(p16, p, n * sizeof(float));
+  uint16_t *pc = malloc(n * 2);
+  backend_adamw_args aa = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1, .step = 1};
+  be->adamw(be, p, NULL, gr, m, v, n, &aa), b16->adamw(b16, p16, pc, gr, m16, v16, n, &aa);
+  same32("adamw master", p, p16, n), same16("adamw compute copy", pc, p, n);
+  free(x), free(a), free(d), free(y), free(y16), free(xh), free(ah), free(dh), free(wte), free(wpe), free(g), free(e),
+      free(dwte), free(dwpe), free(dwte16), free(dwpe16), free(e16), free(eh), free(ph), free(gh), free(lg), free(loss),
+      free(loss16), free(lh), free(p), free(p16), free(gr), free(m), free(v), free(m16), free(v16), free(pc);
+}
+
+static void test_storage(void) {
+  for (int k = 0; k < 2; k++) {
+    b16 = backend_kind_cpu.open(-1, k ? "fp16" : "bf16");
+    backend_shape sh = {.B = 2, .T = 70, .C = 40, .H = 3, .F = 40, .V = 301};
+    b16->prepare(b16, &sh);
+    storage_norm_and_linear();
+    storage_attention();
+    storage_elementwise();
+    printf("  %-34s every op equals fp32 rounded once\n", k ? "fp16 storage" : "bf16 storage");
+    backend_close(b16);
+  }
+}
+
+static void test_matmul_both(void) {
+  test_matmul(0);
+  test_matmul(1);
+}
+
+static void test_attention_all(void) {
+  test_attention(9, 0, 1.0, "global");
+  test_attention(70, 0, 0.5, "global T=70 scaled");
+  test_attention(70, 5, 1.0, "local w=5 T=70");
+  test_attention(66, 64, 1.0, "local w=64 T=66");
+}
+
+/* Which test covers each op of the list; a new op without one fails here. */
+static void (*const op_tests[BACKEND_NOPS])(void) = {
+    [BACKEND_OP_embed_fwd] = test_embedding,       [BACKEND_OP_embed_bwd] = test_embedding,
+    [BACKEND_OP_layernorm_fwd] = test_layernorm,   [BACKEND_OP_layernorm_bwd] = test_layernorm,
+    [BACKEND_OP_matmul_fwd] = test_matmul_both,    [BACKEND_OP_matmul_bwd] = test_matmul_both,
+    [BACKEND_OP_attention_fwd] = test_attention_all, [BACKEND_OP_attention_bwd] = test_attention_all,
+    [BACKEND_OP_gelu_fwd] = test_gelu,             [BACKEND_OP_gelu_bwd] = test_gelu,
+    [BACKEND_OP_residual_fwd] = test_residual,     [BACKEND_OP_accumulate] = test_residual,
+    [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,
+    [BACKEND_OP_sumsq] = test_adamw,               [BACKEND_OP_to_storage] = test_conversions,
+    [BACKEND_OP_to_fp32] = test_conversions,
+};
 
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   be = backend_cpu();
   rng_seed(&R, 42, 0, 0);
-  test_embedding();
-  test_layernorm();
-  test_matmul(0);
-  test_matmul(1);
-  test_attention(9, 0, 1.0, "global");
-  test_attention(70, 0, 0.5, "global T=70 scaled");
-  test_attention(70, 5, 1.0, "local w=5 T=70");
-  test_attention(66, 64, 1.0, "local w=64 T=66");
-  test_gelu();
-  test_residual();
-  test_xent();
-  test_adamw();
+  void (*done[BACKEND_NOPS])(void) = {0};
+  for (int i = 0; i < BACKEND_NOPS; i++) {
+    T_CHECK(op_tests[i] != NULL, "op %s has no test in test_ops", backend_op_names[i]);
+    int seen = 0;
+    for (int j = 0; j < i; j++) seen |= done[j] == op_tests[i];
+    if (op_tests[i] && !seen) op_tests[i]();
+    done[i] = op_tests[i];
+  }
+  test_storage();
   int rc = t_done("test_ops");
   MPI_Finalize();
   return rc;

@@ -14,7 +14,10 @@
  * 10 KiB (&checkpoint stage_mb), so that ranks whose pieces differ in size make different numbers
  * of collective waits, and reads it back in many reads of 20 KiB, three in flight (read_mb,
  * read_requests); rank 0 alone continues from it, within the same bounds of the layout's own
- * continuation. */
+ * continuation. At bf16 storage (&system precision = 'bf16'), P=2, P=2 x D=2 and P=2 x D=2 with
+ * host staging reproduce the serial bf16 run within 1e-4 (losses) and 1e-3 (parameters): a
+ * different order of gradient sums can flip the rounding of a weight's bf16 copy. The serial bf16
+ * run's validation loss is within 0.02 of the fp32 run's. */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -33,6 +36,7 @@ enum { STEPS = 10 };
 
 static int staged; /* the backend claims device memory: MPI goes through host staging buffers */
 static int recompute; /* &training recompute: blocks recomputed in the backward pass */
+static const char *precision = "fp32"; /* &system precision: the storage type of activations */
 
 typedef struct {
   double loss[STEPS], val;
@@ -53,8 +57,9 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4, recompute = %s /\n"
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
            "  bucket_mb = 0.01 /\n"
-           "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n",
-           dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order);
+           "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
+           "&system backend = 'cpu', precision = '%s' /\n",
+           dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order, precision);
   return t_load_deck(text, "parallel.nml", nranks);
 }
 
@@ -66,8 +71,7 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   t_counted = 0;
-  const backend *be = t_counting_backend();
-  t_counting.host_memory = !staged;
+  const backend *be = t_counting_backend(c->system.precision, staged);
   trainer *t = trainer_open(c, be, comm, &e);
   err_print(&e, 10);
   T_CHECK(t != NULL, "trainer_open failed");
@@ -75,7 +79,7 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
   /* what this rank allocated is what the dry run plans for its stage and replica */
   par_layout lay;
   par_plan(&lay, c, size, rank);
-  trainer_memory plan = trainer_plan_memory(c, backend_cpu(), &lay, lay.stage, lay.replica);
+  trainer_memory plan = trainer_plan_memory(c, be, &lay, lay.stage, lay.replica);
   long diff = (long)t_counted - (long)plan.total, worst;
   MPI_Allreduce(&diff, &worst, 1, MPI_LONG, MPI_MAX, comm);
   T_CHECK(worst == 0 && diff == 0, "P=%d D=%d: a rank allocated %ld bytes more than planned", lay.P, lay.D, worst);
@@ -128,19 +132,30 @@ int main(int argc, char **argv) {
   T_CHECK(prepare_run(c0, MPI_COMM_WORLD, &perr) == 0, "prepare failed");
   err_print(&perr, 10);
   err_free(&perr);
-  /* the serial reference on rank 0, with a checkpoint half-way */
-  run_result ref = {0};
-  char ckpt[CFG_STR_LEN] = "";
-  if (rank == 0) train_from(c0, MPI_COMM_SELF, &ref, NULL, ckpt);
-  MPI_Bcast(ckpt, sizeof ckpt, MPI_CHAR, 0, MPI_COMM_WORLD);
   free(c0);
+  /* the serial references on rank 0 at each precision (storage type), with a checkpoint half-way */
+  static const char *const precisions[] = {"fp32", "bf16"};
+  run_result refs[2];
+  memset(refs, 0, sizeof refs);
+  char ckpts[2][CFG_STR_LEN] = {"", ""};
+  for (int k = 0; k < 2; k++) {
+    precision = precisions[k];
+    cfg_config *c = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
+    if (rank == 0) train_from(c, MPI_COMM_SELF, &refs[k], NULL, ckpts[k]);
+    MPI_Bcast(ckpts[k], sizeof ckpts[k], MPI_CHAR, 0, MPI_COMM_WORLD);
+    free(c);
+  }
   static const struct {
     int P, D;
     const char *order;
-    int staged, recompute;
-  } layouts[] = {{1, 2, "replicas_adjacent", 0, 0}, {1, 4, "replicas_adjacent", 0, 0}, {2, 1, "replicas_adjacent", 0, 0},
-                 {4, 1, "replicas_adjacent", 0, 0}, {2, 2, "replicas_adjacent", 0, 0}, {2, 2, "stages_adjacent", 0, 0},
-                 {2, 2, "replicas_adjacent", 1, 0}, {1, 1, "replicas_adjacent", 0, 1}, {2, 2, "replicas_adjacent", 0, 1}};
+    int staged, recompute, bf16;
+  } layouts[] = {{1, 2, "replicas_adjacent", 0, 0, 0}, {1, 4, "replicas_adjacent", 0, 0, 0},
+                 {2, 1, "replicas_adjacent", 0, 0, 0}, {4, 1, "replicas_adjacent", 0, 0, 0},
+                 {2, 2, "replicas_adjacent", 0, 0, 0}, {2, 2, "stages_adjacent", 0, 0, 0},
+                 {2, 2, "replicas_adjacent", 1, 0, 0}, {1, 1, "replicas_adjacent", 0, 1, 0},
+                 {2, 2, "replicas_adjacent", 0, 1, 0}, {2, 1, "replicas_adjacent", 0, 0, 1},
+                 {2, 2, "replicas_adjacent", 0, 0, 1},
+                 {2, 2, "replicas_adjacent", 1, 0, 1}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
     for (int mode = 0; mode < 4; mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
       int zero = mode & 1, resumed = mode >> 1;
@@ -151,6 +166,12 @@ int main(int argc, char **argv) {
       char mine[CFG_STR_LEN] = ""; /* the layout's own checkpoint */
       staged = layouts[i].staged;
       recompute = layouts[i].recompute;
+      precision = precisions[layouts[i].bf16];
+      const run_result *rf = &refs[layouts[i].bf16];
+      const char *ckpt = ckpts[layouts[i].bf16];
+      /* bf16 storage: another order of the gradient sums moves a master weight by fp32 ulps, which
+       * can flip the rounding of its bf16 compute copy (2^-8 relative): looser bounds */
+      const double tl = layouts[i].bf16 ? 1e-4 : 1e-5, tp = layouts[i].bf16 ? 1e-3 : 1e-5;
       if (sub != MPI_COMM_NULL) {
         cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
         train_from(c, sub, &r, resumed ? ckpt : NULL, resumed ? NULL : mine);
@@ -164,37 +185,41 @@ int main(int argc, char **argv) {
         double pe = back.params && back.n == r.n ? t_rel_err(back.params, r.params, r.n) : INFINITY;
         printf("P=%d D=%d ZeRO-%d %-17s checkpoint continued by 1 rank: parameters %.2e from the layout's\n", P, D,
                zero, layouts[i].order, pe);
-        T_CHECK(pe <= 1e-5, "P=%d D=%d ZeRO-%d: the layout's checkpoint continued on 1 rank differs by %.3g", P, D,
+        T_CHECK(pe <= tp, "P=%d D=%d ZeRO-%d: the layout's checkpoint continued on 1 rank differs by %.3g", P, D,
                 zero, pe);
-        T_CHECK(back.val == back.val && fabs(back.val - r.val) <= 1e-5 * fabs(r.val),
+        T_CHECK(back.val == back.val && fabs(back.val - r.val) <= tl * fabs(r.val),
                 "P=%d D=%d ZeRO-%d: validation after the continuation %.6g, the layout's %.6g", P, D, zero, back.val,
                 r.val);
         free(back.params);
       }
-      if (resumed && rank == 0) memcpy(r.loss, ref.loss, STEPS / 2 * sizeof(double)); /* the first half is the serial run's */
+      if (resumed && rank == 0) memcpy(r.loss, rf->loss, STEPS / 2 * sizeof(double)); /* the first half is the serial run's */
       if (rank == 0) {
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
-          double e = fabs(r.loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
+          double e = fabs(r.loss[s] - rf->loss[s]) / fabs(rf->loss[s]);
           if (e > worst) worst = e;
         }
-        double ve = fabs(r.val - ref.val) / fabs(ref.val);
-        double pe = r.params && r.n == ref.n ? t_rel_err(r.params, ref.params, r.n) : INFINITY;
-        printf("P=%d D=%d ZeRO-%d %-17s %s%s%s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
+        double ve = fabs(r.val - rf->val) / fabs(rf->val);
+        double pe = r.params && r.n == rf->n ? t_rel_err(r.params, rf->params, r.n) : INFINITY;
+        printf("P=%d D=%d ZeRO-%d %-17s %s%s%s, %s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
                layouts[i].order, resumed ? "restarted" : "from start", staged ? ", host staging" : "",
-               recompute ? ", recomputation" : "", worst, ve, pe);
+               recompute ? ", recomputation" : "", precision, worst, ve, pe);
         if (P * D == 1) /* recomputation alone repeats the same arithmetic: bitwise the serial run */
           T_CHECK(worst == 0 && ve == 0 && pe == 0, "recomputation on one rank differs from the serial run");
-        T_CHECK(worst <= 1e-5, "P=%d D=%d ZeRO-%d %s: a step's loss differs by %.3g relative", P, D, zero,
+        T_CHECK(worst <= tl, "P=%d D=%d ZeRO-%d %s: a step's loss differs by %.3g relative", P, D, zero,
                 layouts[i].order, worst);
-        T_CHECK(ve <= 1e-5, "P=%d D=%d ZeRO-%d: validation loss differs by %.3g", P, D, zero, ve);
-        T_CHECK(pe <= 1e-5, "P=%d D=%d ZeRO-%d: final parameters differ by %.3g", P, D, zero, pe);
+        T_CHECK(ve <= tl, "P=%d D=%d ZeRO-%d: validation loss differs by %.3g", P, D, zero, ve);
+        T_CHECK(pe <= tp, "P=%d D=%d ZeRO-%d: final parameters differ by %.3g", P, D, zero, pe);
       }
       free(r.params);
       MPI_Barrier(MPI_COMM_WORLD);
     }
-  if (rank == 0) printf("serial: losses %.5f ... %.5f, validation %.5f\n", ref.loss[0], ref.loss[STEPS - 1], ref.val);
-  free(ref.params);
+  for (int k = 0; k < 2 && rank == 0; k++)
+    printf("serial, %s: losses %.5f ... %.5f, validation %.5f\n", precisions[k], refs[k].loss[0], refs[k].loss[STEPS - 1],
+           refs[k].val);
+  if (rank == 0) /* bf16 storage trains as fp32 does, within its rounding */
+    T_CHECK(fabs(refs[1].val - refs[0].val) < 0.02, "bf16 storage: validation loss %.5f, fp32 %.5f", refs[1].val, refs[0].val);
+  free(refs[0].params), free(refs[1].params);
   int rc = rank == 0 ? t_done("test_parallel") : 0;
   MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Finalize();

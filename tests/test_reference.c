@@ -148,6 +148,7 @@ static void check_adamw(int nc, gpt_model *m, optim_state *opt, int B, int T, in
   read_var(nc, "adam_targets", NC_INT, y, (size_t)3 * N);
   read_var(nc, "adam_losses", NC_DOUBLE, loss_ref, 3);
   memcpy(m->params, host, m->nparams * sizeof(float));
+  gpt_params_changed(m, 0, m->nparams);
   for (int step = 0; step < 3; step++) {
     gpt_zero_grad(m);
     gpt_set_batch(m, 0, x + (size_t)step * N, y + (size_t)step * N, B, T);
@@ -156,7 +157,9 @@ static void check_adamw(int nc, gpt_model *m, optim_state *opt, int B, int T, in
     gpt_backward(m, 0, B, T, NULL, NULL);
     T_CHECK(fabs(l - loss_ref[step]) < 1e-5 * fabs(loss_ref[step]), "%s AdamW step %d loss %.8f vs %.8f", path,
             step + 1, l, loss_ref[step]);
-    double norm = sqrt(m->be->sumsq(m->grads, m->nparams));
+    double norm;
+    m->be->sumsq(m->be, &norm, m->grads, m->nparams);
+    norm = sqrt(norm);
     optim_adamw_step(opt, m, &tc, step, optim_lr(&tc, step), optim_clip_scale(&tc, norm));
     printf("  AdamW step %d: loss %.7f (reference %.7f), grad norm %.4f\n", step + 1, l, loss_ref[step], norm);
   }

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "base/util.h"
+#include "model/backends.h"
 
 /* ---- tables ---------------------------------------------------------------------------------- */
 
@@ -503,19 +504,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
                  "top_k = %ld exceeds vocab_size = %ld", cfg->sample.top_k, m->vocab_size);
   if (cfg->job.run_dir[0] == '\0')
     cfg_error_at(cfg, errs, "job", "run_dir", "give a directory, e.g. run_dir = 'runs/test'", "run_dir is empty");
-  /* what this build cannot run wherever it runs; the machine decides the rest (backends.c) */
-  const cfg_system *sy = &cfg->system;
-  int on_cpu = strcmp(sy->backend, "cpu") == 0;
-#ifndef GREENLM_HAVE_CUDA
-  if (strcmp(sy->backend, "cuda") == 0)
-    cfg_error_at(cfg, errs, "system", "backend", "rebuild with ./configure --with-cuda (doc/gpu.md), or set backend = 'cpu'",
-                 "backend = 'cuda', but this greenlm was built without CUDA");
-  on_cpu = on_cpu || strcmp(sy->backend, "auto") == 0;
-#endif
-  if (on_cpu && strcmp(sy->precision, "fp32") != 0)
-    cfg_error_at(cfg, errs, "system", "precision",
-                 "set precision = 'fp32', or run on GPUs: backend = 'cuda' in a build configured --with-cuda (doc/gpu.md)",
-                 "precision = '%s' needs the CUDA backend; the CPU backend computes in fp32 only", sy->precision);
+  backends_check(cfg, errs); /* what this build cannot run wherever it runs; the machine decides the rest */
 }
 
 /* group.key now holds a value derived from from_group.from_key: errors point at the latter. */

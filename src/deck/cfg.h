@@ -115,7 +115,7 @@ typedef struct {
 
 #define CFG_GROUP_SYSTEM(X, g)                                                                        \
   X(g, STR, backend, "'auto'", "auto|cpu|cuda", "Compute backend: 'cpu' (OpenBLAS and C kernels), 'cuda' (cuBLAS and CUDA kernels; a build configured --with-cuda, doc/gpu.md), 'auto' (CUDA where built and a GPU is visible, else the CPU)") \
-  X(g, STR, precision, "'fp32'", "fp32|tf32|bf16|fp16", "Precision of the GEMMs, which accumulate in fp32 (storage stays fp32): 'fp32', or on the CUDA backend the tensor-core modes 'tf32', 'bf16' and 'fp16' (with dynamic loss scaling)") \
+  X(g, STR, precision, "'fp32'", "fp32|tf32|bf16|fp16", "Precision: 'fp32'; 'bf16' and 'fp16' store activations and the parameters' compute copy in 16 bits where the backend has that storage (the CPU does; master weights, gradients, AdamW and checkpoints stay fp32; fp16 with dynamic loss scaling), and run the CUDA GEMMs and attention on tensor cores; 'tf32' (CUDA): fp32 storage, TF32 GEMMs. The run header names the storage type") \
   X(g, REAL, loss_scale, "65536", "[1, 1e300]", "precision = 'fp16': initial loss scale; halved (and the step skipped) when the gradients overflow") \
   X(g, INT, loss_scale_window, "2000", "[1, inf)", "precision = 'fp16': good steps in a row after which the loss scale doubles") \
   X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 gives each rank as many threads as it has cores (after binding)") \

@@ -198,10 +198,10 @@ static int io_flush(io_stream *io, int more) {
         break;
       }
       size_t k = got / sizeof(float);
-      float *host = io->be->host_memory ? g->dst + done : (float *)raw; /* in place for devices */
+      float *host = io->be->caps.host_memory ? g->dst + done : (float *)raw; /* in place for devices */
       uint64_t s = checksum_from_file(host, raw, g->a + done, g->a + done + k); /* converted and summed in one pass */
       if (g->sum >= 0) io->sums[g->sum] += s;
-      if (!io->be->host_memory) io->be->to_device(g->dst + done, host, got);
+      if (!io->be->caps.host_memory) io->be->to_device(io->be, g->dst + done, host, got);
       done += k;
     }
   }
@@ -252,10 +252,10 @@ static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float
     else if (c && n >= c) n -= n % c;                   /* whole rows */
     if (io->write) {
       float *buf = io->stage + io->used;
-      if (io->be->host_memory && sum >= 0) {
+      if (io->be->caps.host_memory && sum >= 0) {
         io->sums[sum] += checksum_part(buf, x, a, a + n); /* copied and summed in one pass */
       } else {
-        io->be->to_host(buf, x, n * sizeof(float));
+        io->be->to_host(io->be, buf, x, n * sizeof(float));
         if (sum >= 0) io->sums[sum] += checksum_part(NULL, buf, a, a + n);
       }
       io_post(io, var, cols, a, n, buf);
@@ -312,16 +312,16 @@ static void io_release(io_stream *io) {
 static void share_pieces(const ckpt_state *s, int k) {
   const par_layout *lay = s->lay;
   const backend *be = s->model->be;
-  size_t n = s->model->nparams, cap = be->host_memory ? (size_t)1 << 28 : stage_elems(s);
-  float *stage = be->host_memory ? NULL : util_malloc(cap * sizeof(float), "checkpoint staging");
+  size_t n = s->model->nparams, cap = be->caps.host_memory ? (size_t)1 << 28 : stage_elems(s);
+  float *stage = be->caps.host_memory ? NULL : util_malloc(cap * sizeof(float), "checkpoint staging");
   for (int r = 0; r < lay->D; r++) {
     size_t lo = par_piece(n, lay->D, r), hi = par_piece(n, lay->D, r + 1);
     for (size_t a = lo; a < hi; a += cap) {
       size_t c = hi - a < cap ? hi - a : cap;
       float *x = addr(s, k, a);
-      if (stage && lay->replica == r) be->to_host(stage, x, c * sizeof(float));
+      if (stage && lay->replica == r) be->to_host(be, stage, x, c * sizeof(float));
       MPI_Bcast(stage ? stage : x, (int)c, MPI_FLOAT, r, lay->dp);
-      if (stage && lay->replica != r) be->to_device(x, stage, c * sizeof(float));
+      if (stage && lay->replica != r) be->to_device(be, x, stage, c * sizeof(float));
     }
   }
   free(stage);
@@ -914,7 +914,7 @@ static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tenso
   ckpt_piece *p;
   int n = pieces_of(s->model, lay, lo, hi, &p), shown = 0;
   sharer sh;
-  int overlap = lay->D > 1 && s->model->be->host_memory; /* device memory: shared after, through a host buffer */
+  int overlap = lay->D > 1 && s->model->be->caps.host_memory; /* device memory: shared after, through a host buffer */
   if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
   for (int i = 0; i < n; i++)
     for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);

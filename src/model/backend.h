@@ -1,12 +1,20 @@
-/* backend: the table of memory operations and tensor ops that every compute backend provides.
+/* backend: a compute backend is an object: the table of memory functions and tensor ops below plus
+ * the backend's own context (device, stream, library handles, workspaces), and every function
+ * receives the object. Nothing of a backend is process-wide: two instances (the parity test opens
+ * a CPU and a CUDA one side by side, at different precisions) share no state.
  *
  * Model code never touches tensor elements: it calls these ops on backend memory (host memory
- * for the CPU backend, device memory for GPU backends). cpu/ is always built; it is the
- * reference every other backend is tested against.
+ * for the CPU backend, device memory for GPU backends). cpu/ is always built; it is the reference
+ * every other backend is tested against.
+ *
+ * Element types. Activations, their gradients and the compute copy of the parameters are stored in
+ * the instance's storage type (be->storage: fp32, bf16 or fp16; arguments typed `void *` below,
+ * marked S). Everything else is fp32 (marked F): the master parameters, gradients of parameters,
+ * AdamW moments, LayerNorm and softmax statistics, losses. Arithmetic is fp32 in every op; a
+ * 16-bit output is rounded to nearest even when stored.
  *
  * Shapes in comments: B batch, T sequence, C channels, H heads, V vocabulary, N rows (= B*T).
- * All tensors are row-major float32 unless noted; token ids are int32.
- * Accumulating outputs are marked "+=": they are added to, never overwritten. */
+ * Token ids are int32. Accumulating outputs are marked "+=": they are added to, never overwritten. */
 #ifndef GREENLM_BACKEND_H
 #define GREENLM_BACKEND_H
 
@@ -17,6 +25,30 @@
 extern "C" { /* gpu/ is CUDA C++ */
 #endif
 
+/* Storage types of activations; the values index bit masks (backend_caps.storage). */
+typedef enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1, BACKEND_FP16 = 2 } backend_dtype;
+enum { BACKEND_NDTYPES = 3 };
+
+/* Bytes of one element; the name as decks write it ("fp32", "bf16", "fp16"). */
+size_t backend_dtype_size(backend_dtype t);
+const char *backend_dtype_name(backend_dtype t);
+/* The storage type of &system precision: bf16 and fp16 store in that type, fp32 and tf32 in fp32. */
+backend_dtype backend_precision_storage(const char *precision);
+
+/* Precisions (&system precision) as bits of backend_caps.precisions. */
+enum { BACKEND_PREC_FP32 = 1, BACKEND_PREC_TF32 = 2, BACKEND_PREC_BF16 = 4, BACKEND_PREC_FP16 = 8 };
+/* The bit of a precision name; 0 for an unknown name. */
+unsigned backend_precision_bit(const char *precision);
+
+/* What a kind of backend can do, asked before (and without) opening one. */
+typedef struct {
+  unsigned precisions; /* BACKEND_PREC_* bits the backend runs */
+  unsigned storage;    /* (1u << backend_dtype) for each storage type it stores activations in */
+  int host_memory;     /* backend memory is ordinary host memory (MPI and I/O read it directly) */
+  int devices;         /* computes on devices that are counted and chosen per rank (GPUs) */
+  const char *attention; /* the attention paths it has, for the documentation and the header */
+} backend_caps;
+
 typedef struct {
   float lr;           /* learning rate of this step */
   float beta1, beta2; /* moment decays */
@@ -26,106 +58,177 @@ typedef struct {
   int step;           /* 1-based step, for bias correction */
 } backend_adamw_args;
 
-typedef struct backend {
-  const char *name;
-  int host_memory; /* backend memory is ordinary host memory (no staging needed for I/O) */
+/* The largest shapes a backend instance will be asked to compute on: its workspaces are planned
+ * (and allocated by prepare) from these, so the dry run's memory plan is exact. */
+typedef struct {
+  int B, T, C, H, F, V;
+} backend_shape;
+
+typedef struct backend backend;
+
+/* The tensor ops, written once: X(name, params, args). Each generates a member of the table
+ * (void name params), the per-backend declarations, greenlm-bench's profiling wrappers, and the
+ * names whose tests test_ops and test_gpu_parity must define (a missing one does not compile).
+ * params start with the backend; args are the remaining parameters' names. */
+#define BACKEND_OPS(X)                                                                                                 \
+  /* out S (B,T,C) = wte[tok[b,t]] + wpe[t];  tok (B,T), wte S (V,C), wpe S (>=T,C) */                                 \
+  X(embed_fwd, (const backend *be, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C), \
+    (out, tok, wte, wpe, B, T, C))                                                                                     \
+  /* dwte F (V,C) [tok[b,t]] += dout S [b,t];  dwpe F [t] += sum_b dout[b,t] */                                        \
+  X(embed_bwd, (const backend *be, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C), \
+    (dwte, dwpe, dout, tok, B, T, C))                                                                                  \
+  /* out S (N,C) = (inp - mean) * rstd * w + b;  inp S, w b S (C); mean, rstd F (N) saved for the backward */          \
+  X(layernorm_fwd,                                                                                                     \
+    (const backend *be, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,      \
+     int C, float eps),                                                                                                \
+    (out, mean, rstd, inp, w, b, N, C, eps))                                                                           \
+  /* dinp S (N,C) +=, dw F (C) +=, db F (C) +=;  dout inp S (N,C), w S (C), mean rstd F (N) */                         \
+  X(layernorm_bwd,                                                                                                     \
+    (const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,            \
+     const float *mean, const float *rstd, int N, int C),                                                              \
+    (dinp, dw, db, dout, inp, w, mean, rstd, N, C))                                                                    \
+  /* out S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M); bias may be NULL */                                         \
+  X(matmul_fwd, (const backend *be, void *out, const void *inp, const void *w, const void *bias, int N, int K, int M),   \
+    (out, inp, w, bias, N, K, M))                                                                                      \
+  /* dinp S (N,K) = dout S (N,M) @ w S (M,K) (overwritten; skipped when NULL);                                         \
+   * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL) */                    \
+  X(matmul_bwd,                                                                                                        \
+    (const backend *be, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,  \
+     int K, int M),                                                                                                    \
+    (dinp, dw, dbias, dout, inp, w, N, K, M))                                                                          \
+  /* Causal self-attention on qkv S (B,T,3C) = [q | k | v], head h in columns h*C/H..(h+1)*C/H of each.               \
+   * window <= 0: global (query i sees keys j <= i); else local (i - window < j <= i).                                 \
+   * out S (B,T,C) = softmax(scale * q k^T) v per head; lse F (B,H,T) the log-sum-exp of each row.                     \
+   * scratch: attention_scratch bytes of backend memory. */                                                            \
+  X(attention_fwd,                                                                                                     \
+    (const backend *be, void *out, float *lse, const void *qkv, void *scratch, int B, int T, int C, int H, int window, \
+     float scale),                                                                                                     \
+    (out, lse, qkv, scratch, B, T, C, H, window, scale))                                                               \
+  /* dqkv S (B,T,3C) = gradient w.r.t. qkv (overwritten), from dout S (B,T,C) and the forward's out, lse */            \
+  X(attention_bwd,                                                                                                     \
+    (const backend *be, void *dqkv, const void *dout, const void *out, const float *lse, const void *qkv,              \
+     void *scratch, int B, int T, int C, int H, int window, float scale),                                              \
+    (dqkv, dout, out, lse, qkv, scratch, B, T, C, H, window, scale))                                                   \
+  /* out S (n) = gelu_new(inp S) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */                                  \
+  X(gelu_fwd, (const backend *be, void *out, const void *inp, size_t n), (out, inp, n))                               \
+  /* dinp S (n) = dout S * gelu_new'(inp S); dinp may alias dout */                                                    \
+  X(gelu_bwd, (const backend *be, void *dinp, const void *dout, const void *inp, size_t n), (dinp, dout, inp, n))     \
+  /* out S (n) = a S + b S (the residual connection; its backward is accumulate) */                                    \
+  X(residual_fwd, (const backend *be, void *out, const void *a, const void *b, size_t n), (out, a, b, n))             \
+  /* dst S (n) += src S */                                                                                             \
+  X(accumulate, (const backend *be, void *dst, const void *src, size_t n), (dst, src, n))                             \
+  /* Fused softmax + cross-entropy over logits S (N,V) with targets (N):                                               \
+   * losses F (N) = logsumexp(logits[i]) - logits[i, targets[i]].                                                      \
+   * The logits are overwritten: when dscale != 0 with dscale * (softmax - onehot(target)), the                        \
+   * gradient of dscale * sum(losses); otherwise with scratch values. */                                               \
+  X(xent_fwd_bwd, (const backend *be, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale), \
+    (losses, logits, targets, N, V, dscale))                                                                           \
+  /* AdamW (PyTorch's formulation) on n master parameters p F with gradients g F and moments m, v F;                   \
+   * the compute copy pc S (n) is written from the updated p (skipped when NULL: fp32 storage). */                     \
+  X(adamw, (const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,                        \
+            const backend_adamw_args *a),                                                                              \
+    (p, pc, g, m, v, n, a))                                                                                            \
+  /* *out (host memory) = sum of squares of x F (n), accumulated in double */                                          \
+  X(sumsq, (const backend *be, double *out, const float *x, size_t n), (out, x, n))                                   \
+  /* dst S (n) = src F (n) rounded to the storage type (compute copies of parameters) */                               \
+  X(to_storage, (const backend *be, void *dst, const float *src, size_t n), (dst, src, n))                            \
+  /* dst F (n) = src S (n) (logits for sampling, tensors for tests) */                                                 \
+  X(to_fp32, (const backend *be, float *dst, const void *src, size_t n), (dst, src, n))
+
+/* One enumerator per op: BACKEND_OP_embed_fwd, ...; BACKEND_NOPS of them. */
+#define BACKEND_OP_ENUM(name, params, args) BACKEND_OP_##name,
+enum { BACKEND_OPS(BACKEND_OP_ENUM) BACKEND_NOPS };
+/* The ops' names in enumerator order ("embed_fwd", ...). */
+extern const char *const backend_op_names[BACKEND_NOPS];
+
+/* Splices a parenthesised argument list into a call: BACKEND_CALL(f, be, (a, b)) is f(be, a, b). */
+#define BACKEND_ARGS_(...) __VA_ARGS__
+#define BACKEND_CALL(f, be, args) f(be, BACKEND_ARGS_ args)
+
+#define BACKEND_OP_MEMBER(name, params, args) void(*name) params;
+
+struct backend {
+  const char *name;     /* the kind: "cpu", "cuda" */
+  backend_caps caps;
+  backend_dtype storage; /* of activations and the compute copy of parameters */
+  char precision[8];     /* &system precision it computes at */
+  void *ctx;             /* the backend's own state */
 
   /* ---- memory ---- */
-  void *(*alloc)(size_t bytes); /* zero-filled */
-  void (*free)(void *p);
-  void (*to_device)(void *dst, const void *src, size_t bytes);
-  void (*to_host)(void *dst, const void *src, size_t bytes);
-  void (*zero)(void *p, size_t bytes);
-  void (*copy)(void *dst, const void *src, size_t bytes); /* within backend memory */
-  void (*sync)(void);
-  /* PCI bus id ("00000000:3B:00.0") of the device this rank computes on, for the energy sensors;
-   * NULL (the function or its result) where there is none, as on the CPU backend. */
-  const char *(*bus_id)(void);
+  void *(*alloc)(const backend *be, size_t bytes); /* zero-filled */
+  void (*free)(const backend *be, void *p);
+  void (*to_device)(const backend *be, void *dst, const void *src, size_t bytes);
+  void (*to_host)(const backend *be, void *dst, const void *src, size_t bytes);
+  void (*zero)(const backend *be, void *p, size_t bytes);
+  void (*copy)(const backend *be, void *dst, const void *src, size_t bytes); /* within backend memory */
+  void (*sync)(const backend *be);
   /* Host memory that copies to and from backend memory fast (pinned for a GPU): MPI staging. */
-  void *(*host_alloc)(size_t bytes);
-  void (*host_free)(void *p);
-  /* The device this rank computes on, for the topology summary ("GPU 1 of 4: NVIDIA H200, PCI
-   * 00000000:3B:00.0"), into buf; NULL (the function) on the CPU backend. */
-  const char *(*placement)(char *buf, size_t len);
+  void *(*host_alloc)(const backend *be, size_t bytes);
+  void (*host_free)(const backend *be, void *p);
 
-  /* ---- the engine ---- */
-  /* One line naming what computes (library, kernel set, threads) into buf. */
-  const char *(*describe)(char *buf, size_t len);
+  /* ---- the device and the engine ---- */
+  /* PCI bus id ("00000000:3B:00.0") of the device this instance computes on, for the energy
+   * sensors; NULL where there is none, as on the CPU backend. */
+  const char *(*bus_id)(const backend *be);
+  /* The device ("GPU 1 of 4: NVIDIA H200, PCI 00000000:3B:00.0") into buf; NULL on the CPU. */
+  const char *(*placement)(const backend *be, char *buf, size_t len);
+  /* One line naming what computes (library, kernel set, threads, attention path) into buf. */
+  const char *(*describe)(const backend *be, char *buf, size_t len);
   /* Threads the backend's math library may use per rank (0 leaves the library's default). */
-  void (*set_threads)(int n);
-  /* Measured GEMM rate in GFLOP/s at the backend's GEMM precision (fp32 on the CPU): best of
-   * repeated n x n x n products over `seconds` (a GPU uses n >= 8192 to approach its peak). */
-  double (*measure_gflops)(int n, double seconds);
+  void (*set_threads)(const backend *be, int n);
+  /* Measured GEMM rate in GFLOP/s at the instance's precision: best of repeated n x n x n products
+   * over `seconds` (a GPU uses n >= 8192 to approach its peak). */
+  double (*measure_gflops)(const backend *be, int n, double seconds);
+  /* Whether MPI may be given backend memory directly (always for host memory); `how` says what
+   * told (the MPI library's query, an environment switch). */
+  int (*mpi_direct)(const backend *be, const char **how);
+
+  /* ---- planning ---- */
+  /* Bytes of backend memory attention_fwd/bwd need as scratch for sequences of T. */
+  size_t (*attention_scratch)(const backend *be, int T);
+  /* Bytes of workspace the instance holds for shapes up to s (conversion buffers, GEMM workspace). */
+  size_t (*workspace_bytes)(const backend *be, const backend_shape *s);
+  /* Allocate that workspace now (ops may not run on larger shapes afterwards). */
+  void (*prepare)(const backend *be, const backend_shape *s);
+  /* Free the context, its workspaces and the instance itself (backend_close). */
+  void (*close)(backend *be);
 
   /* ---- ops ---- */
-  /* out (B,T,C) = wte[tok[b,t]] + wpe[t];  tok (B,T), wte (V,C), wpe (>=T,C) */
-  void (*embed_fwd)(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
-  /* dwte[tok[b,t]] += dout[b,t];  dwpe[t] += sum_b dout[b,t] */
-  void (*embed_bwd)(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+  BACKEND_OPS(BACKEND_OP_MEMBER)
+};
 
-  /* out (N,C) = (inp - mean) * rstd * w + b;  mean, rstd (N) saved for the backward */
-  void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                        int N, int C, float eps);
-  /* dinp (N,C) +=, dw (C) +=, db (C) += */
-  void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                        const float *mean, const float *rstd, int N, int C);
+/* Close an instance: its context, workspaces and table. */
+void backend_close(const backend *be);
 
-  /* out (N,M) = inp (N,K) @ w(M,K)^T + bias (M); bias may be NULL */
-  void (*matmul_fwd)(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M);
-  /* dinp (N,K) = dout (N,M) @ w (overwritten; skipped when NULL);
-   * dw (M,K) += dout^T @ inp;  dbias (M) += column sums of dout (skipped when NULL) */
-  void (*matmul_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                     int N, int K, int M);
+/* A kind of backend this build has: how to ask what it can do, count its devices and open it. */
+typedef struct {
+  const char *name; /* as &system backend names it */
+  backend_caps (*caps)(void);
+  /* Devices this process may use (0 with the reason in why); NULL for a kind without devices. */
+  int (*devices)(char *why, size_t len);
+  /* PCI bus id of device d ("0000:3B:00.0"): 0, or -1 with "". */
+  int (*device_bus_id)(int d, char *buf, size_t len);
+  /* An instance on device d (ignored without devices) at the precision; d = -1 opens one for
+   * planning only (the dry run): no device is touched and its ops may not run. Errors are fatal. */
+  backend *(*open)(int device, const char *precision);
+} backend_kind;
 
-  /* Causal self-attention on qkv (B,T,3C) = [q | k | v], head h in columns h*C/H..(h+1)*C/H of each.
-   * window <= 0: global (query i sees keys j <= i); else local (i - window < j <= i).
-   * out (B,T,C) = softmax(scale * q k^T) v per head; lse (B,H,T) the log-sum-exp of each row.
-   * scratch: attention_scratch(T) bytes of backend memory. */
-  size_t (*attention_scratch)(int T);
-  void (*attention_fwd)(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
-                        int window, float scale);
-  /* dqkv (B,T,3C) = gradient w.r.t. qkv (overwritten), from dout (B,T,C) and the forward's out, lse */
-  void (*attention_bwd)(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                        float *scratch, int B, int T, int C, int H, int window, float scale);
+/* The kinds built in, CPU first: n of them. */
+const backend_kind *const *backend_kinds(int *n);
+/* The kind of that name in this build, or NULL; when NULL and the name is a kind greenlm has,
+ * *build says how to get a build with it. */
+const backend_kind *backend_find_kind(const char *name, const char **build);
+/* "fp32, bf16, fp16": the names of the BACKEND_PREC_* bits set in mask, into buf. */
+const char *backend_precision_names(unsigned mask, char *buf, size_t len);
 
-  /* out (n) = gelu_new(inp) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-  void (*gelu_fwd)(float *out, const float *inp, size_t n);
-  /* dinp (n) = dout * gelu_new'(inp); dinp may alias dout */
-  void (*gelu_bwd)(float *dinp, const float *dout, const float *inp, size_t n);
-
-  /* out (n) = a + b (the residual connection; its backward is accumulate) */
-  void (*residual_fwd)(float *out, const float *a, const float *b, size_t n);
-  /* dst (n) += src */
-  void (*accumulate)(float *dst, const float *src, size_t n);
-
-  /* Fused softmax + cross-entropy over logits (N,V) with targets (N):
-   * losses (N) = logsumexp(logits[i]) - logits[i, targets[i]].
-   * The logits are overwritten: when dscale != 0 with dscale * (softmax - onehot(target)), the
-   * gradient of dscale * sum(losses); otherwise with scratch values. */
-  void (*xent_fwd_bwd)(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale);
-
-  /* AdamW on n parameters p with gradients g and moments m, v (PyTorch's formulation). */
-  void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
-  /* Sum of squares of x (n), accumulated in double; the result lands in host memory. */
-  double (*sumsq)(const float *x, size_t n);
-} backend;
-
-/* The CPU backend (cpu/): OpenBLAS GEMMs and plain C kernels. */
-const backend *backend_cpu(void);
-
+/* The kinds' descriptions (cpu/, gpu/). */
+extern const backend_kind backend_kind_cpu;
 #ifdef GREENLM_HAVE_CUDA /* config.h: built with ./configure --with-cuda */
-/* The CUDA backend (gpu/): cuBLAS GEMMs and CUDA kernels on the device gpu_open chose. The table
- * may be read before a device is opened (the dry run plans memory with it); its ops may not. */
-const backend *backend_cuda(void);
-/* CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies); 0 when there are none or no
- * usable driver, with the reason in why. */
-int gpu_device_count(char *why, size_t len);
-/* PCI bus id of visible device `device` as CUDA writes it ("0000:3B:00.0"); 0, or -1 with "". */
-int gpu_device_bus_id(int device, char *buf, size_t len);
-/* Make device `device` this process's device and set the GEMM precision ("fp32", "tf32", "bf16"
- * or "fp16"). Errors are fatal. Called again (with the same device) it changes the precision. */
-void gpu_open(int device, const char *precision);
+extern const backend_kind backend_kind_cuda;
 #endif
+
+/* A CPU instance at fp32, opened once and never closed (tests and tools that need one). */
+const backend *backend_cpu(void);
 
 #ifdef __cplusplus
 }

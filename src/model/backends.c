@@ -1,6 +1,4 @@
 /* backends: the backend of a run, from &system backend and precision, this build and the machine. */
-#include "config.h" /* first: GREENLM_HAVE_CUDA decides what backend.h declares */
-
 #include "model/backends.h"
 
 #include <stdlib.h>
@@ -10,61 +8,94 @@
 #include "parallel/topo.h"
 #include "base/util.h"
 
+/* The kind backend = 'auto' means in this build: the first built kind with devices, else the CPU. */
+static const backend_kind *auto_kind(void) {
+  int n;
+  const backend_kind *const *k = backend_kinds(&n);
+  for (int i = 0; i < n; i++)
+    if (k[i]->devices) return k[i];
+  return k[0];
+}
+
+void backends_check(const cfg_config *cfg, err_list *errs) {
+  const cfg_system *sy = &cfg->system;
+  const char *build = NULL;
+  int is_auto = strcmp(sy->backend, "auto") == 0;
+  const backend_kind *k = is_auto ? auto_kind() : backend_find_kind(sy->backend, &build);
+  if (!k) {
+    cfg_error_at(cfg, errs, "system", "backend", build ? build : "set backend = 'cpu' or 'auto'",
+                 "backend = '%s', but this greenlm was built without it", sy->backend);
+    return;
+  }
+  /* 'auto' runs on the devices' kind where it finds devices, else on the CPU (backends_open) */
+  unsigned can = k->caps().precisions, bit = backend_precision_bit(sy->precision);
+  if (is_auto) can |= backend_kind_cpu.caps().precisions;
+  if (bit & can) return;
+  char names[64], hint[160];
+  util_snprintf(hint, sizeof hint, "precisions of the %s backend: %s", k->name,
+                backend_precision_names(can, names, sizeof names));
+  cfg_error_at(cfg, errs, "system", "precision", hint, "precision = '%s' is not one the %s backend computes at",
+               sy->precision, k->name);
+}
+
 const backend *backends_plan(const cfg_config *cfg) {
-#ifdef GREENLM_HAVE_CUDA
-  if (strcmp(cfg->system.backend, "cpu") != 0) return backend_cuda();
-#endif
-  (void)cfg;
-  return backend_cpu();
+  const char *build;
+  const backend_kind *k = strcmp(cfg->system.backend, "auto") == 0 ? auto_kind() : backend_find_kind(cfg->system.backend, &build);
+  unsigned bit = backend_precision_bit(cfg->system.precision);
+  if (!k || !(k->caps().precisions & bit)) k = &backend_kind_cpu; /* 'auto' at a precision only the CPU has */
+  return k->open(-1, cfg->system.precision);
+}
+
+/* This rank's device of kind k (the one nearest its cores, the node's devices shared evenly), or
+ * -1 with the reason in why. */
+static int pick_device(const backend_kind *k, const cfg_config *cfg, MPI_Comm comm, char *why, size_t wlen, char *where,
+                       size_t len) {
+  int n = k->devices(why, wlen), rank;
+  if (n <= 0) return -1;
+  MPI_Comm node;
+  MPI_Comm_rank(comm, &rank);
+  char **bus = util_malloc((size_t)n * sizeof *bus, "bus ids");
+  for (int d = 0; d < n; d++) {
+    bus[d] = util_malloc(32, "bus id");
+    if (k->device_bus_id(d, bus[d], 32) != 0) free(bus[d]), bus[d] = NULL;
+  }
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int d = topo_choose_device(node, strcmp(cfg->parallel.bind, "none") != 0, n, bus, where, len);
+  MPI_Comm_free(&node);
+  for (int i = 0; i < n; i++) free(bus[i]);
+  free(bus);
+  return d;
 }
 
 /* This rank's backend, or NULL after an error at the deck key at fault. */
 static const backend *choose(const cfg_config *cfg, MPI_Comm comm, err_list *errs, char *note, size_t nlen) {
   const cfg_system *sy = &cfg->system;
-  if (strcmp(sy->backend, "cpu") == 0) return backend_cpu();
-#ifdef GREENLM_HAVE_CUDA
-  int rank;
-  MPI_Comm node;
-  MPI_Comm_rank(comm, &rank);
-  char why[256] = "";
-  int n = gpu_device_count(why, sizeof why);
-  if (n > 0) {
-    /* the GPU nearest to this rank's cores (hwloc PCI locality), the node's GPUs shared evenly */
-    char **bus = util_malloc((size_t)n * sizeof *bus, "bus ids"), where[320];
-    for (int d = 0; d < n; d++) {
-      bus[d] = util_malloc(32, "bus id");
-      if (gpu_device_bus_id(d, bus[d], 32) != 0) free(bus[d]), bus[d] = NULL;
-    }
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    int d = topo_choose_device(node, strcmp(cfg->parallel.bind, "none") != 0, n, bus, where, sizeof where);
-    MPI_Comm_free(&node);
-    for (int i = 0; i < n; i++) free(bus[i]);
-    free(bus);
-    gpu_open(d, sy->precision);
-    const backend *be = backend_cuda();
+  const char *build;
+  int is_auto = strcmp(sy->backend, "auto") == 0;
+  const backend_kind *k = is_auto ? auto_kind() : backend_find_kind(sy->backend, &build);
+  if (!k->devices) return k->open(-1, sy->precision);
+  char why[256] = "", where[320] = "";
+  int d = pick_device(k, cfg, comm, why, sizeof why, where, sizeof where);
+  if (d >= 0) {
+    const backend *be = k->open(d, sy->precision);
     char how[256];
-    util_snprintf(note, nlen, "backend: cuda, precision %s; %s; MPI: %s", sy->precision, where,
-                  comm_describe(be, how, sizeof how));
+    util_snprintf(note, nlen, "backend: %s, precision %s (%s storage); %s; MPI: %s", k->name, sy->precision,
+                  backend_dtype_name(be->storage), where, comm_describe(be, how, sizeof how));
     return be;
   }
-  if (strcmp(sy->backend, "auto") == 0 && strcmp(sy->precision, "fp32") == 0) {
-    util_snprintf(note, nlen, "backend: auto: no usable GPU (%s): the CPU backend", why);
-    return backend_cpu();
+  if (is_auto && (backend_kind_cpu.caps().precisions & backend_precision_bit(sy->precision))) {
+    util_snprintf(note, nlen, "backend: auto: no usable %s device (%s): the CPU backend", k->name, why);
+    return backend_kind_cpu.open(-1, sy->precision);
   }
-  if (strcmp(sy->backend, "auto") == 0)
-    cfg_error_at(cfg, errs, "system", "precision",
-                 "run where GPUs are visible (nvidia-smi, CUDA_VISIBLE_DEVICES), or set precision = 'fp32'",
-                 "backend = 'auto' found no usable GPU (%s), and the CPU backend computes in fp32 only", why);
+  if (is_auto)
+    cfg_error_at(cfg, errs, "system", "precision", "run where the devices are visible, or set a precision the CPU runs",
+                 "backend = 'auto' found no usable %s device (%s), and the CPU backend does not compute at %s", k->name,
+                 why, sy->precision);
   else
     cfg_error_at(cfg, errs, "system", "backend",
-                 "run on GPU nodes (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set backend = 'auto' (the CPU where "
-                 "there is no GPU)", "backend = 'cuda', but no usable GPU (%s)", why);
+                 "run on nodes with the devices (check what the system sees), or set backend = 'auto' (the CPU where "
+                 "there are none)", "backend = '%s', but no usable device (%s)", k->name, why);
   return NULL;
-#else
-  /* 'auto' in a build without CUDA; cfg_load refused 'cuda' and any precision but fp32 */
-  (void)comm, (void)errs, (void)note, (void)nlen;
-  return backend_cpu();
-#endif
 }
 
 const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, err_list *errs, char *note, size_t len) {
@@ -73,15 +104,19 @@ const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, err_list *err
   note[0] = '\0';
   const backend *be = choose(cfg, comm, errs, note, len);
   /* every rank must have one; 'auto' must come out the same everywhere */
-  int failed = !be, any, kind = be == backend_cpu() ? 1 : 2, lo, hi;
+  int failed = !be, any, kind = be && !be->caps.host_memory ? 2 : 1, lo, hi;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm);
   MPI_Allreduce(&kind, &lo, 1, MPI_INT, MPI_MIN, comm);
   MPI_Allreduce(&kind, &hi, 1, MPI_INT, MPI_MAX, comm);
-  if (any) return NULL;
+  if (any) {
+    backend_close(be);
+    return NULL;
+  }
   if (lo != hi) {
     if (rank == 0)
-      cfg_error_at(cfg, errs, "system", "backend", "set backend = 'cuda' (GPU nodes only) or 'cpu' explicitly",
-                   "backend = 'auto' chose CUDA on some ranks and the CPU on others (some nodes have no GPU)");
+      cfg_error_at(cfg, errs, "system", "backend", "name the backend explicitly: the device kind (those nodes only) or 'cpu'",
+                   "backend = 'auto' chose devices on some ranks and the CPU on others (some nodes have none)");
+    backend_close(be);
     return NULL;
   }
   return be;

@@ -1,13 +1,14 @@
-/* backends: which compute backend a run uses (&system backend and precision).
+/* backends: which compute backend a run uses (&system backend and precision), from the kinds this
+ * build has (backend_kinds) and what each says it can do (backend_caps).
  *
- *   backend = 'cpu'   the CPU backend (fp32 only)
- *   backend = 'cuda'  the CUDA backend: needs a build configured --with-cuda and a GPU on every rank
- *   backend = 'auto'  CUDA where this build has it and the rank's node has a GPU, else the CPU
+ *   backend = '<kind>'  that kind: 'cpu' always; a device kind ('cuda') where the build has it and
+ *                       every rank's node has devices
+ *   backend = 'auto'    the build's device kind where the rank's node has devices, else the CPU
  *
- * Each rank takes GPU (node-local rank mod the node's visible GPUs); CUDA_VISIBLE_DEVICES limits
- * and orders the GPUs as the CUDA runtime sees them. What cannot work with this build at all
- * (backend = 'cuda' without CUDA, precision other than fp32 on the CPU) is a deck error found by
- * cfg_load and the dry run; what depends on the machine is found by backends_open. */
+ * A device kind gives each rank the device nearest its cores (hwloc PCI locality), the node's
+ * devices shared evenly. What cannot work with this build at all (a kind it was built without, a
+ * precision the backend does not compute at) is a deck error found by cfg_load and the dry run;
+ * what depends on the machine is found by backends_open. */
 #ifndef GREENLM_BACKENDS_H
 #define GREENLM_BACKENDS_H
 
@@ -18,12 +19,17 @@
 #include "deck/cfg.h"
 #include "deck/nml.h"
 
-/* The backend table the deck asks for, for planning (the dry run): no device is touched. */
+/* What this build cannot run wherever it runs (a backend it was built without, a precision the
+ * backend does not compute at): errors at the deck keys. cfg_load calls it. */
+void backends_check(const cfg_config *cfg, err_list *errs);
+
+/* An instance of the backend the deck asks for, for planning (the dry run): no device is touched.
+ * backend_close it. */
 const backend *backends_plan(const cfg_config *cfg);
 
 /* Choose and open this rank's backend for a run. Collective over comm. Returns NULL on every
  * rank when a rank cannot run the deck (each such rank added its error). `note` receives a line
- * for the log ("backend: cuda, GPU 0 of 4 on each node ..."). */
+ * for the log ("backend: cuda, GPU 0 of 4 on each node ..."). backend_close it after the run. */
 const backend *backends_open(const cfg_config *cfg, MPI_Comm comm, err_list *errs, char *note, size_t len);
 
 #endif

@@ -116,8 +116,10 @@ double gpt_flops_per_token(const gpt_shape *s, int T) {
 
 /* ---- activation arena ------------------------------------------------------------------------ */
 
-/* Offsets (in floats) of the activation buffers. Per slot: the residual stream, the blocks'
- * activations and the head's; then, shared by all slots, the gradient buffers and scratch. */
+/* Byte offsets of the activation buffers. Per slot: the residual stream, the blocks' activations
+ * and the head's; then, shared by all slots, the gradient buffers and scratch. Activations and
+ * their gradients are in the storage type (es bytes an element); LayerNorm statistics and the
+ * attention's log-sum-exp in fp32. */
 typedef struct {
   size_t res;                                   /* (nl+1) x (N,C): block inputs/outputs */
   size_t blk, blk_stride;                       /* per-block area, one stride per block */
@@ -125,51 +127,55 @@ typedef struct {
   size_t mid, ln2, ln2_mean, ln2_rstd, fc, gel;
   size_t lnf, lnf_mean, lnf_rstd, logits;       /* head (last stage) */
   size_t slot;                                  /* size of one slot */
-  size_t dres, dsmall, dbig, scratch;           /* shared, after the slots */
+  size_t dres, dsmall, dbig, scratch, row;      /* shared, after the slots */
   size_t total;
 } act_layout;
 
-static size_t take(size_t *cursor, size_t n) {
+/* n elements of `size` bytes at the cursor, 64-byte aligned. */
+static size_t take(size_t *cursor, size_t n, size_t size) {
   size_t at = *cursor;
-  *cursor += (n + 15) / 16 * 16; /* 64-byte aligned sub-buffers */
+  *cursor += (n * size + 63) / 64 * 64;
   return at;
 }
 
 static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T, gpt_part p) {
   act_layout a;
   memset(&a, 0, sizeof a);
-  const size_t N = (size_t)B * T, C = (size_t)s->C, F = (size_t)s->F;
+  const size_t N = (size_t)B * T, C = (size_t)s->C, F = (size_t)s->F, es = backend_dtype_size(be->storage),
+               f4 = sizeof(float);
   const int nl = p.hi - p.lo;
   size_t cur = 0;
-  a.res = take(&cur, (size_t)(nl + 1) * N * C);
+  a.res = take(&cur, (size_t)(nl + 1) * N * C, es);
   size_t b = 0;
-  a.ln1 = take(&b, N * C);
-  a.ln1_mean = take(&b, N);
-  a.ln1_rstd = take(&b, N);
-  a.qkv = take(&b, N * 3 * C);
-  a.att = take(&b, N * C);
-  a.lse = take(&b, (size_t)B * s->H * T);
-  a.mid = take(&b, N * C);
-  a.ln2 = take(&b, N * C);
-  a.ln2_mean = take(&b, N);
-  a.ln2_rstd = take(&b, N);
-  a.fc = take(&b, N * F);
-  a.gel = take(&b, N * F);
+  a.ln1 = take(&b, N * C, es);
+  a.ln1_mean = take(&b, N, f4);
+  a.ln1_rstd = take(&b, N, f4);
+  a.qkv = take(&b, N * 3 * C, es);
+  a.att = take(&b, N * C, es);
+  a.lse = take(&b, (size_t)B * s->H * T, f4);
+  a.mid = take(&b, N * C, es);
+  a.ln2 = take(&b, N * C, es);
+  a.ln2_mean = take(&b, N, f4);
+  a.ln2_rstd = take(&b, N, f4);
+  a.fc = take(&b, N * F, es);
+  a.gel = take(&b, N * F, es);
   a.blk_stride = b;
-  if (!p.recompute) a.blk = take(&cur, (size_t)nl * b); /* per block and slot; else shared, below */
+  if (!p.recompute) a.blk = take(&cur, (size_t)nl * b, 1); /* per block and slot; else shared, below */
   if (p.has_head) {
-    a.lnf = take(&cur, N * C);
-    a.lnf_mean = take(&cur, N);
-    a.lnf_rstd = take(&cur, N);
-    a.logits = take(&cur, N * (size_t)s->V);
+    a.lnf = take(&cur, N * C, es);
+    a.lnf_mean = take(&cur, N, f4);
+    a.lnf_rstd = take(&cur, N, f4);
+    a.logits = take(&cur, N * (size_t)s->V, es);
   }
   a.slot = cur;
   cur *= (size_t)p.nslots;
-  if (p.recompute) a.blk = take(&cur, b); /* one block's inner activations, rebuilt as needed */
-  a.dres = take(&cur, N * C);
-  a.dsmall = take(&cur, N * C);
-  a.dbig = take(&cur, N * (F > 3 * C ? F : 3 * C));
-  a.scratch = take(&cur, (be->attention_scratch(T) + sizeof(float) - 1) / sizeof(float));
+  if (p.recompute) a.blk = take(&cur, b, 1); /* one block's inner activations, rebuilt as needed */
+  a.dres = take(&cur, N * C, es);
+  a.dsmall = take(&cur, N * C, es);
+  a.dbig = take(&cur, N * (F > 3 * C ? F : 3 * C), es);
+  a.scratch = take(&cur, be->attention_scratch(be, T), 1);
+  /* one row of logits in fp32 for sampling, when they are stored in another type */
+  if (p.has_head && be->storage != BACKEND_FP32) a.row = take(&cur, (size_t)s->V, f4);
   a.total = cur;
   return a;
 }
@@ -190,15 +196,23 @@ size_t gpt_part_params(const gpt_shape *s, gpt_part part) {
   return tl.offset;
 }
 
+static backend_shape op_shape(const gpt_shape *s, int B, int T) {
+  return (backend_shape){.B = B, .T = T, .C = s->C, .H = s->H, .F = s->F, .V = s->V};
+}
+
 gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, gpt_part part) {
   act_layout a = plan_acts(s, be, B, T, part);
+  backend_shape sh = op_shape(s, B, T);
   gpt_memory m;
-  m.params = gpt_part_params(s, part) * sizeof(float);
+  size_t n = gpt_part_params(s, part);
+  m.params = n * sizeof(float);
+  m.compute = be->storage == BACKEND_FP32 ? 0 : n * backend_dtype_size(be->storage);
   m.grads = m.params;
-  m.acts = a.total * sizeof(float);
+  m.acts = a.total;
   /* tokens and targets per slot, losses */
   m.io = (size_t)B * T * (2 * sizeof(int32_t) * (size_t)part.nslots + sizeof(float));
-  m.total = m.params + m.grads + m.acts + m.io;
+  m.work = be->workspace_bytes(be, &sh);
+  m.total = m.params + m.compute + m.grads + m.acts + m.io + m.work;
   return m;
 }
 
@@ -225,14 +239,17 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
   m->nparams = tl.offset;
   m->mem = gpt_plan_memory(s, be, B, T, part);
   act_layout a = plan_acts(s, be, B, T, part);
+  backend_shape sh = op_shape(s, B, T);
+  be->prepare(be, &sh);
 
   size_t pb = m->nparams * sizeof(float), nio = (size_t)part.nslots * B * T;
-  m->params = be->alloc(pb);
-  m->grads = be->alloc(pb);
-  m->acts = be->alloc(a.total * sizeof(float));
-  m->tokens = be->alloc(nio * sizeof(int32_t));
-  m->targets = be->alloc(nio * sizeof(int32_t));
-  m->losses = be->alloc((size_t)B * T * sizeof(float));
+  m->params = be->alloc(be, pb);
+  m->cparams = m->mem.compute ? be->alloc(be, m->mem.compute) : m->params;
+  m->grads = be->alloc(be, pb);
+  m->acts = be->alloc(be, a.total);
+  m->tokens = be->alloc(be, nio * sizeof(int32_t));
+  m->targets = be->alloc(be, nio * sizeof(int32_t));
+  m->losses = be->alloc(be, (size_t)B * T * sizeof(float));
   m->losses_host = util_malloc((size_t)B * T * sizeof(float), "losses");
 
   /* initialise on the host, tensor by tensor, then upload */
@@ -245,22 +262,33 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
     for (size_t j = 0; j < t->numel; j++)
       p[j] = t->init == GPT_INIT_ONES ? 1.0f : t->init == GPT_INIT_ZEROS ? 0.0f : (float)(t->init_std * rng_normal(&r));
   }
-  be->to_device(m->params, host, pb);
+  be->to_device(be, m->params, host, pb);
   free(host);
+  gpt_params_changed(m, 0, m->nparams);
 }
 
 void gpt_free(gpt_model *m) {
   const backend *be = m->be;
-  be->free(m->params);
-  be->free(m->grads);
-  be->free(m->acts);
-  be->free(m->tokens);
-  be->free(m->targets);
-  be->free(m->losses);
+  be->free(be, m->params);
+  if (m->cparams != m->params) be->free(be, m->cparams);
+  be->free(be, m->grads);
+  be->free(be, m->acts);
+  be->free(be, m->tokens);
+  be->free(be, m->targets);
+  be->free(be, m->losses);
   free(m->losses_host);
   free(m->tensors);
   free(m->s.window);
   memset(m, 0, sizeof *m);
+}
+
+void *gpt_compute_params(const gpt_model *m, size_t at) {
+  if (m->cparams == m->params) return NULL;
+  return (char *)m->cparams + at * backend_dtype_size(m->be->storage);
+}
+
+void gpt_params_changed(gpt_model *m, size_t lo, size_t hi) {
+  if (hi > lo && m->cparams != m->params) m->be->to_storage(m->be, gpt_compute_params(m, lo), m->params + lo, hi - lo);
 }
 
 const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name) {
@@ -269,37 +297,46 @@ const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name) {
   return NULL;
 }
 
-static float *tensor_ptr(const gpt_model *m, float *buf, const char *name) {
+/* The tensor of that name in buf, a parameter-layout buffer of `es`-byte elements. */
+static void *tensor_at(const gpt_model *m, void *buf, size_t es, const char *name) {
   const gpt_tensor *t = gpt_find_tensor(m, name);
   UTIL_CHECK(t, NULL, "internal: tensor %s is not held by this rank", name);
-  return buf + t->offset;
+  return (char *)buf + t->offset * es;
+}
+/* ... in the gradients (fp32), and in the compute copy of the parameters (the storage type) */
+static float *grad_of(const gpt_model *m, const char *name) { return tensor_at(m, m->grads, sizeof(float), name); }
+static void *param_of(const gpt_model *m, const char *name) {
+  return tensor_at(m, m->cparams, backend_dtype_size(m->be->storage), name);
 }
 
-void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p) {
-  /* the tensors of a block are consecutive in the buffer, in build_tensors() order */
+/* Block l's tensors in a buffer of `es`-byte elements: they are consecutive, in build_tensors() order. */
+static void block_at(const gpt_model *m, void *buf, size_t es, int l, gpt_block_ptrs *p) {
   char n[96];
   snprintf(n, sizeof n, "transformer.h.%d.ln_1.weight", l);
-  float *q = tensor_ptr(m, buf, n);
-  const size_t C = (size_t)m->s.C, F = (size_t)m->s.F;
+  char *q = tensor_at(m, buf, es, n);
+  const size_t C = (size_t)m->s.C * es, F = (size_t)m->s.F;
   memset(p, 0, sizeof *p);
   p->ln1_w = q, q += C;
   p->ln1_b = q, q += C;
-  p->qkv_w = q, q += 3 * C * C;
+  p->qkv_w = q, q += 3 * C * (size_t)m->s.C;
   if (m->s.qkv_bias) p->qkv_b = q, q += 3 * C;
-  p->out_w = q, q += C * C;
+  p->out_w = q, q += C * (size_t)m->s.C;
   p->out_b = q, q += C;
   p->ln2_w = q, q += C;
   p->ln2_b = q, q += C;
   p->fc_w = q, q += F * C;
-  p->fc_b = q, q += F;
+  p->fc_b = q, q += F * es;
   p->proj_w = q, q += C * F;
   p->proj_b = q;
 }
 
+void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p) { block_at(m, buf, sizeof(float), l, p); }
+
 /* ---- forward / backward ---------------------------------------------------------------------- */
 
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *mid, *ln2, *ln2_mean, *ln2_rstd, *fc, *gel;
+  void *ln1, *qkv, *att, *mid, *ln2, *fc, *gel; /* the storage type */
+  float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 } block_acts;
 
 static act_layout layout(const gpt_model *m) {
@@ -307,77 +344,79 @@ static act_layout layout(const gpt_model *m) {
   return plan_acts(&m->s, m->be, m->B, m->T, p);
 }
 
-static float *slot_base(const gpt_model *m, const act_layout *a, int slot) {
+static char *arena(const gpt_model *m, size_t at) { return (char *)m->acts + at; }
+
+static char *slot_base(const gpt_model *m, const act_layout *a, int slot) {
   UTIL_CHECK(slot >= 0 && slot < m->nslots, NULL, "internal: slot %d of %d", slot, m->nslots);
-  return m->acts + (size_t)slot * a->slot;
+  return arena(m, (size_t)slot * a->slot);
 }
 
 static void block_acts_of(const gpt_model *m, const act_layout *a, int slot, int l, block_acts *ba) {
-  float *base = m->recompute ? m->acts + a->blk : slot_base(m, a, slot) + a->blk + (size_t)(l - m->layer_lo) * a->blk_stride;
+  char *base = m->recompute ? arena(m, a->blk) : slot_base(m, a, slot) + a->blk + (size_t)(l - m->layer_lo) * a->blk_stride;
   ba->ln1 = base + a->ln1;
-  ba->ln1_mean = base + a->ln1_mean;
-  ba->ln1_rstd = base + a->ln1_rstd;
+  ba->ln1_mean = (float *)(base + a->ln1_mean);
+  ba->ln1_rstd = (float *)(base + a->ln1_rstd);
   ba->qkv = base + a->qkv;
   ba->att = base + a->att;
-  ba->lse = base + a->lse;
+  ba->lse = (float *)(base + a->lse);
   ba->mid = base + a->mid;
   ba->ln2 = base + a->ln2;
-  ba->ln2_mean = base + a->ln2_mean;
-  ba->ln2_rstd = base + a->ln2_rstd;
+  ba->ln2_mean = (float *)(base + a->ln2_mean);
+  ba->ln2_rstd = (float *)(base + a->ln2_rstd);
   ba->fc = base + a->fc;
   ba->gel = base + a->gel;
 }
 
 /* Residual stream entering local block i (i = 0..nl), (N,C) for the current micro-batch. */
-static float *res_at(const gpt_model *m, const act_layout *a, int slot, int i, size_t N) {
-  return slot_base(m, a, slot) + a->res + (size_t)i * N * (size_t)m->s.C;
+static void *res_at(const gpt_model *m, const act_layout *a, int slot, int i, size_t N) {
+  return slot_base(m, a, slot) + a->res + (size_t)i * N * (size_t)m->s.C * backend_dtype_size(m->be->storage);
 }
 
-float *gpt_input(const gpt_model *m, int slot, int B, int T) {
+void *gpt_input(const gpt_model *m, int slot, int B, int T) {
   act_layout a = layout(m);
   return res_at(m, &a, slot, 0, (size_t)B * T);
 }
 
-float *gpt_output(const gpt_model *m, int slot, int B, int T) {
+void *gpt_output(const gpt_model *m, int slot, int B, int T) {
   act_layout a = layout(m);
   return res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)B * T);
 }
 
-float *gpt_grad_output(const gpt_model *m) {
+void *gpt_grad_output(const gpt_model *m) {
   act_layout a = layout(m);
-  return m->acts + a.dres;
+  return arena(m, a.dres);
 }
 
-float *gpt_grad_input(const gpt_model *m) { return gpt_grad_output(m); /* the same buffer, after the pass */ }
+void *gpt_grad_input(const gpt_model *m) { return gpt_grad_output(m); /* the same buffer, after the pass */ }
 
 void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t *targets, int B, int T) {
   UTIL_CHECK(B <= m->B && T <= m->T, NULL, "internal: batch (%d,%d) exceeds the planned (%d,%d)", B, T, m->B, m->T);
   size_t at = (size_t)slot * m->B * m->T, n = (size_t)B * T * sizeof(int32_t);
-  if (tokens) m->be->to_device(m->tokens + at, tokens, n);
-  if (targets) m->be->to_device(m->targets + at, targets, n);
+  if (tokens) m->be->to_device(m->be, m->tokens + at, tokens, n);
+  if (targets) m->be->to_device(m->be, m->targets + at, targets, n);
 }
 
 /* Block l's forward pass from its input x (N,C) into its inner activations ba, and its output
  * into y (N,C) unless y is NULL (the recomputation in the backward pass, which needs only ba). */
-static void block_forward(gpt_model *m, const act_layout *a, int l, const block_acts *ba, const float *x, float *y, int B,
+static void block_forward(gpt_model *m, const act_layout *a, int l, const block_acts *ba, const void *x, void *y, int B,
                           int T) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, F = s->F, N = B * T;
-  float *tmp = m->acts + a->dsmall, *scratch = m->acts + a->scratch;
+  void *tmp = arena(m, a->dsmall), *scratch = arena(m, a->scratch);
   gpt_block_ptrs p;
-  gpt_block(m, m->params, l, &p);
-  be->layernorm_fwd(ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
-  be->matmul_fwd(ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);                                   /* (N,3C) */
-  be->attention_fwd(ba->att, ba->lse, ba->qkv, scratch, B, T, C, s->H, s->window[l], s->attn_scale); /* (N,C) */
-  be->matmul_fwd(tmp, ba->att, p.out_w, p.out_b, N, C, C);
-  be->residual_fwd(ba->mid, x, tmp, (size_t)N * C);
-  be->layernorm_fwd(ba->ln2, ba->ln2_mean, ba->ln2_rstd, ba->mid, p.ln2_w, p.ln2_b, N, C, s->eps);
-  be->matmul_fwd(ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* (N,F) */
-  be->gelu_fwd(ba->gel, ba->fc, (size_t)N * F);
+  block_at(m, m->cparams, backend_dtype_size(be->storage), l, &p);
+  be->layernorm_fwd(be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
+  be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);                                   /* (N,3C) */
+  be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, C, s->H, s->window[l], s->attn_scale); /* (N,C) */
+  be->matmul_fwd(be, tmp, ba->att, p.out_w, p.out_b, N, C, C);
+  be->residual_fwd(be, ba->mid, x, tmp, (size_t)N * C);
+  be->layernorm_fwd(be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, ba->mid, p.ln2_w, p.ln2_b, N, C, s->eps);
+  be->matmul_fwd(be, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* (N,F) */
+  be->gelu_fwd(be, ba->gel, ba->fc, (size_t)N * F);
   if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
-  be->matmul_fwd(tmp, ba->gel, p.proj_w, p.proj_b, N, F, C);
-  be->residual_fwd(y, ba->mid, tmp, (size_t)N * C);
+  be->matmul_fwd(be, tmp, ba->gel, p.proj_w, p.proj_b, N, F, C);
+  be->residual_fwd(be, y, ba->mid, tmp, (size_t)N * C);
 }
 
 void gpt_forward(gpt_model *m, int slot, int B, int T) {
@@ -386,9 +425,8 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
   const int C = s->C, N = B * T;
   act_layout a = layout(m);
   if (m->has_embed)
-    be->embed_fwd(res_at(m, &a, slot, 0, (size_t)N), m->tokens + (size_t)slot * m->B * m->T,
-                  tensor_ptr(m, m->params, "transformer.wte.weight"), tensor_ptr(m, m->params, "transformer.wpe.weight"),
-                  B, T, C);
+    be->embed_fwd(be, res_at(m, &a, slot, 0, (size_t)N), m->tokens + (size_t)slot * m->B * m->T,
+                  param_of(m, "transformer.wte.weight"), param_of(m, "transformer.wpe.weight"), B, T, C);
   for (int l = m->layer_lo; l < m->layer_hi; l++) {
     block_acts ba;
     block_acts_of(m, &a, slot, l, &ba);
@@ -396,74 +434,97 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
                   res_at(m, &a, slot, l - m->layer_lo + 1, (size_t)N), B, T);
   }
   if (m->has_head) {
-    float *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N), *base = slot_base(m, &a, slot);
-    be->layernorm_fwd(base + a.lnf, base + a.lnf_mean, base + a.lnf_rstd, x,
-                      tensor_ptr(m, m->params, "transformer.ln_f.weight"),
-                      tensor_ptr(m, m->params, "transformer.ln_f.bias"), N, C, s->eps);
-    be->matmul_fwd(base + a.logits, base + a.lnf, tensor_ptr(m, m->params, "transformer.wte.weight"), NULL, N, C,
+    void *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N);
+    char *base = slot_base(m, &a, slot);
+    be->layernorm_fwd(be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x,
+                      param_of(m, "transformer.ln_f.weight"), param_of(m, "transformer.ln_f.bias"), N, C, s->eps);
+    be->matmul_fwd(be, base + a.logits, base + a.lnf, param_of(m, "transformer.wte.weight"), NULL, N, C,
                    s->V); /* (N,V) */
   }
 }
 
-float *gpt_logits(const gpt_model *m, int slot) {
+void *gpt_logits(const gpt_model *m, int slot) {
   act_layout a = layout(m);
   return slot_base(m, &a, slot) + a.logits;
 }
 
+void gpt_logits_row(const gpt_model *m, int slot, size_t row, float *host) {
+  const backend *be = m->be;
+  const size_t V = (size_t)m->s.V;
+  const char *src = (const char *)gpt_logits(m, slot) + row * V * backend_dtype_size(be->storage);
+  if (be->storage == BACKEND_FP32) {
+    be->to_host(be, host, src, V * sizeof(float));
+    return;
+  }
+  act_layout a = layout(m);
+  float *wide = (float *)arena(m, a.row);
+  be->to_fp32(be, wide, src, V);
+  be->to_host(be, host, wide, V * sizeof(float));
+}
+
 double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale) {
   const int N = B * T;
-  m->be->xent_fwd_bwd(m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V, dscale);
-  m->be->to_host(m->losses_host, m->losses, (size_t)N * sizeof(float));
+  m->be->xent_fwd_bwd(m->be, m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V, dscale);
+  m->be->to_host(m->be, m->losses_host, m->losses, (size_t)N * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < N; i++) sum += m->losses_host[i];
   return sum;
+}
+
+/* The head's backward pass: from the logits' gradient into dres (N,C), the head's gradients. */
+static void head_backward(gpt_model *m, const act_layout *a, int slot, int N) {
+  const backend *be = m->be;
+  const int C = m->s.C;
+  void *x = res_at(m, a, slot, m->layer_hi - m->layer_lo, (size_t)N), *dres = arena(m, a->dres),
+       *dsmall = arena(m, a->dsmall);
+  char *base = slot_base(m, a, slot);
+  /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf */
+  be->matmul_bwd(be, dsmall, grad_of(m, "transformer.wte.weight"), NULL, base + a->logits, base + a->lnf,
+                 param_of(m, "transformer.wte.weight"), N, C, m->s.V);
+  be->zero(be, dres, (size_t)N * C * backend_dtype_size(be->storage));
+  be->layernorm_bwd(be, dres, grad_of(m, "transformer.ln_f.weight"), grad_of(m, "transformer.ln_f.bias"), dsmall, x,
+                    param_of(m, "transformer.ln_f.weight"), (float *)(base + a->lnf_mean),
+                    (float *)(base + a->lnf_rstd), N, C);
 }
 
 void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, F = s->F, N = B * T;
+  const size_t es = backend_dtype_size(be->storage);
   act_layout a = layout(m);
-  float *dres = m->acts + a.dres, *dsmall = m->acts + a.dsmall, *dbig = m->acts + a.dbig;
-  float *scratch = m->acts + a.scratch;
+  void *dres = arena(m, a.dres), *dsmall = arena(m, a.dsmall), *dbig = arena(m, a.dbig), *scratch = arena(m, a.scratch);
   if (m->has_head) {
-    float *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N), *base = slot_base(m, &a, slot);
-    /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf */
-    be->matmul_bwd(dsmall, tensor_ptr(m, m->grads, "transformer.wte.weight"), NULL, base + a.logits, base + a.lnf,
-                   tensor_ptr(m, m->params, "transformer.wte.weight"), N, C, s->V);
-    be->zero(dres, (size_t)N * C * sizeof(float));
-    be->layernorm_bwd(dres, tensor_ptr(m, m->grads, "transformer.ln_f.weight"),
-                      tensor_ptr(m, m->grads, "transformer.ln_f.bias"), dsmall, x,
-                      tensor_ptr(m, m->params, "transformer.ln_f.weight"), base + a.lnf_mean, base + a.lnf_rstd, N, C);
+    head_backward(m, &a, slot, N);
     if (hook) hook(ctx, GPT_HOOK_HEAD);
   }
   /* without the head, dres holds the gradient received from the next stage */
   for (int l = m->layer_hi - 1; l >= m->layer_lo; l--) {
     gpt_block_ptrs p, g;
     block_acts ba;
-    gpt_block(m, m->params, l, &p);
+    block_at(m, m->cparams, es, l, &p);
     gpt_block(m, m->grads, l, &g);
     block_acts_of(m, &a, slot, l, &ba);
-    float *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
+    void *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
     /* MLP: dres is d(block output) */
-    be->matmul_bwd(dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C); /* dgel (N,F) */
-    be->gelu_bwd(dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,F) */
-    be->matmul_bwd(dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F);    /* dln2 (N,C) */
-    be->layernorm_bwd(dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C);
+    be->matmul_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C); /* dgel (N,F) */
+    be->gelu_bwd(be, dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,F) */
+    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F);    /* dln2 (N,C) */
+    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C);
     /* attention: dres is now d(mid) */
-    be->matmul_bwd(dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, C, C); /* datt (N,C) */
-    be->attention_bwd(dbig, dsmall, ba.att, ba.lse, ba.qkv, scratch, B, T, C, s->H, s->window[l],
+    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, C, C); /* datt (N,C) */
+    be->attention_bwd(be, dbig, dsmall, ba.att, ba.lse, ba.qkv, scratch, B, T, C, s->H, s->window[l],
                       s->attn_scale);                                          /* dqkv (N,3C) */
-    be->matmul_bwd(dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * C); /* dln1 (N,C) */
-    be->layernorm_bwd(dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C);
+    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * C); /* dln1 (N,C) */
+    be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C);
     if (hook) hook(ctx, l);
   }
   if (m->has_embed) {
-    be->embed_bwd(tensor_ptr(m, m->grads, "transformer.wte.weight"), tensor_ptr(m, m->grads, "transformer.wpe.weight"),
-                  dres, m->tokens + (size_t)slot * m->B * m->T, B, T, C);
+    be->embed_bwd(be, grad_of(m, "transformer.wte.weight"), grad_of(m, "transformer.wpe.weight"), dres,
+                  m->tokens + (size_t)slot * m->B * m->T, B, T, C);
     if (hook) hook(ctx, GPT_HOOK_EMBED);
   }
 }
 
-void gpt_zero_grad(gpt_model *m) { m->be->zero(m->grads, m->nparams * sizeof(float)); }
+void gpt_zero_grad(gpt_model *m) { m->be->zero(m->be, m->grads, m->nparams * sizeof(float)); }

@@ -52,20 +52,24 @@ typedef struct {
   float init_std;
 } gpt_tensor;
 
-/* Pointers into a parameter-layout buffer (parameters or gradients) for one block. */
+/* Pointers into a parameter-layout buffer for one block: the parameters' compute copy (the storage
+ * type), or the master parameters and the gradients (fp32). */
 typedef struct {
-  float *ln1_w, *ln1_b; /* (C) */
-  float *qkv_w;         /* (3C, C): q, k, v stacked */
-  float *qkv_b;         /* (3C) or NULL */
-  float *out_w, *out_b; /* (C, C), (C) */
-  float *ln2_w, *ln2_b; /* (C) */
-  float *fc_w, *fc_b;   /* (F, C), (F) */
-  float *proj_w, *proj_b; /* (C, F), (C) */
+  void *ln1_w, *ln1_b;   /* (C) */
+  void *qkv_w;           /* (3C, C): q, k, v stacked */
+  void *qkv_b;           /* (3C) or NULL */
+  void *out_w, *out_b;   /* (C, C), (C) */
+  void *ln2_w, *ln2_b;   /* (C) */
+  void *fc_w, *fc_b;     /* (F, C), (F) */
+  void *proj_w, *proj_b; /* (C, F), (C) */
 } gpt_block_ptrs;
 
 /* Byte counts the model allocates; the dry run prints them and gpt_init allocates exactly these. */
 typedef struct {
-  size_t params, grads, acts, io;
+  size_t params, grads; /* fp32 master parameters, their gradients */
+  size_t compute;       /* the parameters' compute copy in the storage type (0 at fp32: the master is used) */
+  size_t acts, io;      /* the activation arena; tokens, targets and losses */
+  size_t work;          /* the backend instance's workspace for these shapes */
   size_t total;
 } gpt_memory;
 
@@ -88,8 +92,9 @@ typedef struct {
   int ntensors;
   size_t nparams;
   float *params, *grads; /* backend memory, (nparams) each */
+  void *cparams;         /* backend memory: the compute copy (nparams in the storage type); = params at fp32 */
 
-  float *acts;       /* backend memory: nslots activation slots, then the shared gradient buffers */
+  void *acts;        /* backend memory: nslots activation slots, then the shared gradient buffers */
   int32_t *tokens;   /* backend memory (nslots, B, T) */
   int32_t *targets;  /* backend memory (nslots, B, T) */
   float *losses;     /* backend memory (B,T) */
@@ -121,8 +126,13 @@ size_t gpt_part_params(const gpt_shape *s, gpt_part part);
 void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, gpt_part part, uint64_t seed);
 void gpt_free(gpt_model *m);
 
-/* Block l's pointers within buf (m->params or m->grads). */
+/* Block l's pointers within an fp32 buffer (m->params or m->grads). */
 void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p);
+/* The compute copy at parameter `at`, or NULL when there is none (fp32 storage). */
+void *gpt_compute_params(const gpt_model *m, size_t at);
+/* Master parameters [lo, hi) were written (initialisation, the optimizer, a checkpoint, an
+ * exchange): round them into the compute copy. Nothing to do at fp32 storage. */
+void gpt_params_changed(gpt_model *m, size_t lo, size_t hi);
 /* The tensor of that name, or NULL. */
 const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name);
 
@@ -130,14 +140,17 @@ const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name);
 void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t *targets, int B, int T);
 /* The residual stream entering the first held block (B,T,C): a later pipeline stage receives its
  * input here before gpt_forward. */
-float *gpt_input(const gpt_model *m, int slot, int B, int T);
+void *gpt_input(const gpt_model *m, int slot, int B, int T);
 /* The residual stream leaving the last held block (B,T,C), after gpt_forward. */
-float *gpt_output(const gpt_model *m, int slot, int B, int T);
+void *gpt_output(const gpt_model *m, int slot, int B, int T);
 /* Forward pass of a slot's micro-batch: from its tokens (first stage) or its input, up to the
  * logits (last stage) or the output. */
 void gpt_forward(gpt_model *m, int slot, int B, int T);
-/* The logits of the slot's last forward pass (backend memory, (B,T,V)); last stage only. */
-float *gpt_logits(const gpt_model *m, int slot);
+/* The logits of the slot's last forward pass (backend memory, (B,T,V) in the storage type); last
+ * stage only. */
+void *gpt_logits(const gpt_model *m, int slot);
+/* Row `row` (of B*T) of those logits, in fp32, into host memory (V floats). */
+void gpt_logits_row(const gpt_model *m, int slot, size_t row, float *host);
 /* Cross-entropy of the slot's logits against its targets: returns the sum of the B*T token
  * losses. When dscale != 0 the logits are replaced by the gradient of dscale * (sum of losses),
  * ready for gpt_backward. */
@@ -145,10 +158,10 @@ double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale);
 
 /* The gradient flowing into the last held block's output (B,T,C): a stage without the head
  * receives it here before gpt_backward. */
-float *gpt_grad_output(const gpt_model *m);
+void *gpt_grad_output(const gpt_model *m);
 /* The gradient with respect to the input (B,T,C) after gpt_backward: a stage without the
  * embedding sends it to the previous stage. */
-float *gpt_grad_input(const gpt_model *m);
+void *gpt_grad_input(const gpt_model *m);
 
 /* Called during gpt_backward as soon as a part's gradients of this micro-batch have been added:
  * GPT_HOOK_HEAD (final LayerNorm and, on this stage, the head's use of wte), each block l (in

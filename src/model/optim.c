@@ -8,13 +8,13 @@ void optim_init(optim_state *o, const backend *be, size_t lo, size_t hi) {
   o->be = be;
   o->lo = lo;
   o->hi = hi;
-  o->m = be->alloc((hi - lo) * sizeof(float));
-  o->v = be->alloc((hi - lo) * sizeof(float));
+  o->m = be->alloc(be, (hi - lo) * sizeof(float));
+  o->v = be->alloc(be, (hi - lo) * sizeof(float));
 }
 
 void optim_free(optim_state *o) {
-  o->be->free(o->m);
-  o->be->free(o->v);
+  o->be->free(o->be, o->m);
+  o->be->free(o->be, o->v);
   memset(o, 0, sizeof *o);
 }
 
@@ -54,7 +54,7 @@ void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long 
     if (b1 > o->hi) b1 = o->hi;
     if (b1 > b0) {
       a.weight_decay = m->tensors[i].decay ? (float)t->weight_decay : 0.0f;
-      m->be->adamw(m->params + b0, m->grads + b0, o->m + (b0 - o->lo), o->v + (b0 - o->lo), b1 - b0, &a);
+      m->be->adamw(m->be, m->params + b0, gpt_compute_params(m, b0), m->grads + b0, o->m + (b0 - o->lo), o->v + (b0 - o->lo), b1 - b0, &a);
     }
     i = j;
   }

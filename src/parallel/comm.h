@@ -1,18 +1,17 @@
 /* comm: MPI on backend memory.
  *
  * MPI may read and write backend memory directly when that memory is host memory (the CPU
- * backend) or when the MPI library is CUDA-aware (checked once at run time: the environment
- * variable GREENLM_CUDA_AWARE_MPI=0|1 decides when set, else MPIX_Query_cuda_support or
- * MPIX_GPU_query_support where the MPI has them, else the usual switches of Cray MPICH, Open MPI
- * and MVAPICH2). Otherwise messages go through a staging buffer in pinned host memory. The
- * exchanges (grad.c, pipe.c) hand MPI the buffer these functions return:
+ * backend) or when the backend says the MPI library moves its device memory itself
+ * (backend.mpi_direct). Otherwise messages go through a staging buffer in pinned host memory.
+ * The exchanges (grad.c, pipe.c) hand MPI the buffer these functions return:
  *
  *   send:      buf = comm_stage_send(&s, at, dev, n);   MPI reads buf
  *   receive:   buf = comm_stage_recv(&s, at, dev);      MPI writes buf;  comm_stage_done(&s, at, dev, n)
  *   in place:  buf = comm_stage_send(&s, at, dev, n);   MPI reduces buf; comm_stage_done(&s, at, dev, n)
  *
- * `at` is the offset (in floats) of the message in the staging buffer: messages in flight at the
- * same time use disjoint ranges of it. */
+ * `at` and `n` count elements of the stage's size (fp32 gradients, activations in the storage
+ * type); `at` is the offset of the message in the staging buffer: messages in flight at the same
+ * time use disjoint ranges of it. */
 #ifndef GREENLM_COMM_H
 #define GREENLM_COMM_H
 
@@ -22,25 +21,27 @@
 
 /* Whether MPI can be given this backend's memory directly. */
 int comm_direct(const backend *be);
-/* "CUDA-aware MPI (MPIX_Query_cuda_support)" or "host staging: ...": how messages travel, for the log. */
+/* "device-aware MPI on device buffers (...)" or "pinned host staging (...)": how messages travel, for the log. */
 const char *comm_describe(const backend *be, char *buf, size_t len);
 
 typedef struct {
   const backend *be;
-  int direct;  /* MPI uses backend memory itself */
-  float *host; /* pinned staging buffer, (cap) floats; NULL when direct or cap is 0 */
+  int direct;    /* MPI uses backend memory itself */
+  char *host;    /* pinned staging buffer, (cap) elements; NULL when direct or cap is 0 */
   size_t cap;
+  size_t esize;  /* bytes of an element */
 } comm_stage;
 
-/* A stage for messages within [0, cap) floats; the staging buffer is allocated only when needed. */
-void comm_stage_init(comm_stage *s, const backend *be, size_t cap);
+/* A stage for messages within [0, cap) elements of esize bytes; the staging buffer is allocated
+ * only when needed. */
+void comm_stage_init(comm_stage *s, const backend *be, size_t cap, size_t esize);
 void comm_stage_free(comm_stage *s);
-/* The buffer MPI reads n floats of dev from: dev itself (after the backend's pending work is
+/* The buffer MPI reads n elements of dev from: dev itself (after the backend's pending work is
  * done), or the staging buffer at `at`, filled from dev. */
-float *comm_stage_send(comm_stage *s, size_t at, const float *dev, size_t n);
-/* The buffer MPI writes n floats destined for dev into: dev itself, or the staging buffer at `at`. */
-float *comm_stage_recv(comm_stage *s, size_t at, float *dev);
-/* After MPI has written the buffer: the n floats reach dev (a copy when staged). */
-void comm_stage_done(comm_stage *s, size_t at, float *dev, size_t n);
+void *comm_stage_send(comm_stage *s, size_t at, const void *dev, size_t n);
+/* The buffer MPI writes n elements destined for dev into: dev itself, or the staging buffer at `at`. */
+void *comm_stage_recv(comm_stage *s, size_t at, void *dev);
+/* After MPI has written the buffer: the n elements reach dev (a copy when staged). */
+void comm_stage_done(comm_stage *s, size_t at, void *dev, size_t n);
 
 #endif

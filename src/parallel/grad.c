@@ -93,11 +93,12 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
       k->displs[r] = e > a ? (int)(a - k->b0) : 0;
     }
   }
-  if (g->zero && g->D > 1) g->recv = m->be->alloc(grad_exchange_bytes(m->nparams, lay) );
+  if (g->zero && g->D > 1) g->recv = m->be->alloc(m->be, grad_exchange_bytes(m->nparams, lay) );
   /* host staging (where MPI cannot use backend memory) of what the exchanges touch */
-  comm_stage_init(&g->gs, m->be, g->D > 1 ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0);
-  comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0);
-  comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, lay) / sizeof(float));
+  comm_stage_init(&g->gs, m->be, g->D > 1 ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0,
+                  sizeof(float));
+  comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0, sizeof(float));
+  comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, lay) / sizeof(float), sizeof(float));
   return g;
 }
 
@@ -106,7 +107,7 @@ void grad_free(grad_exchange *g) {
   for (int i = 0; i < g->nb; i++) free(g->b[i].counts), free(g->b[i].displs);
   free(g->b);
   free(g->final);
-  if (g->recv) g->model->be->free(g->recv);
+  if (g->recv) g->model->be->free(g->model->be, g->recv);
   comm_stage_free(&g->gs);
   comm_stage_free(&g->ps);
   comm_stage_free(&g->rs);
@@ -192,7 +193,7 @@ void grad_finish(grad_exchange *g) {
     } else if (k->counts[g->rank]) {
       size_t n = (size_t)k->counts[g->rank];
       comm_stage_done(&g->rs, landing_at(g, k), landing(g, k), n);
-      m->be->copy(m->grads + k->b0 + k->displs[g->rank], landing(g, k), n * sizeof(float));
+      m->be->copy(m->be, m->grads + k->b0 + k->displs[g->rank], landing(g, k), n * sizeof(float));
     }
   }
   g->st.wait_s += util_now() - t0;
@@ -207,7 +208,7 @@ double grad_sumsq(const grad_exchange *g) {
     size_t e = w->offset + w->numel;
     if (lo < e) lo = e < hi ? e : hi;
   }
-  if (hi > lo) s = m->be->sumsq(m->grads + lo, hi - lo);
+  if (hi > lo) m->be->sumsq(m->be, &s, m->grads + lo, hi - lo);
   return s;
 }
 
@@ -226,6 +227,7 @@ void grad_gather_params(grad_exchange *g) {
   for (int i = 0; i < g->nb; i++) {
     MPI_Wait(&req[i], MPI_STATUS_IGNORE);
     comm_stage_done(&g->ps, g->b[i].b0, g->model->params + g->b[i].b0, g->b[i].b1 - g->b[i].b0);
+    gpt_params_changed(g->model, g->b[i].b0, g->b[i].b1); /* the other replicas' pieces */
   }
   free(req);
   g->st.wait_s += util_now() - t0;

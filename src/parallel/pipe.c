@@ -9,9 +9,12 @@
 enum { TAG_FWD = 0, TAG_BWD = 1 };
 static int tag(int k, int dir) { return 2 * k + dir; }
 
-size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T) {
-  return part.has_embed ? 0 : (size_t)B * T * s->C * sizeof(float);
+size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T, size_t esize) {
+  return part.has_embed ? 0 : (size_t)B * T * s->C * esize;
 }
+
+/* Activations and their gradients travel in the storage type, as bytes. */
+static size_t elem_bytes(const gpt_model *m) { return backend_dtype_size(m->be->storage); }
 
 void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T) {
   memset(p, 0, sizeof *p);
@@ -22,21 +25,21 @@ void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T)
   p->tokens = util_malloc((size_t)B * T * sizeof(int32_t), "batch tokens");
   p->targets = util_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
   gpt_part part = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute};
-  size_t nb = pipe_bytes(&m->s, part, B, T);
-  p->bsend = nb ? m->be->alloc(nb) : NULL;
+  size_t nb = pipe_bytes(&m->s, part, B, T, elem_bytes(m));
+  p->bsend = nb ? m->be->alloc(m->be, nb) : NULL;
   p->fsend = util_malloc((size_t)m->nslots * sizeof(MPI_Request), "sends");
   for (int i = 0; i < m->nslots; i++) p->fsend[i] = MPI_REQUEST_NULL;
   p->bsend_req = MPI_REQUEST_NULL;
   const size_t x = (size_t)B * T * m->s.C; /* one micro-batch's activations */
-  comm_stage_init(&p->fst, m->be, m->has_head ? 0 : (size_t)m->nslots * x);
-  comm_stage_init(&p->rst, m->be, m->has_embed && m->has_head ? 0 : x);
-  comm_stage_init(&p->bst, m->be, m->has_embed ? 0 : x);
+  comm_stage_init(&p->fst, m->be, m->has_head ? 0 : (size_t)m->nslots * x, elem_bytes(m));
+  comm_stage_init(&p->rst, m->be, m->has_embed && m->has_head ? 0 : x, elem_bytes(m));
+  comm_stage_init(&p->bst, m->be, m->has_embed ? 0 : x, elem_bytes(m));
 }
 
 void pipe_free(pipe_state *p) {
   free(p->tokens);
   free(p->targets);
-  if (p->bsend) p->model->be->free(p->bsend);
+  if (p->bsend) p->model->be->free(p->model->be, p->bsend);
   free(p->fsend);
   comm_stage_free(&p->fst);
   comm_stage_free(&p->rst);
@@ -54,7 +57,7 @@ static void timed_wait(pipe_state *p, MPI_Request *r) {
 /* Micro-batch k forward: receive or read its input, run the stage, pass it on. */
 static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_batch_fn batch, void *bctx) {
   gpt_model *m = p->model;
-  const int slot = k % m->nslots, stage = p->lay->stage, n = B * T * m->s.C;
+  const int slot = k % m->nslots, stage = p->lay->stage, n = B * T * m->s.C, bytes = n * (int)elem_bytes(m);
   double loss = 0.0;
   timed_wait(p, &p->fsend[slot]); /* the slot's output is about to be overwritten */
   if (m->has_embed || m->has_head) {
@@ -63,20 +66,20 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   }
   if (!m->has_embed) {
     MPI_Request r;
-    float *in = gpt_input(m, slot, B, T);
-    MPI_Irecv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(k, TAG_FWD), p->lay->pipe, &r);
+    void *in = gpt_input(m, slot, B, T);
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, in), bytes, MPI_BYTE, stage - 1, tag(k, TAG_FWD), p->lay->pipe, &r);
     timed_wait(p, &r);
     comm_stage_done(&p->rst, 0, in, (size_t)n);
   }
   double t0 = util_now();
   gpt_forward(m, slot, B, T);
   if (m->has_head) loss = gpt_loss(m, slot, B, T, dscale);
-  m->be->sync();
+  m->be->sync(m->be);
   p->st.compute_s += util_now() - t0;
   if (!m->has_head) {
-    float *buf = comm_stage_send(&p->fst, (size_t)slot * p->B * p->T * m->s.C, gpt_output(m, slot, B, T), (size_t)n);
-    MPI_Isend(buf, n, MPI_FLOAT, stage + 1, tag(k, TAG_FWD), p->lay->pipe, &p->fsend[slot]);
-    p->st.bytes += (double)n * sizeof(float);
+    void *buf = comm_stage_send(&p->fst, (size_t)slot * p->B * p->T * m->s.C, gpt_output(m, slot, B, T), (size_t)n);
+    MPI_Isend(buf, bytes, MPI_BYTE, stage + 1, tag(k, TAG_FWD), p->lay->pipe, &p->fsend[slot]);
+    p->st.bytes += bytes;
   }
   return loss;
 }
@@ -84,23 +87,24 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
 /* Micro-batch k backward: receive the output gradient, run the stage, send the input gradient. */
 static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
   gpt_model *m = p->model;
-  const int slot = k % m->nslots, stage = p->lay->stage, n = p->B * p->T * m->s.C;
+  const int slot = k % m->nslots, stage = p->lay->stage, n = p->B * p->T * m->s.C, bytes = n * (int)elem_bytes(m);
   if (!m->has_head) {
     MPI_Request r;
-    MPI_Irecv(comm_stage_recv(&p->rst, 0, gpt_grad_output(m)), n, MPI_FLOAT, stage + 1, tag(k, TAG_BWD), p->lay->pipe, &r);
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, gpt_grad_output(m)), bytes, MPI_BYTE, stage + 1, tag(k, TAG_BWD), p->lay->pipe,
+              &r);
     timed_wait(p, &r);
     comm_stage_done(&p->rst, 0, gpt_grad_output(m), (size_t)n);
   }
   double t0 = util_now();
   gpt_backward(m, slot, p->B, p->T, hook, hctx);
-  m->be->sync();
+  m->be->sync(m->be);
   p->st.compute_s += util_now() - t0;
   if (!m->has_embed) {
     timed_wait(p, &p->bsend_req);
-    m->be->copy(p->bsend, gpt_grad_input(m), (size_t)n * sizeof(float));
-    MPI_Isend(comm_stage_send(&p->bst, 0, p->bsend, (size_t)n), n, MPI_FLOAT, stage - 1, tag(k, TAG_BWD), p->lay->pipe,
+    m->be->copy(m->be, p->bsend, gpt_grad_input(m), (size_t)bytes);
+    MPI_Isend(comm_stage_send(&p->bst, 0, p->bsend, (size_t)n), bytes, MPI_BYTE, stage - 1, tag(k, TAG_BWD), p->lay->pipe,
               &p->bsend_req);
-    p->st.bytes += (double)n * sizeof(float);
+    p->st.bytes += bytes;
   }
 }
 
@@ -137,18 +141,18 @@ double pipe_eval(pipe_state *p, int n, pipe_batch_fn batch, void *bctx) {
 
 void pipe_forward_one(pipe_state *p, const int32_t *tokens, int t, float *logits) {
   gpt_model *m = p->model;
-  const int stage = p->lay->stage, n = t * m->s.C;
+  const int stage = p->lay->stage, n = t * m->s.C, bytes = n * (int)elem_bytes(m);
   if (m->has_embed) gpt_set_batch(m, 0, tokens, NULL, 1, t);
   if (!m->has_embed) {
-    float *in = gpt_input(m, 0, 1, t);
-    MPI_Recv(comm_stage_recv(&p->rst, 0, in), n, MPI_FLOAT, stage - 1, tag(0, TAG_FWD), p->lay->pipe, MPI_STATUS_IGNORE);
+    void *in = gpt_input(m, 0, 1, t);
+    MPI_Recv(comm_stage_recv(&p->rst, 0, in), bytes, MPI_BYTE, stage - 1, tag(0, TAG_FWD), p->lay->pipe, MPI_STATUS_IGNORE);
     comm_stage_done(&p->rst, 0, in, (size_t)n);
   }
   gpt_forward(m, 0, 1, t);
   if (!m->has_head)
-    MPI_Send(comm_stage_send(&p->fst, 0, gpt_output(m, 0, 1, t), (size_t)n), n, MPI_FLOAT, stage + 1, tag(0, TAG_FWD),
+    MPI_Send(comm_stage_send(&p->fst, 0, gpt_output(m, 0, 1, t), (size_t)n), bytes, MPI_BYTE, stage + 1, tag(0, TAG_FWD),
              p->lay->pipe);
-  else m->be->to_host(logits, gpt_logits(m, 0) + (size_t)(t - 1) * m->s.V, (size_t)m->s.V * sizeof(float));
+  else gpt_logits_row(m, 0, (size_t)(t - 1), logits);
 }
 
 pipe_stats pipe_take_stats(pipe_state *p) {

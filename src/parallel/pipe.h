@@ -38,7 +38,7 @@ typedef struct {
 
 void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T);
 /* Backend bytes pipe_init allocates for a stage (the buffer of gradients sent back). */
-size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T);
+size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T, size_t esize);
 void pipe_free(pipe_state *p);
 
 /* Forward and backward passes of the step's nmicro micro-batches (1F1B). The loss gradient is scaled by

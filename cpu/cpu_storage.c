@@ -1,0 +1,278 @@
+/* cpu_storage: the CPU backend's ops at every storage type.
+ *
+ * The kernels (cpu_ops.c, cpu_matmul.c, cpu_attention.c) compute in fp32 on fp32 arrays. At fp32
+ * storage the ops below hand them the backend's arrays directly. At bf16 or fp16 storage each op
+ * stages its 16-bit operands: inputs are widened into fp32 buffers of the instance's workspace,
+ * the kernel runs, and its outputs are rounded (to nearest even) back into storage. Accumulating
+ * outputs ("+=") are widened first, so the sum is formed in fp32 and rounded once, as a GPU
+ * kernel that reads, adds and stores a 16-bit value does. This makes the CPU the reference of the
+ * 16-bit paths, not a fast implementation of them: it computes as fast as at fp32 and saves no
+ * memory (the workspace holds the widened operands of the largest op). */
+#include <string.h>
+
+#include "cpu.h"
+#include "base/util.h"
+
+/* ---- conversions ------------------------------------------------------------------------------- */
+
+static inline uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static inline float from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* fp32 -> bf16, round to nearest even; NaN stays NaN (quiet). */
+static inline uint16_t to_bf16(float f) {
+  uint32_t u = bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float from_bf16(uint16_t h) { return from_bits((uint32_t)h << 16); }
+
+/* fp32 -> fp16 (IEEE binary16), round to nearest even, with subnormals; beyond the largest half
+ * (65504, and everything that rounds past it) +-inf; NaN stays NaN. */
+static inline uint16_t to_fp16(float f) {
+  uint32_t u = bits(f), sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u >= 0x47800000u) /* >= 65536, inf or NaN */
+    return (uint16_t)(sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (u < 0x38800000u) { /* below 2^-14: a subnormal half; adding 0.5 aligns its bits, rounding once */
+    float r = from_bits(u) + 0.5f;
+    return (uint16_t)(sign | (bits(r) - bits(0.5f)));
+  }
+  uint32_t odd = (u >> 13) & 1u;
+  u += 0xc8000fffu + odd; /* rebias the exponent (-112 << 23) and round; a carry reaches inf */
+  return (uint16_t)(sign | (u >> 13));
+}
+static inline float from_fp16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return from_bits(sign | 0x7f800000u | (m << 13)); /* inf, NaN */
+  if (e == 0) return (m ? (float)m * 0x1p-24f : 0.0f) * (sign ? -1.0f : 1.0f);
+  return from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+void cpu_store(backend_dtype t, void *dst, const float *src, size_t n) {
+  uint16_t *d = dst;
+  if (t == BACKEND_FP32) memmove(dst, src, n * sizeof(float));
+  else if (t == BACKEND_BF16)
+    for (size_t i = 0; i < n; i++) d[i] = to_bf16(src[i]);
+  else
+    for (size_t i = 0; i < n; i++) d[i] = to_fp16(src[i]);
+}
+
+void cpu_load(backend_dtype t, float *dst, const void *src, size_t n) {
+  const uint16_t *s = src;
+  if (t == BACKEND_FP32) memmove(dst, src, n * sizeof(float));
+  else if (t == BACKEND_BF16)
+    for (size_t i = 0; i < n; i++) dst[i] = from_bf16(s[i]);
+  else
+    for (size_t i = 0; i < n; i++) dst[i] = from_fp16(s[i]);
+}
+
+/* ---- staging ----------------------------------------------------------------------------------- */
+
+enum { STAGE_MAX = 6, STAGE_ALIGN = 16 /* floats: 64-byte aligned buffers for OpenBLAS */ };
+
+typedef struct {
+  const backend *be;
+  cpu_ctx *c;
+  size_t used; /* floats of the workspace taken */
+  int nout;
+  struct {
+    void *dst;
+    float *tmp;
+    size_t n;
+  } out[STAGE_MAX];
+} stage;
+
+static stage stage_begin(const backend *be) { return (stage){.be = be, .c = be->ctx}; }
+
+static float *take(stage *s, size_t n) {
+  size_t at = s->used;
+  s->used += (n + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+  UTIL_CHECK(s->used <= s->c->work_floats, NULL,
+             "internal: the CPU backend's workspace (%zu floats) is smaller than an op needs (%zu); prepare was "
+             "given smaller shapes",
+             s->c->work_floats, s->used);
+  return s->c->work + at;
+}
+
+/* An input of n elements as fp32 (NULL stays NULL). */
+static const float *in(stage *s, const void *p, size_t n) {
+  if (!p || s->be->storage == BACKEND_FP32) return p;
+  float *t = take(s, n);
+  cpu_load(s->be->storage, t, p, n);
+  return t;
+}
+
+/* An output of n elements as fp32, written back by stage_end; widened first when it accumulates. */
+static float *out(stage *s, void *p, size_t n, int accumulates) {
+  if (!p || s->be->storage == BACKEND_FP32) return p;
+  float *t = take(s, n);
+  if (accumulates) cpu_load(s->be->storage, t, p, n);
+  s->out[s->nout].dst = p, s->out[s->nout].tmp = t, s->out[s->nout].n = n;
+  s->nout++;
+  return t;
+}
+
+static void stage_end(stage *s) {
+  for (int i = 0; i < s->nout; i++) cpu_store(s->be->storage, s->out[i].dst, s->out[i].tmp, s->out[i].n);
+}
+
+size_t cpu_stage_floats(backend_dtype t, const backend_shape *sh) {
+  if (t == BACKEND_FP32) return 0;
+  size_t N = (size_t)sh->B * sh->T, C = (size_t)sh->C, F = (size_t)sh->F, V = (size_t)sh->V;
+  size_t wide = F > C ? F : C;
+  size_t need[] = {
+      3 * N * C + C,                   /* layernorm: dinp, dout, inp, w */
+      N * V + N * C + V * C + V,       /* matmul_fwd, the LM head: out, inp, w (bias) */
+      N * C + N * V + N * C + V * C,   /* matmul_bwd, the LM head: dinp, dout, inp, w */
+      2 * N * F + N * C + F * C + F,   /* matmul_fwd/bwd of the MLP */
+      8 * N * C,                       /* attention_bwd: dqkv, dout, out, qkv */
+      3 * N * wide,                    /* gelu_bwd, residual */
+  };
+  size_t most = 0;
+  for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) most = need[i] > most ? need[i] : most;
+  return most + STAGE_MAX * STAGE_ALIGN;
+}
+
+/* ---- the ops ----------------------------------------------------------------------------------- */
+
+#define SZ(n) ((size_t)(n))
+
+void cpu_op_embed_fwd(const backend *be, void *o, const int32_t *tok, const void *wte, const void *wpe, int B, int T,
+                      int C) {
+  if (be->storage == BACKEND_FP32) {
+    cpu_embed_fwd(o, tok, wte, wpe, B, T, C);
+    return;
+  }
+  stage s = stage_begin(be); /* row by row: only the rows the tokens pick are widened */
+  const size_t es = backend_dtype_size(be->storage);
+  float *x = take(&s, SZ(C)), *p = take(&s, SZ(C));
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      cpu_load(be->storage, x, (const char *)wte + SZ(tok[b * T + t]) * C * es, SZ(C));
+      cpu_load(be->storage, p, (const char *)wpe + SZ(t) * C * es, SZ(C));
+      cpu_residual_fwd(x, x, p, SZ(C));
+      cpu_store(be->storage, (char *)o + (SZ(b) * T + t) * C * es, x, SZ(C));
+    }
+}
+
+void cpu_op_embed_bwd(const backend *be, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T,
+                      int C) {
+  stage s = stage_begin(be);
+  cpu_embed_bwd(dwte, dwpe, in(&s, dout, SZ(B) * T * C), tok, B, T, C);
+}
+
+void cpu_op_layernorm_fwd(const backend *be, void *o, float *mean, float *rstd, const void *inp, const void *w,
+                          const void *b, int N, int C, float eps) {
+  stage s = stage_begin(be);
+  float *y = out(&s, o, SZ(N) * C, 0);
+  const float *x = in(&s, inp, SZ(N) * C), *wf = in(&s, w, SZ(C)), *bf = in(&s, b, SZ(C));
+  cpu_layernorm_fwd(y, mean, rstd, x, wf, bf, N, C, eps);
+  stage_end(&s);
+}
+
+void cpu_op_layernorm_bwd(const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                          const void *w, const float *mean, const float *rstd, int N, int C) {
+  stage s = stage_begin(be);
+  float *dx = out(&s, dinp, SZ(N) * C, 1);
+  const float *d = in(&s, dout, SZ(N) * C), *x = in(&s, inp, SZ(N) * C), *wf = in(&s, w, SZ(C));
+  cpu_layernorm_bwd(dx, dw, db, d, x, wf, mean, rstd, N, C);
+  stage_end(&s);
+}
+
+void cpu_op_matmul_fwd(const backend *be, void *o, const void *inp, const void *w, const void *bias, int N, int K,
+                       int M) {
+  stage s = stage_begin(be);
+  float *y = out(&s, o, SZ(N) * M, 0);
+  const float *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K), *bf = in(&s, bias, SZ(M));
+  cpu_matmul_fwd(y, x, wf, bf, N, K, M);
+  stage_end(&s);
+}
+
+void cpu_op_matmul_bwd(const backend *be, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
+                       const void *w, int N, int K, int M) {
+  stage s = stage_begin(be);
+  float *dx = out(&s, dinp, SZ(N) * K, 0);
+  const float *d = in(&s, dout, SZ(N) * M), *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K);
+  cpu_matmul_bwd(dx, dw, dbias, d, x, wf, N, K, M);
+  stage_end(&s);
+}
+
+void cpu_op_attention_fwd(const backend *be, void *o, float *lse, const void *qkv, void *scratch, int B, int T, int C,
+                          int H, int window, float scale) {
+  stage s = stage_begin(be);
+  float *y = out(&s, o, SZ(B) * T * C, 0);
+  cpu_attention_fwd(y, lse, in(&s, qkv, SZ(B) * T * 3 * C), scratch, B, T, C, H, window, scale);
+  stage_end(&s);
+}
+
+void cpu_op_attention_bwd(const backend *be, void *dqkv, const void *dout, const void *o, const float *lse,
+                          const void *qkv, void *scratch, int B, int T, int C, int H, int window, float scale) {
+  stage s = stage_begin(be);
+  size_t n = SZ(B) * T * C;
+  float *dx = out(&s, dqkv, 3 * n, 0);
+  const float *d = in(&s, dout, n), *y = in(&s, o, n), *x = in(&s, qkv, 3 * n);
+  cpu_attention_bwd(dx, d, y, lse, x, scratch, B, T, C, H, window, scale);
+  stage_end(&s);
+}
+
+void cpu_op_gelu_fwd(const backend *be, void *o, const void *inp, size_t n) {
+  stage s = stage_begin(be);
+  float *y = out(&s, o, n, 0);
+  cpu_gelu_fwd(y, in(&s, inp, n), n);
+  stage_end(&s);
+}
+
+void cpu_op_gelu_bwd(const backend *be, void *dinp, const void *dout, const void *inp, size_t n) {
+  stage s = stage_begin(be);
+  float *dx = out(&s, dinp, n, 0);
+  const float *d = in(&s, dout, n), *x = in(&s, inp, n);
+  cpu_gelu_bwd(dx, d, x, n);
+  stage_end(&s);
+}
+
+void cpu_op_residual_fwd(const backend *be, void *o, const void *a, const void *b, size_t n) {
+  stage s = stage_begin(be);
+  float *y = out(&s, o, n, 0);
+  const float *af = in(&s, a, n), *bf = in(&s, b, n);
+  cpu_residual_fwd(y, af, bf, n);
+  stage_end(&s);
+}
+
+void cpu_op_accumulate(const backend *be, void *dst, const void *src, size_t n) {
+  stage s = stage_begin(be);
+  float *d = out(&s, dst, n, 1);
+  cpu_accumulate(d, in(&s, src, n), n);
+  stage_end(&s);
+}
+
+void cpu_op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const int32_t *targets, int N, int V,
+                         float dscale) {
+  stage s = stage_begin(be);
+  float *x = out(&s, logits, SZ(N) * V, 1);
+  cpu_xent_fwd_bwd(losses, x, targets, N, V, dscale);
+  stage_end(&s);
+}
+
+void cpu_op_adamw(const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,
+                  const backend_adamw_args *a) {
+  cpu_adamw(p, g, m, v, n, a);
+  if (pc) cpu_store(be->storage, pc, p, n);
+}
+
+void cpu_op_sumsq(const backend *be, double *o, const float *x, size_t n) {
+  (void)be;
+  *o = cpu_sumsq(x, n);
+}
+
+void cpu_op_to_storage(const backend *be, void *dst, const float *src, size_t n) { cpu_store(be->storage, dst, src, n); }
+
+void cpu_op_to_fp32(const backend *be, float *dst, const void *src, size_t n) { cpu_load(be->storage, dst, src, n); }
