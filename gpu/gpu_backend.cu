@@ -131,6 +131,13 @@ static const char *gpu_bus_id(const backend *be) {
   return g->bus;
 }
 
+static size_t gpu_memory_used(const backend *be) {
+  (void)be;
+  size_t free_b = 0, total_b = 0;
+  GPU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return total_b - free_b;
+}
+
 static const char *gpu_placement(const backend *be, char *buf, size_t len) {
   int n = 0;
   cudaGetDeviceCount(&n);
@@ -362,6 +369,7 @@ static backend *gpu_open(int device, const char *precision) {
   be->host_free = gpu_host_free;
   be->bus_id = gpu_bus_id;
   be->placement = gpu_placement;
+  be->device_memory_used = gpu_memory_used;
   be->describe = gpu_describe;
   be->set_threads = gpu_set_threads;
   be->measure_gflops = gpu_measure_gflops;

@@ -71,15 +71,25 @@ static void prof_zero(const backend *be, void *p, size_t n) {
   prof_stop(P_ZERO, t0);
 }
 
+static size_t counted; /* backend bytes allocated */
+static void *count_alloc(const backend *be, size_t bytes) {
+  (void)be;
+  counted += bytes;
+  return prof_inner->alloc(prof_inner, bytes);
+}
+
 #define PROF_SET(name, params, args) p.name = prof_##name;
 
-/* A copy of the table (same context) whose ops are timed. */
-static backend profiled(const backend *be, int vocab) {
+/* A copy of the table (same context) that counts what it allocates and, with timed, times its ops. */
+static backend wrapped(const backend *be, int vocab, int timed) {
   prof_inner = be;
   prof_vocab = vocab;
   backend p = *be;
-  BACKEND_OPS(PROF_SET)
-  p.matmul_fwd = prof_head_fwd, p.matmul_bwd = prof_head_bwd, p.zero = prof_zero;
+  p.alloc = count_alloc;
+  if (timed) {
+    BACKEND_OPS(PROF_SET)
+    p.matmul_fwd = prof_head_fwd, p.matmul_bwd = prof_head_bwd, p.zero = prof_zero;
+  }
   return p;
 }
 
@@ -89,6 +99,7 @@ typedef struct {
   int L, C, H, V, B, T, steps, warmup, threads, peak_n, profile, recompute;
   double peak_seconds, peak; /* peak: given GFLOP/s (0: measure) */
   const char *arch, *backend, *precision;
+  const char *storage; /* NULL: the backend's choice for the precision */
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -101,12 +112,13 @@ static void usage(FILE *fp) {
               "                     [--batch B] [--seq T] [--steps N] [--warmup W] [--threads t]\n"
               "                     [--peak-size n] [--peak-seconds s] [--peak GFLOPS] [--profile]\n"
               "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--recompute]\n"
+              "                     [--storage fp32|bf16|fp16]\n"
               "defaults: --layers 4 --embd 256 --heads 4 --vocab 50304 --batch 8 --seq 128 --steps 3 --warmup 1\n"
               "          --threads 1 --peak-size 2048 --peak-seconds 2 --backend cpu --precision fp32\n");
 }
 
 static int parse(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32"};
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -126,6 +138,14 @@ static int parse(int argc, char **argv, bench_args *a) {
     double x = strtod(v, &end);
     if (!strcmp(k, "--arch")) {
       a->arch = v;
+      continue;
+    }
+    if (!strcmp(k, "--storage")) {
+      if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16")) {
+        fprintf(stderr, "greenlm-bench: error: --storage '%s' is not one of fp32, bf16, fp16\n", v);
+        return 2;
+      }
+      a->storage = v;
       continue;
     }
     if (!strcmp(k, "--backend") || !strcmp(k, "--precision")) {
@@ -168,8 +188,9 @@ static int parse(int argc, char **argv, bench_args *a) {
   return -1;
 }
 
-/* The backend asked for, on its first device. Returns NULL after a message. */
-static const backend *open_backend(const bench_args *a) {
+/* The backend asked for, on its first device, at --storage when given (also a storage type the
+ * backend does not yet enable for runs: the parity program tests those so). NULL after a message. */
+static backend *open_backend(const bench_args *a) {
   const char *build;
   const backend_kind *k = backend_find_kind(a->backend, &build);
   if (!k) {
@@ -186,7 +207,14 @@ static const backend *open_backend(const bench_args *a) {
     fprintf(stderr, "greenlm-bench: error: --backend %s: no usable device (%s)\n", a->backend, why);
     return NULL;
   }
-  return k->open(0, a->precision);
+  backend *be = k->open(0, a->precision);
+  if (a->storage) {
+    backend_dtype t = backend_precision_storage(a->storage);
+    if (!(be->caps.storage & (1u << t)))
+      printf("note:    %s storage, which the %s backend does not yet enable for runs\n", a->storage, k->name);
+    be->storage = t;
+  }
+  return be;
 }
 
 /* The model of the command line, as a deck's &model would give it. */
@@ -250,7 +278,9 @@ static bench_times run_steps(const bench_args *a, const backend *be, gpt_model *
   return bt;
 }
 
-static void report(const bench_args *a, const gpt_model *m, const bench_times *bt, double peak, char *engine) {
+/* used: the growth of the device's memory in use over the model's set-up and the steps (0 on the CPU) */
+static void report(const bench_args *a, const gpt_model *m, const bench_times *bt, double peak, char *engine,
+                   size_t used) {
   const int N = a->B * a->T;
   double per = bt->median, tps = N / per, fpt = gpt_flops_per_token(&m->s, a->T), mfu = tps * fpt / (peak * 1e9);
   size_t n = gpt_count_params(&m->s);
@@ -267,6 +297,13 @@ static void report(const bench_args *a, const gpt_model *m, const bench_times *b
          1e3 * per, 1e3 * bt->fwd, 1e3 * bt->bwd, 1e3 * bt->opt, a->steps, a->warmup);
   printf("speed:   %.1f tokens/s, %.1f GFLOP/s model, MFU %.1f%% of the measured peak (loss %.3f)\n", tps,
          tps * fpt / 1e9, 100 * mfu, bt->loss);
+  size_t plan = m->mem.total + optim_bytes(m->nparams);
+  char b[5][32];
+  printf("memory:  plan %s (model %s, AdamW %s), allocated %s", util_fmt_bytes((double)plan, b[0], 32),
+         util_fmt_bytes((double)m->mem.total, b[1], 32), util_fmt_bytes((double)optim_bytes(m->nparams), b[2], 32),
+         util_fmt_bytes((double)counted, b[3], 32));
+  if (used) printf(", device use grew by %s (%.3f of the plan)", util_fmt_bytes((double)used, b[4], 32), (double)used / plan);
+  printf("\n");
   if (a->profile) {
     double total = 0;
     for (int i = 0; i < P_NOPS; i++) total += prof_t[i];
@@ -279,9 +316,10 @@ static void report(const bench_args *a, const gpt_model *m, const bench_times *b
   for (char *c = engine; *c; c++)
     if (*c == ' ') *c = '_';
   printf("result: arch=%s L=%d C=%d H=%d V=%d B=%d T=%d threads=%d peak_gflops=%.1f ms_per_step=%.1f "
-         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f backend=%s precision=%s recompute=%d activation_bytes=%zu engine=%s\n",
+         "tokens_per_s=%.1f model_gflops=%.1f mfu=%.4f backend=%s precision=%s storage=%s recompute=%d activation_bytes=%zu "
+         "plan_bytes=%zu allocated_bytes=%zu device_bytes=%zu engine=%s\n",
          a->arch, a->L, a->C, a->H, a->V, a->B, a->T, a->threads, peak, 1e3 * per, tps, tps * fpt / 1e9, mfu, a->backend,
-         a->precision, a->recompute, m->mem.acts, engine);
+         a->precision, backend_dtype_name(m->be->storage), a->recompute, m->mem.acts, plan, counted, used, engine);
 }
 
 int main(int argc, char **argv) {
@@ -299,17 +337,19 @@ int main(int argc, char **argv) {
   model_config(&a, &mc);
   gpt_shape s;
   gpt_shape_from_cfg(&s, &mc);
-  backend prof = profiled(be, a.V);
-  if (a.profile) be = &prof; /* every op synchronised and timed: slightly slower steps */
+  backend w = wrapped(be, a.V, a.profile); /* --profile: every op synchronised and timed, slightly slower steps */
+  be = &w;
+  size_t used0 = be->device_memory_used ? be->device_memory_used(be) : 0;
   gpt_model m;
   gpt_part whole = gpt_whole(&s);
   whole.recompute = a.recompute; /* activation recomputation: MFU still counts the model's FLOPs only */
   gpt_init(&m, &s, be, a.B, a.T, whole, 1);
   bench_times bt = run_steps(&a, be, &m);
+  size_t used = be->device_memory_used ? be->device_memory_used(be) - used0 : 0;
   /* the better of two peak measurements (before and after the steps): on a shared machine both
    * guard against a slow moment */
   double peak2 = a.peak > 0 ? a.peak : be->measure_gflops(be, a.peak_n, a.peak_seconds);
-  report(&a, &m, &bt, peak2 > peak ? peak2 : peak, engine);
+  report(&a, &m, &bt, peak2 > peak ? peak2 : peak, engine, used);
   gpt_free(&m);
   gpt_shape_free(&s);
   backend_close(prof_inner);

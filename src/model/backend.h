@@ -179,6 +179,9 @@ struct backend {
   /* Measured GEMM rate in GFLOP/s at the instance's precision: best of repeated n x n x n products
    * over `seconds` (a GPU uses n >= 8192 to approach its peak). */
   double (*measure_gflops)(const backend *be, int n, double seconds);
+  /* Bytes in use on the device (all of it: this instance's, the runtime's and libraries'); NULL
+   * on the CPU backend. For measuring memory against the plan. */
+  size_t (*device_memory_used)(const backend *be);
   /* Whether MPI may be given backend memory directly (always for host memory); `how` says what
    * told (the MPI library's query, an environment switch). */
   int (*mpi_direct)(const backend *be, const char **how);
