@@ -23,6 +23,7 @@
 #include "model/optim.h"
 #include "base/rng.h"
 #include "base/util.h"
+#include "parallel/quant.h"
 
 /* ---- --profile: a backend table that times every op ------------------------------------------ */
 
@@ -96,7 +97,7 @@ static backend wrapped(const backend *be, int vocab, int timed) {
 /* ---- the benchmark ------------------------------------------------------------------------------ */
 
 typedef struct {
-  int L, C, H, V, B, T, steps, warmup, threads, peak_n, profile, recompute;
+  int L, C, H, V, B, T, steps, warmup, threads, peak_n, profile, recompute, quant;
   double peak_seconds, peak; /* peak: given GFLOP/s (0: measure) */
   const char *arch, *backend, *precision;
   const char *storage; /* NULL: the backend's choice for the precision */
@@ -113,20 +114,21 @@ static void usage(FILE *fp) {
               "                     [--peak-size n] [--peak-seconds s] [--peak GFLOPS] [--profile]\n"
               "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--recompute]\n"
               "                     [--storage fp32|bf16|fp16]\n"
+              "       greenlm-bench --quant   (gradient quantizer throughput, one core)\n"
               "defaults: --layers 4 --embd 256 --heads 4 --vocab 50304 --batch 8 --seq 128 --steps 3 --warmup 1\n"
               "          --threads 1 --peak-size 2048 --peak-seconds 2 --backend cpu --precision fp32\n");
 }
 
 static int parse(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL};
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
       usage(stdout);
       return 0;
     }
-    if (!strcmp(k, "--profile") || !strcmp(k, "--recompute")) {
-      *(!strcmp(k, "--profile") ? &a->profile : &a->recompute) = 1;
+    if (!strcmp(k, "--profile") || !strcmp(k, "--recompute") || !strcmp(k, "--quant")) {
+      *(!strcmp(k, "--profile") ? &a->profile : !strcmp(k, "--recompute") ? &a->recompute : &a->quant) = 1;
       continue;
     }
     if (i + 1 >= argc) {
@@ -322,11 +324,42 @@ static void report(const bench_args *a, const gpt_model *m, const bench_times *b
          a->precision, backend_dtype_name(m->be->storage), a->recompute, m->mem.acts, plan, counted, used, engine);
 }
 
+/* --quant: encode and decode rates of the gradient quantizer on one core, GB/s of fp32 input, for
+ * each level set at 2, 4 and 8 bits, buckets of 512 (max norm) or 8192 (L2), 64 MiB of Gaussian
+ * values. */
+static int quant_bench(void) {
+  const size_t n = (size_t)16 << 20;
+  float *v = util_malloc(n * sizeof(float), "values"), *y = util_malloc(n * sizeof(float), "decoded");
+  uint8_t *msg = util_malloc(n * sizeof(float) + 4096, "messages");
+  rng_state r;
+  rng_seed(&r, 1, RNG_DATA, 0);
+  for (size_t i = 0; i < n; i++) v[i] = (float)rng_normal(&r);
+  printf("quantizer  bits  bucket  encode GB/s  decode GB/s  bytes/value\n");
+  static const char *const names[] = {"QSGD (L2)", "QSGDinf", "NUQSGD", "min-max"};
+  for (int kind = 0; kind < 4; kind++)
+    for (int bits = 2; bits <= 8; bits *= 2) {
+      quant_scheme q;
+      if (kind == 2) quant_exponential(&q, bits, QUANT_L2);
+      else quant_uniform(&q, bits, kind == 0 ? QUANT_L2 : kind == 1 ? QUANT_MAX : QUANT_MINMAX);
+      size_t B = q.norm == QUANT_L2 ? 8192 : 512, per = quant_bytes(&q, B);
+      double t0 = util_now();
+      for (size_t b = 0; b < n / B; b++) quant_encode(&q, v + b * B, B, b, msg + b * per);
+      double t1 = util_now();
+      for (size_t b = 0; b < n / B; b++) quant_decode(&q, msg + b * per, B, y + b * B, 0);
+      double t2 = util_now(), gb = (double)n * sizeof(float) / 1e9;
+      printf("%-10s %5d %7zu %12.2f %12.2f %12.3f\n", names[kind], bits, B, gb / (t1 - t0), gb / (t2 - t1),
+             (double)per / (double)B);
+    }
+  free(v), free(y), free(msg);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   bench_args a;
   int rc = parse(argc, argv, &a);
   if (rc >= 0) util_exit_all(rc);
+  if (a.quant) util_exit_all(quant_bench());
   const backend *be = open_backend(&a);
   if (!be) util_exit_all(1);
   be->set_threads(be, a.threads);

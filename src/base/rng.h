@@ -24,4 +24,8 @@ uint64_t rng_below(rng_state *r, uint64_t n);
 /* Standard normal (Box-Muller, one value from each pair of uniforms). */
 double rng_normal(rng_state *r);
 
+/* Counter-based: 64 random bits that depend only on (key, counter), so that any rank, thread or
+ * order of work draws the same bits for the same element (splitmix64's finaliser of a mix). */
+uint64_t rng_hash(uint64_t key, uint64_t counter);
+
 #endif

@@ -1,0 +1,61 @@
+/* quant: unbiased stochastic quantization of gradient buckets (QSGD, NUQSGD, ALQ/AMQ levels), the
+ * building block of the compressed gradient exchange. No MPI here: a bucket of n floats becomes a
+ * message of quant_bytes(q, n) bytes and back.
+ *
+ * A bucket v (n values) is scaled by sigma (its L2 norm, or its largest magnitude), each
+ * normalised magnitude r = |v_i| / sigma in [0, 1] is rounded stochastically to one of the two
+ * magnitude levels around it, l_j <= r <= l_{j+1}, up with probability (r - l_j) / (l_{j+1} - l_j),
+ * and sent as a sign bit and the level's index: E[Q(v)] = v for any levels, and the error has the
+ * exact expectation E||Q(v) - v||^2 = sigma^2 sum_i (l_{j+1} - r_i)(r_i - l_j) (quant_expected).
+ * The min-max form instead maps [min, max] onto 2^b - 1 equal steps (no sign bit).
+ *
+ * Random bits come from rng_hash(key, i): the same key (the caller derives it from the seed, the
+ * rank, the step and the bucket) gives the same message on any machine.
+ *
+ * Wire format of a bucket: the scale(s) as fp32 (one; two for min-max), then the n codes of b
+ * bits packed 8 to a group of b bytes (code k of a group at bit k*b of a little-endian 64-bit
+ * word; the last group's unused codes are 0). At bits = 32 the message is the n floats themselves. */
+#ifndef GREENLM_QUANT_H
+#define GREENLM_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { QUANT_L2, QUANT_MAX, QUANT_MINMAX } quant_norm;
+
+enum { QUANT_MAX_LEVELS = 128 }; /* magnitude levels of an 8-bit sign+magnitude code */
+
+typedef struct {
+  int bits;        /* 2..8, or 32 (the floats unchanged) */
+  quant_norm norm;
+  int nlevels;     /* magnitude levels 0 = level[0] < ... < level[nlevels-1] = 1 (sign+magnitude forms) */
+  float level[QUANT_MAX_LEVELS];
+  int uniform;     /* levels j / (nlevels - 1): found by arithmetic, not by search */
+} quant_scheme;
+
+/* Uniform levels j / s, s = 2^(b-1) - 1 (QSGD with QUANT_L2, QSGDinf with QUANT_MAX; for
+ * QUANT_MINMAX the 2^b codes span [min, max]). */
+void quant_uniform(quant_scheme *q, int bits, quant_norm norm);
+/* Exponential levels with a zero level (NUQSGD): 0, 2^-k, ..., 1/2, 1 with k = 2^(b-1) - 2. */
+void quant_exponential(quant_scheme *q, int bits, quant_norm norm);
+/* Given levels (ALQ, AMQ): n increasing magnitudes from 0 to 1, n <= 2^(b-1). Returns -1 (and
+ * leaves q unchanged) when they are not. */
+int quant_levels(quant_scheme *q, int bits, quant_norm norm, const float *level, int n);
+/* bits = 32: the floats pass through unchanged. */
+void quant_passthrough(quant_scheme *q);
+
+/* Bytes of the message of a bucket of n values. */
+size_t quant_bytes(const quant_scheme *q, size_t n);
+/* Encode v (n) into msg (quant_bytes), rounding with the random bits of key. */
+void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg);
+/* Decode msg into out (n): out = Q(v), or out += Q(v) when accumulate. */
+void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *out, int accumulate);
+/* The exact expectation E||Q(v) - v||^2 of the scheme on v (n), in double. */
+double quant_expected(const quant_scheme *q, const float *v, size_t n);
+
+/* n codes of b bits (b = 1..8) packed as in the wire format into ceil(n * b / 8) bytes, and back. */
+size_t quant_packed_bytes(size_t n, int bits);
+void quant_pack(const uint8_t *codes, size_t n, int bits, uint8_t *out);
+void quant_unpack(const uint8_t *in, size_t n, int bits, uint8_t *codes);
+
+#endif
