@@ -51,9 +51,3 @@ double rng_normal(rng_state *r) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-uint64_t rng_hash(uint64_t key, uint64_t counter) {
-  uint64_t x = key ^ (counter * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}

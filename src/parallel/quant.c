@@ -148,9 +148,16 @@ static float position(const quant_scheme *q, const float h[2], float v) {
 
 /* ---- encode, decode, the exact error ------------------------------------------------------------ */
 
-/* The code of v: rounded up with probability p by the 24 random bits of rng_hash(key, i). */
+/* A uniform in [0, 1) with 24 random bits for value i: one rng_hash(key, i / 2) serves a pair of
+ * values (its bits 40..63 the even one, 16..39 the odd one). */
+static inline float uniform01(uint64_t key, size_t i) {
+  uint64_t x = rng_hash(key, i >> 1) >> (i & 1 ? 16 : 40);
+  return (float)(x & 0xffffffu) * 0x1p-24f;
+}
+
+/* The code of v: rounded up with probability p by the random bits of (key, i). */
 static unsigned code_of(const quant_scheme *q, const float h[2], float v, uint64_t key, size_t i) {
-  const float u = (float)(rng_hash(key, i) >> 40) * 0x1p-24f;
+  const float u = uniform01(key, i);
   float x = position(q, h, v);
   if (q->norm == QUANT_MINMAX) {
     int top = (1 << q->bits) - 2, j = (int)x;
@@ -163,6 +170,46 @@ static unsigned code_of(const quant_scheme *q, const float h[2], float v, uint64
   return sign << (q->bits - 1) | m;
 }
 
+/* Codes of m <= 8 values (indices i0...) for the level sets whose interval is arithmetic: uniform
+ * levels and min-max (j = the integer part of the position in level units), exponential levels (j
+ * from the float's exponent, p from its mantissa). The same codes as code_of, without its search.
+ * Returns 0 for a table of levels. */
+static int fast_codes(const quant_scheme *q, const float h[2], const float *v, size_t m, uint64_t key, size_t i0,
+                      unsigned *codes) {
+  const int mm = q->norm == QUANT_MINMAX;
+  if (!mm && q->uniform == KIND_TABLE) return 0;
+  const float inv = mm ? (h[1] > 0.0f ? 1.0f / h[1] : 0.0f) : (h[0] > 0.0f ? 1.0f / h[0] : 0.0f);
+  const float top = mm ? (float)((1 << q->bits) - 1) : (float)(q->nlevels - 1);
+  const unsigned smask = mm ? 0u : 1u << (q->bits - 1);
+  for (size_t k = 0; k < m; k++) {
+    const float u = uniform01(key, i0 + k);
+    float x = mm ? (v[k] - h[0]) * inv : fabsf(v[k]) * inv, p;
+    unsigned j;
+    x = x < 0.0f ? 0.0f : x;
+    if (mm || q->uniform == KIND_UNIFORM) {
+      x = mm ? x : x * top; /* magnitudes in level units */
+      x = x > top ? top : x;
+      j = (unsigned)x;
+      j = j > (unsigned)top - 1 ? (unsigned)top - 1 : j;
+      p = x - (float)j;
+    } else { /* exponential: level[i] = 2^(i - top) for i >= 1, level[0] = 0 */
+      x = x > 1.0f ? 1.0f : x;
+      uint32_t b;
+      memcpy(&b, &x, sizeof b);
+      int e = (int)(b >> 23) - 127 + (int)top; /* x in [level[e], 2 level[e]) */
+      uint32_t mant = (b & 0x7fffffu) | 0x3f800000u;
+      float f;
+      memcpy(&f, &mant, sizeof f);
+      if (e < 1) j = 0, p = x / q->level[1];
+      else if (e >= (int)top) j = (unsigned)top - 1, p = 1.0f;
+      else j = (unsigned)e, p = f - 1.0f;
+    }
+    unsigned c = j + (u < p);
+    codes[k] = c | (!mm && v[k] < 0.0f && c > 0 ? smask : 0u);
+  }
+  return 1;
+}
+
 void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
   if (q->bits == 32) {
     memcpy(msg, v, n * sizeof(float));
@@ -171,12 +218,15 @@ void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key,
   float h[2] = {0.0f, 0.0f};
   scale_of(q, v, n, h);
   memcpy(msg, h, (size_t)headers(q) * sizeof(float));
-  uint8_t *codes = msg + (size_t)headers(q) * sizeof(float);
+  uint8_t *out = msg + (size_t)headers(q) * sizeof(float);
+  unsigned codes[8];
   for (size_t g = 0; g * 8 < n; g++) {
+    size_t m = n - g * 8 < 8 ? n - g * 8 : 8;
+    if (!fast_codes(q, h, v + g * 8, m, key, g * 8, codes))
+      for (size_t k = 0; k < m; k++) codes[k] = code_of(q, h, v[g * 8 + k], key, g * 8 + k);
     uint64_t word = 0;
-    for (size_t k = 0; k < 8 && g * 8 + k < n; k++)
-      word |= (uint64_t)code_of(q, h, v[g * 8 + k], key, g * 8 + k) << (k * (size_t)q->bits);
-    put_group(word, g, n, q->bits, codes);
+    for (size_t k = 0; k < m; k++) word |= (uint64_t)codes[k] << (k * (size_t)q->bits);
+    put_group(word, g, n, q->bits, out);
   }
 }
 
