@@ -148,7 +148,7 @@ static int open_state(iobench *b) {
   par_create(&b->lay, b->cfg, MPI_COMM_WORLD);
   gpt_shape_from_cfg(&b->shape, &b->cfg->model);
   gpt_init(&b->model, &b->shape, be, 1, 8, par_part(&b->lay), 1);
-  b->gx = grad_create(&b->model, &b->lay, 25);
+  b->gx = grad_create(&b->model, &b->lay, 25, NULL, 0);
   size_t lo, hi;
   grad_own_range(b->gx, &lo, &hi);
   optim_init(&b->opt, be, lo, hi);

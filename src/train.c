@@ -333,6 +333,7 @@ static void print_to_out(void *ctx, const char *fmt, ...) {
 /* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
 typedef struct {
   double time, tokens, steps, compute, bubble, exchange, bytes;
+  double grad_bytes, grad_fp32, encode, decode; /* the gradient exchange: bytes, their fp32 equivalent, seconds */
 } train_window;
 
 /* The progress line and the metrics.csv row (rank 0), after the collective energy sample. */
@@ -348,14 +349,20 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
     char wt[32], en[32], es[32], vs[48] = "", ps[96] = "";
     fmt_energy(e, wt, sizeof wt, en, sizeof en);
     if (evaluated) snprintf(vs, sizeof vs, " | val %.4f", vl);
-    if (j->size > 1)
-      snprintf(ps, sizeof ps, " | bubble %.1f%% | exchange %.1f%%", 100.0 * w->bubble / busy, 100.0 * w->exchange / busy);
+    if (j->size > 1) {
+      int o = snprintf(ps, sizeof ps, " | bubble %.1f%% | exchange %.1f%%", 100.0 * w->bubble / busy,
+                       100.0 * w->exchange / busy);
+      if (w->grad_fp32 > 0 && w->grad_bytes < w->grad_fp32 && o > 0 && (size_t)o < sizeof ps) /* compressed */
+        snprintf(ps + o, sizeof ps - (size_t)o, " (%.1fx fewer bytes)", w->grad_fp32 / w->grad_bytes);
+    }
     metrics_printf(&j->out, "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%%%s | %s | %s | ETA %s\n",
                    (int)snprintf(NULL, 0, "%ld", tc->max_steps), j->steps_done, tc->max_steps, info->loss, vs, info->lr,
                    tps, 100.0 * mfu, ps, wt, en, util_fmt_duration(eta, es, sizeof es));
     metrics_row row = {j->steps_done, info->loss, info->lr, info->grad_norm, 1e3 * w->time / w->steps, tps, mfu, vl,
                        !shown ? NAN : measured ? e->watts : e->est_watts, !shown ? NAN : measured ? e->joules : e->est_joules,
-                       energy_kind(e), w->compute / busy, w->bubble / busy, w->exchange / busy, w->bytes / w->steps};
+                       energy_kind(e), w->compute / busy, w->bubble / busy, w->exchange / busy, w->bytes / w->steps,
+                       w->grad_bytes / w->steps, w->grad_fp32 > 0 ? w->grad_bytes / w->grad_fp32 : NAN,
+                       1e3 * w->encode / (w->steps * j->size), 1e3 * w->decode / (w->steps * j->size)};
     metrics_csv_row(&j->out, &row);
   }
   memset(w, 0, sizeof *w);
@@ -363,15 +370,20 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
 
 /* The step's figures: the wall time is the slowest rank's, the breakdown summed over ranks. */
 static void account(train_job *j, const trainer_step_info *info, train_window *w) {
-  double mine[4] = {info->pipe.compute_s, info->pipe.wait_s, info->grad.wait_s, info->pipe.bytes + info->grad.bytes}, sum[4];
+  double mine[8] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
+                    info->grad.bytes,     info->grad.fp32_bytes, info->grad.encode_s, info->grad.decode_s},
+         sum[8];
   double dt;
   MPI_Allreduce(&info->step_s, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Reduce(mine, sum, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(mine, sum, 8, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   double tokens = (double)j->t->G * j->t->T;
   j->train_time += dt;
   j->tokens += tokens;
   w->time += dt, w->tokens += tokens, w->steps += 1;
-  if (j->rank == 0) w->compute += sum[0], w->bubble += sum[1], w->exchange += sum[2], w->bytes += sum[3];
+  if (j->rank == 0) {
+    w->compute += sum[0], w->bubble += sum[1], w->exchange += sum[2], w->bytes += sum[3];
+    w->grad_bytes += sum[4], w->grad_fp32 += sum[5], w->encode += sum[6], w->decode += sum[7];
+  }
 }
 
 /* A checkpoint now: by step count, by wall time, on a signal, at the end. Returns 0 or -1 (every

@@ -85,7 +85,7 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, e
   }
   gpt_shape_from_cfg(&t->shape, &cfg->model);
   gpt_init(&t->model, &t->shape, be, t->B, t->T, par_part(&t->lay), (uint64_t)cfg->job.seed);
-  t->gx = grad_create(&t->model, &t->lay, cfg->parallel.bucket_mb);
+  t->gx = grad_create(&t->model, &t->lay, cfg->parallel.bucket_mb, &cfg->comm, (uint64_t)cfg->job.seed);
   size_t lo, hi;
   grad_own_range(t->gx, &lo, &hi);
   optim_init(&t->opt, be, lo, hi);
@@ -116,7 +116,7 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   const double tokens = (double)t->G * t->T;
   data_next_windows(&t->data, t->G, t->win);
   gpt_zero_grad(&t->model);
-  grad_begin(t->gx);
+  grad_begin(t->gx, step);
   /* fp16: the loss gradient is multiplied by the loss scale, so the gradients carry it (optim.h) */
   const double scale = t->scaler.scale;
   double loss_sum = pipe_train_step(&t->pipe, t->nmicro, (float)(scale / tokens), train_batch, t, grad_hook, t->gx);

@@ -17,7 +17,8 @@
  * continuation. At bf16 storage (&system precision = 'bf16'), P=2, P=2 x D=2 and P=2 x D=2 with
  * host staging reproduce the serial bf16 run within 1e-4 (losses) and 1e-3 (parameters): a
  * different order of gradient sums can flip the rounding of a weight's bf16 copy. The serial bf16
- * run's validation loss is within 0.02 of the fp32 run's. */
+ * run's validation loss is within 0.02 of the fp32 run's. In every run the replicas of a stage end
+ * with bit-identical parameters. Then the compressed exchange (&comm, test_compressed). */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -37,6 +38,8 @@ enum { STEPS = 10 };
 static int staged; /* the backend claims device memory: MPI goes through host staging buffers */
 static int recompute; /* &training recompute: blocks recomputed in the backward pass */
 static const char *precision = "fp32"; /* &system precision: the storage type of activations */
+static const char *comm_method = "none"; /* &comm: the compressed gradient exchange */
+static int comm_bits = 4;
 
 typedef struct {
   double loss[STEPS], val;
@@ -58,8 +61,10 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
            "  bucket_mb = 0.01 /\n"
            "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
-           "&system backend = 'cpu', precision = '%s' /\n",
-           dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order, precision);
+           "&system backend = 'cpu', precision = '%s' /\n"
+           "&comm method = '%s', bits = %d, min_numel = 1000 /\n",
+           dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order, precision,
+           comm_method, comm_bits);
   return t_load_deck(text, "parallel.nml", nranks);
 }
 
@@ -105,9 +110,85 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
     }
   }
   r->val = trainer_eval(t);
+  /* every replica of a stage holds the same parameters, bit for bit */
+  uint64_t h = 1469598103934665603ULL, *all = malloc((size_t)t->lay.D * sizeof *all);
+  const unsigned char *p = (const unsigned char *)t->model.params;
+  for (size_t i = 0; i < t->model.nparams * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ULL;
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, t->lay.dp);
+  int same = 1;
+  for (int i = 1; i < t->lay.D; i++) same &= all[i] == all[0];
+  T_CHECK(same, "the replicas of stage %d hold different parameters", t->lay.stage);
+  free(all);
   r->params = trainer_gather_params(t, &r->n);
   trainer_close(t);
   err_free(&e);
+}
+
+/* The compressed exchange (&comm) on D = 2 and D = 4, ZeRO 0 and 1: close to the serial run; a
+ * restart from the layout's own checkpoint continues it bit for bit (the rounding is keyed by the
+ * step); bits = 32 is the fp32 exchange bit for bit. The replicas' agreement is train_from's. The
+ * bounds against the serial run are loose: quantization noise moves a 10-step run (NUQSGD's L2
+ * buckets of 8192 the most); doc/compression.md measures what it costs a full run. */
+static void test_compressed(const char *dir, const run_result *ref, int rank) {
+  static const struct {
+    const char *method;
+    int bits, D, zero;
+    double tl, tp; /* bounds against the serial fp32 run: losses, parameters */
+  } cases[] = {{"qsgdinf", 8, 2, 0, 2e-3, 2e-2}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1}, {"nuqsgd", 4, 2, 1, 6e-2, 1e-1},
+               {"minmax", 4, 2, 0, 2e-2, 1e-1}, {"qsgd", 8, 4, 0, 2e-2, 1e-1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const int D = cases[k].D;
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < D ? 0 : MPI_UNDEFINED, rank, &sub);
+    run_result r = {0}, again = {0};
+    char mine[CFG_STR_LEN] = "";
+    comm_method = cases[k].method, comm_bits = cases[k].bits;
+    if (sub != MPI_COMM_NULL) {
+      cfg_config *c = deck(dir, 1, D, cases[k].zero, "replicas_adjacent", D);
+      train_from(c, sub, &r, NULL, mine);
+      train_from(c, sub, &again, mine, NULL);
+      free(c);
+      MPI_Comm_free(&sub);
+    }
+    if (rank == 0) {
+      double worst = 0;
+      for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(r.loss[s] - ref->loss[s]) / fabs(ref->loss[s]));
+      double pe = r.params && r.n == ref->n ? t_rel_err(r.params, ref->params, r.n) : INFINITY;
+      int bitwise = again.params && r.params && again.n == r.n && !memcmp(again.params, r.params, r.n * sizeof(float)) &&
+                    !memcmp(again.loss + STEPS / 2, r.loss + STEPS / 2, STEPS / 2 * sizeof(double));
+      printf("compressed %s %d-bit, D=%d ZeRO-%d: step losses rel err %.2e, val %.5f (serial %.5f), parameters %.2e; "
+             "restart %s\n", cases[k].method, cases[k].bits, D, cases[k].zero, worst, r.val, ref->val, pe,
+             bitwise ? "bit for bit" : "DIFFERS");
+      T_CHECK(worst <= cases[k].tl, "%s %d-bit D=%d: a step's loss differs by %.3g", cases[k].method, cases[k].bits, D,
+              worst);
+      T_CHECK(pe <= cases[k].tp, "%s %d-bit D=%d: parameters differ by %.3g", cases[k].method, cases[k].bits, D, pe);
+      T_CHECK(bitwise, "%s %d-bit D=%d: the restart from step %d does not continue bit for bit", cases[k].method,
+              cases[k].bits, D, STEPS / 2);
+    }
+    free(r.params), free(again.params);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  /* bits = 32: the fp32 exchange itself */
+  run_result a = {0}, b = {0};
+  MPI_Comm sub;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &sub);
+  if (sub != MPI_COMM_NULL) {
+    comm_method = "qsgd", comm_bits = 32;
+    cfg_config *c = deck(dir, 1, 2, 0, "replicas_adjacent", 2);
+    train_from(c, sub, &a, NULL, NULL);
+    free(c);
+    comm_method = "none", comm_bits = 4;
+    c = deck(dir, 1, 2, 0, "replicas_adjacent", 2);
+    train_from(c, sub, &b, NULL, NULL);
+    free(c);
+    MPI_Comm_free(&sub);
+  }
+  if (rank == 0)
+    T_CHECK(a.params && b.params && a.n == b.n && !memcmp(a.params, b.params, a.n * sizeof(float)) &&
+                !memcmp(a.loss, b.loss, sizeof a.loss),
+            "bits = 32 differs from the fp32 exchange");
+  free(a.params), free(b.params);
+  comm_method = "none", comm_bits = 4;
 }
 
 int main(int argc, char **argv) {
@@ -214,6 +295,8 @@ int main(int argc, char **argv) {
       free(r.params);
       MPI_Barrier(MPI_COMM_WORLD);
     }
+  precision = "fp32";
+  test_compressed(dir, &refs[0], rank);
   for (int k = 0; k < 2 && rank == 0; k++)
     printf("serial, %s: losses %.5f ... %.5f, validation %.5f\n", precisions[k], refs[k].loss[0], refs[k].loss[STEPS - 1],
            refs[k].val);

@@ -504,6 +504,9 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
                  "top_k = %ld exceeds vocab_size = %ld", cfg->sample.top_k, m->vocab_size);
   if (cfg->job.run_dir[0] == '\0')
     cfg_error_at(cfg, errs, "job", "run_dir", "give a directory, e.g. run_dir = 'runs/test'", "run_dir is empty");
+  if (cfg->comm.bits > 8 && cfg->comm.bits != 32)
+    cfg_error_at(cfg, errs, "comm", "bits", "2 to 8 bits per value, or 32 (no compression)",
+                 "bits = %ld is not a width the quantizer packs", cfg->comm.bits);
   backends_check(cfg, errs); /* what this build cannot run wherever it runs; the machine decides the rest */
 }
 

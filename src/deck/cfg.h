@@ -94,6 +94,14 @@ typedef struct {
   X(g, REAL, bucket_mb, "25", "(0, 1e6]", "Size in MiB of the gradient buckets exchanged across replicas while the backward pass goes on") \
   X(g, STR, bind, "'auto'", "auto|none", "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
 
+#define CFG_GROUP_COMM(X, g)                                                                       \
+  X(g, STR, method, "'none'", "none|qsgd|qsgdinf|nuqsgd|minmax", "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps)") \
+  X(g, INT, bits, "4", "[2, 32]", "Bits per gradient value, the sign included: 2 to 8, or 32 (no compression, the fp32 exchange itself)") \
+  X(g, INT, bucket, "0", "[0, 1048576]", "Values per quantization bucket (one scale each; buckets never cross tensors); 0: 8192 with the L2 norm (qsgd, nuqsgd), 512 otherwise") \
+  X(g, INT, min_numel, "10000", "[0, inf)", "Tensors with fewer values (LayerNorm parameters, biases) travel uncompressed in the same message") \
+  X(g, INT, warmup_steps, "0", "[0, inf)", "Steps exchanged uncompressed (fp32) at the start of training") \
+  X(g, STR, exchange, "'allgather'", "allgather", "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica)")
+
 #define CFG_GROUP_CHECKPOINT(X, g)                                                                 \
   X(g, STR, dir, "''", "", "Directory of the checkpoints; empty means run_dir/checkpoints")     \
   X(g, INT, every_steps, "0", "[0, inf)", "Write a checkpoint every this many steps; 0: never by step count") \
@@ -139,6 +147,7 @@ typedef struct {
   X(prepare, CFG_GROUP_PREPARE, "Text to token datasets: inputs, documents, validation split")      \
   X(data, CFG_GROUP_DATA, "The token datasets training reads")                                    \
   X(parallel, CFG_GROUP_PARALLEL, "MPI decomposition: pipeline stages x data-parallel replicas, ZeRO-1, binding") \
+  X(comm, CFG_GROUP_COMM, "Compressed gradient exchange across the data-parallel replicas")      \
   X(checkpoint, CFG_GROUP_CHECKPOINT, "PnetCDF checkpoints: when to write them, how many to keep, restarting") \
   X(sample, CFG_GROUP_SAMPLE, "Text generated from the trained model at the end of the run")     \
   X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \

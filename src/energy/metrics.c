@@ -28,7 +28,7 @@ int metrics_open(metrics_out *mo, const char *run_dir, int append, err_list *err
   }
   if (!old)
     fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
-                     "compute,bubble,exchange,bytes_per_step\n");
+                     "compute,bubble,exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms\n");
   fflush(mo->csv);
   return 0;
 }
@@ -82,8 +82,10 @@ void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
     fputc(',', mo->csv);
     if (isfinite(col[i].v)) fprintf(mo->csv, col[i].fmt, col[i].v);
   }
-  fprintf(mo->csv, ",%s,%.4f,%.4f,%.4f,%.0f\n", r->energy_status, r->compute, r->bubble, r->exchange,
-          r->bytes_per_step);
+  fprintf(mo->csv, ",%s,%.4f,%.4f,%.4f,%.0f,%.0f,", r->energy_status, r->compute, r->bubble, r->exchange,
+          r->bytes_per_step, r->grad_bytes_per_step);
+  if (isfinite(r->grad_ratio)) fprintf(mo->csv, "%.5f", r->grad_ratio);
+  fprintf(mo->csv, ",%.3f,%.3f\n", r->encode_ms, r->decode_ms);
   check_written(mo, mo->csv);
 }
 

@@ -23,6 +23,9 @@ typedef struct {
   const char *energy_status;
   double compute, bubble, exchange; /* shares of the ranks' time: passes, waiting for neighbours, gradient exchange */
   double bytes_per_step;            /* payload sent by all ranks (activations, gradients) */
+  double grad_bytes_per_step;       /* of which the gradient exchange's */
+  double grad_ratio;                /* those bytes over an fp32 exchange's (1 uncompressed; NAN without one) */
+  double encode_ms, decode_ms;      /* per rank and step: compressing and decompressing gradients */
 } metrics_row;
 
 /* Open log.txt and metrics.csv in run_dir (created when missing); append to them when resuming

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "parallel/comm.h"
+#include "parallel/qexch.h"
 #include "base/util.h"
 
 typedef struct {
@@ -27,8 +28,13 @@ struct grad_exchange {
   float *recv;             /* ZeRO-1: where reduce-scatters land, (own_hi - own_lo) */
   comm_stage gs, ps, rs;   /* MPI's view of the gradients, the parameters and recv (comm.h) */
   int wte;                 /* index of transformer.wte.weight in m->tensors, or -1 */
+  qexch *qx;               /* the compressed exchange (&comm), or NULL */
+  long step, warmup;       /* the current step; compression starts at step warmup */
   grad_stats st;
 };
+
+/* Whether this step's buckets travel compressed. */
+static int compressed(const grad_exchange *g) { return g->qx && g->D > 1 && g->step >= g->warmup; }
 
 
 size_t grad_exchange_bytes(size_t nparams, const par_layout *lay) {
@@ -44,7 +50,17 @@ size_t grad_own_params(size_t nparams, const par_layout *lay, int replica) {
   return par_piece(nparams, lay->D, replica + 1) - par_piece(nparams, lay->D, replica);
 }
 
-grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb) {
+/* The compressed exchange of g's buckets, or NULL for the fp32 one. */
+static qexch *compressed_exchange(grad_exchange *g, const cfg_comm *comm, uint64_t seed) {
+  size_t *b0 = util_malloc((size_t)g->nb * sizeof *b0, "buckets"), *b1 = util_malloc((size_t)g->nb * sizeof *b1, "buckets");
+  int *t0 = util_malloc((size_t)g->nb * sizeof *t0, "buckets"), *t1 = util_malloc((size_t)g->nb * sizeof *t1, "buckets");
+  for (int i = 0; i < g->nb; i++) b0[i] = g->b[i].b0, b1[i] = g->b[i].b1, t0[i] = g->b[i].t0, t1[i] = g->b[i].t1;
+  qexch *x = qexch_create(comm, seed, g->model, g->nb, b0, b1, t0, t1, g->dp);
+  free(b0), free(b1), free(t0), free(t1);
+  return x;
+}
+
+grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, uint64_t seed) {
   grad_exchange *g = util_calloc(1, sizeof *g, "gradient exchange");
   g->model = m;
   g->lay = lay;
@@ -99,11 +115,14 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
                   sizeof(float));
   comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0, sizeof(float));
   comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, lay) / sizeof(float), sizeof(float));
+  if (comm && g->D > 1) g->qx = compressed_exchange(g, comm, seed);
+  g->warmup = comm ? comm->warmup_steps : 0;
   return g;
 }
 
 void grad_free(grad_exchange *g) {
   if (!g) return;
+  qexch_free(g->qx);
   for (int i = 0; i < g->nb; i++) free(g->b[i].counts), free(g->b[i].displs);
   free(g->b);
   free(g->final);
@@ -119,9 +138,10 @@ void grad_own_range(const grad_exchange *g, size_t *lo, size_t *hi) {
   *hi = g->zero ? g->own_hi : g->model->nparams;
 }
 
-void grad_begin(grad_exchange *g) {
+void grad_begin(grad_exchange *g, long step) {
   memset(g->final, 0, (size_t)g->model->ntensors);
   g->next = g->nb - 1;
+  g->step = step;
 }
 
 /* ZeRO-1: where bucket k's share of this replica lands in g->recv, in floats (0 for no share). */
@@ -132,6 +152,13 @@ static float *landing(const grad_exchange *g, const grad_bucket *k) { return g->
 
 static void launch(grad_exchange *g, grad_bucket *k) {
   if (g->D == 1) return;
+  if (compressed(g)) {
+    int i = (int)(k - g->b);
+    qexch_launch(g->qx, i, g->step, &k->req);
+    g->st.bytes += (double)qexch_message_bytes(g->qx, i);
+    g->st.fp32_bytes += (double)qexch_fp32_bytes(g->qx, i);
+    return;
+  }
   int n = (int)(k->b1 - k->b0);
   float *buf = comm_stage_send(&g->gs, k->b0, g->model->grads + k->b0, (size_t)n);
   if (g->zero)
@@ -140,6 +167,7 @@ static void launch(grad_exchange *g, grad_bucket *k) {
   else
     MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, g->dp, &k->req);
   g->st.bytes += (double)n * sizeof(float);
+  g->st.fp32_bytes += (double)n * sizeof(float);
 }
 
 /* Launch, in order, every bucket whose tensors are all final. */
@@ -188,7 +216,9 @@ void grad_finish(grad_exchange *g) {
     grad_bucket *k = &g->b[i];
     if (k->req != MPI_REQUEST_NULL) MPI_Wait(&k->req, MPI_STATUS_IGNORE);
     if (g->D == 1) continue;
-    if (!g->zero) {
+    if (compressed(g)) { /* the whole bucket summed: a ZeRO-1 replica then reads its piece of it */
+      g->st.decode_s += qexch_finish(g->qx, i);
+    } else if (!g->zero) {
       comm_stage_done(&g->gs, k->b0, m->grads + k->b0, k->b1 - k->b0);
     } else if (k->counts[g->rank]) {
       size_t n = (size_t)k->counts[g->rank];
@@ -235,6 +265,7 @@ void grad_gather_params(grad_exchange *g) {
 
 grad_stats grad_take_stats(grad_exchange *g) {
   grad_stats s = g->st;
+  if (g->qx) s.encode_s = qexch_take_encode_s(g->qx);
   memset(&g->st, 0, sizeof g->st);
   return s;
 }

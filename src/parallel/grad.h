@@ -14,24 +14,29 @@
  * parameters (MPI_Iallgatherv).
  *
  * The tied embedding's gradients are summed between the first and the last stage (P > 1) before
- * its bucket goes out. This module is the one place where gradient bytes move: a compressed
- * exchange plugs in here. */
+ * its bucket goes out. This module is the one place where gradient bytes move. With &comm
+ * compression (from step &comm warmup_steps on, D > 1) each bucket travels compressed instead
+ * (qexch.h: all-gathered messages, decoded and summed in rank order on every replica). */
 #ifndef GREENLM_GRAD_H
 #define GREENLM_GRAD_H
 
 #include <stddef.h>
 
+#include "deck/cfg.h"
 #include "model/gpt.h"
 #include "parallel/par.h"
 
 typedef struct {
-  double wait_s; /* time spent waiting for exchanges (not hidden behind computation) */
-  double bytes;  /* payload bytes this rank handed to collectives */
+  double wait_s;     /* time spent waiting for exchanges (not hidden behind computation) */
+  double bytes;      /* payload bytes this rank handed to collectives */
+  double fp32_bytes; /* what the same exchange would have handed them uncompressed */
+  double encode_s, decode_s; /* compressed exchange: time spent encoding and decoding */
 } grad_stats;
 
 typedef struct grad_exchange grad_exchange;
 
-grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb);
+/* comm (may be NULL: fp32) and seed choose and key the compressed exchange (qexch.h). */
+grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, uint64_t seed);
 /* Backend bytes the exchange allocates for a stage of nparams parameters (the ZeRO-1 landing area). */
 size_t grad_exchange_bytes(size_t nparams, const par_layout *lay);
 /* Parameters whose optimizer state a replica keeps: all of them, or its ZeRO-1 piece. */
@@ -41,8 +46,8 @@ void grad_free(grad_exchange *g);
 /* The part of the parameter buffer this rank's optimizer updates: [*lo, *hi). */
 void grad_own_range(const grad_exchange *g, size_t *lo, size_t *hi);
 
-/* A new step: no gradient is final yet. */
-void grad_begin(grad_exchange *g);
+/* A new step (0-based): no gradient is final yet. */
+void grad_begin(grad_exchange *g, long step);
 /* gpt_hook for the backward pass of the step's last micro-batch. */
 void grad_hook(void *g, int what);
 /* Reduce what is left and wait: afterwards this rank's own range holds the summed gradients. */

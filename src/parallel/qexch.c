@@ -1,0 +1,158 @@
+/* qexch: compressed all-gather of gradient buckets (see qexch.h). */
+#include "parallel/qexch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/util.h"
+
+typedef struct {
+  size_t at, n;  /* values [at, at + n) of the bucket */
+  size_t off;    /* where its bytes start in the message */
+  int quantized; /* else n fp32 values */
+} qseg;
+
+typedef struct {
+  size_t b0, b1, bytes;
+  qseg *seg;
+  int nseg;
+  uint8_t *send, *recv; /* (bytes), (D x bytes) */
+} qbucket;
+
+struct qexch {
+  quant_scheme q;
+  uint64_t seed;
+  const gpt_model *m;
+  MPI_Comm dp;
+  int D, rank;
+  qbucket *b;
+  int nb;
+  float *host; /* a bucket's values on the host, when the backend's memory is not host memory */
+  size_t host_n;
+  double encode_s;
+};
+
+static void scheme_of(const cfg_comm *c, quant_scheme *q) {
+  const char *m = c->method;
+  int bits = (int)c->bits;
+  if (!strcmp(m, "nuqsgd")) quant_exponential(q, bits, QUANT_L2);
+  else quant_uniform(q, bits, !strcmp(m, "qsgd") ? QUANT_L2 : !strcmp(m, "qsgdinf") ? QUANT_MAX : QUANT_MINMAX);
+}
+
+/* Bucket i's segments: each large tensor in quantization buckets of qb values, small ones raw. */
+static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1, size_t qb, size_t min_numel) {
+  size_t cap = 0;
+  for (int t = t0; t < t1; t++) cap += m->tensors[t].numel >= min_numel ? (m->tensors[t].numel + qb - 1) / qb : 1;
+  k->seg = util_calloc(cap ? cap : 1, sizeof *k->seg, "compressed segments");
+  for (int t = t0; t < t1; t++) {
+    const gpt_tensor *w = &m->tensors[t];
+    size_t at = w->offset - k->b0;
+    if (w->numel < min_numel) {
+      k->seg[k->nseg++] = (qseg){.at = at, .n = w->numel, .off = k->bytes, .quantized = 0};
+      k->bytes += w->numel * sizeof(float);
+      continue;
+    }
+    for (size_t i = 0; i < w->numel; i += qb) {
+      size_t n = w->numel - i < qb ? w->numel - i : qb;
+      k->seg[k->nseg++] = (qseg){.at = at + i, .n = n, .off = k->bytes, .quantized = 1};
+      k->bytes += quant_bytes(&x->q, n);
+    }
+  }
+  UTIL_CHECK(k->bytes < (size_t)1 << 31, "lower &parallel bucket_mb", "a compressed bucket of %zu bytes is too large",
+             k->bytes);
+  k->send = util_malloc(k->bytes ? k->bytes : 1, "compressed message");
+  k->recv = util_malloc(k->bytes * (size_t)x->D + 1, "compressed messages received");
+}
+
+qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb, const size_t *b0, const size_t *b1,
+                    const int *t0, const int *t1, MPI_Comm dp) {
+  if (!strcmp(c->method, "none") || c->bits == 32) return NULL;
+  qexch *x = util_calloc(1, sizeof *x, "compressed exchange");
+  scheme_of(c, &x->q);
+  x->seed = seed;
+  x->m = m;
+  x->dp = dp;
+  MPI_Comm_size(dp, &x->D);
+  MPI_Comm_rank(dp, &x->rank);
+  x->nb = nb;
+  x->b = util_calloc((size_t)nb, sizeof *x->b, "compressed buckets");
+  size_t qb = c->bucket ? (size_t)c->bucket : x->q.norm == QUANT_L2 ? 8192 : 512;
+  for (int i = 0; i < nb; i++) {
+    x->b[i].b0 = b0[i], x->b[i].b1 = b1[i];
+    plan_bucket(x, &x->b[i], m, t0[i], t1[i], qb, (size_t)c->min_numel);
+    if (b1[i] - b0[i] > x->host_n) x->host_n = b1[i] - b0[i];
+  }
+  if (!m->be->caps.host_memory) x->host = util_malloc(x->host_n * sizeof(float) + 1, "bucket on the host");
+  return x;
+}
+
+void qexch_free(qexch *x) {
+  if (!x) return;
+  for (int i = 0; i < x->nb; i++) free(x->b[i].seg), free(x->b[i].send), free(x->b[i].recv);
+  free(x->b);
+  free(x->host);
+  free(x);
+}
+
+size_t qexch_message_bytes(const qexch *x, int i) { return x->b[i].bytes; }
+size_t qexch_fp32_bytes(const qexch *x, int i) { return (x->b[i].b1 - x->b[i].b0) * sizeof(float); }
+
+size_t qexch_host_bytes(const qexch *x) {
+  size_t n = x->host ? x->host_n * sizeof(float) : 0;
+  for (int i = 0; i < x->nb; i++) n += x->b[i].bytes * (size_t)(1 + x->D);
+  return n;
+}
+
+/* The bucket's values on the host: the gradients themselves, or a copy. */
+static float *host_values(qexch *x, const qbucket *k, int fetch) {
+  const backend *be = x->m->be;
+  if (be->caps.host_memory) return x->m->grads + k->b0;
+  if (fetch) be->to_host(be, x->host, x->m->grads + k->b0, (k->b1 - k->b0) * sizeof(float));
+  return x->host;
+}
+
+void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
+  qbucket *k = &x->b[i];
+  double t0 = util_now();
+  const float *v = host_values(x, k, 1);
+  uint64_t key = rng_hash(rng_hash(x->seed ^ 0x51ed270b2f7d4c3bULL, (uint64_t)x->rank), (uint64_t)step);
+  for (int s = 0; s < k->nseg; s++) {
+    const qseg *g = &k->seg[s];
+    if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, k->b0 + g->at), k->send + g->off);
+    else memcpy(k->send + g->off, v + g->at, g->n * sizeof(float));
+  }
+  x->encode_s += util_now() - t0;
+  MPI_Iallgather(k->send, (int)k->bytes, MPI_BYTE, k->recv, (int)k->bytes, MPI_BYTE, x->dp, req);
+}
+
+double qexch_finish(qexch *x, int i) {
+  qbucket *k = &x->b[i];
+  double t0 = util_now();
+  float *out = host_values(x, k, 0);
+  for (int r = 0; r < x->D; r++) { /* in rank order: the same sum on every replica */
+    const uint8_t *msg = k->recv + (size_t)r * k->bytes;
+    for (int s = 0; s < k->nseg; s++) {
+      const qseg *g = &k->seg[s];
+      if (g->quantized) {
+        quant_decode(&x->q, msg + g->off, g->n, out + g->at, r > 0);
+        continue;
+      }
+      const uint8_t *raw = msg + g->off;
+      for (size_t j = 0; j < g->n; j++) {
+        float y;
+        memcpy(&y, raw + j * sizeof(float), sizeof y);
+        out[g->at + j] = r > 0 ? out[g->at + j] + y : y;
+      }
+    }
+  }
+  const backend *be = x->m->be;
+  if (!be->caps.host_memory) be->to_device(be, x->m->grads + k->b0, out, (k->b1 - k->b0) * sizeof(float));
+  return util_now() - t0;
+}
+
+double qexch_take_encode_s(qexch *x) {
+  double s = x->encode_s;
+  x->encode_s = 0.0;
+  return s;
+}

@@ -1,0 +1,48 @@
+/* qexch: the compressed exchange of one gradient bucket across the data-parallel replicas (&comm),
+ * on behalf of grad.c.
+ *
+ * A bucket (whole tensors, [b0, b1) of the stage's gradient buffer) becomes one message of a size
+ * every replica knows in advance: each tensor of at least &comm min_numel values is cut into
+ * quantization buckets of &comm bucket values (never across tensors) encoded with quant.h; smaller
+ * tensors (LayerNorm parameters, biases) are copied as fp32. The messages are all-gathered
+ * (MPI_Iallgather, bytes), and every replica decodes the D messages and sums them in rank order,
+ * so that the summed gradient is the same bit for bit on every replica. Encoding and decoding run on
+ * the host: device gradients are copied to host memory first and the sum back.
+ *
+ * The rounding of replica r at step s draws its random bits from a key made of (&job seed, r, s)
+ * and the quantization bucket's index: reproducible runs, and independent errors across replicas
+ * (their average has 1/D of one replica's variance). */
+#ifndef GREENLM_QEXCH_H
+#define GREENLM_QEXCH_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deck/cfg.h"
+#include "model/gpt.h"
+#include "parallel/quant.h"
+
+typedef struct qexch qexch;
+
+/* The compressed exchange of the buckets [b0[i], b1[i]) of model m (its tensors t0[i]..t1[i]-1),
+ * or NULL when &comm method is 'none' or bits = 32 (the fp32 exchange runs). */
+qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb, const size_t *b0, const size_t *b1,
+                    const int *t0, const int *t1, MPI_Comm dp);
+void qexch_free(qexch *x);
+
+/* Bytes of bucket i's message (what one replica sends), and of its fp32 equivalent. */
+size_t qexch_message_bytes(const qexch *x, int i);
+size_t qexch_fp32_bytes(const qexch *x, int i);
+/* Host memory the exchange holds (messages, their receive buffers, the host copy of a bucket). */
+size_t qexch_host_bytes(const qexch *x);
+
+/* Encode bucket i of m's gradients for step `step` and start its all-gather into *req. */
+void qexch_launch(qexch *x, int i, long step, MPI_Request *req);
+/* After *req completed: the sum of the D decoded messages into m's gradients [b0, b1). Returns the
+ * seconds spent decoding. */
+double qexch_finish(qexch *x, int i);
+/* Seconds spent encoding since the last call. */
+double qexch_take_encode_s(qexch *x);
+
+#endif
