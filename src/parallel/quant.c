@@ -148,15 +148,20 @@ static float position(const quant_scheme *q, const float h[2], float v) {
 
 /* ---- encode, decode, the exact error ------------------------------------------------------------ */
 
-/* A uniform in [0, 1) with 24 random bits for value i: one rng_hash(key, i / 2) serves a pair of
- * values (its bits 40..63 the even one, 16..39 the odd one). */
-static inline float uniform01(uint64_t key, size_t i) {
-  uint64_t x = rng_hash(key, i >> 1) >> (i & 1 ? 16 : 40);
-  return (float)(x & 0xffffffu) * 0x1p-24f;
+/* The uniform in [0, 1) of value i: 24 bits of a 32-bit counter-based hash (murmur3's finaliser of
+ * the key and i), cheap enough to vectorise with the rounding. */
+static inline uint32_t hash32(uint32_t key, uint32_t i) {
+  uint32_t x = key ^ (i * 0x9e3779b9u);
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  return x ^ (x >> 16);
 }
+static inline float uniform01(uint32_t key, size_t i) { return (float)(hash32(key, (uint32_t)i) >> 8) * 0x1p-24f; }
 
 /* The code of v: rounded up with probability p by the random bits of (key, i). */
-static unsigned code_of(const quant_scheme *q, const float h[2], float v, uint64_t key, size_t i) {
+static unsigned code_of(const quant_scheme *q, const float h[2], float v, uint32_t key, size_t i) {
   const float u = uniform01(key, i);
   float x = position(q, h, v);
   if (q->norm == QUANT_MINMAX) {
@@ -170,44 +175,57 @@ static unsigned code_of(const quant_scheme *q, const float h[2], float v, uint64
   return sign << (q->bits - 1) | m;
 }
 
-/* Codes of m <= 8 values (indices i0...) for the level sets whose interval is arithmetic: uniform
- * levels and min-max (j = the integer part of the position in level units), exponential levels (j
- * from the float's exponent, p from its mantissa). The same codes as code_of, without its search.
- * Returns 0 for a table of levels. */
-static int fast_codes(const quant_scheme *q, const float h[2], const float *v, size_t m, uint64_t key, size_t i0,
-                      unsigned *codes) {
-  const int mm = q->norm == QUANT_MINMAX;
-  if (!mm && q->uniform == KIND_TABLE) return 0;
-  const float inv = mm ? (h[1] > 0.0f ? 1.0f / h[1] : 0.0f) : (h[0] > 0.0f ? 1.0f / h[0] : 0.0f);
-  const float top = mm ? (float)((1 << q->bits) - 1) : (float)(q->nlevels - 1);
-  const unsigned smask = mm ? 0u : 1u << (q->bits - 1);
-  for (size_t k = 0; k < m; k++) {
-    const float u = uniform01(key, i0 + k);
-    float x = mm ? (v[k] - h[0]) * inv : fabsf(v[k]) * inv, p;
-    unsigned j;
+/* Codes of n values v (indices i0...) on equal steps: uniform magnitudes (mm = 0: sign bit smask)
+ * or min-max (mm = 1: positions (v - lo) * inv). No branch in the loop: it vectorises. */
+static void codes_uniform(const float *v, size_t n, int mm, float lo, float inv, float top, unsigned smask,
+                          uint32_t key, size_t i0, uint8_t *c) {
+  for (size_t k = 0; k < n; k++) {
+    float u = uniform01(key, i0 + k);
+    float x = mm ? (v[k] - lo) * inv : fabsf(v[k]) * inv * top;
     x = x < 0.0f ? 0.0f : x;
-    if (mm || q->uniform == KIND_UNIFORM) {
-      x = mm ? x : x * top; /* magnitudes in level units */
-      x = x > top ? top : x;
-      j = (unsigned)x;
-      j = j > (unsigned)top - 1 ? (unsigned)top - 1 : j;
-      p = x - (float)j;
-    } else { /* exponential: level[i] = 2^(i - top) for i >= 1, level[0] = 0 */
-      x = x > 1.0f ? 1.0f : x;
-      uint32_t b;
-      memcpy(&b, &x, sizeof b);
-      int e = (int)(b >> 23) - 127 + (int)top; /* x in [level[e], 2 level[e]) */
-      uint32_t mant = (b & 0x7fffffu) | 0x3f800000u;
-      float f;
-      memcpy(&f, &mant, sizeof f);
-      if (e < 1) j = 0, p = x / q->level[1];
-      else if (e >= (int)top) j = (unsigned)top - 1, p = 1.0f;
-      else j = (unsigned)e, p = f - 1.0f;
-    }
-    unsigned c = j + (u < p);
-    codes[k] = c | (!mm && v[k] < 0.0f && c > 0 ? smask : 0u);
+    x = x > top ? top : x;
+    float j = floorf(x);
+    j = j > top - 1.0f ? top - 1.0f : j;
+    unsigned code = (unsigned)j + (u < x - j);
+    c[k] = (uint8_t)(code | (v[k] < 0.0f && code > 0 ? smask : 0u));
   }
-  return 1;
+}
+
+/* Codes of n values on exponential levels 0, 2^-(top-1), ..., 1/2, 1 (top = nlevels - 1): the
+ * interval from the float's exponent, the probability from its mantissa. */
+static void codes_exp(const float *v, size_t n, float inv, int top, float l1, unsigned smask, uint32_t key, size_t i0,
+                      uint8_t *c) {
+  for (size_t k = 0; k < n; k++) {
+    float u = uniform01(key, i0 + k);
+    float x = fabsf(v[k]) * inv;
+    x = x > 1.0f ? 1.0f : x;
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    int e = (int)(b >> 23) - 127 + top; /* x in [level[e], 2 level[e]) when 1 <= e < top */
+    uint32_t mb = (b & 0x7fffffu) | 0x3f800000u;
+    float f;
+    memcpy(&f, &mb, sizeof f);
+    float p = e < 1 ? x / l1 : e >= top ? 1.0f : f - 1.0f;
+    int j = e < 1 ? 0 : e >= top ? top - 1 : e;
+    unsigned code = (unsigned)j + (u < p);
+    c[k] = (uint8_t)(code | (v[k] < 0.0f && code > 0 ? smask : 0u));
+  }
+}
+
+/* Codes of n values (indices i0...) of a bucket scaled by h. */
+static void codes_of(const quant_scheme *q, const float h[2], const float *v, size_t n, uint32_t key, size_t i0,
+                     uint8_t *c) {
+  const int mm = q->norm == QUANT_MINMAX;
+  const unsigned smask = mm ? 0u : 1u << (q->bits - 1);
+  if (mm || q->uniform == KIND_UNIFORM) {
+    float step = mm ? h[1] : h[0];
+    codes_uniform(v, n, mm, h[0], step > 0.0f ? 1.0f / step : 0.0f,
+                  mm ? (float)((1 << q->bits) - 1) : (float)(q->nlevels - 1), smask, key, i0, c);
+  } else if (q->uniform == KIND_EXP) {
+    codes_exp(v, n, h[0] > 0.0f ? 1.0f / h[0] : 0.0f, q->nlevels - 1, q->level[1], smask, key, i0, c);
+  } else {
+    for (size_t k = 0; k < n; k++) c[k] = (uint8_t)code_of(q, h, v[k], key, i0 + k);
+  }
 }
 
 void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
@@ -218,23 +236,38 @@ void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key,
   float h[2] = {0.0f, 0.0f};
   scale_of(q, v, n, h);
   memcpy(msg, h, (size_t)headers(q) * sizeof(float));
-  uint8_t *out = msg + (size_t)headers(q) * sizeof(float);
-  unsigned codes[8];
-  for (size_t g = 0; g * 8 < n; g++) {
-    size_t m = n - g * 8 < 8 ? n - g * 8 : 8;
-    if (!fast_codes(q, h, v + g * 8, m, key, g * 8, codes))
-      for (size_t k = 0; k < m; k++) codes[k] = code_of(q, h, v[g * 8 + k], key, g * 8 + k);
-    uint64_t word = 0;
-    for (size_t k = 0; k < m; k++) word |= (uint64_t)codes[k] << (k * (size_t)q->bits);
-    put_group(word, g, n, q->bits, out);
+  uint8_t *out = msg + (size_t)headers(q) * sizeof(float), c[256];
+  const uint32_t k32 = (uint32_t)(key ^ (key >> 32));
+  for (size_t i = 0; i < n; i += 256) { /* chunks of 256 codes (whole groups of 8), then packed */
+    size_t m = n - i < 256 ? n - i : 256;
+    codes_of(q, h, v + i, m, k32, i, c);
+    for (size_t g = 0; g * 8 < m; g++) {
+      uint64_t word = 0;
+      for (size_t k = 0; k < 8 && g * 8 + k < m; k++) word |= (uint64_t)c[g * 8 + k] << (k * (size_t)q->bits);
+      put_group(word, i / 8 + g, n, q->bits, out);
+    }
   }
 }
 
-static float value_of(const quant_scheme *q, const float h[2], unsigned code) {
-  if (q->norm == QUANT_MINMAX) return h[0] + (float)code * h[1];
-  unsigned m = code & ((1u << (q->bits - 1)) - 1);
-  float x = h[0] * q->level[m < (unsigned)q->nlevels ? m : (unsigned)q->nlevels - 1];
-  return code >> (q->bits - 1) ? -x : x;
+/* Values of n codes c of a bucket scaled by h, into out (added to it when accumulate). */
+static void values_of(const quant_scheme *q, const float h[2], const uint8_t *c, size_t n, float *out, int accumulate) {
+  if (q->norm == QUANT_MINMAX) {
+    for (size_t k = 0; k < n; k++) {
+      float y = h[0] + (float)c[k] * h[1];
+      out[k] = accumulate ? out[k] + y : y;
+    }
+    return;
+  }
+  float table[2 * QUANT_MAX_LEVELS]; /* every code's value: magnitudes, then their negatives */
+  const unsigned half = 1u << (q->bits - 1);
+  for (unsigned m = 0; m < half; m++) {
+    float x = h[0] * q->level[m < (unsigned)q->nlevels ? m : (unsigned)q->nlevels - 1];
+    table[m] = x, table[half + m] = -x;
+  }
+  for (size_t k = 0; k < n; k++) {
+    float y = table[c[k]];
+    out[k] = accumulate ? out[k] + y : y;
+  }
 }
 
 void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *out, int accumulate) {
@@ -251,12 +284,14 @@ void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *ou
   memcpy(h, msg, (size_t)headers(q) * sizeof(float));
   const uint8_t *codes = msg + (size_t)headers(q) * sizeof(float);
   const uint64_t mask = (1u << q->bits) - 1;
-  for (size_t g = 0; g * 8 < n; g++) {
-    uint64_t word = get_group(codes, g, n, q->bits);
-    for (size_t k = 0; k < 8 && g * 8 + k < n; k++) {
-      float y = value_of(q, h, (unsigned)((word >> (k * (size_t)q->bits)) & mask));
-      out[g * 8 + k] = accumulate ? out[g * 8 + k] + y : y;
+  uint8_t c[256];
+  for (size_t i = 0; i < n; i += 256) { /* chunks of 256 codes: unpacked, then turned into values */
+    size_t m = n - i < 256 ? n - i : 256;
+    for (size_t g = 0; g * 8 < m; g++) {
+      uint64_t word = get_group(codes, i / 8 + g, n, q->bits);
+      for (size_t k = 0; k < 8 && g * 8 + k < m; k++) c[g * 8 + k] = (uint8_t)((word >> (k * (size_t)q->bits)) & mask);
     }
+    values_of(q, h, c, m, out + i, accumulate);
   }
 }
 

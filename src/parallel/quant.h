@@ -9,8 +9,9 @@
  * exact expectation E||Q(v) - v||^2 = sigma^2 sum_i (l_{j+1} - r_i)(r_i - l_j) (quant_expected).
  * The min-max form instead maps [min, max] onto 2^b - 1 equal steps (no sign bit).
  *
- * Random bits come from rng_hash(key, i / 2), 24 bits per value: the same key (the caller derives
- * it from the seed, the rank, the step and the bucket) gives the same message on any machine.
+ * Random bits: 24 per value from a 32-bit counter-based hash of (key, i): the same key (the caller
+ * derives it from the seed, the rank, the step and the bucket) gives the same message on any
+ * machine.
  *
  * Wire format of a bucket: the scale(s) as fp32 (one; two for min-max), then the n codes of b
  * bits packed 8 to a group of b bytes (code k of a group at bit k*b of a little-endian 64-bit
