@@ -14,6 +14,7 @@
 #include "base/env.h"
 #include "model/backend.h"
 #include "model/backends.h"
+#include "parallel/qexch.h"
 #include "deck/cfg.h"
 #include "config.h"
 #include "model/gpt.h"
@@ -199,10 +200,19 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
     if (m.total > worst) worst = m.total;
     printf("! memory per rank, stage %d: parameters %s, gradients %s, AdamW %s, activations %s (%d slot%s), "
            "buffers %s; total %zu bytes (%s)\n",
-           st, util_fmt_bytes((double)m.model.params, b[0], 32), util_fmt_bytes((double)m.model.grads, b[1], 32),
-           util_fmt_bytes((double)m.adam, b[2], 32), util_fmt_bytes((double)m.model.acts, b[3], 32), m.part.nslots,
-           m.part.nslots == 1 ? "" : "s", util_fmt_bytes((double)(m.model.io + m.exchange + m.pipe), b[4], 32), m.total,
+           st, util_fmt_bytes((double)(m.model.params + m.model.compute), b[0], 32),
+           util_fmt_bytes((double)m.model.grads, b[1], 32), util_fmt_bytes((double)m.adam, b[2], 32),
+           util_fmt_bytes((double)m.model.acts, b[3], 32), m.part.nslots, m.part.nslots == 1 ? "" : "s",
+           util_fmt_bytes((double)(m.model.io + m.model.work + m.exchange + m.pipe), b[4], 32), m.total,
            util_fmt_bytes((double)m.total, b[5], 32));
+    if (lay.D > 1) { /* what a replica hands to the gradient collectives per step */
+      int nt;
+      gpt_tensor *t = gpt_list_tensors(&s, m.part, &nt);
+      size_t sent = qexch_plan_bytes(&cfg->comm, t, nt), fp32 = gpt_part_params(&s, m.part) * sizeof(float);
+      printf("! gradient exchange per replica and step, stage %d: %s (fp32: %s, %.1fx fewer)\n", st,
+             util_fmt_bytes((double)sent, b[0], 32), util_fmt_bytes((double)fp32, b[1], 32), (double)fp32 / sent);
+      free(t);
+    }
   }
   printf("! memory per rank total: %zu bytes (%s) at the largest stage\n", worst, util_fmt_bytes((double)worst, b[5], 32));
   par_free(&lay);

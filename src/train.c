@@ -180,11 +180,12 @@ static void print_memory(train_job *r) {
     char b[6][32];
     metrics_printf(&r->out, "memory, stage %d: parameters %s, gradients %s, AdamW %s%s, activations %s (%d slot%s)%s%s; "
                             "total %s per rank\n",
-                   s, util_fmt_bytes((double)m.model.params, b[0], 32), util_fmt_bytes((double)m.model.grads, b[1], 32),
+                   s, util_fmt_bytes((double)(m.model.params + m.model.compute), b[0], 32),
+                   util_fmt_bytes((double)m.model.grads, b[1], 32),
                    util_fmt_bytes((double)m.adam, b[2], 32), t->lay.zero && t->lay.D > 1 ? " (ZeRO-1 shard)" : "",
                    util_fmt_bytes((double)m.model.acts, b[3], 32), m.part.nslots, m.part.nslots == 1 ? "" : "s",
                    m.exchange + m.pipe ? ", buffers " : "",
-                   m.exchange + m.pipe ? util_fmt_bytes((double)(m.exchange + m.pipe + m.model.io), b[4], 32) : "",
+                   m.exchange + m.pipe ? util_fmt_bytes((double)(m.exchange + m.pipe + m.model.io + m.model.work), b[4], 32) : "",
                    util_fmt_bytes((double)m.total, b[5], 32));
   }
 }
@@ -334,6 +335,7 @@ static void print_to_out(void *ctx, const char *fmt, ...) {
 typedef struct {
   double time, tokens, steps, compute, bubble, exchange, bytes;
   double grad_bytes, grad_fp32, encode, decode; /* the gradient exchange: bytes, their fp32 equivalent, seconds */
+  double q_measured, q_expected, q_norm2;       /* its quantization error, where measured (qexch_error) */
 } train_window;
 
 /* The progress line and the metrics.csv row (rank 0), after the collective energy sample. */
@@ -362,7 +364,8 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
                        !shown ? NAN : measured ? e->watts : e->est_watts, !shown ? NAN : measured ? e->joules : e->est_joules,
                        energy_kind(e), w->compute / busy, w->bubble / busy, w->exchange / busy, w->bytes / w->steps,
                        w->grad_bytes / w->steps, w->grad_fp32 > 0 ? w->grad_bytes / w->grad_fp32 : NAN,
-                       1e3 * w->encode / (w->steps * j->size), 1e3 * w->decode / (w->steps * j->size)};
+                       1e3 * w->encode / (w->steps * j->size), 1e3 * w->decode / (w->steps * j->size),
+                       w->q_norm2 > 0 ? w->q_measured / w->q_norm2 : NAN, w->q_norm2 > 0 ? w->q_expected / w->q_norm2 : NAN};
     metrics_csv_row(&j->out, &row);
   }
   memset(w, 0, sizeof *w);
@@ -370,12 +373,13 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
 
 /* The step's figures: the wall time is the slowest rank's, the breakdown summed over ranks. */
 static void account(train_job *j, const trainer_step_info *info, train_window *w) {
-  double mine[8] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
-                    info->grad.bytes,     info->grad.fp32_bytes, info->grad.encode_s, info->grad.decode_s},
-         sum[8];
+  double mine[11] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
+                     info->grad.bytes,     info->grad.fp32_bytes, info->grad.encode_s, info->grad.decode_s,
+                     info->grad.q_measured, info->grad.q_expected, info->grad.q_norm2},
+         sum[11];
   double dt;
   MPI_Allreduce(&info->step_s, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Reduce(mine, sum, 8, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(mine, sum, 11, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   double tokens = (double)j->t->G * j->t->T;
   j->train_time += dt;
   j->tokens += tokens;
@@ -383,6 +387,7 @@ static void account(train_job *j, const trainer_step_info *info, train_window *w
   if (j->rank == 0) {
     w->compute += sum[0], w->bubble += sum[1], w->exchange += sum[2], w->bytes += sum[3];
     w->grad_bytes += sum[4], w->grad_fp32 += sum[5], w->encode += sum[6], w->decode += sum[7];
+    w->q_measured += sum[8], w->q_expected += sum[9], w->q_norm2 += sum[10];
   }
 }
 

@@ -100,6 +100,7 @@ typedef struct {
   X(g, INT, bucket, "0", "[0, 1048576]", "Values per quantization bucket (one scale each; buckets never cross tensors); 0: 8192 with the L2 norm (qsgd, nuqsgd), 512 otherwise") \
   X(g, INT, min_numel, "10000", "[0, inf)", "Tensors with fewer values (LayerNorm parameters, biases) travel uncompressed in the same message") \
   X(g, INT, warmup_steps, "0", "[0, inf)", "Steps exchanged uncompressed (fp32) at the start of training") \
+  X(g, INT, error_every, "100", "[0, inf)", "Every this many steps, measure each replica's relative quantization error ||Q(g) - g||^2 / ||g||^2 beside its exact expectation (metrics.csv q_error, q_error_expected); 0: never") \
   X(g, STR, exchange, "'allgather'", "allgather", "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica)")
 
 #define CFG_GROUP_CHECKPOINT(X, g)                                                                 \

@@ -28,7 +28,8 @@ int metrics_open(metrics_out *mo, const char *run_dir, int append, err_list *err
   }
   if (!old)
     fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
-                     "compute,bubble,exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms\n");
+                     "compute,bubble,exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms,q_error,"
+                     "q_error_expected\n");
   fflush(mo->csv);
   return 0;
 }
@@ -85,7 +86,10 @@ void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
   fprintf(mo->csv, ",%s,%.4f,%.4f,%.4f,%.0f,%.0f,", r->energy_status, r->compute, r->bubble, r->exchange,
           r->bytes_per_step, r->grad_bytes_per_step);
   if (isfinite(r->grad_ratio)) fprintf(mo->csv, "%.5f", r->grad_ratio);
-  fprintf(mo->csv, ",%.3f,%.3f\n", r->encode_ms, r->decode_ms);
+  fprintf(mo->csv, ",%.3f,%.3f,", r->encode_ms, r->decode_ms);
+  if (isfinite(r->q_error)) fprintf(mo->csv, "%.6g,%.6g", r->q_error, r->q_error_expected);
+  else fputc(',', mo->csv);
+  fputc('\n', mo->csv);
   check_written(mo, mo->csv);
 }
 

@@ -265,7 +265,11 @@ void grad_gather_params(grad_exchange *g) {
 
 grad_stats grad_take_stats(grad_exchange *g) {
   grad_stats s = g->st;
-  if (g->qx) s.encode_s = qexch_take_encode_s(g->qx);
+  if (g->qx) {
+    qexch_error e = qexch_take_error(g->qx);
+    s.encode_s = qexch_take_encode_s(g->qx);
+    s.q_measured = e.measured, s.q_expected = e.expected, s.q_norm2 = e.norm2;
+  }
   memset(&g->st, 0, sizeof g->st);
   return s;
 }

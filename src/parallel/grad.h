@@ -31,6 +31,7 @@ typedef struct {
   double bytes;      /* payload bytes this rank handed to collectives */
   double fp32_bytes; /* what the same exchange would have handed them uncompressed */
   double encode_s, decode_s; /* compressed exchange: time spent encoding and decoding */
+  double q_measured, q_expected, q_norm2; /* compressed exchange: the quantization error (qexch_error) */
 } grad_stats;
 
 typedef struct grad_exchange grad_exchange;

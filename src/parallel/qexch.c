@@ -31,6 +31,10 @@ struct qexch {
   float *host; /* a bucket's values on the host, when the backend's memory is not host memory */
   size_t host_n;
   double encode_s;
+  long error_every;
+  qexch_error err;
+  float *scratch; /* a quantization bucket decoded, for the error */
+  size_t scratch_n;
 };
 
 static void scheme_of(const cfg_comm *c, quant_scheme *q) {
@@ -38,6 +42,26 @@ static void scheme_of(const cfg_comm *c, quant_scheme *q) {
   int bits = (int)c->bits;
   if (!strcmp(m, "nuqsgd")) quant_exponential(q, bits, QUANT_L2);
   else quant_uniform(q, bits, !strcmp(m, "qsgd") ? QUANT_L2 : !strcmp(m, "qsgdinf") ? QUANT_MAX : QUANT_MINMAX);
+}
+
+static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
+  return c->bucket ? (size_t)c->bucket : q->norm == QUANT_L2 ? 8192 : 512;
+}
+
+size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n) {
+  size_t bytes = 0;
+  int on = strcmp(c->method, "none") != 0 && c->bits != 32;
+  quant_scheme q;
+  if (on) scheme_of(c, &q);
+  for (int i = 0; i < n; i++) {
+    if (!on || t[i].numel < (size_t)c->min_numel) {
+      bytes += t[i].numel * sizeof(float);
+      continue;
+    }
+    size_t qb = bucket_size(c, &q), full = t[i].numel / qb, rest = t[i].numel % qb;
+    bytes += full * quant_bytes(&q, qb) + (rest ? quant_bytes(&q, rest) : 0);
+  }
+  return bytes;
 }
 
 /* Bucket i's segments: each large tensor in quantization buckets of qb values, small ones raw. */
@@ -76,14 +100,17 @@ qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb
   MPI_Comm_size(dp, &x->D);
   MPI_Comm_rank(dp, &x->rank);
   x->nb = nb;
+  x->error_every = c->error_every;
   x->b = util_calloc((size_t)nb, sizeof *x->b, "compressed buckets");
-  size_t qb = c->bucket ? (size_t)c->bucket : x->q.norm == QUANT_L2 ? 8192 : 512;
+  size_t qb = bucket_size(c, &x->q);
   for (int i = 0; i < nb; i++) {
     x->b[i].b0 = b0[i], x->b[i].b1 = b1[i];
     plan_bucket(x, &x->b[i], m, t0[i], t1[i], qb, (size_t)c->min_numel);
     if (b1[i] - b0[i] > x->host_n) x->host_n = b1[i] - b0[i];
   }
   if (!m->be->caps.host_memory) x->host = util_malloc(x->host_n * sizeof(float) + 1, "bucket on the host");
+  x->scratch_n = bucket_size(c, &x->q);
+  x->scratch = util_malloc(x->scratch_n * sizeof(float), "decoded bucket");
   return x;
 }
 
@@ -92,6 +119,7 @@ void qexch_free(qexch *x) {
   for (int i = 0; i < x->nb; i++) free(x->b[i].seg), free(x->b[i].send), free(x->b[i].recv);
   free(x->b);
   free(x->host);
+  free(x->scratch);
   free(x);
 }
 
@@ -112,6 +140,27 @@ static float *host_values(qexch *x, const qbucket *k, int fetch) {
   return x->host;
 }
 
+/* The error of this replica's message of bucket k against its values v, and its expectation. */
+static void measure_error(qexch *x, const qbucket *k, const float *v) {
+  for (int s = 0; s < k->nseg; s++) {
+    const qseg *g = &k->seg[s];
+    if (!g->quantized) continue;
+    quant_decode(&x->q, k->send + g->off, g->n, x->scratch, 0);
+    for (size_t j = 0; j < g->n; j++) {
+      double d = (double)x->scratch[j] - v[g->at + j];
+      x->err.measured += d * d;
+      x->err.norm2 += (double)v[g->at + j] * v[g->at + j];
+    }
+    x->err.expected += quant_expected(&x->q, v + g->at, g->n);
+  }
+}
+
+qexch_error qexch_take_error(qexch *x) {
+  qexch_error e = x->err;
+  memset(&x->err, 0, sizeof x->err);
+  return e;
+}
+
 void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
   qbucket *k = &x->b[i];
   double t0 = util_now();
@@ -123,6 +172,7 @@ void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
     else memcpy(k->send + g->off, v + g->at, g->n * sizeof(float));
   }
   x->encode_s += util_now() - t0;
+  if (x->error_every > 0 && step % x->error_every == 0) measure_error(x, k, v);
   MPI_Iallgather(k->send, (int)k->bytes, MPI_BYTE, k->recv, (int)k->bytes, MPI_BYTE, x->dp, req);
 }
 

@@ -31,6 +31,10 @@ qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb
                     const int *t0, const int *t1, MPI_Comm dp);
 void qexch_free(qexch *x);
 
+/* Bytes of the message of tensors t (n of them) under &comm c: what one replica sends for them per
+ * step (their fp32 bytes when c compresses nothing). For the dry run. */
+size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n);
+
 /* Bytes of bucket i's message (what one replica sends), and of its fp32 equivalent. */
 size_t qexch_message_bytes(const qexch *x, int i);
 size_t qexch_fp32_bytes(const qexch *x, int i);
@@ -39,6 +43,13 @@ size_t qexch_host_bytes(const qexch *x);
 
 /* Encode bucket i of m's gradients for step `step` and start its all-gather into *req. */
 void qexch_launch(qexch *x, int i, long step, MPI_Request *req);
+
+/* This replica's quantization error over the steps measured since the last call (every &comm
+ * error_every steps): sums of ||Q(g) - g||^2 as sent, of its exact expectation, and of ||g||^2. */
+typedef struct {
+  double measured, expected, norm2;
+} qexch_error;
+qexch_error qexch_take_error(qexch *x);
 /* After *req completed: the sum of the D decoded messages into m's gradients [b0, b1). Returns the
  * seconds spent decoding. */
 double qexch_finish(qexch *x, int i);
