@@ -208,7 +208,7 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
     if (lay.D > 1) { /* what a replica hands to the gradient collectives per step */
       int nt;
       gpt_tensor *t = gpt_list_tensors(&s, m.part, &nt);
-      size_t sent = qexch_plan_bytes(&cfg->comm, t, nt), fp32 = gpt_part_params(&s, m.part) * sizeof(float);
+      size_t sent = qexch_plan_bytes(&cfg->comm, t, nt, lay.D), fp32 = gpt_part_params(&s, m.part) * sizeof(float);
       printf("! gradient exchange per replica and step, stage %d: %s (fp32: %s, %.1fx fewer)\n", st,
              util_fmt_bytes((double)sent, b[0], 32), util_fmt_bytes((double)fp32, b[1], 32), (double)fp32 / sent);
       free(t);

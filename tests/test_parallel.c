@@ -40,6 +40,7 @@ static int recompute; /* &training recompute: blocks recomputed in the backward 
 static const char *precision = "fp32"; /* &system precision: the storage type of activations */
 static const char *comm_method = "none"; /* &comm: the compressed gradient exchange */
 static int comm_bits = 4;
+static const char *comm_exchange = "allgather";
 
 typedef struct {
   double loss[STEPS], val;
@@ -62,9 +63,9 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "  bucket_mb = 0.01 /\n"
            "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
            "&system backend = 'cpu', precision = '%s' /\n"
-           "&comm method = '%s', bits = %d, min_numel = 1000 /\n",
+           "&comm method = '%s', bits = %d, min_numel = 1000, exchange = '%s' /\n",
            dir, top ? top : ".", dir, dir, STEPS, recompute ? ".true." : ".false.", P, D, zero, order, precision,
-           comm_method, comm_bits);
+           comm_method, comm_bits, comm_exchange);
   return t_load_deck(text, "parallel.nml", nranks);
 }
 
@@ -134,15 +135,18 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
     const char *method;
     int bits, D, zero;
     double tl, tp; /* bounds against the serial fp32 run: losses, parameters */
-  } cases[] = {{"qsgdinf", 8, 2, 0, 2e-3, 2e-2}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1}, {"nuqsgd", 4, 2, 1, 6e-2, 1e-1},
-               {"minmax", 4, 2, 0, 2e-2, 1e-1}, {"qsgd", 8, 4, 0, 2e-2, 1e-1}};
+    const char *exchange;
+  } cases[] = {{"qsgdinf", 8, 2, 0, 2e-3, 2e-2, "allgather"}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "allgather"},
+               {"nuqsgd", 4, 2, 1, 6e-2, 1e-1, "allgather"},  {"minmax", 4, 2, 0, 2e-2, 1e-1, "allgather"},
+               {"qsgd", 8, 4, 0, 2e-2, 1e-1, "allgather"},    {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum"},
+               {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum"}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const int D = cases[k].D;
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, rank < D ? 0 : MPI_UNDEFINED, rank, &sub);
     run_result r = {0}, again = {0};
     char mine[CFG_STR_LEN] = "";
-    comm_method = cases[k].method, comm_bits = cases[k].bits;
+    comm_method = cases[k].method, comm_bits = cases[k].bits, comm_exchange = cases[k].exchange;
     if (sub != MPI_COMM_NULL) {
       cfg_config *c = deck(dir, 1, D, cases[k].zero, "replicas_adjacent", D);
       train_from(c, sub, &r, NULL, mine);
@@ -156,9 +160,9 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
       double pe = r.params && r.n == ref->n ? t_rel_err(r.params, ref->params, r.n) : INFINITY;
       int bitwise = again.params && r.params && again.n == r.n && !memcmp(again.params, r.params, r.n * sizeof(float)) &&
                     !memcmp(again.loss + STEPS / 2, r.loss + STEPS / 2, STEPS / 2 * sizeof(double));
-      printf("compressed %s %d-bit, D=%d ZeRO-%d: step losses rel err %.2e, val %.5f (serial %.5f), parameters %.2e; "
-             "restart %s\n", cases[k].method, cases[k].bits, D, cases[k].zero, worst, r.val, ref->val, pe,
-             bitwise ? "bit for bit" : "DIFFERS");
+      printf("compressed %s %d-bit %s, D=%d ZeRO-%d: step losses rel err %.2e, val %.5f (serial %.5f), parameters "
+             "%.2e; restart %s\n", cases[k].method, cases[k].bits, cases[k].exchange, D, cases[k].zero, worst, r.val,
+             ref->val, pe, bitwise ? "bit for bit" : "DIFFERS");
       T_CHECK(worst <= cases[k].tl, "%s %d-bit D=%d: a step's loss differs by %.3g", cases[k].method, cases[k].bits, D,
               worst);
       T_CHECK(pe <= cases[k].tp, "%s %d-bit D=%d: parameters differ by %.3g", cases[k].method, cases[k].bits, D, pe);
@@ -188,7 +192,7 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
                 !memcmp(a.loss, b.loss, sizeof a.loss),
             "bits = 32 differs from the fp32 exchange");
   free(a.params), free(b.params);
-  comm_method = "none", comm_bits = 4;
+  comm_method = "none", comm_bits = 4, comm_exchange = "allgather";
 }
 
 int main(int argc, char **argv) {

@@ -212,6 +212,36 @@ static void test_reference_values(void) {
   }
 }
 
+/* The integer form: values in [-s, s], each on one of the two integers around v / scale * s, and
+ * unbiased: the mean over N draws within 5 standard errors. */
+static void test_integers(void) {
+  quant_scheme q;
+  quant_uniform(&q, 4, QUANT_MAX);
+  enum { N = 41 };
+  float v[N];
+  vector_of(1, v, N);
+  float scale = 2.0f * quant_scale(&q, v, N), s = (float)(q.nlevels - 1); /* a shared scale above this bucket's */
+  int16_t c[N];
+  double sum[N] = {0};
+  long off = 0;
+  for (int t = 0; t < NS; t++) {
+    quant_int_encode(&q, v, N, scale, rng_hash(5, (uint64_t)t), c);
+    for (int i = 0; i < N; i++) {
+      double x = v[i] / scale * s;
+      off += c[i] < -s || c[i] > s || fabs(c[i] - x) >= 1.0;
+      sum[i] += c[i];
+    }
+  }
+  long bad = 0;
+  for (int i = 0; i < N; i++) {
+    double x = v[i] / scale * s, p = x - floor(x);
+    bad += fabs(sum[i] / NS - x) > 5.0 * sqrt(p * (1 - p) / NS) + 1e-9;
+  }
+  T_CHECK(off == 0, "%ld integers off their two neighbours", off);
+  T_CHECK(bad == 0, "%ld integer codes biased", bad);
+  printf("  integer form: adjacent and unbiased over %d draws\n", NS);
+}
+
 static void test_pack(void) {
   uint8_t codes[40], back[40], packed[64];
   long bad = 0;
@@ -235,6 +265,7 @@ int main(int argc, char **argv) {
   test_edges();
   test_unbiased();
   test_reference_values();
+  test_integers();
   int rc = t_done("test_quant");
   MPI_Finalize();
   return rc;

@@ -507,6 +507,11 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
   if (cfg->comm.bits > 8 && cfg->comm.bits != 32)
     cfg_error_at(cfg, errs, "comm", "bits", "2 to 8 bits per value, or 32 (no compression)",
                  "bits = %ld is not a width the quantizer packs", cfg->comm.bits);
+  if (!strcmp(cfg->comm.exchange, "intsum") && strcmp(cfg->comm.method, "qsgd") && strcmp(cfg->comm.method, "qsgdinf") &&
+      strcmp(cfg->comm.method, "none"))
+    cfg_error_at(cfg, errs, "comm", "exchange", "method = 'qsgd' or 'qsgdinf' (uniform levels), or exchange = 'allgather'",
+                 "exchange = 'intsum' sums integer codes, which needs uniform levels; method = '%s' has none",
+                 cfg->comm.method);
   backends_check(cfg, errs); /* what this build cannot run wherever it runs; the machine decides the rest */
 }
 

@@ -17,7 +17,14 @@ typedef struct {
   size_t b0, b1, bytes;
   qseg *seg;
   int nseg;
-  uint8_t *send, *recv; /* (bytes), (D x bytes) */
+  uint8_t *send, *recv; /* all-gather: (bytes), (D x bytes) */
+  /* integer sum: the shared scale of each quantized segment, the integers of the quantized values,
+   * the raw values; their counts; the raw values' all-reduce (the integers' is the caller's) */
+  float *scale, *raw;
+  int16_t *ints;
+  int8_t *ints8; /* the integers in 8 bits, when D x s fits */
+  size_t nscale, nint, nraw;
+  MPI_Request raw_req;
 } qbucket;
 
 struct qexch {
@@ -32,6 +39,8 @@ struct qexch {
   size_t host_n;
   double encode_s;
   long error_every;
+  int intsum;     /* &comm exchange = 'intsum' */
+  int narrow;     /* intsum: the sums fit in int8 */
   qexch_error err;
   float *scratch; /* a quantization bucket decoded, for the error */
   size_t scratch_n;
@@ -48,9 +57,9 @@ static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
   return c->bucket ? (size_t)c->bucket : q->norm == QUANT_L2 ? 8192 : 512;
 }
 
-size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n) {
+size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D) {
   size_t bytes = 0;
-  int on = strcmp(c->method, "none") != 0 && c->bits != 32;
+  int on = strcmp(c->method, "none") != 0 && c->bits != 32, intsum = !strcmp(c->exchange, "intsum");
   quant_scheme q;
   if (on) scheme_of(c, &q);
   for (int i = 0; i < n; i++) {
@@ -58,8 +67,11 @@ size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n) {
       bytes += t[i].numel * sizeof(float);
       continue;
     }
-    size_t qb = bucket_size(c, &q), full = t[i].numel / qb, rest = t[i].numel % qb;
-    bytes += full * quant_bytes(&q, qb) + (rest ? quant_bytes(&q, rest) : 0);
+    size_t qb = bucket_size(c, &q), full = t[i].numel / qb, rest = t[i].numel % qb, nb = full + (rest > 0);
+    if (intsum) /* a scale per bucket, an integer per value */
+      bytes += nb * sizeof(float) + t[i].numel * ((long)D * (q.nlevels - 1) <= 127 ? 1 : 2);
+    else
+      bytes += full * quant_bytes(&q, qb) + (rest ? quant_bytes(&q, rest) : 0);
   }
   return bytes;
 }
@@ -85,8 +97,22 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
   }
   UTIL_CHECK(k->bytes < (size_t)1 << 31, "lower &parallel bucket_mb", "a compressed bucket of %zu bytes is too large",
              k->bytes);
-  k->send = util_malloc(k->bytes ? k->bytes : 1, "compressed message");
-  k->recv = util_malloc(k->bytes * (size_t)x->D + 1, "compressed messages received");
+  if (!x->intsum) {
+    k->send = util_malloc(k->bytes ? k->bytes : 1, "compressed message");
+    k->recv = util_malloc(k->bytes * (size_t)x->D + 1, "compressed messages received");
+    return;
+  }
+  for (int s = 0; s < k->nseg; s++) {
+    const qseg *g = &k->seg[s];
+    if (g->quantized) k->nscale++, k->nint += g->n;
+    else k->nraw += g->n;
+  }
+  k->bytes = k->nscale * sizeof(float) + k->nint * (x->narrow ? 1 : 2) + k->nraw * sizeof(float);
+  k->scale = util_malloc(k->nscale * sizeof(float) + 4, "shared scales");
+  k->raw = util_malloc(k->nraw * sizeof(float) + 4, "uncompressed values");
+  k->ints = util_malloc(k->nint * sizeof(int16_t) + 2, "integer codes");
+  k->ints8 = util_malloc(k->nint + 1, "integer codes");
+  k->raw_req = MPI_REQUEST_NULL;
 }
 
 qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb, const size_t *b0, const size_t *b1,
@@ -101,6 +127,13 @@ qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb
   MPI_Comm_rank(dp, &x->rank);
   x->nb = nb;
   x->error_every = c->error_every;
+  x->intsum = !strcmp(c->exchange, "intsum");
+  if (x->intsum) { /* D integers of at most s each must add up without overflow */
+    long most = (long)x->D * (x->q.nlevels - 1);
+    UTIL_CHECK(most <= 32767, "use fewer bits, or exchange = 'allgather'",
+               "&comm exchange = 'intsum': %d replicas x %d levels overflow 16-bit sums", x->D, x->q.nlevels - 1);
+    x->narrow = most <= 127;
+  }
   x->b = util_calloc((size_t)nb, sizeof *x->b, "compressed buckets");
   size_t qb = bucket_size(c, &x->q);
   for (int i = 0; i < nb; i++) {
@@ -116,7 +149,10 @@ qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb
 
 void qexch_free(qexch *x) {
   if (!x) return;
-  for (int i = 0; i < x->nb; i++) free(x->b[i].seg), free(x->b[i].send), free(x->b[i].recv);
+  for (int i = 0; i < x->nb; i++) {
+    qbucket *k = &x->b[i];
+    free(k->seg), free(k->send), free(k->recv), free(k->scale), free(k->raw), free(k->ints), free(k->ints8);
+  }
   free(x->b);
   free(x->host);
   free(x->scratch);
@@ -128,7 +164,8 @@ size_t qexch_fp32_bytes(const qexch *x, int i) { return (x->b[i].b1 - x->b[i].b0
 
 size_t qexch_host_bytes(const qexch *x) {
   size_t n = x->host ? x->host_n * sizeof(float) : 0;
-  for (int i = 0; i < x->nb; i++) n += x->b[i].bytes * (size_t)(1 + x->D);
+  for (int i = 0; i < x->nb; i++)
+    n += x->intsum ? x->b[i].bytes + x->b[i].nint * 2 : x->b[i].bytes * (size_t)(1 + x->D);
   return n;
 }
 
@@ -142,6 +179,7 @@ static float *host_values(qexch *x, const qbucket *k, int fetch) {
 
 /* The error of this replica's message of bucket k against its values v, and its expectation. */
 static void measure_error(qexch *x, const qbucket *k, const float *v) {
+  if (x->intsum) return; /* the shared scale is known only after the agreement: not measured */
   for (int s = 0; s < k->nseg; s++) {
     const qseg *g = &k->seg[s];
     if (!g->quantized) continue;
@@ -161,18 +199,64 @@ qexch_error qexch_take_error(qexch *x) {
   return e;
 }
 
+/* Integer sum: agree on each segment's scale (the replicas' largest), round to integers, and start
+ * their all-reduce (in *req) and the raw values' (in the bucket). */
+static void launch_intsum(qexch *x, qbucket *k, const float *v, uint64_t key, MPI_Request *req) {
+  size_t a = 0, b = 0, c = 0;
+  for (int s = 0; s < k->nseg; s++)
+    if (k->seg[s].quantized) k->scale[a++] = quant_scale(&x->q, v + k->seg[s].at, k->seg[s].n);
+  MPI_Allreduce(MPI_IN_PLACE, k->scale, (int)k->nscale, MPI_FLOAT, MPI_MAX, x->dp);
+  a = 0;
+  for (int s = 0; s < k->nseg; s++) {
+    const qseg *g = &k->seg[s];
+    if (!g->quantized) {
+      memcpy(k->raw + c, v + g->at, g->n * sizeof(float)), c += g->n;
+      continue;
+    }
+    quant_int_encode(&x->q, v + g->at, g->n, k->scale[a++], rng_hash(key, k->b0 + g->at), k->ints + b);
+    b += g->n;
+  }
+  if (x->narrow)
+    for (size_t j = 0; j < k->nint; j++) k->ints8[j] = (int8_t)k->ints[j];
+  MPI_Iallreduce(MPI_IN_PLACE, x->narrow ? (void *)k->ints8 : (void *)k->ints, (int)k->nint,
+                 x->narrow ? MPI_INT8_T : MPI_INT16_T, MPI_SUM, x->dp, req);
+  MPI_Iallreduce(MPI_IN_PLACE, k->raw, (int)k->nraw, MPI_FLOAT, MPI_SUM, x->dp, &k->raw_req);
+}
+
+/* Integer sum: the sums back to values, into out. */
+static void finish_intsum(qexch *x, qbucket *k, float *out) {
+  MPI_Wait(&k->raw_req, MPI_STATUS_IGNORE);
+  const float s = (float)(x->q.nlevels - 1);
+  size_t a = 0, b = 0, c = 0;
+  for (int g = 0; g < k->nseg; g++) {
+    const qseg *e = &k->seg[g];
+    if (!e->quantized) {
+      memcpy(out + e->at, k->raw + c, e->n * sizeof(float)), c += e->n;
+      continue;
+    }
+    const float unit = k->scale[a++] / s;
+    for (size_t j = 0; j < e->n; j++) out[e->at + j] = (float)(x->narrow ? k->ints8[b + j] : k->ints[b + j]) * unit;
+    b += e->n;
+  }
+}
+
 void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
   qbucket *k = &x->b[i];
   double t0 = util_now();
   const float *v = host_values(x, k, 1);
   uint64_t key = rng_hash(rng_hash(x->seed ^ 0x51ed270b2f7d4c3bULL, (uint64_t)x->rank), (uint64_t)step);
+  if (x->intsum) {
+    launch_intsum(x, k, v, key, req);
+    x->encode_s += util_now() - t0;
+    return;
+  }
   for (int s = 0; s < k->nseg; s++) {
     const qseg *g = &k->seg[s];
     if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, k->b0 + g->at), k->send + g->off);
     else memcpy(k->send + g->off, v + g->at, g->n * sizeof(float));
   }
   x->encode_s += util_now() - t0;
-  if (x->error_every > 0 && step % x->error_every == 0) measure_error(x, k, v);
+  if (x->error_every > 0 && step % x->error_every == 0) measure_error(x, k, v); /* (all-gather only) */
   MPI_Iallgather(k->send, (int)k->bytes, MPI_BYTE, k->recv, (int)k->bytes, MPI_BYTE, x->dp, req);
 }
 
@@ -180,7 +264,8 @@ double qexch_finish(qexch *x, int i) {
   qbucket *k = &x->b[i];
   double t0 = util_now();
   float *out = host_values(x, k, 0);
-  for (int r = 0; r < x->D; r++) { /* in rank order: the same sum on every replica */
+  if (x->intsum) finish_intsum(x, k, out);
+  for (int r = 0; r < (x->intsum ? 0 : x->D); r++) { /* in rank order: the same sum on every replica */
     const uint8_t *msg = k->recv + (size_t)r * k->bytes;
     for (int s = 0; s < k->nseg; s++) {
       const qseg *g = &k->seg[s];

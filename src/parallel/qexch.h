@@ -6,7 +6,11 @@
  * quantization buckets of &comm bucket values (never across tensors) encoded with quant.h; smaller
  * tensors (LayerNorm parameters, biases) are copied as fp32. The messages are all-gathered
  * (MPI_Iallgather, bytes), and every replica decodes the D messages and sums them in rank order,
- * so that the summed gradient is the same bit for bit on every replica. Encoding and decoding run on
+ * so that the summed gradient is the same bit for bit on every replica. With &comm exchange =
+ * 'intsum' (uniform levels) the replicas first agree on each quantization bucket's scale (the
+ * largest of theirs, a small MPI_Allreduce MAX), round to integers in [-s, s] and sum them with
+ * MPI_Iallreduce in int8 (when D s <= 127) or int16 containers: no decoding of D messages, fewer
+ * bytes received, a container of 8 or 16 bits per value instead of b. Encoding and decoding run on
  * the host: device gradients are copied to host memory first and the sum back.
  *
  * The rounding of replica r at step s draws its random bits from a key made of (&job seed, r, s)
@@ -31,9 +35,10 @@ qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb
                     const int *t0, const int *t1, MPI_Comm dp);
 void qexch_free(qexch *x);
 
-/* Bytes of the message of tensors t (n of them) under &comm c: what one replica sends for them per
- * step (their fp32 bytes when c compresses nothing). For the dry run. */
-size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n);
+/* Bytes of the message of tensors t (n of them) under &comm c with D replicas: what one replica
+ * hands to the collectives for them per step (their fp32 bytes when c compresses nothing). For the
+ * dry run. */
+size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D);
 
 /* Bytes of bucket i's message (what one replica sends), and of its fp32 equivalent. */
 size_t qexch_message_bytes(const qexch *x, int i);

@@ -228,6 +228,23 @@ static void codes_of(const quant_scheme *q, const float h[2], const float *v, si
   }
 }
 
+float quant_scale(const quant_scheme *q, const float *v, size_t n) {
+  float h[2] = {0.0f, 0.0f};
+  scale_of(q, v, n, h);
+  return h[0];
+}
+
+void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float scale, uint64_t key, int16_t *out) {
+  const float s = (float)(q->nlevels - 1), k = scale > 0.0f ? s / scale : 0.0f;
+  const uint32_t k32 = (uint32_t)(key ^ (key >> 32));
+  for (size_t i = 0; i < n; i++) {
+    float x = v[i] * k;
+    x = x < -s ? -s : x > s ? s : x;
+    float j = floorf(x);
+    out[i] = (int16_t)(j + (uniform01(k32, i) < x - j));
+  }
+}
+
 void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
   if (q->bits == 32) {
     memcpy(msg, v, n * sizeof(float));

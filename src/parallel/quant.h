@@ -54,6 +54,13 @@ void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *ou
 /* The exact expectation E||Q(v) - v||^2 of the scheme on v (n), in double. */
 double quant_expected(const quant_scheme *q, const float *v, size_t n);
 
+/* The integer form, for summing across replicas with MPI (uniform levels, a scale the replicas
+ * share: the largest of their own scales): v_i becomes an integer in [-s, s], s = nlevels - 1, by
+ * stochastic rounding of v_i / scale * s, so E[int_i] = v_i / scale * s; the replicas' integers
+ * add up exactly, and sum_i * scale / s is the sum of their quantized values. */
+float quant_scale(const quant_scheme *q, const float *v, size_t n); /* the bucket's own L2 or max norm */
+void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float scale, uint64_t key, int16_t *out);
+
 /* n codes of b bits (b = 1..8) packed as in the wire format into ceil(n * b / 8) bytes, and back. */
 size_t quant_packed_bytes(size_t n, int bits);
 void quant_pack(const uint8_t *codes, size_t n, int bits, uint8_t *out);
