@@ -242,6 +242,42 @@ static void test_integers(void) {
   printf("  integer form: adjacent and unbiased over %d draws\n", NS);
 }
 
+/* ALQ and AMQ on the histogram of Gaussian and heavy-tailed buckets: Psi of the histogram matches
+ * the exact expected error of the quantizer (bins narrower than the levels' gaps); ALQ's levels
+ * strictly increase from 0 to 1 and its Psi never rises with more sweeps; ALQ and AMQ do at least as
+ * well as NUQSGD's levels (an AMQ member, and one of ALQ's starts), and ALQ as well as AMQ. */
+static void test_adaptive(void) {
+  static quant_hist h;
+  static float v[8 * 8192];
+  quant_hist_clear(&h);
+  for (int b = 0; b < 8; b++) {
+    vector_of(b % 2 ? 1 : 0, v + b * 8192, 8192);
+    quant_hist_add(&h, v + b * 8192, 8192);
+  }
+  quant_scheme q;
+  quant_exponential(&q, 4, QUANT_L2);
+  double exact = 0.0;
+  for (int b = 0; b < 8; b++) exact += quant_expected(&q, v + b * 8192, 8192);
+  double psi_nuq = quant_hist_psi(&h, q.level, q.nlevels);
+  T_CHECK(fabs(psi_nuq - exact) <= 0.01 * exact, "histogram Psi %.6g, exact expected error %.6g", psi_nuq, exact);
+  float lv[QUANT_MAX_LEVELS], am[QUANT_MAX_LEVELS], ratio;
+  double prev = INFINITY;
+  for (int sweeps = 1; sweeps <= 16; sweeps *= 2) {
+    double psi = quant_fit_alq(&h, 8, sweeps, lv);
+    T_CHECK(psi <= prev * (1 + 1e-12), "ALQ's Psi rose from %.6g to %.6g with %d sweeps", prev, psi, sweeps);
+    prev = psi;
+  }
+  int inc = lv[0] == 0.0f && lv[7] == 1.0f;
+  for (int j = 1; j < 8; j++) inc &= lv[j] > lv[j - 1];
+  T_CHECK(inc, "ALQ's levels are not increasing from 0 to 1");
+  T_CHECK(quant_levels(&q, 4, QUANT_L2, lv, 8) == 0, "the quantizer refuses ALQ's levels");
+  double psi_amq = quant_fit_amq(&h, 8, am, &ratio);
+  T_CHECK(prev <= psi_nuq && psi_amq <= psi_nuq * (1 + 1e-9), "ALQ %.6g, AMQ %.6g, NUQSGD %.6g", prev, psi_amq, psi_nuq);
+  T_CHECK(prev <= psi_amq * 1.001, "ALQ %.6g worse than AMQ %.6g", prev, psi_amq);
+  printf("  adaptive levels, 4-bit, 8 buckets of 8192: Psi NUQSGD %.4g, AMQ %.4g (p = %.3f), ALQ %.4g; ALQ levels %.2g "
+         "%.2g %.2g %.2g %.2g %.2g\n", psi_nuq, psi_amq, (double)ratio, prev, lv[1], lv[2], lv[3], lv[4], lv[5], lv[6]);
+}
+
 static void test_pack(void) {
   uint8_t codes[40], back[40], packed[64];
   long bad = 0;
@@ -266,6 +302,7 @@ int main(int argc, char **argv) {
   test_unbiased();
   test_reference_values();
   test_integers();
+  test_adaptive();
   int rc = t_done("test_quant");
   MPI_Finalize();
   return rc;

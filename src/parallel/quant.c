@@ -2,6 +2,7 @@
 #include "parallel/quant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/rng.h"
@@ -328,4 +329,159 @@ double quant_expected(const quant_scheme *q, const float *v, size_t n) {
     }
   }
   return e;
+}
+
+/* ---- adaptive levels ---------------------------------------------------------------------------- */
+
+enum { LOG_SPAN = 30 }; /* bins cover magnitudes 2^-30 .. 1; bin 0 holds zeros and smaller */
+
+static int bin_of(float r) {
+  if (!(r > 0x1p-30f)) return 0;
+  double x = (log2((double)r) + LOG_SPAN) / LOG_SPAN * (QUANT_HIST_BINS - 1);
+  int k = 1 + (int)x;
+  return k >= QUANT_HIST_BINS ? QUANT_HIST_BINS - 1 : k;
+}
+
+void quant_hist_clear(quant_hist *h) { memset(h, 0, sizeof *h); }
+
+void quant_hist_add(quant_hist *h, const float *v, size_t n) {
+  double n2 = 0.0;
+  for (size_t i = 0; i < n; i++) n2 += (double)v[i] * v[i];
+  if (!(n2 > 0.0)) return;
+  const float inv = (float)(1.0 / sqrt(n2));
+  for (size_t i = 0; i < n; i++) {
+    float r = fabsf(v[i]) * inv;
+    r = r > 1.0f ? 1.0f : r;
+    int k = bin_of(r);
+    h->w[k] += n2, h->s[k] += n2 * r, h->q[k] += n2 * (double)r * r;
+  }
+}
+
+/* Prefix sums of the histogram: P[k] = sum over bins < k (k = 0..BINS). */
+typedef struct {
+  double W[QUANT_HIST_BINS + 1], S[QUANT_HIST_BINS + 1], Q[QUANT_HIST_BINS + 1];
+  double c[QUANT_HIST_BINS]; /* each bin's mean magnitude (its location); -1 when empty */
+} prefix;
+
+static void prefix_of(const quant_hist *h, prefix *p) {
+  p->W[0] = p->S[0] = p->Q[0] = 0.0;
+  for (int k = 0; k < QUANT_HIST_BINS; k++) {
+    p->W[k + 1] = p->W[k] + h->w[k], p->S[k + 1] = p->S[k] + h->s[k], p->Q[k + 1] = p->Q[k] + h->q[k];
+    p->c[k] = h->w[k] > 0.0 ? h->s[k] / h->w[k] : -1.0;
+  }
+}
+
+/* The first bin whose location is above x (bins are ordered by location). */
+static int first_above(const prefix *p, double x) {
+  int lo = 0, hi = QUANT_HIST_BINS;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    double c = p->c[mid] >= 0.0 ? p->c[mid] : (mid > 0 ? exp2((double)(mid - 1) / (QUANT_HIST_BINS - 1) * LOG_SPAN - LOG_SPAN) : 0.0);
+    if (c > x) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* Psi of the bins [k0, k1) all in the interval [a, b]: sum w (b - r)(r - a) = -Q + (a + b) S - a b W. */
+static double psi_range(const prefix *p, int k0, int k1, double a, double b) {
+  if (k1 <= k0) return 0.0;
+  return -(p->Q[k1] - p->Q[k0]) + (a + b) * (p->S[k1] - p->S[k0]) - a * b * (p->W[k1] - p->W[k0]);
+}
+
+static double psi_prefix(const prefix *p, const float *level, int n) {
+  double psi = 0.0;
+  int k0 = 0;
+  for (int j = 0; j + 1 < n; j++) {
+    int k1 = j + 2 == n ? QUANT_HIST_BINS : first_above(p, level[j + 1]);
+    psi += psi_range(p, k0, k1, level[j], level[j + 1]);
+    k0 = k1;
+  }
+  return psi;
+}
+
+double quant_hist_psi(const quant_hist *h, const float *level, int n) {
+  prefix *p = util_malloc(sizeof *p, "histogram sums");
+  prefix_of(h, p);
+  double psi = psi_prefix(p, level, n);
+  free(p);
+  return psi;
+}
+
+/* Level j at its best place between its neighbours: among the bins' locations in (a, b). */
+static void best_level(const prefix *p, float *level, int j) {
+  const double a = level[j - 1], b = level[j + 1];
+  int k0 = first_above(p, a), k1 = first_above(p, b);
+  double best = psi_range(p, k0, first_above(p, level[j]), a, level[j]) +
+                psi_range(p, first_above(p, level[j]), k1, level[j], b);
+  for (int k = k0; k < k1; k++) {
+    if (p->c[k] < 0.0 || !(p->c[k] > a) || !(p->c[k] < b)) continue;
+    double l = p->c[k], psi = psi_range(p, k0, k + 1, a, l) + psi_range(p, k + 1, k1, l, b);
+    float lf = (float)l;
+    if (psi < best && lf > level[j - 1] && lf < level[j + 1]) best = psi, level[j] = lf;
+  }
+}
+
+static double descend(const prefix *p, float *level, int n, int sweeps) {
+  for (int s = 0; s < sweeps; s++)
+    for (int j = 1; j + 1 < n; j++) best_level(p, level, j);
+  return psi_prefix(p, level, n);
+}
+
+double quant_fit_alq(const quant_hist *h, int n, int sweeps, float *level) {
+  prefix *p = util_malloc(sizeof *p, "histogram sums");
+  prefix_of(h, p);
+  float start[3][QUANT_MAX_LEVELS];
+  const double total = p->W[QUANT_HIST_BINS];
+  for (int j = 0; j < n; j++) {
+    start[0][j] = j == 0 ? 0.0f : ldexpf(1.0f, j + 1 - n); /* exponential (NUQSGD) */
+    start[1][j] = (float)j / (float)(n - 1);             /* uniform */
+    /* equal-mass quantiles of the weight, kept strictly increasing */
+    int k = 0;
+    while (k < QUANT_HIST_BINS && p->W[k + 1] < total * j / (n - 1)) k++;
+    float qv = k < QUANT_HIST_BINS && p->c[k] > 0.0 ? (float)p->c[k] : start[1][j];
+    start[2][j] = j == 0 ? 0.0f : j == n - 1 ? 1.0f : qv > start[2][j - 1] ? qv : nextafterf(start[2][j - 1], 1.0f);
+  }
+  for (int j = n - 2; j > 0; j--) /* the quantiles below the top */
+    if (!(start[2][j] < start[2][j + 1])) start[2][j] = nextafterf(start[2][j + 1], 0.0f);
+  double best = INFINITY;
+  for (int i = 0; i < 3; i++) {
+    double psi = descend(p, start[i], n, sweeps);
+    if (psi < best) best = psi, memcpy(level, start[i], (size_t)n * sizeof *level);
+  }
+  free(p);
+  return best;
+}
+
+static void amq_levels(float r, int n, float *level) {
+  level[0] = 0.0f;
+  for (int j = n - 1; j >= 1; j--) level[j] = j == n - 1 ? 1.0f : level[j + 1] * r;
+}
+
+double quant_fit_amq(const quant_hist *h, int n, float *level, float *ratio) {
+  prefix *p = util_malloc(sizeof *p, "histogram sums");
+  prefix_of(h, p);
+  float lv[QUANT_MAX_LEVELS];
+  double best = INFINITY, bp = 0.5;
+  for (int g = 1; g < 10; g++) { /* a grid of starts, then golden-section around the best */
+    double r = 0.1 * g;
+    amq_levels((float)r, n, lv);
+    double psi = psi_prefix(p, lv, n);
+    if (psi < best) best = psi, bp = r;
+  }
+  double lo = bp - 0.1 > 0.001 ? bp - 0.1 : 0.001, hi = bp + 0.1 < 0.999 ? bp + 0.1 : 0.999;
+  const double gr = 0.6180339887498949;
+  for (int it = 0; it < 40; it++) {
+    double m1 = hi - gr * (hi - lo), m2 = lo + gr * (hi - lo), f1, f2;
+    amq_levels((float)m1, n, lv), f1 = psi_prefix(p, lv, n);
+    amq_levels((float)m2, n, lv), f2 = psi_prefix(p, lv, n);
+    if (f1 < f2) hi = m2;
+    else lo = m1;
+    if (f1 < best) best = f1, bp = m1;
+    if (f2 < best) best = f2, bp = m2;
+  }
+  amq_levels((float)bp, n, level);
+  *ratio = (float)bp;
+  free(p);
+  return best;
 }

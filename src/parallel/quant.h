@@ -61,6 +61,30 @@ double quant_expected(const quant_scheme *q, const float *v, size_t n);
 float quant_scale(const quant_scheme *q, const float *v, size_t n); /* the bucket's own L2 or max norm */
 void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float scale, uint64_t key, int16_t *out);
 
+/* ---- adaptive levels (ALQ, AMQ) ----
+ * The statistics of normalised magnitudes r = |v_i| / sigma (L2 norm), weighted by sigma^2 so that
+ * the objective is the expected error itself: Psi(levels) = sum sigma^2 (l_{j+1} - r)(r - l_j) over
+ * every value (Faghri et al., NeurIPS 2020, section 4.1 of the research notes). Kept as a histogram
+ * of QUANT_HIST_BINS log-spaced bins over [2^-30, 1] (and one for zeros) holding each bin's weight,
+ * first and second moments: Psi is exact while no level falls inside a bin, and the histograms of
+ * several replicas add up (MPI_Allreduce SUM of the doubles), so every replica fits the same levels. */
+enum { QUANT_HIST_BINS = 4096 };
+typedef struct {
+  double w[QUANT_HIST_BINS], s[QUANT_HIST_BINS], q[QUANT_HIST_BINS]; /* sum of weights, of w r, of w r^2 */
+} quant_hist;
+void quant_hist_clear(quant_hist *h);
+/* Add a bucket v (n values): its magnitudes over its L2 norm, weighted by the norm squared. */
+void quant_hist_add(quant_hist *h, const float *v, size_t n);
+/* Psi of the magnitude levels (n, increasing from 0 to 1) on the histogram. */
+double quant_hist_psi(const quant_hist *h, const float *level, int n);
+/* ALQ: n levels minimising Psi by coordinate descent (each level in turn moved to its best place
+ * between its neighbours, `sweeps` passes) from three starts (exponential, uniform, equal-mass
+ * quantiles), the best kept. Returns Psi. */
+double quant_fit_alq(const quant_hist *h, int n, int sweeps, float *level);
+/* AMQ: levels 0, p^(n-2), ..., p, 1 with the ratio p in (0, 1) minimising Psi (golden-section search
+ * from a grid of starts). Returns Psi; *ratio gets p. */
+double quant_fit_amq(const quant_hist *h, int n, float *level, float *ratio);
+
 /* n codes of b bits (b = 1..8) packed as in the wire format into ceil(n * b / 8) bytes, and back. */
 size_t quant_packed_bytes(size_t n, int bits);
 void quant_pack(const uint8_t *codes, size_t n, int bits, uint8_t *out);
