@@ -148,12 +148,12 @@ static int open_state(iobench *b) {
   par_create(&b->lay, b->cfg, MPI_COMM_WORLD);
   gpt_shape_from_cfg(&b->shape, &b->cfg->model);
   gpt_init(&b->model, &b->shape, be, 1, 8, par_part(&b->lay), 1);
-  b->gx = grad_create(&b->model, &b->lay, 25, NULL, 0);
+  b->gx = grad_create(&b->model, &b->lay, 25, NULL, 0, 0);
   size_t lo, hi;
   grad_own_range(b->gx, &lo, &hi);
   optim_init(&b->opt, be, lo, hi);
   for (size_t i = 0; i < hi - lo; i++) b->opt.m[i] = 1e-3f * (float)(i % 1000), b->opt.v[i] = 1e-6f * (float)(i % 777);
-  b->cs = (ckpt_state){b->cfg, &b->lay, &b->model, &b->opt, NULL, "", 100, 0.0, 1.0};
+  b->cs = (ckpt_state){b->cfg, &b->lay, &b->model, &b->opt, NULL, "", 100, 0.0, 1.0, 0, {0}};
   b->mine = 3 * (hi - lo) * sizeof(float);
   b->buf = util_malloc(b->mine + 1, "raw buffer");
   memset(b->buf, 7, b->mine);

@@ -85,7 +85,8 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, e
   }
   gpt_shape_from_cfg(&t->shape, &cfg->model);
   gpt_init(&t->model, &t->shape, be, t->B, t->T, par_part(&t->lay), (uint64_t)cfg->job.seed);
-  t->gx = grad_create(&t->model, &t->lay, cfg->parallel.bucket_mb, &cfg->comm, (uint64_t)cfg->job.seed);
+  long period = cfg->comm.adapt_every ? cfg->comm.adapt_every : cfg->training.max_steps / 10;
+  t->gx = grad_create(&t->model, &t->lay, cfg->parallel.bucket_mb, &cfg->comm, period, (uint64_t)cfg->job.seed);
   size_t lo, hi;
   grad_own_range(t->gx, &lo, &hi);
   optim_init(&t->opt, be, lo, hi);
@@ -179,7 +180,9 @@ float *trainer_gather_params(trainer *t, size_t *n) {
 
 /* The checkpoint's view of this rank. */
 static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
-  return (ckpt_state){t->cfg, &t->lay, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale};
+  ckpt_state cs = {t->cfg, &t->lay, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale, 0, {0}};
+  cs.comm_nlevels = grad_levels(t->gx, cs.comm_levels);
+  return cs;
 }
 
 int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err_list *errs) {
@@ -191,6 +194,7 @@ int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ck
   ckpt_state cs = ckpt_view(t, 0, 0.0);
   int n = ckpt_read(&cs, path, st, errs);
   if (n == 0) gpt_params_changed(&t->model, 0, t->model.nparams);
+  if (n == 0 && cs.comm_nlevels > 0) grad_set_levels(t->gx, cs.comm_levels, cs.comm_nlevels);
   /* fp16 continues with the saved loss scale; a checkpoint without scaling (1) keeps the deck's */
   if (n == 0 && t->scaler.enabled && cs.loss_scale != 1.0) t->scaler.scale = cs.loss_scale;
   *step = cs.step;

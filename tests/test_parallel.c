@@ -127,7 +127,8 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
 
 /* The compressed exchange (&comm) on D = 2 and D = 4, ZeRO 0 and 1: close to the serial run; a
  * restart from the layout's own checkpoint continues it bit for bit (the rounding is keyed by the
- * step); bits = 32 is the fp32 exchange bit for bit. The replicas' agreement is train_from's. The
+ * step; ALQ's and AMQ's levels, refitted after every step of these 10-step runs, come from the
+ * checkpoint); bits = 32 is the fp32 exchange bit for bit. The replicas' agreement is train_from's. The
  * bounds against the serial run are loose: quantization noise moves a 10-step run (NUQSGD's L2
  * buckets of 8192 the most); doc/compression.md measures what it costs a full run. */
 static void test_compressed(const char *dir, const run_result *ref, int rank) {
@@ -139,7 +140,8 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
   } cases[] = {{"qsgdinf", 8, 2, 0, 2e-3, 2e-2, "allgather"}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "allgather"},
                {"nuqsgd", 4, 2, 1, 6e-2, 1e-1, "allgather"},  {"minmax", 4, 2, 0, 2e-2, 1e-1, "allgather"},
                {"qsgd", 8, 4, 0, 2e-2, 1e-1, "allgather"},    {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum"},
-               {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum"}};
+               {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum"},    {"alq", 4, 2, 0, 6e-2, 1e-1, "allgather"},
+               {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather"}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const int D = cases[k].D;
     MPI_Comm sub;

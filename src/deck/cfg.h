@@ -95,11 +95,12 @@ typedef struct {
   X(g, STR, bind, "'auto'", "auto|none", "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
 
 #define CFG_GROUP_COMM(X, g)                                                                       \
-  X(g, STR, method, "'none'", "none|qsgd|qsgdinf|nuqsgd|minmax", "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps)") \
+  X(g, STR, method, "'none'", "none|qsgd|qsgdinf|nuqsgd|minmax|alq|amq", "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps), 'alq' and 'amq' (L2 norm, levels fitted to the gradients' statistics on the adapt_every schedule, starting from NUQSGD's)") \
   X(g, INT, bits, "4", "[2, 32]", "Bits per gradient value, the sign included: 2 to 8, or 32 (no compression, the fp32 exchange itself)") \
   X(g, INT, bucket, "0", "[0, 1048576]", "Values per quantization bucket (one scale each; buckets never cross tensors); 0: 8192 with the L2 norm (qsgd, nuqsgd), 512 otherwise") \
   X(g, INT, min_numel, "10000", "[0, inf)", "Tensors with fewer values (LayerNorm parameters, biases) travel uncompressed in the same message") \
   X(g, INT, warmup_steps, "0", "[0, inf)", "Steps exchanged uncompressed (fp32) at the start of training") \
+  X(g, INT, adapt_every, "0", "[0, inf)", "alq, amq: the levels are fitted after steps 0, 100 and 2000 and then every this many steps; 0: every max_steps / 10") \
   X(g, INT, error_every, "100", "[0, inf)", "Every this many steps, measure each replica's relative quantization error ||Q(g) - g||^2 / ||g||^2 beside its exact expectation (metrics.csv q_error, q_error_expected); 0: never") \
   X(g, STR, exchange, "'allgather'", "allgather|intsum", "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica); 'intsum' (uniform levels only: a scale shared by the replicas, integers summed by MPI_Allreduce in 8 or 16 bits)")
 

@@ -440,6 +440,8 @@ typedef struct {
   long long step, epoch, position, seed, dataset_tokens;
   double tokens, loss_scale;
   char tokenizer_hash[32], dataset[32]; /* dataset: the training dataset's identity (data.h), hex */
+  int comm_nlevels;                     /* the compressed exchange's adaptive levels, when it has them */
+  float comm_levels[128];
 } run_state;
 
 static void state_of(const ckpt_state *s, run_state *r) {
@@ -452,6 +454,8 @@ static void state_of(const ckpt_state *s, run_state *r) {
   r->loss_scale = s->loss_scale;
   util_strlcpy(r->tokenizer_hash, s->tokenizer_hash ? s->tokenizer_hash : "", sizeof r->tokenizer_hash);
   r->dataset_tokens = s->data ? s->data->train.ntokens : 0;
+  r->comm_nlevels = s->comm_nlevels;
+  memcpy(r->comm_levels, s->comm_levels, sizeof r->comm_levels);
   util_snprintf(r->dataset, sizeof r->dataset, "%016llx", s->data ? (unsigned long long)s->data->train.identity : 0ULL);
 }
 
@@ -463,6 +467,7 @@ static uint64_t state_checksum(const run_state *r) {
   uint64_t h = util_hash64(ints, sizeof ints, 0x5ca1ab1e);
   h = util_hash64(reals, sizeof reals, h);
   h = util_hash64(r->tokenizer_hash, strlen(r->tokenizer_hash), h);
+  if (r->comm_nlevels > 0) h = util_hash64(r->comm_levels, (size_t)r->comm_nlevels * sizeof(float), h);
   return util_hash64(r->dataset, strlen(r->dataset), h);
 }
 
@@ -478,6 +483,8 @@ static int put_state(int nc, const run_state *r) {
   rc |= put_f64(nc, "loss_scale", r->loss_scale);
   rc |= put_text(nc, NC_GLOBAL, "train_dataset", r->dataset);
   rc |= put_i64(nc, "train_dataset_tokens", r->dataset_tokens);
+  if (r->comm_nlevels > 0)
+    rc |= ncmpi_put_att_float(nc, NC_GLOBAL, "comm_levels", NC_FLOAT, r->comm_nlevels, r->comm_levels);
   rc |= put_text(nc, NC_GLOBAL, "state_checksum", sum);
   return rc;
 }
@@ -498,6 +505,13 @@ static int get_state(int nc, run_state *r, char *sum, size_t len) {
   ncfile_get_text(nc, -1, "train_dataset", r->dataset, sizeof r->dataset);
   ncfile_get_text(nc, -1, "state_checksum", sum, len);
   if (sum[0]) bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "train_dataset_tokens", &r->dataset_tokens) != NC_NOERR;
+  nc_type type;
+  MPI_Offset n = 0;
+  if (ncmpi_inq_att(nc, NC_GLOBAL, "comm_levels", &type, &n) == NC_NOERR) { /* adaptive levels, when saved */
+    bad |= type != NC_FLOAT || n < 2 || n > 128;
+    if (!bad) bad |= ncmpi_get_att_float(nc, NC_GLOBAL, "comm_levels", r->comm_levels) != NC_NOERR;
+    r->comm_nlevels = bad ? 0 : (int)n;
+  }
   return bad ? -1 : 0;
 }
 
@@ -870,6 +884,8 @@ static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, e
   s->step = (long)r.step;
   s->tokens = r.tokens;
   s->loss_scale = r.loss_scale;
+  s->comm_nlevels = r.comm_nlevels;
+  memcpy(s->comm_levels, r.comm_levels, sizeof s->comm_levels);
   if (s->data) data_seek(s->data, (long)r.epoch, (uint64_t)r.position);
 }
 

@@ -40,6 +40,9 @@ typedef struct {
   long step;     /* optimizer steps done */
   double tokens; /* tokens trained */
   double loss_scale;
+  /* the compressed exchange's adaptive levels (&comm method alq, amq; none: comm_nlevels 0) */
+  int comm_nlevels;
+  float comm_levels[128];
 } ckpt_state;
 
 enum { CKPT_PATH_MAX = CFG_STR_LEN + 64 };

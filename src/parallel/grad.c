@@ -51,16 +51,17 @@ size_t grad_own_params(size_t nparams, const par_layout *lay, int replica) {
 }
 
 /* The compressed exchange of g's buckets, or NULL for the fp32 one. */
-static qexch *compressed_exchange(grad_exchange *g, const cfg_comm *comm, uint64_t seed) {
+static qexch *compressed_exchange(grad_exchange *g, const cfg_comm *comm, long adapt_period, uint64_t seed) {
   size_t *b0 = util_malloc((size_t)g->nb * sizeof *b0, "buckets"), *b1 = util_malloc((size_t)g->nb * sizeof *b1, "buckets");
   int *t0 = util_malloc((size_t)g->nb * sizeof *t0, "buckets"), *t1 = util_malloc((size_t)g->nb * sizeof *t1, "buckets");
   for (int i = 0; i < g->nb; i++) b0[i] = g->b[i].b0, b1[i] = g->b[i].b1, t0[i] = g->b[i].t0, t1[i] = g->b[i].t1;
-  qexch *x = qexch_create(comm, seed, g->model, g->nb, b0, b1, t0, t1, g->dp);
+  qexch *x = qexch_create(comm, adapt_period, seed, g->model, g->nb, b0, b1, t0, t1, g->dp);
   free(b0), free(b1), free(t0), free(t1);
   return x;
 }
 
-grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, uint64_t seed) {
+grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, long adapt_period,
+                           uint64_t seed) {
   grad_exchange *g = util_calloc(1, sizeof *g, "gradient exchange");
   g->model = m;
   g->lay = lay;
@@ -115,7 +116,7 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
                   sizeof(float));
   comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0, sizeof(float));
   comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, lay) / sizeof(float), sizeof(float));
-  if (comm && g->D > 1) g->qx = compressed_exchange(g, comm, seed);
+  if (comm && g->D > 1) g->qx = compressed_exchange(g, comm, adapt_period, seed);
   g->warmup = comm ? comm->warmup_steps : 0;
   return g;
 }
@@ -226,6 +227,7 @@ void grad_finish(grad_exchange *g) {
       m->be->copy(m->be, m->grads + k->b0 + k->displs[g->rank], landing(g, k), n * sizeof(float));
     }
   }
+  if (compressed(g)) qexch_end_step(g->qx, g->step);
   g->st.wait_s += util_now() - t0;
 }
 
@@ -272,4 +274,10 @@ grad_stats grad_take_stats(grad_exchange *g) {
   }
   memset(&g->st, 0, sizeof g->st);
   return s;
+}
+
+int grad_levels(const grad_exchange *g, float *level) { return g->qx ? qexch_levels(g->qx, level) : 0; }
+
+void grad_set_levels(grad_exchange *g, const float *level, int n) {
+  if (g->qx) qexch_set_levels(g->qx, level, n);
 }

@@ -36,8 +36,10 @@ typedef struct {
 
 typedef struct grad_exchange grad_exchange;
 
-/* comm (may be NULL: fp32) and seed choose and key the compressed exchange (qexch.h). */
-grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, uint64_t seed);
+/* comm (may be NULL: fp32), adapt_period (steps between fits of adaptive levels) and seed choose
+ * and key the compressed exchange (qexch.h). */
+grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, long adapt_period,
+                           uint64_t seed);
 /* Backend bytes the exchange allocates for a stage of nparams parameters (the ZeRO-1 landing area). */
 size_t grad_exchange_bytes(size_t nparams, const par_layout *lay);
 /* Parameters whose optimizer state a replica keeps: all of them, or its ZeRO-1 piece. */
@@ -58,6 +60,9 @@ void grad_finish(grad_exchange *g);
 double grad_sumsq(const grad_exchange *g);
 /* After the optimizer step: with ZeRO-1, all-gather the updated parameters. */
 void grad_gather_params(grad_exchange *g);
+/* The compressed exchange's adaptive levels (checkpoints): their count (0: none), and restoring them. */
+int grad_levels(const grad_exchange *g, float *level);
+void grad_set_levels(grad_exchange *g, const float *level, int n);
 /* Statistics since the last call. */
 grad_stats grad_take_stats(grad_exchange *g);
 

@@ -39,6 +39,9 @@ struct qexch {
   size_t host_n;
   double encode_s;
   long error_every;
+  int adaptive;      /* 1 alq, 2 amq: levels refitted on a schedule */
+  long adapt_period;
+  quant_hist *hist;  /* adaptive: this step's statistics, when it is a fitting step */
   int intsum;     /* &comm exchange = 'intsum' */
   int narrow;     /* intsum: the sums fit in int8 */
   qexch_error err;
@@ -49,7 +52,7 @@ struct qexch {
 static void scheme_of(const cfg_comm *c, quant_scheme *q) {
   const char *m = c->method;
   int bits = (int)c->bits;
-  if (!strcmp(m, "nuqsgd")) quant_exponential(q, bits, QUANT_L2);
+  if (!strcmp(m, "nuqsgd") || !strcmp(m, "alq") || !strcmp(m, "amq")) quant_exponential(q, bits, QUANT_L2);
   else quant_uniform(q, bits, !strcmp(m, "qsgd") ? QUANT_L2 : !strcmp(m, "qsgdinf") ? QUANT_MAX : QUANT_MINMAX);
 }
 
@@ -115,8 +118,8 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
   k->raw_req = MPI_REQUEST_NULL;
 }
 
-qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb, const size_t *b0, const size_t *b1,
-                    const int *t0, const int *t1, MPI_Comm dp) {
+qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
+                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp) {
   if (!strcmp(c->method, "none") || c->bits == 32) return NULL;
   qexch *x = util_calloc(1, sizeof *x, "compressed exchange");
   scheme_of(c, &x->q);
@@ -127,6 +130,9 @@ qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb
   MPI_Comm_rank(dp, &x->rank);
   x->nb = nb;
   x->error_every = c->error_every;
+  x->adaptive = !strcmp(c->method, "alq") ? 1 : !strcmp(c->method, "amq") ? 2 : 0;
+  x->adapt_period = adapt_period > 0 ? adapt_period : 1;
+  if (x->adaptive) x->hist = util_calloc(1, sizeof *x->hist, "level statistics");
   x->intsum = !strcmp(c->exchange, "intsum");
   if (x->intsum) { /* D integers of at most s each must add up without overflow */
     long most = (long)x->D * (x->q.nlevels - 1);
@@ -156,6 +162,7 @@ void qexch_free(qexch *x) {
   free(x->b);
   free(x->host);
   free(x->scratch);
+  free(x->hist);
   free(x);
 }
 
@@ -240,6 +247,36 @@ static void finish_intsum(qexch *x, qbucket *k, float *out) {
   }
 }
 
+/* Whether the adaptive levels are fitted to this step's gradients (after steps 0, 100, 2000 and
+ * every adapt_period). */
+static int fitting(const qexch *x, long step) {
+  return x->adaptive && (step == 0 || step == 100 || step == 2000 || step % x->adapt_period == 0);
+}
+
+void qexch_end_step(qexch *x, long step) {
+  if (!fitting(x, step)) return;
+  quant_hist *h = x->hist;
+  MPI_Allreduce(MPI_IN_PLACE, h, (int)(sizeof *h / sizeof(double)), MPI_DOUBLE, MPI_SUM, x->dp);
+  float lv[QUANT_MAX_LEVELS], ratio;
+  const int n = 1 << (x->q.bits - 1);
+  if (x->adaptive == 1) quant_fit_alq(h, n, 30, lv);
+  else quant_fit_amq(h, n, lv, &ratio);
+  MPI_Bcast(lv, n, MPI_FLOAT, 0, x->dp); /* the same levels on every replica, whatever the sums' rounding */
+  quant_levels(&x->q, x->q.bits, QUANT_L2, lv, n);
+  quant_hist_clear(h);
+}
+
+int qexch_levels(const qexch *x, float *level) {
+  if (!x || !x->adaptive) return 0;
+  memcpy(level, x->q.level, (size_t)x->q.nlevels * sizeof *level);
+  return x->q.nlevels;
+}
+
+int qexch_set_levels(qexch *x, const float *level, int n) {
+  if (!x || !x->adaptive || n != x->q.nlevels) return -1;
+  return quant_levels(&x->q, x->q.bits, QUANT_L2, level, n);
+}
+
 void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
   qbucket *k = &x->b[i];
   double t0 = util_now();
@@ -250,8 +287,10 @@ void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
     x->encode_s += util_now() - t0;
     return;
   }
+  const int fit = fitting(x, step);
   for (int s = 0; s < k->nseg; s++) {
     const qseg *g = &k->seg[s];
+    if (g->quantized && fit) quant_hist_add(x->hist, v + g->at, g->n);
     if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, k->b0 + g->at), k->send + g->off);
     else memcpy(k->send + g->off, v + g->at, g->n * sizeof(float));
   }

@@ -31,8 +31,8 @@ typedef struct qexch qexch;
 
 /* The compressed exchange of the buckets [b0[i], b1[i]) of model m (its tensors t0[i]..t1[i]-1),
  * or NULL when &comm method is 'none' or bits = 32 (the fp32 exchange runs). */
-qexch *qexch_create(const cfg_comm *c, uint64_t seed, const gpt_model *m, int nb, const size_t *b0, const size_t *b1,
-                    const int *t0, const int *t1, MPI_Comm dp);
+qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
+                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp);
 void qexch_free(qexch *x);
 
 /* Bytes of the message of tensors t (n of them) under &comm c with D replicas: what one replica
@@ -58,6 +58,15 @@ qexch_error qexch_take_error(qexch *x);
 /* After *req completed: the sum of the D decoded messages into m's gradients [b0, b1). Returns the
  * seconds spent decoding. */
 double qexch_finish(qexch *x, int i);
+/* After step `step`'s buckets: with adaptive levels (&comm method alq, amq) on a fitting step (after
+ * steps 0, 100, 2000 and every adapt_period), the replicas' statistics of this step are summed and
+ * the levels refitted, the same on every replica, for the next steps. Collective over the replicas. */
+void qexch_end_step(qexch *x, long step);
+/* The adaptive levels in use (for checkpoints): their count, 0 without adaptive levels. */
+int qexch_levels(const qexch *x, float *level);
+/* Levels from a checkpoint. Returns -1 (ignored) when x has no adaptive levels of that count. */
+int qexch_set_levels(qexch *x, const float *level, int n);
+
 /* Seconds spent encoding since the last call. */
 double qexch_take_encode_s(qexch *x);
 
