@@ -141,7 +141,8 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
                {"nuqsgd", 4, 2, 1, 6e-2, 1e-1, "allgather"},  {"minmax", 4, 2, 0, 2e-2, 1e-1, "allgather"},
                {"qsgd", 8, 4, 0, 2e-2, 1e-1, "allgather"},    {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum"},
                {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum"},    {"alq", 4, 2, 0, 6e-2, 1e-1, "allgather"},
-               {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather"}};
+               {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather"},     {"qsgdinf", 4, 4, 1, 6e-2, 1e-1, "sra"},
+               {"alq", 4, 2, 0, 6e-2, 1e-1, "sra"}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const int D = cases[k].D;
     MPI_Comm sub;

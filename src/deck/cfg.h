@@ -102,7 +102,7 @@ typedef struct {
   X(g, INT, warmup_steps, "0", "[0, inf)", "Steps exchanged uncompressed (fp32) at the start of training") \
   X(g, INT, adapt_every, "0", "[0, inf)", "alq, amq: the levels are fitted after steps 0, 100 and 2000 and then every this many steps; 0: every max_steps / 10") \
   X(g, INT, error_every, "100", "[0, inf)", "Every this many steps, measure each replica's relative quantization error ||Q(g) - g||^2 / ||g||^2 beside its exact expectation (metrics.csv q_error, q_error_expected); 0: never") \
-  X(g, STR, exchange, "'allgather'", "allgather|intsum", "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica); 'intsum' (uniform levels only: a scale shared by the replicas, integers summed by MPI_Allreduce in 8 or 16 bits)")
+  X(g, STR, exchange, "'allgather'", "allgather|sra|intsum", "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica); 'sra' (reduce-scatter/all-gather: each replica owns a D-th of every bucket, sums the replicas' parts of it, quantizes the sum again and all-gathers it: fewer bytes received at large D, a second rounding); 'intsum' (uniform levels only: a scale shared by the replicas, integers summed by MPI_Allreduce in 8 or 16 bits)")
 
 #define CFG_GROUP_CHECKPOINT(X, g)                                                                 \
   X(g, STR, dir, "''", "", "Directory of the checkpoints; empty means run_dir/checkpoints")     \

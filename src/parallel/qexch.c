@@ -25,6 +25,11 @@ typedef struct {
   int8_t *ints8; /* the integers in 8 bits, when D x s fits */
   size_t nscale, nint, nraw;
   MPI_Request raw_req;
+  /* reduce-scatter/all-gather: owner r sums segments [own[r], own[r + 1]), whose bytes are
+   * [off[r], off[r + 1]) of a message; cnt[r] their length */
+  int *own, *cnt, *off;
+  int *rcnt, *rdis; /* what this owner receives from each replica, and where */
+  long step;        /* of the launch, for the owner's random bits */
 } qbucket;
 
 struct qexch {
@@ -43,6 +48,7 @@ struct qexch {
   long adapt_period;
   quant_hist *hist;  /* adaptive: this step's statistics, when it is a fitting step */
   int intsum;     /* &comm exchange = 'intsum' */
+  int sra;        /* &comm exchange = 'sra' */
   int narrow;     /* intsum: the sums fit in int8 */
   qexch_error err;
   float *scratch; /* a quantization bucket decoded, for the error */
@@ -76,7 +82,34 @@ size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D) {
     else
       bytes += full * quant_bytes(&q, qb) + (rest ? quant_bytes(&q, rest) : 0);
   }
+  if (on && !strcmp(c->exchange, "sra") && D > 0) bytes += bytes / (size_t)D; /* and a D-th of it, the sums */
   return bytes;
+}
+
+/* Reduce-scatter/all-gather: the segments cut into D contiguous ranges of about equal values, one
+ * per owner; a send buffer for the whole message, one to receive the D replicas' parts of this
+ * replica's range, and one for the all-gathered sums (a whole message again). */
+static void plan_owners(qexch *x, qbucket *k) {
+  const int D = x->D;
+  k->own = util_malloc((size_t)(D + 1) * sizeof *k->own, "owners");
+  k->cnt = util_malloc((size_t)D * sizeof *k->cnt, "owners");
+  k->off = util_malloc((size_t)(D + 1) * sizeof *k->off, "owners");
+  size_t total = k->b1 - k->b0, seen = 0;
+  int r = 0;
+  k->own[0] = 0;
+  for (int s = 0; s < k->nseg; s++) {
+    while (r + 1 < D && seen >= total * (size_t)(r + 1) / (size_t)D) k->own[++r] = s;
+    seen += k->seg[s].n;
+  }
+  while (r + 1 <= D) k->own[++r] = k->nseg;
+  for (r = 0; r <= D; r++) k->off[r] = k->own[r] < k->nseg ? (int)k->seg[k->own[r]].off : (int)k->bytes;
+  for (r = 0; r < D; r++) k->cnt[r] = k->off[r + 1] - k->off[r];
+  size_t mine = (size_t)k->cnt[x->rank];
+  k->rcnt = util_malloc((size_t)D * sizeof *k->rcnt, "owners");
+  k->rdis = util_malloc((size_t)D * sizeof *k->rdis, "owners");
+  for (r = 0; r < D; r++) k->rcnt[r] = (int)mine, k->rdis[r] = r * (int)mine;
+  k->send = util_malloc(k->bytes + 1, "compressed message");
+  k->recv = util_malloc(mine * (size_t)D + k->bytes + 1, "compressed parts and sums"); /* parts, then the sums */
 }
 
 /* Bucket i's segments: each large tensor in quantization buckets of qb values, small ones raw. */
@@ -100,6 +133,10 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
   }
   UTIL_CHECK(k->bytes < (size_t)1 << 31, "lower &parallel bucket_mb", "a compressed bucket of %zu bytes is too large",
              k->bytes);
+  if (x->sra) {
+    plan_owners(x, k);
+    return;
+  }
   if (!x->intsum) {
     k->send = util_malloc(k->bytes ? k->bytes : 1, "compressed message");
     k->recv = util_malloc(k->bytes * (size_t)x->D + 1, "compressed messages received");
@@ -134,6 +171,7 @@ qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const g
   x->adapt_period = adapt_period > 0 ? adapt_period : 1;
   if (x->adaptive) x->hist = util_calloc(1, sizeof *x->hist, "level statistics");
   x->intsum = !strcmp(c->exchange, "intsum");
+  x->sra = !strcmp(c->exchange, "sra");
   if (x->intsum) { /* D integers of at most s each must add up without overflow */
     long most = (long)x->D * (x->q.nlevels - 1);
     UTIL_CHECK(most <= 32767, "use fewer bits, or exchange = 'allgather'",
@@ -158,6 +196,7 @@ void qexch_free(qexch *x) {
   for (int i = 0; i < x->nb; i++) {
     qbucket *k = &x->b[i];
     free(k->seg), free(k->send), free(k->recv), free(k->scale), free(k->raw), free(k->ints), free(k->ints8);
+    free(k->own), free(k->cnt), free(k->off), free(k->rcnt), free(k->rdis);
   }
   free(x->b);
   free(x->host);
@@ -166,13 +205,18 @@ void qexch_free(qexch *x) {
   free(x);
 }
 
-size_t qexch_message_bytes(const qexch *x, int i) { return x->b[i].bytes; }
+size_t qexch_message_bytes(const qexch *x, int i) {
+  /* reduce-scatter/all-gather: the whole message to the owners, then this replica's sums */
+  return x->b[i].bytes + (x->sra ? (size_t)x->b[i].cnt[x->rank] : 0);
+}
 size_t qexch_fp32_bytes(const qexch *x, int i) { return (x->b[i].b1 - x->b[i].b0) * sizeof(float); }
 
 size_t qexch_host_bytes(const qexch *x) {
   size_t n = x->host ? x->host_n * sizeof(float) : 0;
   for (int i = 0; i < x->nb; i++)
-    n += x->intsum ? x->b[i].bytes + x->b[i].nint * 2 : x->b[i].bytes * (size_t)(1 + x->D);
+    n += x->intsum ? x->b[i].bytes + x->b[i].nint * 2
+       : x->sra   ? x->b[i].bytes * 2 + (size_t)x->b[i].cnt[x->rank] * (size_t)x->D
+                  : x->b[i].bytes * (size_t)(1 + x->D);
   return n;
 }
 
@@ -247,6 +291,44 @@ static void finish_intsum(qexch *x, qbucket *k, float *out) {
   }
 }
 
+/* Segments [s0, s1) of values v encoded into buf, whose byte 0 is the message's byte `base`. */
+static void encode_segs(qexch *x, const qbucket *k, const float *v, int s0, int s1, uint64_t key, uint8_t *buf,
+                        size_t base) {
+  for (int s = s0; s < s1; s++) {
+    const qseg *g = &k->seg[s];
+    if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, k->b0 + g->at), buf + g->off - base);
+    else memcpy(buf + g->off - base, v + g->at, g->n * sizeof(float));
+  }
+}
+
+/* Segments [s0, s1) of a message (byte 0 of buf is its byte `base`) decoded into out, or added to it. */
+static void decode_segs(qexch *x, const qbucket *k, const uint8_t *buf, size_t base, int s0, int s1, float *out, int add) {
+  for (int s = s0; s < s1; s++) {
+    const qseg *g = &k->seg[s];
+    if (g->quantized) {
+      quant_decode(&x->q, buf + g->off - base, g->n, out + g->at, add);
+      continue;
+    }
+    for (size_t j = 0; j < g->n; j++) {
+      float y;
+      memcpy(&y, buf + g->off - base + j * sizeof(float), sizeof y);
+      out[g->at + j] = add ? out[g->at + j] + y : y;
+    }
+  }
+}
+
+/* Reduce-scatter/all-gather, second half: the owner sums the D parts of its range in rank order,
+ * quantizes the sum again (its own random bits) and all-gathers it; every replica decodes the sums. */
+static void finish_sra(qexch *x, qbucket *k, float *out, uint64_t key) {
+  const int me = x->rank, s0 = k->own[me], s1 = k->own[me + 1];
+  const size_t mine = (size_t)k->cnt[me], base = (size_t)k->off[me];
+  for (int r = 0; r < x->D; r++) decode_segs(x, k, k->recv + (size_t)r * mine, base, s0, s1, out, r > 0);
+  uint8_t *sums = k->recv + mine * (size_t)x->D;
+  encode_segs(x, k, out, s0, s1, rng_hash(key, 0x5eedULL), k->send, 0); /* into its place in k->send, free again */
+  MPI_Allgatherv(k->send + base, (int)mine, MPI_BYTE, sums, k->cnt, k->off, MPI_BYTE, x->dp);
+  decode_segs(x, k, sums, 0, 0, k->nseg, out, 0);
+}
+
 /* Whether the adaptive levels are fitted to this step's gradients (after steps 0, 100, 2000 and
  * every adapt_period). */
 static int fitting(const qexch *x, long step) {
@@ -287,15 +369,17 @@ void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
     x->encode_s += util_now() - t0;
     return;
   }
-  const int fit = fitting(x, step);
-  for (int s = 0; s < k->nseg; s++) {
-    const qseg *g = &k->seg[s];
-    if (g->quantized && fit) quant_hist_add(x->hist, v + g->at, g->n);
-    if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, k->b0 + g->at), k->send + g->off);
-    else memcpy(k->send + g->off, v + g->at, g->n * sizeof(float));
-  }
+  if (fitting(x, step))
+    for (int s = 0; s < k->nseg; s++)
+      if (k->seg[s].quantized) quant_hist_add(x->hist, v + k->seg[s].at, k->seg[s].n);
+  encode_segs(x, k, v, 0, k->nseg, key, k->send, 0);
   x->encode_s += util_now() - t0;
-  if (x->error_every > 0 && step % x->error_every == 0) measure_error(x, k, v); /* (all-gather only) */
+  if (x->error_every > 0 && step % x->error_every == 0) measure_error(x, k, v);
+  k->step = step;
+  if (x->sra) { /* each owner receives every replica's part of its range */
+    MPI_Ialltoallv(k->send, k->cnt, k->off, MPI_BYTE, k->recv, k->rcnt, k->rdis, MPI_BYTE, x->dp, req);
+    return;
+  }
   MPI_Iallgather(k->send, (int)k->bytes, MPI_BYTE, k->recv, (int)k->bytes, MPI_BYTE, x->dp, req);
 }
 
@@ -304,22 +388,10 @@ double qexch_finish(qexch *x, int i) {
   double t0 = util_now();
   float *out = host_values(x, k, 0);
   if (x->intsum) finish_intsum(x, k, out);
-  for (int r = 0; r < (x->intsum ? 0 : x->D); r++) { /* in rank order: the same sum on every replica */
-    const uint8_t *msg = k->recv + (size_t)r * k->bytes;
-    for (int s = 0; s < k->nseg; s++) {
-      const qseg *g = &k->seg[s];
-      if (g->quantized) {
-        quant_decode(&x->q, msg + g->off, g->n, out + g->at, r > 0);
-        continue;
-      }
-      const uint8_t *raw = msg + g->off;
-      for (size_t j = 0; j < g->n; j++) {
-        float y;
-        memcpy(&y, raw + j * sizeof(float), sizeof y);
-        out[g->at + j] = r > 0 ? out[g->at + j] + y : y;
-      }
-    }
-  }
+  else if (x->sra)
+    finish_sra(x, k, out, rng_hash(rng_hash(x->seed ^ 0x51ed270b2f7d4c3bULL, (uint64_t)x->rank), (uint64_t)k->step));
+  else /* in rank order: the same sum on every replica */
+    for (int r = 0; r < x->D; r++) decode_segs(x, k, k->recv + (size_t)r * k->bytes, 0, 0, k->nseg, out, r > 0);
   const backend *be = x->m->be;
   if (!be->caps.host_memory) be->to_device(be, x->m->grads + k->b0, out, (k->b1 - k->b0) * sizeof(float));
   return util_now() - t0;

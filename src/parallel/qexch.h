@@ -6,7 +6,11 @@
  * quantization buckets of &comm bucket values (never across tensors) encoded with quant.h; smaller
  * tensors (LayerNorm parameters, biases) are copied as fp32. The messages are all-gathered
  * (MPI_Iallgather, bytes), and every replica decodes the D messages and sums them in rank order,
- * so that the summed gradient is the same bit for bit on every replica. With &comm exchange =
+ * so that the summed gradient is the same bit for bit on every replica. With &comm exchange = 'sra'
+ * (reduce-scatter/all-gather) each replica owns about a D-th of every bucket (whole quantization
+ * buckets): the messages' parts go to their owners (MPI_Ialltoallv), each owner sums the D parts of
+ * its range in rank order, quantizes the sum again with its own random bits and all-gathers it, and
+ * every replica decodes the sums: a replica receives about 2 messages' worth instead of D. With &comm exchange =
  * 'intsum' (uniform levels) the replicas first agree on each quantization bucket's scale (the
  * largest of theirs, a small MPI_Allreduce MAX), round to integers in [-s, s] and sum them with
  * MPI_Iallreduce in int8 (when D s <= 127) or int16 containers: no decoding of D messages, fewer
