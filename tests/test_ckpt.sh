@@ -53,9 +53,16 @@ echo "half-written by a job killed long ago" > "$out/crash/checkpoints/ckpt-0000
 i=0
 while [ $i -lt 6 ]; do
   i=$((i + 1))
+  before=$(grep -c "^== training" "$out/crash.out" 2>/dev/null)
   run2 crash --set checkpoint.restart=latest &
   job=$!
-  sleep "$(awk -v s="$i" 'BEGIN { srand(s * 7919); printf "%.2f", 0.6 + 2.0 * rand() }')"
+  # kill at a random moment after training began, however long the start took (a loaded machine,
+  # a sanitizer build): at most 60 s of waiting
+  for _ in $(seq 600); do
+    [ "$(grep -c "^== training" "$out/crash.out" 2>/dev/null)" -gt "${before:-0}" ] && break
+    sleep 0.1
+  done
+  sleep "$(awk -v s="$i" 'BEGIN { srand(s * 7919); printf "%.2f", 0.3 + 1.5 * rand() }')"
   pkill -9 -f "job.run_dir=$out/crash" 2>/dev/null
   wait $job 2>/dev/null
 done
