@@ -49,7 +49,7 @@ typedef struct {
 } run_result;
 
 static cfg_config *deck(const char *dir, int P, int D, int zero, const char *order, int nranks) {
-  char text[8192];
+  char text[20000]; /* four paths of up to 4096 bytes, and the rest */
   const char *top = getenv("TOP_SRCDIR");
   snprintf(text, sizeof text,
            "&job task = 'prepare', 'train', seed = 5, run_dir = '%s/run' /\n"
@@ -198,41 +198,11 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
   comm_method = "none", comm_bits = 4, comm_exchange = "allgather";
 }
 
-int main(int argc, char **argv) {
-  util_mpi_init(&argc, &argv);
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  setenv("GREENLM_CUDA_AWARE_MPI", "0", 1); /* the staged layout stages, whatever this MPI can do */
-  const char *out = getenv("TEST_OUT");
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s/parallel", out ? out : "tests/out");
-  if (rank == 0) util_mkdir_p(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (size < 4) {
-    if (rank == 0) printf("SKIP: needs 4 ranks (run under mpiexec -n 4)\n");
-    MPI_Finalize();
-    return 77;
-  }
-  /* the dataset, prepared by all ranks */
-  cfg_config *c0 = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
-  err_list perr = {0};
-  T_CHECK(prepare_run(c0, MPI_COMM_WORLD, &perr) == 0, "prepare failed");
-  err_print(&perr, 10);
-  err_free(&perr);
-  free(c0);
-  /* the serial references on rank 0 at each precision (storage type), with a checkpoint half-way */
-  static const char *const precisions[] = {"fp32", "bf16"};
-  run_result refs[2];
-  memset(refs, 0, sizeof refs);
-  char ckpts[2][CFG_STR_LEN] = {"", ""};
-  for (int k = 0; k < 2; k++) {
-    precision = precisions[k];
-    cfg_config *c = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
-    if (rank == 0) train_from(c, MPI_COMM_SELF, &refs[k], NULL, ckpts[k]);
-    MPI_Bcast(ckpts[k], sizeof ckpts[k], MPI_CHAR, 0, MPI_COMM_WORLD);
-    free(c);
-  }
+static const char *const precisions[] = {"fp32", "bf16"}; /* of the serial references */
+
+/* Every layout against the serial reference at its precision (refs, with their half-way
+ * checkpoints ckpts): ZeRO 0 and 1, from the start and from the serial checkpoint. */
+static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2][CFG_STR_LEN], int rank) {
   static const struct {
     int P, D;
     const char *order;
@@ -302,6 +272,43 @@ int main(int argc, char **argv) {
       free(r.params);
       MPI_Barrier(MPI_COMM_WORLD);
     }
+}
+
+int main(int argc, char **argv) {
+  util_mpi_init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  setenv("GREENLM_CUDA_AWARE_MPI", "0", 1); /* the staged layout stages, whatever this MPI can do */
+  const char *out = getenv("TEST_OUT");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/parallel", out ? out : "tests/out");
+  if (rank == 0) util_mkdir_p(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (size < 4) {
+    if (rank == 0) printf("SKIP: needs 4 ranks (run under mpiexec -n 4)\n");
+    MPI_Finalize();
+    return 77;
+  }
+  /* the dataset, prepared by all ranks */
+  cfg_config *c0 = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
+  err_list perr = {0};
+  T_CHECK(prepare_run(c0, MPI_COMM_WORLD, &perr) == 0, "prepare failed");
+  err_print(&perr, 10);
+  err_free(&perr);
+  free(c0);
+  /* the serial references on rank 0 at each precision (storage type), with a checkpoint half-way */
+  run_result refs[2];
+  memset(refs, 0, sizeof refs);
+  char ckpts[2][CFG_STR_LEN] = {"", ""};
+  for (int k = 0; k < 2; k++) {
+    precision = precisions[k];
+    cfg_config *c = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
+    if (rank == 0) train_from(c, MPI_COMM_SELF, &refs[k], NULL, ckpts[k]);
+    MPI_Bcast(ckpts[k], sizeof ckpts[k], MPI_CHAR, 0, MPI_COMM_WORLD);
+    free(c);
+  }
+  test_layouts(dir, refs, ckpts, rank);
   precision = "fp32";
   test_compressed(dir, &refs[0], rank);
   for (int k = 0; k < 2 && rank == 0; k++)
