@@ -17,6 +17,7 @@ int main(int argc, char **argv) {
   t = MPI_Wtime() - t;
   if (rank == 0) printf("net_probe: %d ranks, %.1f Mbit/s sent per rank\n", size, 2.0 * (size - 1) / size * n * 32 / t / 1e6);
   free(x);
+  MPI_Barrier(MPI_COMM_WORLD); /* every rank done with the links before the teardown */
   MPI_Finalize();
   return 0;
 }
