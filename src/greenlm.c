@@ -211,6 +211,8 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
       size_t sent = qexch_plan_bytes(&cfg->comm, t, nt, lay.D), fp32 = gpt_part_params(&s, m.part) * sizeof(float);
       printf("! gradient exchange per replica and step, stage %d: %s (fp32: %s, %.1fx fewer)\n", st,
              util_fmt_bytes((double)sent, b[0], 32), util_fmt_bytes((double)fp32, b[1], 32), (double)fp32 / sent);
+      size_t ef = qexch_plan_residual_bytes(&cfg->comm, gpt_part_params(&s, m.part), lay.D);
+      if (ef) printf("! error-feedback residual per rank, stage %d: %s of host memory\n", st, util_fmt_bytes((double)ef, b[0], 32));
       free(t);
     }
   }

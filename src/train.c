@@ -276,9 +276,11 @@ static int restore(train_job *j, err_list *errs) {
     if (trainer_restore(j->t, paths[i], &j->start, &j->tokens0, &st, &tried) == 0) {
       if (j->rank == 0)
         metrics_printf(&j->out, "restart: %s, step %ld: run state and checksums verified, %.3g GB read in %.2f s (%.2f GB/s, "
-                       "%s; %.2f s of it sharing pieces between replicas)\n", paths[i], j->start, st.bytes / 1e9,
+                       "%s; %.2f s of it sharing pieces between replicas)%s\n", paths[i], j->start, st.bytes / 1e9,
                        st.seconds, st.bytes / 1e9 / st.seconds, st.direct ? "straight from the disk" : "through the page cache",
-                       st.share_seconds);
+                       st.share_seconds, st.residual == 1 ? "; error-feedback residual restored"
+                       : st.residual == 0 ? "; the error-feedback residual starts from zero (the checkpoint has none for "
+                                            "this many replicas)" : "");
       rc = 0;
     } else if (latest && cfg->checkpoint.fallback && i + 1 < n && st.damaged) {
       char moved[CKPT_PATH_MAX + 16], outcome[3 * CKPT_PATH_MAX];

@@ -180,8 +180,9 @@ float *trainer_gather_params(trainer *t, size_t *n) {
 
 /* The checkpoint's view of this rank. */
 static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
-  ckpt_state cs = {t->cfg, &t->lay, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale, 0, {0}};
+  ckpt_state cs = {t->cfg, &t->lay, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale, 0, {0}, NULL};
   cs.comm_nlevels = grad_levels(t->gx, cs.comm_levels);
+  cs.comm_residual = grad_residual(t->gx);
   return cs;
 }
 

@@ -7,6 +7,8 @@
 #     does the same, and every_minutes writes checkpoints by wall time;
 #   - a checkpoint written by 2 ranks restarts on 1 rank, read straight from the disk and through
 #     the page cache alike;
+#   - with error feedback the replicas' residuals are checkpointed: the restart continues bit for
+#     bit on 2 replicas, starts them from zero on 4, and a damaged residual is refused;
 #   - a truncated or corrupted checkpoint, one of another model shape or vocabulary, an unwritable
 #     directory and a full disk (a file-size limit) give clear errors and leave older checkpoints
 #     as they were.
@@ -145,6 +147,33 @@ refused corrupt "checksum mismatch in variable" --set "checkpoint.restart=$out/c
 refused shape "variable .* has shape" --set model.n_embd=64 --set "checkpoint.restart=$out/ref/checkpoints/$last"
 refused vocab "vocab_size is 256, the deck's 300" --set model.vocab_size=300 --set "checkpoint.restart=$out/ref/checkpoints/$last"
 refused missing "cannot open the checkpoint" --set "checkpoint.restart=$out/no-such.nc"
+
+# error feedback (&comm): the residuals, one per replica, are in the checkpoint: a restart on the same
+# replicas continues bit for bit, on other replicas starts them from zero (and says so); a damaged
+# residual is refused
+ef="--set comm.method='qsgdinf' --set comm.error_feedback=T --set comm.min_numel=1000 --set training.max_steps=10"
+# shellcheck disable=SC2086
+run2 ef $ef --set checkpoint.keep=10
+check "the error-feedback run failed: $(tail -n 5 "$out/ef.out")" [ $? -eq 0 ]
+# shellcheck disable=SC2086
+run2 ef-again $ef --set "checkpoint.restart=$out/ef/checkpoints/ckpt-00000005.nc"
+check "restart with error feedback failed: $(tail -n 5 "$out/ef-again.out")" [ $? -eq 0 ]
+check "no 'residual restored' in: $(grep restart "$out/ef-again.out")" grep -q "error-feedback residual restored" "$out/ef-again.out"
+check "the restart with error feedback continued differently ($(hash_of ef-again) vs $(hash_of ef))" \
+  [ -n "$(hash_of ef)" -a "$(hash_of ef-again)" = "$(hash_of ef)" ]
+# shellcheck disable=SC2086
+$MPIEXEC -n 4 "$GREENLM" --set "job.run_dir=$out/ef-four" $ef --set training.micro_batch_size=2 \
+  --set "checkpoint.restart=$out/ef/checkpoints/ckpt-00000005.nc" "$deck" > "$out/ef-four.out" 2>&1
+check "restart of a 2-replica run on 4 replicas failed: $(tail -n 5 "$out/ef-four.out")" [ $? -eq 0 ]
+check "no 'starts from zero' in: $(grep restart "$out/ef-four.out")" grep -q "residual starts from zero" "$out/ef-four.out"
+cp "$out/ef/checkpoints/ckpt-00000005.nc" "$out/ef-corrupt.nc"
+$MPIEXEC -n 1 "$NC_EDIT" "$out/ef-corrupt.nc" var comm_residual 1000 7 > "$out/ef-edit.log" 2>&1
+check "nc_edit failed: $(cat "$out/ef-edit.log")" [ $? -eq 0 ]
+# shellcheck disable=SC2086
+run2 ef-corrupt $ef --set "checkpoint.restart=$out/ef-corrupt.nc"
+check "a damaged residual was accepted" [ $? -ne 0 ]
+check "no 'residual is damaged' in: $(grep -i error "$out/ef-corrupt.out" | head -n 3)" \
+  grep -q "error-feedback residual comm_residual is damaged" "$out/ef-corrupt.out"
 
 # an unwritable directory (a file stands in its way)
 echo x > "$out/blocker"

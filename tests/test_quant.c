@@ -242,6 +242,53 @@ static void test_integers(void) {
   printf("  integer form: adjacent and unbiased over %d draws\n", NS);
 }
 
+/* Error feedback over T = 1000 steps of Gaussian gradients g_t (a bucket of 1000 values, a drift
+ * shared by the steps so the sums grow): what the messages carried plus the last residual equals
+ * what went in, sum_t Q(p_t) + e_T = sum_t g_t, to fp32 rounding (|difference| <= 1e-6 of sum_t |g_t|
+ * per value), for the byte form of every level set (contracted: quant_encode_contract) and the
+ * integer form; the residual stays finite and below twice the largest |g| (without the contraction
+ * the 2-bit max-norm and the 4-bit L2 forms, whose relative variance exceeds 1, let it grow). */
+static void test_feedback(void) {
+  enum { T = 1000, N = 1000 };
+  static float g[N], p[N], e[N], out[N];
+  static double in[N], sent[N], mag[N];
+  static uint8_t msg[4 * N + 64];
+  static int16_t ints[N];
+  for (int kind = 0; kind < 6; kind++) {
+    quant_scheme q;
+    if (kind == 0) quant_uniform(&q, 2, QUANT_MAX);
+    else if (kind == 1) quant_exponential(&q, 4, QUANT_L2);
+    else if (kind == 2) quant_uniform(&q, 3, QUANT_MINMAX);
+    else if (kind == 3) quant_uniform(&q, 4, QUANT_L2); /* relative variance about 4.5: contracted */
+    else quant_uniform(&q, kind == 4 ? 4 : 8, QUANT_MAX); /* the integer form */
+    memset(e, 0, sizeof e), memset(in, 0, sizeof in), memset(sent, 0, sizeof sent), memset(mag, 0, sizeof mag);
+    double worst = 0, emax = 0, pmax = 0, gmax = 0;
+    for (int t = 0; t < T; t++) {
+      for (int i = 0; i < N; i++) g[i] = (float)(rng_normal(&R) + 0.1 * sin(i)), p[i] = g[i];
+      quant_feedback_add(p, e, N);
+      if (kind < 4) {
+        quant_encode_contract(&q, p, N, rng_hash(9, (uint64_t)t), msg);
+        quant_decode(&q, msg, N, out, 0);
+        quant_feedback_take(&q, msg, p, N, e);
+      } else {
+        float scale = 1.5f * quant_scale(&q, p, N); /* as if another replica's scale were larger */
+        quant_int_encode(&q, p, N, scale, rng_hash(9, (uint64_t)t), ints);
+        for (int i = 0; i < N; i++) out[i] = (float)ints[i] * (scale / (float)(q.nlevels - 1));
+        quant_int_feedback_take(&q, ints, scale, p, N, e);
+      }
+      for (int i = 0; i < N; i++) {
+        in[i] += g[i], sent[i] += out[i], mag[i] += fabs(g[i]);
+        emax = fmax(emax, fabs(e[i])), pmax = fmax(pmax, fabs(p[i])), gmax = fmax(gmax, fabs(g[i]));
+      }
+    }
+    for (int i = 0; i < N; i++) worst = fmax(worst, fabs(sent[i] + e[i] - in[i]) / mag[i]);
+    printf("  error feedback, %s%s: telescoping identity within %.2g of sum |g|; largest residual %.3g, |p| %.3g, |g| %.3g\n",
+           name_of(&q, kind == 1 ? 1 : kind == 2 ? 3 : 0), kind >= 4 ? " (integers)" : "", worst, emax, pmax, gmax);
+    T_CHECK(worst <= 1e-6, "error feedback %d: sum of messages + residual misses the inputs by %.3g", kind, worst);
+    T_CHECK(isfinite(emax) && emax < 2.0 * gmax, "error feedback %d: residual %.3g against |g| %.3g", kind, emax, gmax);
+  }
+}
+
 /* ALQ and AMQ on the histogram of Gaussian and heavy-tailed buckets: Psi of the histogram matches
  * the exact expected error of the quantizer (bins narrower than the levels' gaps); ALQ's levels
  * strictly increase from 0 to 1 and its Psi never rises with more sweeps; ALQ and AMQ do at least as
@@ -303,6 +350,7 @@ int main(int argc, char **argv) {
   test_reference_values();
   test_integers();
   test_adaptive();
+  test_feedback();
   int rc = t_done("test_quant");
   MPI_Finalize();
   return rc;

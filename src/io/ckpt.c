@@ -143,7 +143,11 @@ typedef struct {
   int nexp, expcap;     /* ext[0, nexp) announced */
   rdahead *ra;          /* read: the reader threads, once started (io_start) */
   int direct;           /* read: the file was read straight from the disk (known at io_close) */
+  int host;             /* the memory the elements come from or go to is host memory, whatever the backend's */
 } io_stream;
+
+/* Whether the stream's elements come from or go to host memory. */
+static int host_side(const io_stream *io) { return io->host || io->be->caps.host_memory; }
 
 /* Elements in the staging buffer: &checkpoint stage_mb, at least one. */
 static size_t stage_elems(const ckpt_state *s) {
@@ -198,10 +202,10 @@ static int io_flush(io_stream *io, int more) {
         break;
       }
       size_t k = got / sizeof(float);
-      float *host = io->be->caps.host_memory ? g->dst + done : (float *)raw; /* in place for devices */
+      float *host = host_side(io) ? g->dst + done : (float *)raw; /* in place for devices */
       uint64_t s = checksum_from_file(host, raw, g->a + done, g->a + done + k); /* converted and summed in one pass */
       if (g->sum >= 0) io->sums[g->sum] += s;
-      if (!io->be->caps.host_memory) io->be->to_device(io->be, g->dst + done, host, got);
+      if (!host_side(io)) io->be->to_device(io->be, g->dst + done, host, got);
       done += k;
     }
   }
@@ -252,10 +256,11 @@ static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float
     else if (c && n >= c) n -= n % c;                   /* whole rows */
     if (io->write) {
       float *buf = io->stage + io->used;
-      if (io->be->caps.host_memory && sum >= 0) {
+      if (host_side(io) && sum >= 0) {
         io->sums[sum] += checksum_part(buf, x, a, a + n); /* copied and summed in one pass */
       } else {
-        io->be->to_host(io->be, buf, x, n * sizeof(float));
+        if (host_side(io)) memcpy(buf, x, n * sizeof(float));
+        else io->be->to_host(io->be, buf, x, n * sizeof(float));
         if (sum >= 0) io->sums[sum] += checksum_part(NULL, buf, a, a + n);
       }
       io_post(io, var, cols, a, n, buf);
@@ -515,9 +520,55 @@ static int get_state(int nc, run_state *r, char *sum, size_t len) {
   return bad ? -1 : 0;
 }
 
+/* ---- the error-feedback residual (&comm error_feedback) -----------------------------------------
+ * comm_residual (comm_residual_values = D x N): replica r's residual over the whole model at
+ * [r N, (r + 1) N), tensor after tensor in the order of the whole model's tensor list (N its
+ * parameter count), with the writer's D as the attribute `replicas`. Every rank writes its stage's
+ * tensors into its replica's row (the last stage leaves the tied embedding to the first: the same
+ * residual) and reads them back when the job has as many replicas; otherwise the residual starts
+ * from zero. */
+
+/* Where each whole-model tensor starts in a replica's row; *N the row's length. */
+static size_t *row_starts(const gpt_tensor *all, int nall, size_t *N) {
+  size_t *at = util_malloc(((size_t)nall + 1) * sizeof *at, "residual rows");
+  *N = 0;
+  for (int i = 0; i < nall; i++) at[i] = *N, *N += all[i].numel;
+  return at;
+}
+
+static int define_residual(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, int *var) {
+  size_t N, *at = row_starts(all, nall, &N);
+  free(at);
+  long long D = s->lay->D;
+  unsigned long long zero = 0;
+  int dim, rc = ncmpi_def_dim(nc, "comm_residual_values", (MPI_Offset)(D * (long long)N), &dim);
+  if (rc == NC_NOERR) rc = ncmpi_def_var(nc, "comm_residual", NC_FLOAT, 1, &dim, var);
+  if (rc == NC_NOERR) rc = ncmpi_put_att_longlong(nc, *var, "replicas", NC_INT64, 1, &D);
+  if (rc == NC_NOERR) rc = ncmpi_put_att_ulonglong(nc, *var, "checksum", NC_UINT64, 1, &zero);
+  return rc;
+}
+
+/* This rank's residual to or from its replica's row of var (host memory from here on), counted in
+ * checksum `sum` (the last stage's copy of the tied embedding is read, not written, and not
+ * counted); with expect, the reads are only announced (io_expect, before io_start). */
+static void residual_ranges(io_stream *io, const ckpt_state *s, int var, const gpt_tensor *all, int nall, int sum,
+                            int expect) {
+  size_t N, *at = row_starts(all, nall, &N), row = (size_t)s->lay->replica * N;
+  ckpt_piece *p;
+  int n = pieces_of(s->model, s->lay, 0, s->model->nparams, &p);
+  io->host = 1;
+  for (int i = 0; i < n; i++) {
+    size_t a = row + at[p[i].t] + p[i].a, b = a + (p[i].b - p[i].a);
+    if (io->write && !p[i].counted) continue;
+    if (expect) io_expect(io, var, a, b);
+    else io_range(io, var, 1, a, b, s->comm_residual + p[i].off, p[i].counted ? sum : -1);
+  }
+  free(p), free(at);
+}
+
 static int define(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, const uint64_t *sums, int *vars) {
   const cfg_config *cfg = s->cfg;
-  int rc = NC_NOERR;
+  int rc = s->comm_residual ? define_residual(nc, s, all, nall, &vars[3 * nall]) : NC_NOERR;
   /* one dimension per distinct length */
   enum { MAXD = 64 };
   long long dlen[MAXD];
@@ -667,15 +718,16 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
   gpt_shape_from_cfg(&shape, &s->cfg->model);
   int nall;
   gpt_tensor *all = gpt_list_tensors(&shape, gpt_whole(&shape), &nall);
-  uint64_t *sums = util_malloc((size_t)nall * 3 * sizeof *sums, "checksums"), *total = util_malloc((size_t)nall * 3 * sizeof *total, "checksums");
-  int *vars = util_malloc((size_t)nall * 3 * sizeof *vars, "variables");
+  const int nsums = 3 * nall + (s->comm_residual != NULL); /* the residual last, when there is one */
+  uint64_t *sums = util_malloc((size_t)nsums * sizeof *sums, "checksums"), *total = util_malloc((size_t)nsums * sizeof *total, "checksums");
+  int *vars = util_malloc((size_t)nsums * sizeof *vars, "variables");
   MPI_Info info = io_hints();
   int nc, nrc = ncmpi_create(comm, tmp, NC_CLOBBER | NC_64BIT_DATA, info, &nc);
   MPI_Info_free(&info);
   int wrc = nrc; /* this rank's first error */
   if (nrc == NC_NOERR) {
     io_stream io;
-    io_open(&io, nc, 1, s, sums, 3 * nall, tmp, comm);
+    io_open(&io, nc, 1, s, sums, nsums, tmp, comm);
     nrc = define(nc, s, all, nall, sums, vars); /* checksums 0 until the data has passed */
     if (nrc == NC_NOERR) nrc = ncmpi_enddef(nc);
     io.rc = nrc;
@@ -687,12 +739,13 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
     for (int i = 0; i < n; i++)
       for (int k = 0; k < 3 && p[i].counted; k++) io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), 3 * p[i].t + k);
     if (n) free(p);
+    if (nrc == NC_NOERR && s->comm_residual) residual_ranges(&io, s, vars[3 * nall], all, nall, 3 * nall, 0);
     io_close(&io);
     /* the checksums: every rank's share summed, into the attributes defined above (same size) */
-    MPI_Allreduce(sums, total, nall * 3, MPI_UINT64_T, MPI_SUM, comm);
+    MPI_Allreduce(sums, total, nsums, MPI_UINT64_T, MPI_SUM, comm);
     if (nrc == NC_NOERR) {
       int crc = ncmpi_redef(nc);
-      for (int i = 0; i < 3 * nall && crc == NC_NOERR; i++)
+      for (int i = 0; i < nsums && crc == NC_NOERR; i++)
         crc = ncmpi_put_att_ulonglong(nc, vars[i], "checksum", NC_UINT64, 1, (const unsigned long long *)&total[i]);
       if (crc == NC_NOERR) crc = ncmpi_enddef(nc);
       if (io.rc == NC_NOERR) io.rc = crc;
@@ -973,12 +1026,49 @@ static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tenso
   return any ? 1 : shown;
 }
 
+/* After the tensors: the residual from the file when it has one for this job's replicas (*restored
+ * 1), else zero (*restored 0). Returns the errors added (a damaged residual). */
+static int read_residual(ckpt_state *s, int nc, const char *path, const gpt_tensor *all, int nall, int *restored,
+                         err_list *errs) {
+  memset(s->comm_residual, 0, s->model->nparams * sizeof(float));
+  *restored = 0;
+  size_t N, *at = row_starts(all, nall, &N);
+  free(at);
+  int var, dim;
+  long long D = 0;
+  MPI_Offset len = 0;
+  if (ncmpi_inq_varid(nc, "comm_residual", &var) != NC_NOERR || ncmpi_get_att_longlong(nc, var, "replicas", &D) != NC_NOERR ||
+      D != s->lay->D || ncmpi_inq_vardimid(nc, var, &dim) != NC_NOERR || ncmpi_inq_dimlen(nc, dim, &len) != NC_NOERR ||
+      len != (MPI_Offset)(D * (long long)N))
+    return 0;
+  uint64_t sum = 0, total = 0;
+  unsigned long long want = 0;
+  io_stream io;
+  io_open(&io, nc, 0, s, &sum, 1, path, s->lay->comm);
+  residual_ranges(&io, s, var, all, nall, 0, 1);
+  io_start(&io, path, &s->cfg->checkpoint);
+  residual_ranges(&io, s, var, all, nall, 0, 0);
+  io_close(&io);
+  io_release(&io);
+  int bad = io.rc != NC_NOERR, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, s->lay->comm);
+  MPI_Allreduce(&sum, &total, 1, MPI_UINT64_T, MPI_SUM, s->lay->comm);
+  ncmpi_get_att_ulonglong(nc, var, "checksum", &want);
+  if (any || want != total) {
+    err_add(errs, path, 0, 0, DAMAGED_HINT, "the error-feedback residual comm_residual is %s",
+            any ? "unreadable" : "damaged (checksum mismatch)");
+    return 1;
+  }
+  *restored = 1;
+  return 0;
+}
+
 int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, err_list *errs) {
   MPI_Comm comm = s->lay->comm;
   double t0 = util_now();
   long n0 = err_count(errs);
   int nc, damaged = 0;
-  st->share_seconds = 0, st->direct = 0, st->damaged = 0;
+  st->share_seconds = 0, st->direct = 0, st->damaged = 0, st->residual = -1;
   if (st->path != path) util_snprintf(st->path, sizeof st->path, "%s", path);
   gpt_shape shape;
   gpt_shape_from_cfg(&shape, &s->cfg->model);
@@ -991,6 +1081,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, err_list *errs) {
     int bad = err_count(errs) > n0, any;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
     if (!any && read_tensors(s, nc, path, all, nall, vars, st, errs) > 0) damaged = 1;
+    else if (!any && s->comm_residual && read_residual(s, nc, path, all, nall, &st->residual, errs) > 0) damaged = 1;
     ncmpi_close(nc);
   }
   st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape);

@@ -43,6 +43,9 @@ typedef struct {
   /* the compressed exchange's adaptive levels (&comm method alq, amq; none: comm_nlevels 0) */
   int comm_nlevels;
   float comm_levels[128];
+  /* the compressed exchange's error-feedback residual: host memory indexed as the stage's parameter
+   * buffer (nparams), or NULL; written as comm_residual, one row per replica (doc/formats.md) */
+  float *comm_residual;
 } ckpt_state;
 
 enum { CKPT_PATH_MAX = CFG_STR_LEN + 64 };
@@ -52,6 +55,8 @@ typedef struct {
   double share_seconds;  /* read: of seconds, those spent passing pieces between replicas */
   int direct;            /* read: straight from the disk (O_DIRECT took), not through the page cache */
   int damaged;           /* read failed: the file is damaged (not a mismatch with the deck or the data) */
+  int residual;          /* read, with an error-feedback residual: 1 restored, 0 started from zero (the file has
+                            none for this job's replicas); -1 without one */
   char path[CKPT_PATH_MAX];
 } ckpt_stats;
 

@@ -55,7 +55,7 @@ static qexch *compressed_exchange(grad_exchange *g, const cfg_comm *comm, long a
   size_t *b0 = util_malloc((size_t)g->nb * sizeof *b0, "buckets"), *b1 = util_malloc((size_t)g->nb * sizeof *b1, "buckets");
   int *t0 = util_malloc((size_t)g->nb * sizeof *t0, "buckets"), *t1 = util_malloc((size_t)g->nb * sizeof *t1, "buckets");
   for (int i = 0; i < g->nb; i++) b0[i] = g->b[i].b0, b1[i] = g->b[i].b1, t0[i] = g->b[i].t0, t1[i] = g->b[i].t1;
-  qexch *x = qexch_create(comm, adapt_period, seed, g->model, g->nb, b0, b1, t0, t1, g->dp);
+  qexch *x = qexch_create(comm, adapt_period, seed, g->model, g->nb, b0, b1, t0, t1, g->dp, g->lay->comm);
   free(b0), free(b1), free(t0), free(t1);
   return x;
 }
@@ -275,6 +275,8 @@ grad_stats grad_take_stats(grad_exchange *g) {
   memset(&g->st, 0, sizeof g->st);
   return s;
 }
+
+float *grad_residual(grad_exchange *g) { return qexch_residual(g->qx); }
 
 int grad_levels(const grad_exchange *g, float *level) { return g->qx ? qexch_levels(g->qx, level) : 0; }
 

@@ -63,6 +63,9 @@ void grad_gather_params(grad_exchange *g);
 /* The compressed exchange's adaptive levels (checkpoints): their count (0: none), and restoring them. */
 int grad_levels(const grad_exchange *g, float *level);
 void grad_set_levels(grad_exchange *g, const float *level, int n);
+/* The compressed exchange's error-feedback residual (checkpoints): host memory indexed as the
+ * stage's parameter buffer, or NULL. */
+float *grad_residual(grad_exchange *g);
 /* Statistics since the last call. */
 grad_stats grad_take_stats(grad_exchange *g);
 

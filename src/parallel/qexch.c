@@ -11,6 +11,8 @@ typedef struct {
   size_t at, n;  /* values [at, at + n) of the bucket */
   size_t off;    /* where its bytes start in the message */
   int quantized; /* else n fp32 values */
+  uint64_t id;   /* its tensor's place in the whole model and its first value's in the tensor: the key of its
+                    random bits, the same on every stage that holds the tensor (the tied embedding) */
 } qseg;
 
 typedef struct {
@@ -36,7 +38,7 @@ struct qexch {
   quant_scheme q;
   uint64_t seed;
   const gpt_model *m;
-  MPI_Comm dp;
+  MPI_Comm dp, all; /* the replicas; every rank of the job (the adaptive levels are the same on every stage) */
   int D, rank;
   qbucket *b;
   int nb;
@@ -53,6 +55,7 @@ struct qexch {
   qexch_error err;
   float *scratch; /* a quantization bucket decoded, for the error */
   size_t scratch_n;
+  float *ef;      /* error feedback: this replica's residual, (nparams) of the stage's buffer, or NULL */
 };
 
 static void scheme_of(const cfg_comm *c, quant_scheme *q) {
@@ -127,7 +130,7 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
     }
     for (size_t i = 0; i < w->numel; i += qb) {
       size_t n = w->numel - i < qb ? w->numel - i : qb;
-      k->seg[k->nseg++] = (qseg){.at = at + i, .n = n, .off = k->bytes, .quantized = 1};
+      k->seg[k->nseg++] = (qseg){.at = at + i, .n = n, .off = k->bytes, .quantized = 1, .id = (uint64_t)w->index << 40 | i};
       k->bytes += quant_bytes(&x->q, n);
     }
   }
@@ -156,13 +159,14 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
 }
 
 qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
-                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp) {
+                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp, MPI_Comm all) {
   if (!strcmp(c->method, "none") || c->bits == 32) return NULL;
   qexch *x = util_calloc(1, sizeof *x, "compressed exchange");
   scheme_of(c, &x->q);
   x->seed = seed;
   x->m = m;
   x->dp = dp;
+  x->all = all;
   MPI_Comm_size(dp, &x->D);
   MPI_Comm_rank(dp, &x->rank);
   x->nb = nb;
@@ -188,6 +192,7 @@ qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const g
   if (!m->be->caps.host_memory) x->host = util_malloc(x->host_n * sizeof(float) + 1, "bucket on the host");
   x->scratch_n = bucket_size(c, &x->q);
   x->scratch = util_malloc(x->scratch_n * sizeof(float), "decoded bucket");
+  if (c->error_feedback) x->ef = util_calloc(m->nparams ? m->nparams : 1, sizeof(float), "error-feedback residual");
   return x;
 }
 
@@ -201,6 +206,7 @@ void qexch_free(qexch *x) {
   free(x->b);
   free(x->host);
   free(x->scratch);
+  free(x->ef);
   free(x->hist);
   free(x);
 }
@@ -264,8 +270,9 @@ static void launch_intsum(qexch *x, qbucket *k, const float *v, uint64_t key, MP
       memcpy(k->raw + c, v + g->at, g->n * sizeof(float)), c += g->n;
       continue;
     }
-    quant_int_encode(&x->q, v + g->at, g->n, k->scale[a++], rng_hash(key, k->b0 + g->at), k->ints + b);
-    b += g->n;
+    quant_int_encode(&x->q, v + g->at, g->n, k->scale[a], rng_hash(key, g->id), k->ints + b);
+    if (x->ef) quant_int_feedback_take(&x->q, k->ints + b, k->scale[a], v + g->at, g->n, x->ef + k->b0 + g->at);
+    a++, b += g->n;
   }
   if (x->narrow)
     for (size_t j = 0; j < k->nint; j++) k->ints8[j] = (int8_t)k->ints[j];
@@ -291,12 +298,14 @@ static void finish_intsum(qexch *x, qbucket *k, float *out) {
   }
 }
 
-/* Segments [s0, s1) of values v encoded into buf, whose byte 0 is the message's byte `base`. */
+/* Segments [s0, s1) of values v encoded into buf, whose byte 0 is the message's byte `base`; with
+ * contract, scaled to a contraction for error feedback (quant_encode_contract). */
 static void encode_segs(qexch *x, const qbucket *k, const float *v, int s0, int s1, uint64_t key, uint8_t *buf,
-                        size_t base) {
+                        size_t base, int contract) {
   for (int s = s0; s < s1; s++) {
     const qseg *g = &k->seg[s];
-    if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, k->b0 + g->at), buf + g->off - base);
+    if (g->quantized && contract) quant_encode_contract(&x->q, v + g->at, g->n, rng_hash(key, g->id), buf + g->off - base);
+    else if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, g->id), buf + g->off - base);
     else memcpy(buf + g->off - base, v + g->at, g->n * sizeof(float));
   }
 }
@@ -324,7 +333,7 @@ static void finish_sra(qexch *x, qbucket *k, float *out, uint64_t key) {
   const size_t mine = (size_t)k->cnt[me], base = (size_t)k->off[me];
   for (int r = 0; r < x->D; r++) decode_segs(x, k, k->recv + (size_t)r * mine, base, s0, s1, out, r > 0);
   uint8_t *sums = k->recv + mine * (size_t)x->D;
-  encode_segs(x, k, out, s0, s1, rng_hash(key, 0x5eedULL), k->send, 0); /* into its place in k->send, free again */
+  encode_segs(x, k, out, s0, s1, rng_hash(key, 0x5eedULL), k->send, 0, 0); /* into its place in k->send, free again */
   MPI_Allgatherv(k->send + base, (int)mine, MPI_BYTE, sums, k->cnt, k->off, MPI_BYTE, x->dp);
   decode_segs(x, k, sums, 0, 0, k->nseg, out, 0);
 }
@@ -337,13 +346,13 @@ static int fitting(const qexch *x, long step) {
 
 void qexch_end_step(qexch *x, long step) {
   if (!fitting(x, step)) return;
-  quant_hist *h = x->hist;
-  MPI_Allreduce(MPI_IN_PLACE, h, (int)(sizeof *h / sizeof(double)), MPI_DOUBLE, MPI_SUM, x->dp);
+  quant_hist *h = x->hist; /* every stage's statistics: one set of levels, the tied embedding's included */
+  MPI_Allreduce(MPI_IN_PLACE, h, (int)(sizeof *h / sizeof(double)), MPI_DOUBLE, MPI_SUM, x->all);
   float lv[QUANT_MAX_LEVELS], ratio;
   const int n = 1 << (x->q.bits - 1);
   if (x->adaptive == 1) quant_fit_alq(h, n, 30, lv);
   else quant_fit_amq(h, n, lv, &ratio);
-  MPI_Bcast(lv, n, MPI_FLOAT, 0, x->dp); /* the same levels on every replica, whatever the sums' rounding */
+  MPI_Bcast(lv, n, MPI_FLOAT, 0, x->all); /* the same levels on every rank, whatever the sums' rounding */
   quant_levels(&x->q, x->q.bits, QUANT_L2, lv, n);
   quant_hist_clear(h);
 }
@@ -359,11 +368,25 @@ int qexch_set_levels(qexch *x, const float *level, int n) {
   return quant_levels(&x->q, x->q.bits, QUANT_L2, level, n);
 }
 
+/* Error feedback: the residual added to the quantized segments' values (p = g + e), and after
+ * encoding, what the messages dropped of them (e = p - Q(p)). The integer sum takes its own. */
+static void feedback_add(qexch *x, const qbucket *k, float *v) {
+  for (int s = 0; s < k->nseg; s++)
+    if (k->seg[s].quantized) quant_feedback_add(v + k->seg[s].at, x->ef + k->b0 + k->seg[s].at, k->seg[s].n);
+}
+static void feedback_take(qexch *x, const qbucket *k, const float *v) {
+  for (int s = 0; s < k->nseg; s++) {
+    const qseg *g = &k->seg[s];
+    if (g->quantized) quant_feedback_take(&x->q, k->send + g->off, v + g->at, g->n, x->ef + k->b0 + g->at);
+  }
+}
+
 void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
   qbucket *k = &x->b[i];
   double t0 = util_now();
-  const float *v = host_values(x, k, 1);
+  float *v = host_values(x, k, 1);
   uint64_t key = rng_hash(rng_hash(x->seed ^ 0x51ed270b2f7d4c3bULL, (uint64_t)x->rank), (uint64_t)step);
+  if (x->ef) feedback_add(x, k, v);
   if (x->intsum) {
     launch_intsum(x, k, v, key, req);
     x->encode_s += util_now() - t0;
@@ -372,7 +395,8 @@ void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
   if (fitting(x, step))
     for (int s = 0; s < k->nseg; s++)
       if (k->seg[s].quantized) quant_hist_add(x->hist, v + k->seg[s].at, k->seg[s].n);
-  encode_segs(x, k, v, 0, k->nseg, key, k->send, 0);
+  encode_segs(x, k, v, 0, k->nseg, key, k->send, 0, x->ef != NULL);
+  if (x->ef) feedback_take(x, k, v);
   x->encode_s += util_now() - t0;
   if (x->error_every > 0 && step % x->error_every == 0) measure_error(x, k, v);
   k->step = step;
@@ -395,6 +419,13 @@ double qexch_finish(qexch *x, int i) {
   const backend *be = x->m->be;
   if (!be->caps.host_memory) be->to_device(be, x->m->grads + k->b0, out, (k->b1 - k->b0) * sizeof(float));
   return util_now() - t0;
+}
+
+float *qexch_residual(qexch *x) { return x ? x->ef : NULL; }
+
+size_t qexch_plan_residual_bytes(const cfg_comm *c, size_t nparams, int D) {
+  int on = strcmp(c->method, "none") != 0 && c->bits != 32 && D > 1;
+  return on && c->error_feedback ? (nparams ? nparams : 1) * sizeof(float) : 0;
 }
 
 double qexch_take_encode_s(qexch *x) {

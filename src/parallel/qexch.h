@@ -18,8 +18,14 @@
  * the host: device gradients are copied to host memory first and the sum back.
  *
  * The rounding of replica r at step s draws its random bits from a key made of (&job seed, r, s)
- * and the quantization bucket's index: reproducible runs, and independent errors across replicas
- * (their average has 1/D of one replica's variance). */
+ * and the quantization bucket's place in the whole model (tensor, offset): reproducible runs,
+ * independent errors across replicas (their average has 1/D of one replica's variance), and the
+ * same rounding of the tied embedding on the first and the last pipeline stage.
+ *
+ * Error feedback (&comm error_feedback): each replica adds the residual of its previous messages to
+ * the quantized tensors' values before encoding and keeps what the encoding dropped (quant.h); the
+ * byte messages are scaled to a contraction (quant_encode_contract), the integer sum's are not; with
+ * 'sra' it covers the first rounding (the owners' second rounding of the sums is not fed back). */
 #ifndef GREENLM_QEXCH_H
 #define GREENLM_QEXCH_H
 
@@ -33,10 +39,11 @@
 
 typedef struct qexch qexch;
 
-/* The compressed exchange of the buckets [b0[i], b1[i]) of model m (its tensors t0[i]..t1[i]-1),
- * or NULL when &comm method is 'none' or bits = 32 (the fp32 exchange runs). */
+/* The compressed exchange of the buckets [b0[i], b1[i]) of model m (its tensors t0[i]..t1[i]-1)
+ * across the replicas dp (all: every rank of the job, which fit the adaptive levels together), or
+ * NULL when &comm method is 'none' or bits = 32 (the fp32 exchange runs). */
 qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
-                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp);
+                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp, MPI_Comm all);
 void qexch_free(qexch *x);
 
 /* Bytes of the message of tensors t (n of them) under &comm c with D replicas: what one replica
@@ -70,6 +77,12 @@ void qexch_end_step(qexch *x, long step);
 int qexch_levels(const qexch *x, float *level);
 /* Levels from a checkpoint. Returns -1 (ignored) when x has no adaptive levels of that count. */
 int qexch_set_levels(qexch *x, const float *level, int n);
+
+/* Error feedback (&comm error_feedback): this replica's residual, host memory indexed as the stage's
+ * gradient buffer (nparams floats; zero outside the quantized tensors), or NULL without it. */
+float *qexch_residual(qexch *x);
+/* Host bytes of the residual for a stage of nparams under &comm c with D replicas (0 without it). */
+size_t qexch_plan_residual_bytes(const cfg_comm *c, size_t nparams, int D);
 
 /* Seconds spent encoding since the last call. */
 double qexch_take_encode_s(qexch *x);

@@ -246,6 +246,31 @@ void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float sca
   }
 }
 
+void quant_encode_contract(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
+  quant_encode(q, v, n, key, msg);
+  double norm2 = 0.0;
+  for (size_t i = 0; i < n; i++) norm2 += (double)v[i] * v[i];
+  if (q->bits == 32 || !(norm2 > 0.0)) return;
+  float f = (float)(1.0 / (1.0 + quant_expected(q, v, n) / norm2)), h[2];
+  memcpy(h, msg, (size_t)headers(q) * sizeof(float)); /* every decoded value is linear in the header */
+  for (int i = 0; i < headers(q); i++) h[i] *= f;
+  memcpy(msg, h, (size_t)headers(q) * sizeof(float));
+}
+
+void quant_feedback_add(float *v, const float *e, size_t n) {
+  for (size_t i = 0; i < n; i++) v[i] += e[i];
+}
+
+void quant_feedback_take(const quant_scheme *q, const uint8_t *msg, const float *v, size_t n, float *e) {
+  quant_decode(q, msg, n, e, 0); /* what the message carries, then what it left behind */
+  for (size_t i = 0; i < n; i++) e[i] = v[i] - e[i];
+}
+
+void quant_int_feedback_take(const quant_scheme *q, const int16_t *ints, float scale, const float *v, size_t n, float *e) {
+  const float unit = scale / (float)(q->nlevels - 1); /* as the integer sum is decoded */
+  for (size_t i = 0; i < n; i++) e[i] = v[i] - (float)ints[i] * unit;
+}
+
 void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
   if (q->bits == 32) {
     memcpy(msg, v, n * sizeof(float));

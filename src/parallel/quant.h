@@ -61,6 +61,22 @@ double quant_expected(const quant_scheme *q, const float *v, size_t n);
 float quant_scale(const quant_scheme *q, const float *v, size_t n); /* the bucket's own L2 or max norm */
 void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float scale, uint64_t key, int16_t *out);
 
+/* ---- error feedback ----
+ * A replica carries what its quantizer dropped into the next step (EF-SGD, in gradient units):
+ * p_t = g_t + e_t is quantized, and e_{t+1} = p_t - Q(p_t), so that sum_t Q(p_t) + e_T = sum_t g_t
+ * (the telescoping identity). The caller adds e to its values (quant_feedback_add), encodes them
+ * (quant_encode_contract, or quant_int_encode), and then takes the new residual from the message
+ * (quant_feedback_take) or from the integers (quant_int_feedback_take). The integer form is not
+ * scaled (its scale is shared by the replicas): contractive at 3 bits and more on buckets of 512. */
+/* Encode v as quant_encode does, then scale the message by 1 / (1 + omega), omega = E||Q(v) - v||^2 /
+ * ||v||^2 exactly: a biased but contractive compressor (E||C(v) - v||^2 = omega / (1 + omega) ||v||^2),
+ * what error feedback needs to keep its residual bounded when omega is not small (QSGD's L2 levels, 2
+ * bits); the bias is what the residual carries to the next step. */
+void quant_encode_contract(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg);
+void quant_feedback_add(float *v, const float *e, size_t n);                      /* v += e */
+void quant_feedback_take(const quant_scheme *q, const uint8_t *msg, const float *v, size_t n, float *e); /* e = v - Q */
+void quant_int_feedback_take(const quant_scheme *q, const int16_t *ints, float scale, const float *v, size_t n, float *e);
+
 /* ---- adaptive levels (ALQ, AMQ) ----
  * The statistics of normalised magnitudes r = |v_i| / sigma (L2 norm), weighted by sigma^2 so that
  * the objective is the expected error itself: Psi(levels) = sum sigma^2 (l_{j+1} - r)(r - l_j) over
