@@ -23,6 +23,7 @@
 #include "model/optim.h"
 #include "base/rng.h"
 #include "base/util.h"
+#include "parallel/qexch.h"
 #include "parallel/quant.h"
 
 /* ---- --profile: a backend table that times every op ------------------------------------------ */
@@ -98,6 +99,7 @@ static backend wrapped(const backend *be, int vocab, int timed) {
 
 typedef struct {
   int L, C, H, V, B, T, steps, warmup, threads, peak_n, profile, recompute, quant;
+  double exchange_mb; /* --exchange: the largest gradient, MB (0: not this benchmark) */
   double peak_seconds, peak; /* peak: given GFLOP/s (0: measure) */
   const char *arch, *backend, *precision;
   const char *storage; /* NULL: the backend's choice for the precision */
@@ -115,12 +117,14 @@ static void usage(FILE *fp) {
               "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--recompute]\n"
               "                     [--storage fp32|bf16|fp16]\n"
               "       greenlm-bench --quant   (gradient quantizer throughput, one core)\n"
+              "       mpiexec -n D greenlm-bench --exchange MB   (compressed exchanges against MPI_Allreduce,\n"
+              "                                                   gradients of 1 MB up to MB)\n"
               "defaults: --layers 4 --embd 256 --heads 4 --vocab 50304 --batch 8 --seq 128 --steps 3 --warmup 1\n"
               "          --threads 1 --peak-size 2048 --peak-seconds 2 --backend cpu --precision fp32\n");
 }
 
 static int parse(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL};
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 0, 0.0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -177,6 +181,7 @@ static int parse(int argc, char **argv, bench_args *a) {
     else if (!strcmp(k, "--peak-size")) a->peak_n = (int)x;
     else if (!strcmp(k, "--peak-seconds")) a->peak_seconds = x;
     else if (!strcmp(k, "--peak")) a->peak = x;
+    else if (!strcmp(k, "--exchange")) a->exchange_mb = x;
     else {
       fprintf(stderr, "greenlm-bench: error: unknown option '%s'\n", k);
       usage(stderr);
@@ -354,12 +359,78 @@ static int quant_bench(void) {
   return 0;
 }
 
+/* --exchange: one gradient of S MB (S = 1, 4, 16, ... up to the given MB) exchanged across the
+ * job's ranks: fp32 MPI_Allreduce, and the compressed exchanges of qexch.h at 4 bits (QSGDinf
+ * all-gather, integer sum, reduce-scatter/all-gather; NUQSGD all-gather), each timed from the start
+ * of encoding to the end of decoding (the median of a few exchanges, after one unmeasured). Rank 0
+ * prints milliseconds per exchange, the ratio to the all-reduce and the bytes each rank sends. */
+static double exchange_once(qexch *x, gpt_model *m, long step) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = util_now();
+  if (x) {
+    MPI_Request req;
+    qexch_launch(x, 0, step, &req);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    qexch_finish(x, 0);
+  } else {
+    MPI_Allreduce(MPI_IN_PLACE, m->grads, (int)m->nparams, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+  double t = util_now() - t0, most;
+  MPI_Allreduce(&t, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return most;
+}
+
+static int exchange_bench(const bench_args *a) {
+  static const struct {
+    const char *method, *exchange;
+  } kinds[] = {{"none", "allgather"}, {"qsgdinf", "allgather"}, {"qsgdinf", "intsum"}, {"qsgdinf", "sra"}, {"nuqsgd", "allgather"}};
+  int rank, D;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &D);
+  backend *be = open_backend(a);
+  if (!be) return 1;
+  if (rank == 0) printf("exchange across %d ranks\n%8s  %-8s %-9s %10s %8s %12s\n", D, "MB", "method", "exchange", "ms", "ratio",
+                        "bytes sent");
+  for (double mb = 1; mb <= a->exchange_mb; mb *= 4) {
+    size_t n = (size_t)(mb * (1 << 20)) / sizeof(float);
+    gpt_tensor t = {.name = "gradient", .offset = 0, .numel = n, .rows = (int)n, .cols = 1};
+    gpt_model m = {.be = be, .tensors = &t, .ntensors = 1, .nparams = n};
+    m.grads = util_malloc(n * sizeof(float), "gradient");
+    for (size_t i = 0; i < n; i++) m.grads[i] = (float)((double)rng_hash(7, i) / 1.8446744073709552e19 - 0.5);
+    double base = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+      cfg_comm c = {.bits = 4, .min_numel = 0, .error_every = 0};
+      util_strlcpy(c.method, kinds[k].method, sizeof c.method);
+      util_strlcpy(c.exchange, kinds[k].exchange, sizeof c.exchange);
+      size_t b0 = 0, b1 = n;
+      int t0 = 0, t1 = 1;
+      qexch *x = qexch_create(&c, 0, 1, &m, 1, &b0, &b1, &t0, &t1, MPI_COMM_WORLD, MPI_COMM_WORLD);
+      enum { REPS = 5 };
+      double ms[REPS];
+      int reps = mb >= 256 ? 3 : REPS;
+      exchange_once(x, &m, 0);
+      for (int r = 0; r < reps; r++) ms[r] = 1e3 * exchange_once(x, &m, r + 1);
+      qsort(ms, (size_t)reps, sizeof ms[0], cmp_double);
+      double med = ms[reps / 2];
+      if (!x) base = med;
+      size_t sent = x ? qexch_message_bytes(x, 0) : n * sizeof(float);
+      if (rank == 0) printf("%8.0f  %-8s %-9s %10.2f %8.2f %12zu\n", mb, kinds[k].method, x ? kinds[k].exchange : "allreduce", med,
+                            med / base, sent);
+      qexch_free(x);
+    }
+    free(m.grads);
+  }
+  backend_close(be);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   bench_args a;
   int rc = parse(argc, argv, &a);
   if (rc >= 0) util_exit_all(rc);
   if (a.quant) util_exit_all(quant_bench());
+  if (a.exchange_mb > 0) util_exit_all(exchange_bench(&a));
   const backend *be = open_backend(&a);
   if (!be) util_exit_all(1);
   be->set_threads(be, a.threads);

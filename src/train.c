@@ -39,6 +39,7 @@ typedef struct {
   long start, steps_done;              /* the step the job began at, the steps done */
   double tokens0, tokens;              /* tokens trained before this job, by it */
   double t_start, train_time, last_loss, val_loss;
+  double grad_bytes, grad_fp32;        /* rank 0: the job's gradient-exchange bytes (all ranks), their fp32 equivalent */
   const char *status;                  /* completed, diverged, time_limit, signal, checkpoint_failed */
 } train_job;
 
@@ -350,14 +351,17 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
     double busy = w->time * j->size; /* rank-seconds */
     const energy_meter *e = &j->energy;
     int measured = energy_any_measured(e), shown = measured || e->est_joules > 0;
-    char wt[32], en[32], es[32], vs[48] = "", ps[96] = "";
+    char wt[32], en[32], es[32], vs[48] = "", ps[160] = "";
     fmt_energy(e, wt, sizeof wt, en, sizeof en);
     if (evaluated) snprintf(vs, sizeof vs, " | val %.4f", vl);
     if (j->size > 1) {
       int o = snprintf(ps, sizeof ps, " | bubble %.1f%% | exchange %.1f%%", 100.0 * w->bubble / busy,
                        100.0 * w->exchange / busy);
       if (w->grad_fp32 > 0 && w->grad_bytes < w->grad_fp32 && o > 0 && (size_t)o < sizeof ps) /* compressed */
-        snprintf(ps + o, sizeof ps - (size_t)o, " (%.1fx fewer bytes)", w->grad_fp32 / w->grad_bytes);
+        o += snprintf(ps + o, sizeof ps - (size_t)o, " (%.1fx fewer bytes)", w->grad_fp32 / w->grad_bytes);
+      if (w->q_norm2 > 0 && o > 0 && (size_t)o < sizeof ps) /* measured this window: relative error, its expectation */
+        snprintf(ps + o, sizeof ps - (size_t)o, " | q-error %.3g (expected %.3g)", w->q_measured / w->q_norm2,
+                 w->q_expected / w->q_norm2);
     }
     metrics_printf(&j->out, "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%%%s | %s | %s | ETA %s\n",
                    (int)snprintf(NULL, 0, "%ld", tc->max_steps), j->steps_done, tc->max_steps, info->loss, vs, info->lr,
@@ -389,6 +393,7 @@ static void account(train_job *j, const trainer_step_info *info, train_window *w
   if (j->rank == 0) {
     w->compute += sum[0], w->bubble += sum[1], w->exchange += sum[2], w->bytes += sum[3];
     w->grad_bytes += sum[4], w->grad_fp32 += sum[5], w->encode += sum[6], w->decode += sum[7];
+    j->grad_bytes += sum[4], j->grad_fp32 += sum[5];
     w->q_measured += sum[8], w->q_expected += sum[9], w->q_norm2 += sum[10];
   }
 }
@@ -502,6 +507,15 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
   json_object_set_new(j, "pipeline_stages", json_integer(r->t->lay.P));
   json_object_set_new(j, "data_parallel", json_integer(r->t->lay.D));
   json_object_set_new(j, "zero_stage", json_integer(r->t->lay.zero));
+  json_t *gx = json_object(); /* the gradient exchange over the whole job: bytes handed to the collectives */
+  json_object_set_new(gx, "method", json_string(cfg->comm.method));
+  json_object_set_new(gx, "bits", json_integer(cfg->comm.bits));
+  json_object_set_new(gx, "exchange", json_string(cfg->comm.exchange));
+  json_object_set_new(gx, "error_feedback", json_boolean(cfg->comm.error_feedback));
+  json_object_set_new(gx, "bytes", json_real(r->grad_bytes));
+  json_object_set_new(gx, "fp32_bytes", json_real(r->grad_fp32));
+  json_object_set_new(gx, "fewer", r->grad_bytes > 0 ? json_real(r->grad_fp32 / r->grad_bytes) : json_null());
+  json_object_set_new(j, "gradient_exchange", gx);
   /* FNV-1a of the final parameter bytes (whole model): equal hashes mean bitwise-equal models */
   char hash[32];
   snprintf(hash, sizeof hash, "%016llx", (unsigned long long)util_hash64(params, nparams * sizeof(float), 0));
@@ -547,6 +561,10 @@ static int verdict(train_job *j, err_list *errs) {
     else
       metrics_printf(out, "loss: train %.4f (not evaluated)\n", j->last_loss);
     metrics_printf(out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu, j->peak_gflops);
+    if (j->grad_bytes > 0 && j->grad_bytes < j->grad_fp32) /* compressed */
+      metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.1fx fewer than fp32 (%s %ld-bit, %s%s)\n",
+                     j->grad_bytes / 1e9, j->grad_fp32 / j->grad_bytes, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,
+                     cfg->comm.error_feedback ? ", error feedback" : "");
     double flops = j->flops_per_token * j->tokens;
     energy_report_print(&j->energy, j->tokens, flops, print_to_out, out);
     json_t *rep = energy_report_json(&j->energy, cfg, wall, j->tokens, flops, mfu, j->machine.cpu_model,
