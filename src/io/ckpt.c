@@ -536,9 +536,15 @@ static size_t *row_starts(const gpt_tensor *all, int nall, size_t *N) {
   return at;
 }
 
+/* A replica's row's length: the whole model's parameter count. */
+static size_t row_length(const gpt_tensor *all, int nall) {
+  size_t N = 0;
+  for (int i = 0; i < nall; i++) N += all[i].numel;
+  return N;
+}
+
 static int define_residual(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, int *var) {
-  size_t N, *at = row_starts(all, nall, &N);
-  free(at);
+  size_t N = row_length(all, nall);
   long long D = s->lay->D;
   unsigned long long zero = 0;
   int dim, rc = ncmpi_def_dim(nc, "comm_residual_values", (MPI_Offset)(D * (long long)N), &dim);
@@ -1032,8 +1038,7 @@ static int read_residual(ckpt_state *s, int nc, const char *path, const gpt_tens
                          err_list *errs) {
   memset(s->comm_residual, 0, s->model->nparams * sizeof(float));
   *restored = 0;
-  size_t N, *at = row_starts(all, nall, &N);
-  free(at);
+  size_t N = row_length(all, nall);
   int var, dim;
   long long D = 0;
   MPI_Offset len = 0;
