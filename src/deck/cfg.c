@@ -401,14 +401,15 @@ int cfg_has_task(const cfg_config *cfg, const char *task) {
 
 /* The tasks' order and what each task needs. */
 static void check_tasks(const cfg_config *cfg, err_list *errs) {
-  static const char *order[] = {"tokenizer", "prepare", "train"};
+  static const char *order[] = {"tokenizer", "prepare", "train", "eval", "sample", "export"};
   const cfg_strlist *t = &cfg->job.task;
   int last = -1;
   for (int i = 0; i < t->n; i++) {
     int k = 0;
     while (strcmp(order[k], t->v[i]) != 0) k++;
     if (k <= last) {
-      cfg_error_at(cfg, errs, "job", "task", "list each task once, in the order they run: 'tokenizer', 'prepare', 'train'",
+      cfg_error_at(cfg, errs, "job", "task", "list each task once, in the order they run: 'tokenizer', 'prepare', 'train', 'eval', 'sample', "
+                   "'export'",
                    "task '%s' is listed twice or out of order", t->v[i]);
       return;
     }
@@ -451,6 +452,12 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
       cfg_error_at(cfg, errs, "data", "val", "give a validation dataset, e.g. val = 'runs/data/val.nc'",
                    "task 'train' needs a validation dataset");
   }
+  if (cfg_has_task(cfg, "eval") && !cfg->eval.benchmarks.n && (!strcmp(cfg->eval.val, "none") || (!cfg->eval.val[0] && !cfg->data.val[0] && !cfg->prepare.val_out[0])))
+    cfg_error_at(cfg, errs, "eval", "benchmarks", "give a dataset (&eval val or &data val) or benchmarks, e.g. benchmarks = "
+                 "'lambada:data/lambada_test.jsonl'", "task 'eval' has nothing to score");
+  if (cfg->eval.seq_len > cfg->model.block_size)
+    cfg_error_at(cfg, errs, "eval", "seq_len", "lower seq_len to at most &model block_size", "seq_len = %ld exceeds "
+                 "&model block_size = %ld", cfg->eval.seq_len, cfg->model.block_size);
 }
 
 static void check_consistency(cfg_config *cfg, err_list *errs) {
@@ -535,6 +542,14 @@ static void derive(cfg_config *cfg) {
   if (!cfg->data.val[0] && cfg->prepare.val_out[0]) {
     util_strlcpy(cfg->data.val, cfg->prepare.val_out, sizeof cfg->data.val);
     set_derived(cfg, "data", "val", "prepare", "val_out");
+  }
+  if (!cfg->eval.val[0] && cfg->data.val[0]) {
+    util_strlcpy(cfg->eval.val, cfg->data.val, sizeof cfg->eval.val);
+    set_derived(cfg, "eval", "val", "data", "val");
+  }
+  if (cfg->eval.seq_len == 0) {
+    cfg->eval.seq_len = cfg->training.seq_len;
+    set_derived(cfg, "eval", "seq_len", "training", "seq_len");
   }
   if (cfg->training.decay_steps == 0) {
     cfg->training.decay_steps = cfg->training.max_steps;

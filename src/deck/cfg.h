@@ -25,7 +25,7 @@ typedef struct {
 /* ---- the groups ------------------------------------------------------------------------------ */
 
 #define CFG_GROUP_JOB(X, g)                                                                           \
-  X(g, STRLIST, task, "'train'", "tokenizer|prepare|train", "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'train' trains the model on &data") \
+  X(g, STRLIST, task, "'train'", "tokenizer|prepare|train|eval|sample|export", "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'train' trains the model on &data, 'eval' scores a model on a dataset and benchmarks (&eval), 'sample' generates text (&sample), 'export' writes a Hugging Face model directory (&export). eval, sample and export take the model from &checkpoint restart, else the newest checkpoint in &checkpoint dir, else &model init_from") \
   X(g, STR, name, "'greenlm'", "", "Name of the run, used in reports")                               \
   X(g, STR, run_dir, "'runs/default'", "", "Directory that receives deck.resolved.nml, log.txt, metrics.csv and verdict.json") \
   X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
@@ -44,7 +44,8 @@ typedef struct {
   X(g, STRLIST, attention_types, "'global', 'local'", "global|local", "Attention kind of each layer, as a pattern repeated over the layers") \
   X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
   X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm")                   \
-  X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings")
+  X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings") \
+  X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
 
 #define CFG_GROUP_TRAINING(X, g)                                                                      \
   X(g, INT, seq_len, "128", "[1, 1048576]", "Tokens per training sequence T (at most block_size)")  \
@@ -118,11 +119,28 @@ typedef struct {
   X(g, STR, restart, "''", "", "Continue from a checkpoint: its path, or 'latest' (the newest in dir; none there starts from step 0)") \
   X(g, BOOL, fallback, ".true.", "", "With restart = 'latest': a damaged newest checkpoint is set aside (renamed .damaged) with a warning and the next older one is read; .false. stops with the errors instead")
 
+#define CFG_GROUP_EVAL(X, g)                                                                          \
+  X(g, STR, val, "''", "", "Token dataset scored window by window, every window (loss, perplexity, bits per byte); empty means &data val; 'none' skips it") \
+  X(g, INT, seq_len, "0", "[0, 1048576]", "Tokens per window of that score (at most &model block_size); 0 means &training seq_len") \
+  X(g, STRLIST, benchmarks, "", "", "Benchmark files as 'kind:path', kind one of lambada, hellaswag, piqa, arc, winogrande, mc (the generic {\"context\", \"choices\", \"label\"} form), e.g. 'lambada:data/lambada_test.jsonl' (doc/evaluation.md)") \
+  X(g, INT, num_fewshot, "0", "[0, 64]", "Solved examples placed before each benchmark item (drawn with the seed from the same file, never the item itself)") \
+  X(g, INT, limit, "0", "[0, inf)", "Items scored per benchmark, the first of the file; 0 means all")
+
 #define CFG_GROUP_SAMPLE(X, g)                                                                        \
-  X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate after training; 0 skips sampling")    \
+  X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate per prompt (the 'sample' task, and after training); 0 skips the sample after training") \
   X(g, STR, prompt, "''", "", "Text the sample continues; empty starts from a newline")             \
-  X(g, REAL, temperature, "0.8", "(0, 100]", "Sampling temperature")                                \
-  X(g, INT, top_k, "40", "[0, inf)", "Sample among the k most likely tokens; 0 means all")
+  X(g, STR, prompt_file, "''", "", "File of prompts, one per line (\\n in a line stands for a newline), generated as one batch; replaces prompt") \
+  X(g, REAL, temperature, "0.8", "[0, 100]", "Sampling temperature; 0 picks the most likely token (greedy)") \
+  X(g, INT, top_k, "40", "[0, inf)", "Sample among the k most likely tokens; 0 means all")        \
+  X(g, REAL, top_p, "1", "(0, 1]", "Nucleus sampling: among the most likely tokens whose probabilities add up to top_p; 1 means all") \
+  X(g, REAL, repetition_penalty, "1", "(0, 100]", "Logits of tokens already in the text are divided by this (multiplied when negative), as Hugging Face's generate does; 1 means none") \
+  X(g, STR, stop, "''", "", "Generation of a prompt stops when its text ends with this string (it is kept)") \
+  X(g, BOOL, stop_eot, ".true.", "", "Generation of a prompt stops at <|endoftext|>")
+
+#define CFG_GROUP_EXPORT(X, g)                                                                        \
+  X(g, STR, dir, "''", "", "Directory the 'export' task writes (a Hugging Face model: config.json, model.safetensors, tokenizer files); empty means run_dir/hf") \
+  X(g, STR, dtype, "'fp32'", "fp32|bf16|fp16", "Element type of the exported weights") \
+  X(g, REAL, shard_mb, "5000", "(0, 1e9]", "Largest model.safetensors file in MB (10^6 bytes); a larger model is split into model-0000i-of-0000n.safetensors with model.safetensors.index.json")
 
 #define CFG_GROUP_SYSTEM(X, g)                                                                        \
   X(g, STR, backend, "'auto'", "auto|cpu|cuda", "Compute backend: 'cpu' (OpenBLAS and C kernels), 'cuda' (cuBLAS and CUDA kernels; a build configured --with-cuda, doc/gpu.md), 'auto' (CUDA where built and a GPU is visible, else the CPU)") \
@@ -152,7 +170,9 @@ typedef struct {
   X(parallel, CFG_GROUP_PARALLEL, "MPI decomposition: pipeline stages x data-parallel replicas, ZeRO-1, binding") \
   X(comm, CFG_GROUP_COMM, "Compressed gradient exchange across the data-parallel replicas")      \
   X(checkpoint, CFG_GROUP_CHECKPOINT, "PnetCDF checkpoints: when to write them, how many to keep, restarting") \
-  X(sample, CFG_GROUP_SAMPLE, "Text generated from the trained model at the end of the run")     \
+  X(eval, CFG_GROUP_EVAL, "Scoring a model: a dataset's loss, perplexity and bits per byte; benchmarks") \
+  X(sample, CFG_GROUP_SAMPLE, "Text generation: the 'sample' task, and the sample after training") \
+  X(export, CFG_GROUP_EXPORT, "The Hugging Face model directory the 'export' task writes")       \
   X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \
   X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")
 
