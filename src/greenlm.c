@@ -19,10 +19,13 @@
 #include "config.h"
 #include "model/gpt.h"
 #include "deck/nml.h"
+#include "eval/evaluate.h"
+#include "export.h"
 #include "model/optim.h"
 #include "parallel/par.h"
 #include "text/bpe.h"
 #include "text/prepare.h"
+#include "textgen.h"
 #include "train.h"
 #include "trainer.h"
 #include "base/util.h"
@@ -230,7 +233,8 @@ static int run_tasks(program *p) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE);
     return 1;
   }
-  if (cfg_has_task(cfg, "train") && !(p->be = backends_open(cfg, MPI_COMM_WORLD, &p->errs, note, sizeof note))) {
+  int computes = cfg_has_task(cfg, "train") || cfg_has_task(cfg, "eval") || cfg_has_task(cfg, "sample") || cfg_has_task(cfg, "export");
+  if (computes && !(p->be = backends_open(cfg, MPI_COMM_WORLD, &p->errs, note, sizeof note))) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, "the deck cannot run here; nothing was run or written");
     return 1;
   }
@@ -249,7 +253,10 @@ static int run_tasks(program *p) {
     if (p->rank == 0) printf("== task: %s ==\n", task), fflush(stdout);
     if (!strcmp(task, "tokenizer")) rc = bpe_run_task(cfg, MPI_COMM_WORLD, &p->errs);
     else if (!strcmp(task, "prepare")) rc = prepare_run(cfg, MPI_COMM_WORLD, &p->errs);
-    else rc = train_run(cfg, p->be, p->header, &p->errs);
+    else if (!strcmp(task, "train")) rc = train_run(cfg, p->be, p->header, &p->errs);
+    else if (!strcmp(task, "eval")) rc = eval_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);
+    else if (!strcmp(task, "sample")) rc = textgen_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);
+    else rc = export_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);
     char outcome[160];
     util_snprintf(outcome, sizeof outcome, "the '%s' task %s", task, rc ? "failed" : "went on");
     err_report(&p->errs, MPI_COMM_WORLD, 20, rc ? outcome : NULL);

@@ -256,6 +256,16 @@ static int describe_job(train_job *j, err_list *errs) {
 
 /* ---- restore -------------------------------------------------------------------------------------- */
 
+/* Step 0 from the Hugging Face directory &model init_from. Returns 0, or 1 after errors (every rank). */
+static int init_from(train_job *j, err_list *errs) {
+  double t0 = util_now();
+  if (trainer_init_from(j->t, errs) != 0) return TRAIN_BAD_INPUT;
+  if (j->rank == 0)
+    metrics_printf(&j->out, "init: weights from the Hugging Face directory %s (config.json agrees with &model) in %.2f s\n",
+                   j->cfg->model.init_from, util_now() - t0);
+  return TRAIN_OK;
+}
+
 /* Continue from &checkpoint restart: its path, or with 'latest' the newest complete checkpoint. A
  * damaged newest checkpoint is set aside (PATH.damaged) and the next older one tried when
  * &checkpoint fallback is set; the errors that condemned it are printed. Returns 0, or 1 after
@@ -665,6 +675,7 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header, err_
   watchdog_start(MPI_COMM_WORLD, cfg->job.step_timeout);
   int rc = set_up(&j, header, errs);
   if (rc == TRAIN_OK && j.resuming) rc = restore(&j, errs);
+  if (rc == TRAIN_OK && j.start == 0 && cfg->model.init_from[0]) rc = init_from(&j, errs);
   if (rc == TRAIN_OK) rc = step_loop(&j, errs);
   if (rc != TRAIN_BAD_INPUT && verdict(&j, errs) != 0 && rc == TRAIN_OK) rc = TRAIN_IO_FAILED;
   if (rc == TRAIN_OK && strcmp(j.status, "signal") != 0) write_sample(&j);

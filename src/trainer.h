@@ -76,6 +76,11 @@ int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err
  * Returns the number of errors added to errs. */
 int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, err_list *errs);
 
+/* Start from the Hugging Face directory &model init_from instead of the random initialisation: its
+ * config.json checked against the deck, each rank reading the tensors it holds. Collective.
+ * Returns the number of errors added (the same on every rank). */
+int trainer_init_from(trainer *t, err_list *errs);
+
 /* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL
  * elsewhere; *n receives their count. free() the result. Collective. */
 float *trainer_gather_params(trainer *t, size_t *n);

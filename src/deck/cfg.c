@@ -426,7 +426,7 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
       cfg_error_at(cfg, errs, "tokenizer", "corpus", "list text files in &tokenizer corpus or &prepare input",
                    "the 'tokenizer' task has no text to learn from");
   }
-  if (bpe && !tk->dir[0])
+  if (bpe && !tk->dir[0] && !cfg->model.init_from[0])
     cfg_error_at(cfg, errs, "tokenizer", "dir", "give the directory of encoder.json and vocab.bpe, e.g. dir = 'runs/tok'",
                  "kind = 'bpe' needs a tokenizer directory");
   if (cfg_has_task(cfg, "prepare")) {
@@ -542,6 +542,10 @@ static void derive(cfg_config *cfg) {
   if (!cfg->data.val[0] && cfg->prepare.val_out[0]) {
     util_strlcpy(cfg->data.val, cfg->prepare.val_out, sizeof cfg->data.val);
     set_derived(cfg, "data", "val", "prepare", "val_out");
+  }
+  if (!strcmp(cfg->tokenizer.kind, "bpe") && !cfg->tokenizer.dir[0] && cfg->model.init_from[0]) {
+    util_strlcpy(cfg->tokenizer.dir, cfg->model.init_from, sizeof cfg->tokenizer.dir); /* vocab.json, merges.txt */
+    set_derived(cfg, "tokenizer", "dir", "model", "init_from");
   }
   if (!cfg->eval.val[0] && cfg->data.val[0]) {
     util_strlcpy(cfg->eval.val, cfg->data.val, sizeof cfg->eval.val);

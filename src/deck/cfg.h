@@ -69,7 +69,7 @@ typedef struct {
 
 #define CFG_GROUP_TOKENIZER(X, g)                                                                  \
   X(g, STR, kind, "'bytes'", "bytes|bpe", "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary)") \
-  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe: read by 'bpe', written by the 'tokenizer' task") \
+  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe (or Hugging Face's vocab.json and merges.txt): read by 'bpe', written by the 'tokenizer' task; empty with &model init_from means that directory") \
   X(g, INT, vocab_size, "4096", "[258, 16777216]", "Vocabulary the 'tokenizer' task learns, <|endoftext|> included") \
   X(g, STRLIST, corpus, "", "", "Text the 'tokenizer' task learns from (files, directories, glob patterns); empty means &prepare input")
 

@@ -90,6 +90,10 @@ static uint64_t checksum_from_file(float *y, const unsigned char *raw, size_t a,
   return s;
 }
 
+/* Kinds of stage buffer a read fills: the parameters and their AdamW moments (3), or the parameters
+ * only (1: a model read for eval, sample or export, without an optimizer). */
+static int kinds(const ckpt_state *s) { return s->opt ? 3 : 1; }
+
 /* Backend address of stage-buffer element `off` of kind k (0 params, 1 adam_m, 2 adam_v). */
 static float *addr(const ckpt_state *s, int k, size_t off) {
   return k == 0 ? s->model->params + off : (k == 1 ? s->opt->m : s->opt->v) + (off - s->opt->lo);
@@ -350,7 +354,7 @@ typedef struct {
 static void share_open(sharer *h, const ckpt_state *s) {
   const par_layout *lay = s->lay;
   size_t most = par_piece(s->model->nparams, lay->D, 1) + 1; /* pieces differ by one element at most */
-  *h = (sharer){.s = s, .nk = lay->zero ? 1 : 3};
+  *h = (sharer){.s = s, .nk = lay->zero ? 1 : kinds(s)};
   h->total = (most + SHARE_CHUNK - 1) / SHARE_CHUNK * (size_t)h->nk * (size_t)lay->D;
   h->req = util_malloc((h->total ? h->total : 1) * sizeof *h->req, "requests");
 }
@@ -879,7 +883,7 @@ static void check_shape(int nc, const ckpt_state *s, const char *path, const gpt
     err_add(errs, where, 0, 0, hint, "the checkpoint's attention_types are '%s', the deck's '%s'", text, pattern);
   int shown = 0;
   for (int i = 0; i < nall; i++)
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < kinds(s); k++) {
       char name[160];
       snprintf(name, sizeof name, "%s%s", KIND_PREFIX[k], all[i].name);
       int ndim = 0, dims[8];
@@ -933,7 +937,7 @@ static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, e
   if (strcmp(r.tokenizer_hash, now.tokenizer_hash) != 0)
     err_add(errs, path, 0, 0, MISMATCH_HINT, "the checkpoint was trained with another tokenizer (hash %s; this run's "
             "has hash %s)", r.tokenizer_hash, now.tokenizer_hash);
-  if (r.seed != now.seed)
+  if (s->opt && r.seed != now.seed) /* a model read without its optimizer does not continue the data order */
     err_add(errs, path, 0, 0, MISMATCH_HINT, "the checkpoint's &job seed is %lld, the deck's %lld (the data order "
             "follows it)", r.seed, now.seed);
   if (r.dataset[0] && s->data && (r.dataset_tokens != now.dataset_tokens || strcmp(r.dataset, now.dataset) != 0))
@@ -992,10 +996,10 @@ static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tenso
   int overlap = lay->D > 1 && s->model->be->caps.host_memory; /* device memory: shared after, through a host buffer */
   if (overlap) share_open(&sh, s), io.poll = share_poll, io.poll_arg = &sh;
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < 3; k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
+    for (int k = 0; k < kinds(s); k++) io_expect(&io, vars[3 * p[i].t + k], p[i].a, p[i].b);
   io_start(&io, path, &s->cfg->checkpoint);
   for (int i = 0; i < n; i++) {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < kinds(s); k++)
       io_range(&io, vars[3 * p[i].t + k], all[p[i].t].cols, p[i].a, p[i].b, addr(s, k, p[i].off), p[i].counted ? 3 * p[i].t + k : -1);
     if (overlap) io_flush(&io, 0), share_post(&sh, p[i].off + (p[i].b - p[i].a)); /* piece i is in place */
   }
@@ -1013,7 +1017,7 @@ static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tenso
   if (!any) { /* every rank's share of each variable, summed, against the writer's checksum */
     MPI_Allreduce(sums, total, nall * 3, MPI_UINT64_T, MPI_SUM, comm);
     for (int i = 0; i < nall; i++)
-      for (int k = 0; k < 3; k++) {
+      for (int k = 0; k < kinds(s); k++) {
         unsigned long long want = 0;
         ncmpi_get_att_ulonglong(nc, vars[3 * i + k], "checksum", &want);
         if (want != total[3 * i + k] && shown++ < 10)
@@ -1023,7 +1027,7 @@ static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tenso
     if (!shown && !overlap) {
       double t1 = util_now();
       share_pieces(s, 0);
-      if (!lay->zero) share_pieces(s, 1), share_pieces(s, 2); /* without ZeRO every replica keeps all moments */
+      if (!lay->zero && s->opt) share_pieces(s, 1), share_pieces(s, 2); /* without ZeRO every replica keeps all moments */
       st->share_seconds = util_now() - t1;
     }
   }

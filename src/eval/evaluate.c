@@ -1,0 +1,147 @@
+/* evaluate: the 'eval' task: set-up, the dataset score, the benchmarks, the report. */
+#include "eval/evaluate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "eval/bench.h"
+#include "eval/report.h"
+#include "eval/score.h"
+#include "infer.h"
+
+typedef struct {
+  const cfg_config *cfg;
+  infer_model im;
+  int rank;
+  int nsets;
+  bench_set *sets; /* (nsets) the deck's benchmarks */
+  evalrep_table rep;
+  double t0;
+} eval_job;
+
+/* Every benchmark of &eval benchmarks, read on every rank (each rank builds the same requests).
+ * Returns 1 (every rank) after errors. */
+static int load_benchmarks(eval_job *j, err_list *errs) {
+  const cfg_eval *c = &j->cfg->eval;
+  j->sets = util_calloc((size_t)c->benchmarks.n + 1, sizeof *j->sets, "benchmarks");
+  long n0 = err_count(errs);
+  for (int i = 0; i < c->benchmarks.n; i++) {
+    int e0 = errs->n;
+    if (bench_load(&j->sets[j->nsets], c->benchmarks.v[i], c->limit, (int)c->num_fewshot, (uint64_t)j->cfg->job.seed, errs) == 0)
+      j->nsets++;
+    else if (errs->n > e0 && !errs->v[e0].line) /* a whole-file problem: point at the deck key */
+      cfg_relocate(j->cfg, errs, e0, "eval", "benchmarks");
+  }
+  return err_count(errs) > n0;
+}
+
+/* The longest request in tokens (at most block_size), for the model's plan. Rank 0 encodes them. */
+static int longest_request(eval_job *j) {
+  int most = 1;
+  if (j->rank == 0) {
+    tok_ids ids = {0};
+    for (int s = 0; s < j->nsets; s++)
+      for (long r = 0; r < bench_nrequests(&j->sets[s]); r++) {
+        const bench_request *q = bench_request_at(&j->sets[s], r);
+        ids.n = 0;
+        tok_encode(&j->im.tok, q->context, strlen(q->context), 0, &ids);
+        tok_encode(&j->im.tok, q->continuation, strlen(q->continuation), 0, &ids);
+        if ((int)ids.n - 1 > most) most = (int)ids.n - 1;
+      }
+    tok_ids_free(&ids);
+  }
+  MPI_Bcast(&most, 1, MPI_INT, 0, j->im.comm);
+  return most < j->im.shape.maxT ? most : j->im.shape.maxT;
+}
+
+/* The dataset score (&eval val), into the report. Returns 1 (every rank) after errors. */
+static int run_dataset(eval_job *j, err_list *errs) {
+  const cfg_eval *c = &j->cfg->eval;
+  score_dataset d;
+  if (score_dataset_run(&j->im, c->val, (int)j->cfg->training.micro_batch_size, (int)c->seq_len, &d, errs)) return 1;
+  if (j->rank == 0) {
+    char task[CFG_STR_LEN + 16];
+    util_snprintf(task, sizeof task, "dataset:%s", c->val);
+    evalrep_add(&j->rep, task, "loss", d.loss, NAN, (long)d.windows);
+    evalrep_add(&j->rep, task, "perplexity", d.ppl, NAN, (long)d.windows);
+    evalrep_add(&j->rep, task, "bits_per_byte", d.bpb, NAN, (long)d.windows);
+    evalrep_add(&j->rep, task, "tokens", d.tokens, NAN, (long)d.windows);
+    printf("eval: %s: %llu windows of %ld tokens, loss %.6f, perplexity %.4f, %.4f bits per byte (%.0f tokens/s)\n",
+           c->val, (unsigned long long)d.windows, c->seq_len, d.loss, d.ppl, d.bpb, d.tokens / d.seconds);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+/* One benchmark's requests scored and its metrics into the report. */
+static void run_benchmark(eval_job *j, const bench_set *set) {
+  long n = bench_nrequests(set);
+  double t0 = util_now();
+  score_request *q = util_malloc((size_t)(n + 1) * sizeof *q, "requests");
+  score_result *r = util_malloc((size_t)(n + 1) * sizeof *r, "results");
+  bench_result *br = util_malloc((size_t)(n + 1) * sizeof *br, "results");
+  for (long i = 0; i < n; i++) {
+    const bench_request *b = bench_request_at(set, i);
+    q[i] = (score_request){b->context, b->continuation, b->greedy};
+  }
+  score_requests(&j->im, q, n, r);
+  long cut = 0;
+  for (long i = 0; i < n; i++) {
+    br[i] = (bench_result){r[i].loglik, r[i].ntokens, r[i].greedy_ok};
+    cut += r[i].truncated;
+  }
+  bench_scores s;
+  bench_score(set, br, &s);
+  if (j->rank == 0) {
+    evalrep_add(&j->rep, set->name, "acc", s.acc, s.acc_stderr, s.n);
+    if (!isnan(s.acc_norm)) evalrep_add(&j->rep, set->name, "acc_norm", s.acc_norm, s.acc_norm_stderr, s.n);
+    if (!isnan(s.ppl)) evalrep_add(&j->rep, set->name, "perplexity", s.ppl, NAN, s.n);
+    printf("eval: %s: %ld items, %ld requests, %ld tokens scored in %.2f s%s\n", set->name, s.n, n, s.tokens,
+           util_now() - t0, cut ? " (some contexts cut on the left to the block size)" : "");
+    fflush(stdout);
+  }
+  free(q), free(r), free(br);
+}
+
+/* The table on the terminal, eval.json and eval.csv in the run directory (rank 0). Returns 1 (every
+ * rank) when a file could not be written. */
+static int report(eval_job *j, err_list *errs) {
+  int bad = 0;
+  if (j->rank == 0) {
+    const cfg_config *cfg = j->cfg;
+    evalrep_print(&j->rep, stdout);
+    evalrep_settings st = {cfg->job.name, j->im.source, cfg->eval.num_fewshot, cfg->eval.limit, cfg->job.seed,
+                           util_now() - j->t0};
+    bad = util_mkdir_p(cfg->job.run_dir) != 0 || evalrep_write(&j->rep, &st, cfg->job.run_dir, errs) != 0;
+    if (!bad) printf("eval: results in %s/eval.json and eval.csv\n", cfg->job.run_dir);
+    fflush(stdout);
+  }
+  MPI_Bcast(&bad, 1, MPI_INT, 0, j->im.comm);
+  return bad;
+}
+
+int eval_run(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *errs) {
+  eval_job j = {.cfg = cfg, .t0 = util_now()};
+  MPI_Comm_rank(comm, &j.rank);
+  int any, bad = infer_open(&j.im, cfg, be, comm, errs) != 0;
+  if (!bad) bad = load_benchmarks(&j, errs);
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  int dataset = cfg->eval.val[0] && strcmp(cfg->eval.val, "none") != 0;
+  if (!any) {
+    int T = j.nsets ? longest_request(&j) : 1;
+    if ((int)cfg->eval.seq_len > T && dataset) T = (int)cfg->eval.seq_len;
+    any = infer_load(&j.im, (int)cfg->training.micro_batch_size, T, errs);
+  }
+  if (!any && j.rank == 0) printf("eval: the model from the %s\n", j.im.source), fflush(stdout);
+  if (!any && dataset) any = run_dataset(&j, errs);
+  for (int s = 0; !any && s < j.nsets; s++) run_benchmark(&j, &j.sets[s]);
+  if (!any) any = report(&j, errs);
+  for (int s = 0; s < j.nsets; s++) bench_free(&j.sets[s]);
+  free(j.sets);
+  evalrep_free(&j.rep);
+  infer_close(&j.im);
+  return any;
+}

@@ -1,0 +1,145 @@
+/* score: log-likelihoods of dataset windows and of benchmark continuations. */
+#include "eval/score.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/* ---- every window of a dataset ------------------------------------------------------------------ */
+
+/* The dataset at path opened as the loader's validation split, for windows of T + 1 tokens. */
+static int open_dataset(data_loader *d, const infer_model *im, const char *path, int T, err_list *errs) {
+  cfg_config *c = util_malloc(sizeof *c, "configuration");
+  memcpy(c, im->cfg, sizeof *c);
+  util_strlcpy(c->data.train, path, sizeof c->data.train);
+  util_strlcpy(c->data.val, path, sizeof c->data.val);
+  int e0 = errs->n, n = data_open(d, c, &im->tok, T, errs);
+  cfg_relocate(im->cfg, errs, e0, "eval", "val");
+  free(c);
+  return n;
+}
+
+/* Bytes of text the target tokens stand for: (N) ids; <|endoftext|> counts none. */
+static double text_bytes(const tok_tokenizer *tok, const int32_t *ids, size_t n) {
+  double b = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] != tok->eot) b += (double)(tok->off[ids[i] + 1] - tok->off[ids[i]]);
+  return b;
+}
+
+/* Windows [lo, hi) of d, B at a time: each window's summed loss into nats[w - lo], the target bytes
+ * into *bytes. */
+static void score_windows(infer_model *im, data_loader *d, uint64_t lo, uint64_t hi, int B, int T, double *nats,
+                          double *bytes) {
+  gpt_model *m = &im->model;
+  int32_t *tok = util_malloc((size_t)B * T * sizeof *tok, "tokens"), *tgt = util_malloc((size_t)B * T * sizeof *tgt, "targets");
+  for (uint64_t w = lo; w < hi; w += (uint64_t)B) {
+    int b = hi - w < (uint64_t)B ? (int)(hi - w) : B;
+    for (int i = 0; i < b; i++) data_val_batch(d, (int)(w + (uint64_t)i), 1, tok + (size_t)i * T, tgt + (size_t)i * T);
+    gpt_set_batch(m, 0, tok, tgt, b, T);
+    gpt_forward(m, 0, b, T);
+    gpt_loss(m, 0, b, T, 0.0f);
+    for (int i = 0; i < b; i++) {
+      double s = 0;
+      for (int t = 0; t < T; t++) s += m->losses_host[(size_t)i * T + t];
+      nats[w - lo + (uint64_t)i] = s;
+    }
+    *bytes += text_bytes(&im->tok, tgt, (size_t)b * T);
+  }
+  free(tok), free(tgt);
+}
+
+int score_dataset_run(infer_model *im, const char *path, int B, int T, score_dataset *out, err_list *errs) {
+  memset(out, 0, sizeof *out);
+  double t0 = util_now();
+  data_loader d;
+  int bad = open_dataset(&d, im, path, T, errs) != 0, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, im->comm);
+  if (any) {
+    if (!bad) data_close(&d);
+    return 1;
+  }
+  uint64_t nw = data_val_windows(&d), lo = nw * (uint64_t)im->rank / (uint64_t)im->size,
+           hi = nw * (uint64_t)(im->rank + 1) / (uint64_t)im->size;
+  double *mine = util_malloc((hi - lo + 1) * sizeof *mine, "window losses"), bytes = 0;
+  score_windows(im, &d, lo, hi, B, T, mine, &bytes);
+  data_close(&d);
+  /* rank 0 adds the windows in order: the same sum for any rank count */
+  int *counts = util_malloc((size_t)im->size * sizeof *counts, "counts"), *displs = util_malloc((size_t)im->size * sizeof *displs, "displs");
+  for (int r = 0; r < im->size; r++) {
+    uint64_t a = nw * (uint64_t)r / (uint64_t)im->size, b = nw * (uint64_t)(r + 1) / (uint64_t)im->size;
+    counts[r] = (int)(b - a), displs[r] = (int)a;
+  }
+  double *all = im->rank == 0 ? util_malloc((nw + 1) * sizeof *all, "window losses") : NULL;
+  MPI_Gatherv(mine, (int)(hi - lo), MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0, im->comm);
+  MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_SUM, im->comm);
+  double nats = 0;
+  if (im->rank == 0)
+    for (uint64_t w = 0; w < nw; w++) nats += all[w];
+  MPI_Bcast(&nats, 1, MPI_DOUBLE, 0, im->comm);
+  free(mine), free(all), free(counts), free(displs);
+  out->nats = nats, out->bytes = bytes, out->windows = nw, out->tokens = (double)nw * T;
+  out->loss = nats / out->tokens;
+  out->ppl = exp(out->loss);
+  out->bpb = bytes > 0 ? nats / log(2.0) / bytes : NAN;
+  out->seconds = util_now() - t0;
+  return 0;
+}
+
+/* ---- continuations of contexts ------------------------------------------------------------------ */
+
+/* Index of the largest of n logits (the first on ties). */
+static int argmax(const float *x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+/* One request alone in a forward pass. */
+static void score_one(infer_model *im, const score_request *q, score_result *r, tok_ids *all, float *row) {
+  gpt_model *m = &im->model;
+  tok_tokenizer *tok = &im->tok;
+  all->n = 0;
+  if (!q->context[0]) tok_ids_push(all, tok->eot >= 0 ? tok->eot : 0);
+  else tok_encode(tok, q->context, strlen(q->context), 0, all);
+  size_t nctx = all->n;
+  tok_encode(tok, q->continuation, strlen(q->continuation), 0, all);
+  int ncont = (int)(all->n - nctx), maxT = m->T;
+  /* inputs: the last maxT tokens before the final one; targets: the tokens after each */
+  size_t start = all->n - 1 > (size_t)maxT ? all->n - 1 - (size_t)maxT : 0;
+  int T = (int)(all->n - 1 - start);
+  memset(r, 0, sizeof *r);
+  r->ntokens = ncont;
+  r->truncated = start > 0;
+  if (ncont == 0 || T < 1) return;
+  gpt_set_batch(m, 0, all->v + start, all->v + start + 1, 1, T);
+  gpt_forward(m, 0, 1, T);
+  r->greedy_ok = 1;
+  if (q->greedy)
+    for (int t = T - ncont; t < T; t++) {
+      gpt_logits_row(m, 0, (size_t)t, row);
+      if (argmax(row, m->s.V) != all->v[start + (size_t)t + 1]) r->greedy_ok = 0;
+    }
+  gpt_loss(m, 0, 1, T, 0.0f);
+  for (int t = T - ncont; t < T; t++) r->loglik -= m->losses_host[t];
+}
+
+void score_requests(infer_model *im, const score_request *req, long n, score_result *res) {
+  tok_ids all = {0};
+  float *row = util_malloc((size_t)im->model.s.V * sizeof *row, "logits row");
+  double *v = util_calloc((size_t)n * 4 + 1, sizeof *v, "results");
+  for (long i = im->rank; i < n; i += im->size) {
+    score_result r;
+    score_one(im, &req[i], &r, &all, row);
+    v[4 * i] = r.loglik, v[4 * i + 1] = r.ntokens, v[4 * i + 2] = r.greedy_ok, v[4 * i + 3] = r.truncated;
+  }
+  /* every entry comes from one rank, zeros from the others: the sum is exact */
+  MPI_Allreduce(MPI_IN_PLACE, v, (int)(4 * n), MPI_DOUBLE, MPI_SUM, im->comm);
+  for (long i = 0; i < n; i++)
+    res[i] = (score_result){v[4 * i], (int)v[4 * i + 1], (int)v[4 * i + 2], (int)v[4 * i + 3]};
+  free(v), free(row);
+  tok_ids_free(&all);
+}

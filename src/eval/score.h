@@ -1,0 +1,46 @@
+/* score: a model's log-likelihoods, the primitives of evaluation: every window of a token dataset
+ * (loss, perplexity, bits per byte), and continuations of contexts (benchmark requests). Work is
+ * spread across the ranks of the inference job; results do not depend on the rank count. */
+#ifndef GREENLM_SCORE_H
+#define GREENLM_SCORE_H
+
+#include <stdint.h>
+
+#include "infer.h"
+#include "text/data.h"
+
+typedef struct {
+  double nats;        /* summed -log p of every target token */
+  double tokens;      /* target tokens scored */
+  double bytes;       /* their text in bytes (<|endoftext|> counts none) */
+  uint64_t windows;   /* windows of T + 1 tokens scored */
+  double loss, ppl, bpb; /* nats / tokens, exp(loss), nats / ln 2 / bytes */
+  double seconds;
+} score_dataset;
+
+/* Every window of T + 1 tokens of the dataset at path (windows at stride T; the last tokens that do
+ * not fill a window are not scored), B windows per forward pass (B, T within the model's plan).
+ * Windows are split into contiguous ranges across the ranks; the per-window sums are added on rank 0
+ * in window order. Collective. Returns the errors added (the dataset cannot be opened or does not
+ * fit the model or tokenizer); the result is on every rank. */
+int score_dataset_run(infer_model *im, const char *path, int B, int T, score_dataset *out, err_list *errs);
+
+typedef struct {
+  const char *context, *continuation;
+  int greedy; /* also check whether greedy decoding gives every continuation token */
+} score_request;
+
+typedef struct {
+  double loglik;  /* sum of log p(continuation token | everything before it) */
+  int ntokens;    /* continuation tokens */
+  int greedy_ok;  /* every continuation token is the most likely one (when asked) */
+  int truncated;  /* the context was cut on the left to fit the model's block size */
+} score_result;
+
+/* Score n requests as lm-evaluation-harness does: context and continuation are encoded apart and
+ * joined (an empty context becomes <|endoftext|>), the last block_size + 1 tokens kept. Request i
+ * is computed on rank i mod size, alone in its forward pass, so its result is the same for any
+ * rank count; every rank receives all results. Collective. */
+void score_requests(infer_model *im, const score_request *req, long n, score_result *res);
+
+#endif

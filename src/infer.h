@@ -1,0 +1,45 @@
+/* infer: the model a trained-model task works on (eval, sample, export), whole on every rank of the
+ * job, read from a checkpoint written on any layout or from a Hugging Face model directory.
+ *
+ * Where the weights come from, the first that applies:
+ *   1. &checkpoint restart: a checkpoint's path, or 'latest' (the newest in &checkpoint dir);
+ *   2. the newest checkpoint in &checkpoint dir (after a 'train' task of the same job, its last);
+ *   3. &model init_from: a Hugging Face directory (config.json checked against &model).
+ * A checkpoint's tokenizer must be the deck's (its hash is compared). */
+#ifndef GREENLM_INFER_H
+#define GREENLM_INFER_H
+
+#include <mpi.h>
+
+#include "base/err.h"
+#include "deck/cfg.h"
+#include "io/ckpt.h"
+#include "model/backend.h"
+#include "model/gpt.h"
+#include "text/tok.h"
+
+typedef struct {
+  const cfg_config *cfg;
+  const backend *be;
+  MPI_Comm comm;
+  int rank, size;
+  gpt_shape shape;
+  gpt_model model; /* all layers, micro-batches up to (B, T) */
+  tok_tokenizer tok;
+  char source[CKPT_PATH_MAX + 64]; /* "checkpoint PATH (step N)" or "Hugging Face directory DIR" */
+  long step;                       /* of the checkpoint; -1 for a Hugging Face directory */
+} infer_model;
+
+/* Open the deck's tokenizer (first, so that a task can size its work in tokens). Collective over
+ * comm. Returns the number of errors added (the same on every rank); on errors nothing is open. */
+int infer_open(infer_model *im, const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *errs);
+/* Then the model for micro-batches up to (B, T), its weights read. Collective. Returns the errors
+ * added (the same on every rank); on errors the model is freed (infer_close still closes the rest). */
+int infer_load(infer_model *im, int B, int T, err_list *errs);
+void infer_close(infer_model *im);
+
+/* The whole model's parameters (fp32, in gpt_list_tensors order) in host memory: the model's own
+ * buffer on a backend in host memory, else a copy that *owned receives (free() it; NULL otherwise). */
+const float *infer_host_params(const infer_model *im, float **owned);
+
+#endif
