@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/util.h"
 
@@ -98,14 +99,7 @@ static uint64_t hash_u32(uint64_t h, uint32_t x) {
   return util_hash64(b, 4, h);
 }
 
-uint64_t tok_hash_of(const tok_tokenizer *t) {
-  uint64_t h = 0;
-  for (int i = 0; i < t->vocab_size; i++) {
-    uint32_t len = (uint32_t)(t->off[i + 1] - t->off[i]);
-    h = hash_u32(h, len);
-    h = util_hash64(t->bytes + t->off[i], len, h);
-  }
-  /* merges in rank order */
+uint32_t *tok_merge_list(const tok_tokenizer *t) {
   uint32_t *pairs = util_calloc((size_t)t->nmerges * 2 + 1, sizeof(uint32_t), "merge list");
   for (size_t i = 0; i < t->merges.cap; i++) {
     uint64_t k = t->merges.keys[i];
@@ -114,6 +108,17 @@ uint64_t tok_hash_of(const tok_tokenizer *t) {
     pairs[2 * rank] = (uint32_t)(k >> 32);
     pairs[2 * rank + 1] = (uint32_t)k;
   }
+  return pairs;
+}
+
+uint64_t tok_hash_of(const tok_tokenizer *t) {
+  uint64_t h = 0;
+  for (int i = 0; i < t->vocab_size; i++) {
+    uint32_t len = (uint32_t)(t->off[i + 1] - t->off[i]);
+    h = hash_u32(h, len);
+    h = util_hash64(t->bytes + t->off[i], len, h);
+  }
+  uint32_t *pairs = tok_merge_list(t);
   for (int r = 0; r < t->nmerges; r++) h = hash_u32(hash_u32(h, pairs[2 * r]), pairs[2 * r + 1]);
   free(pairs);
   return h;
@@ -166,7 +171,7 @@ static int compile_pattern(tok_tokenizer *t, err_list *errs) {
 }
 
 static const char TOK_HINT[] = "run the 'tokenizer' task to learn a vocabulary, or point &tokenizer dir at GPT-2's "
-                               "encoder.json and vocab.bpe";
+                               "encoder.json and vocab.bpe (or a Hugging Face model's vocab.json and merges.txt)";
 
 /* encoder.json: a JSON object of token strings -> ids 0..n-1, each once. Fills t->bytes, t->off,
  * t->vocab_size, t->eot, t->byte_id, and by_bytes (token bytes -> id, <|endoftext|> left out).
@@ -327,6 +332,12 @@ int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs) {
   char path[UTIL_PATH_MAX], vpath[UTIL_PATH_MAX];
   util_snprintf(path, sizeof path, "%s/encoder.json", dir);
   util_snprintf(vpath, sizeof vpath, "%s/vocab.bpe", dir);
+  char hf[UTIL_PATH_MAX]; /* a Hugging Face model directory has the same files under other names */
+  util_snprintf(hf, sizeof hf, "%s/vocab.json", dir);
+  if (access(path, F_OK) != 0 && access(vpath, F_OK) != 0 && access(hf, F_OK) == 0) {
+    util_strlcpy(path, hf, sizeof path);
+    util_snprintf(vpath, sizeof vpath, "%s/merges.txt", dir);
+  }
   hmap_str by_bytes;
   hmap_str_init(&by_bytes, 1024);
   hmap_u64_init(&t->merges, 1024);

@@ -51,7 +51,8 @@ typedef struct {
 
 /* The 256-token byte tokenizer. */
 void tok_init_bytes(tok_tokenizer *t);
-/* Load dir/encoder.json and dir/vocab.bpe. Returns 0, or -1 after adding an error at the file (and
+/* Load dir/encoder.json and dir/vocab.bpe (or, when neither is there, Hugging Face's names for
+ * the same files: dir/vocab.json and dir/merges.txt). Returns 0, or -1 after adding an error at the file (and
  * line) that names what is wrong. */
 int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs);
 void tok_free(tok_tokenizer *t);
@@ -79,5 +80,7 @@ int tok_bytes_to_chars(const char *b, int n, char *out, int outlen);
 /* The identity hash of a vocabulary: FNV-1a over each token's bytes (in id order, each followed
  * by a 0xff separator) and then each merge's (left, right) ids. */
 uint64_t tok_hash_of(const tok_tokenizer *t);
+/* The merges in rank order: (nmerges, 2) (left id, right id) pairs; free() the list. */
+uint32_t *tok_merge_list(const tok_tokenizer *t);
 
 #endif

@@ -1,0 +1,676 @@
+/* hf: Hugging Face GPT-Neo / GPT-2 model directories: config check, weight import, export. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "io/hf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "io/safetensors.h"
+#include "text/tok.h"
+
+#define HF_HINT_SAVE "save the model with transformers' save_pretrained(dir, safe_serialization=True)"
+
+static long added_since(const err_list *errs, long before) { return err_count(errs) - before; }
+
+/* ---- config.json -------------------------------------------------------------------------------- */
+
+/* An integer key of the config (absent: def; null allowed when null_ok, giving 0). -1 after an error. */
+static int get_int(const json_t *c, const char *key, long def, int null_ok, long *out, const char *path, err_list *errs) {
+  const json_t *v = json_object_get(c, key);
+  if (!v || (null_ok && json_is_null(v))) {
+    *out = v ? 0 : def;
+    return 0;
+  }
+  if (!json_is_integer(v) || json_integer_value(v) < 0) {
+    err_add(errs, path, 0, 0, HF_HINT_SAVE, "%s must be an integer >= 0%s", key, null_ok ? " or null" : "");
+    return -1;
+  }
+  *out = (long)json_integer_value(v);
+  return 0;
+}
+
+/* A string key that must have the value want (absent: def). */
+static int want_str(const json_t *c, const char *key, const char *def, const char *want, const char *path, err_list *errs) {
+  const json_t *v = json_object_get(c, key);
+  const char *got = !v ? def : json_is_string(v) ? json_string_value(v) : "(not a string)";
+  if (strcmp(got, want) == 0) return 0;
+  err_add(errs, path, 0, 0, "greenlm computes GPT-Neo and GPT-2 as Hugging Face does with their default settings",
+          "%s = \"%s\" is not supported (greenlm computes \"%s\")", key, got, want);
+  return -1;
+}
+
+/* A boolean key that must have the value want (absent: def). */
+static int want_bool(const json_t *c, const char *key, int def, int want, const char *path, err_list *errs) {
+  const json_t *v = json_object_get(c, key);
+  int got = !v ? def : json_is_boolean(v) ? json_is_true(v) : -1;
+  if (got == want) return 0;
+  err_add(errs, path, 0, 0, "greenlm computes GPT-Neo and GPT-2 as Hugging Face does with their default settings",
+          "%s = %s is not supported (greenlm computes %s = %s)", key, got < 0 ? "(not a boolean)" : got ? "true" : "false", key,
+          want ? "true" : "false");
+  return -1;
+}
+
+/* The per-layer kinds of a list that repeats over the layers, as its shortest period. */
+static void set_pattern(cfg_strlist *out, char kinds[][8], int L) {
+  int p = 1;
+  while (p < L) {
+    int ok = 1;
+    for (int l = p; l < L && ok; l++) ok = strcmp(kinds[l], kinds[l % p]) == 0;
+    if (ok) break;
+    p++;
+  }
+  out->n = p < CFG_LIST_MAX ? p : CFG_LIST_MAX;
+  for (int i = 0; i < out->n; i++) util_strlcpy(out->v[i], kinds[i], CFG_ITEM_LEN);
+}
+
+/* GPT-Neo's attention_types [[["global", "local"], n], ...] expanded to L layers into out. */
+static int neo_attention(const json_t *c, long L, cfg_model *out, const char *path, err_list *errs) {
+  const json_t *at = json_object_get(c, "attention_types");
+  static const char HINT[] = "attention_types is a list of [[kinds...], repeats] whose expansion has num_layers entries, "
+                             "each \"global\" or \"local\"";
+  char(*kinds)[8] = util_calloc((size_t)L + 1, 8, "layer kinds");
+  long n = 0;
+  int ok = json_is_array(at);
+  for (size_t i = 0; ok && i < json_array_size(at); i++) {
+    const json_t *item = json_array_get(at, i), *ks = json_array_get(item, 0), *rep = json_array_get(item, 1);
+    ok = json_is_array(item) && json_array_size(item) == 2 && json_is_array(ks) && json_is_integer(rep);
+    for (json_int_t r = 0; ok && r < json_integer_value(rep); r++)
+      for (size_t k = 0; ok && k < json_array_size(ks); k++) {
+        const char *kind = json_string_value(json_array_get(ks, k));
+        ok = kind && (strcmp(kind, "global") == 0 || strcmp(kind, "local") == 0) && n < L;
+        if (ok) util_strlcpy(kinds[n++], kind, 8);
+      }
+  }
+  if (!ok || n != L)
+    err_add(errs, path, 0, 0, HINT, "attention_types does not expand to %ld layer kinds, one per layer", L);
+  else
+    set_pattern(&out->attention_types, kinds, (int)L);
+  free(kinds);
+  return ok && n == L ? 0 : -1;
+}
+
+/* The shape keys of a GPT-Neo or GPT-2 config (transformers' defaults for absent keys). */
+static int parse_config(const json_t *c, const char *path, cfg_model *out, err_list *errs) {
+  const json_t *mt = json_object_get(c, "model_type");
+  const char *type = json_string_value(mt);
+  long v[8], L = 0, eps_ok = 1;
+  int neo = type && strcmp(type, "gpt_neo") == 0, rc = 0;
+  if (!type || (!neo && strcmp(type, "gpt2") != 0)) {
+    err_add(errs, path, 0, 0, "greenlm imports GPTNeoForCausalLM (model_type gpt_neo) and GPT2LMHeadModel (gpt2) models",
+            "unsupported architecture: model_type = \"%s\"", type ? type : "(missing)");
+    return -1;
+  }
+  static const char *keys[2][6] = {{"vocab_size", "n_positions", "n_layer", "n_embd", "n_head", "n_inner"},
+                                   {"vocab_size", "max_position_embeddings", "num_layers", "hidden_size", "num_heads",
+                                    "intermediate_size"}};
+  static const long defs[2][6] = {{50257, 1024, 12, 768, 12, 0}, {50257, 2048, 24, 2048, 16, 0}};
+  for (int k = 0; k < 6; k++) rc |= get_int(c, keys[neo][k], defs[neo][k], k == 5, &v[k], path, errs);
+  rc |= get_int(c, "window_size", 256, 0, &v[6], path, errs);
+  const json_t *e = json_object_get(c, "layer_norm_epsilon");
+  if (e && !json_is_number(e)) err_add(errs, path, 0, 0, HF_HINT_SAVE, "layer_norm_epsilon must be a number"), eps_ok = 0;
+  rc |= want_str(c, "activation_function", "gelu_new", "gelu_new", path, errs);
+  rc |= want_bool(c, "tie_word_embeddings", 1, 1, path, errs);
+  if (!neo) {
+    rc |= want_bool(c, "scale_attn_weights", 1, 1, path, errs);
+    rc |= want_bool(c, "scale_attn_by_inverse_layer_idx", 0, 0, path, errs);
+  }
+  if (rc != 0 || !eps_ok) return -1;
+  L = v[2];
+  util_strlcpy(out->arch, neo ? "gpt-neo" : "gpt2", sizeof out->arch);
+  out->vocab_size = v[0], out->block_size = v[1], out->n_layer = v[2], out->n_embd = v[3], out->n_head = v[4];
+  out->n_inner = v[5] == 4 * v[3] ? 0 : v[5];
+  out->window_size = v[6];
+  out->layer_norm_epsilon = e ? json_number_value(e) : 1e-5;
+  if (!neo) {
+    out->attention_types.n = 1;
+    util_strlcpy(out->attention_types.v[0], "global", CFG_ITEM_LEN);
+    return 0;
+  }
+  if (!json_object_get(c, "attention_types")) {
+    set_pattern(&out->attention_types, (char[][8]){"global", "local"}, 2);
+    return 0;
+  }
+  return neo_attention(c, L, out, path, errs);
+}
+
+int hf_config_to_model(const char *dir, cfg_model *out, err_list *errs) {
+  long before = err_count(errs);
+  char path[UTIL_PATH_MAX];
+  util_snprintf(path, sizeof path, "%s/config.json", dir);
+  json_error_t je;
+  json_t *c = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (!c || !json_is_object(c))
+    err_add(errs, path, c ? 0 : je.line, c ? 0 : je.column, "a Hugging Face model directory has a config.json",
+            "cannot read the model's config: %s", c ? "not a JSON object" : je.text);
+  else
+    parse_config(c, path, out, errs);
+  json_decref(c);
+  return (int)added_since(errs, before);
+}
+
+/* The attention kind of layer l under a deck's pattern. */
+static const char *layer_kind(const cfg_model *m, int l) {
+  return m->attention_types.n ? m->attention_types.v[l % m->attention_types.n] : "global";
+}
+
+int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
+  long before = err_count(errs);
+  cfg_model f;
+  memset(&f, 0, sizeof f);
+  if (hf_config_to_model(dir, &f, errs) != 0) return (int)added_since(errs, before);
+  char path[UTIL_PATH_MAX], hint[160];
+  util_snprintf(path, sizeof path, "%s/config.json", dir);
+  int neo = strcmp(f.arch, "gpt-neo") == 0;
+#define HF_MISMATCH(key, hfkey, fv, dv, fmt)                                                                        \
+  do {                                                                                                           \
+    util_snprintf(hint, sizeof hint, "set &model " key " = " fmt " to match the Hugging Face model", fv);         \
+    err_add(errs, path, 0, 0, hint, "%s = " fmt " in config.json, but &model " key " = " fmt " in the deck", hfkey, fv, dv); \
+  } while (0)
+  if (strcmp(f.arch, m->arch) != 0) HF_MISMATCH("arch", "model_type", f.arch, m->arch, "'%s'");
+  if (f.vocab_size != m->vocab_size) HF_MISMATCH("vocab_size", "vocab_size", f.vocab_size, m->vocab_size, "%ld");
+  if (f.block_size != m->block_size)
+    HF_MISMATCH("block_size", neo ? "max_position_embeddings" : "n_positions", f.block_size, m->block_size, "%ld");
+  if (f.n_layer != m->n_layer) HF_MISMATCH("n_layer", neo ? "num_layers" : "n_layer", f.n_layer, m->n_layer, "%ld");
+  if (f.n_embd != m->n_embd) HF_MISMATCH("n_embd", neo ? "hidden_size" : "n_embd", f.n_embd, m->n_embd, "%ld");
+  if (f.n_head != m->n_head) HF_MISMATCH("n_head", neo ? "num_heads" : "n_head", f.n_head, m->n_head, "%ld");
+  long fi = f.n_inner ? f.n_inner : 4 * f.n_embd, di = m->n_inner ? m->n_inner : 4 * m->n_embd;
+  if (fi != di) HF_MISMATCH("n_inner", neo ? "intermediate_size" : "n_inner", fi, di, "%ld");
+  if (fabs(f.layer_norm_epsilon - m->layer_norm_epsilon) > 1e-6 * fabs(f.layer_norm_epsilon))
+    HF_MISMATCH("layer_norm_epsilon", "layer_norm_epsilon", f.layer_norm_epsilon, m->layer_norm_epsilon, "%g");
+  int any_local = 0;
+  for (int l = 0; l < f.n_layer; l++) {
+    const char *fk = layer_kind(&f, l), *dk = strcmp(m->arch, "gpt2") == 0 ? "global" : layer_kind(m, l);
+    any_local |= strcmp(fk, "local") == 0;
+    if (l < m->n_layer && strcmp(fk, dk) != 0) {
+      util_snprintf(hint, sizeof hint, "set &model attention_types to the config's pattern ('%s'%s)", f.attention_types.v[0],
+                    f.attention_types.n > 1 ? ", ..." : "");
+      err_add(errs, path, 0, 0, hint, "layer %d is %s in config.json's attention_types, but %s by the deck's &model "
+              "attention_types", l, fk, dk);
+      break;
+    }
+  }
+  if (any_local && f.window_size != m->window_size)
+    HF_MISMATCH("window_size", "window_size", f.window_size, m->window_size, "%ld");
+#undef HF_MISMATCH
+  return (int)added_since(errs, before);
+}
+
+/* ---- weights: the safetensors files of a directory ----------------------------------------------- */
+
+typedef struct {
+  safetensors_file *f;
+  int nf;
+} hf_weights;
+
+static void close_weights(hf_weights *w) {
+  for (int i = 0; i < w->nf; i++) safetensors_close(&w->f[i]);
+  free(w->f);
+  w->f = NULL;
+  w->nf = 0;
+}
+
+/* Open the shards an index names; every tensor must be in the shard the index gives for it, and
+ * every tensor of a shard in the index. */
+static int open_index(const char *dir, const char *path, hf_weights *w, err_list *errs) {
+  json_error_t je;
+  json_t *idx = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *map = json_object_get(idx, "weight_map");
+  if (!json_is_object(map)) {
+    err_add(errs, path, idx ? 0 : je.line, 0, HF_HINT_SAVE, "not a safetensors index: %s",
+            idx ? "no \"weight_map\" object" : je.text);
+    json_decref(idx);
+    return -1;
+  }
+  w->f = util_calloc(json_object_size(map) + 1, sizeof *w->f, "shards");
+  const char *name;
+  json_t *file;
+  int rc = 0;
+  json_object_foreach(map, name, file) {
+    const char *fn = json_string_value(file);
+    if (!fn || !*fn || strchr(fn, '/')) {
+      err_add(errs, path, 0, 0, HF_HINT_SAVE, "tensor %s: the weight map must give a file name of this directory", name);
+      rc = -1;
+      break;
+    }
+    char shard[UTIL_PATH_MAX];
+    util_snprintf(shard, sizeof shard, "%s/%s", dir, fn);
+    int k = 0;
+    while (k < w->nf && strcmp(w->f[k].path, shard) != 0) k++;
+    if (k == w->nf && (rc = safetensors_open(&w->f[w->nf], shard, errs)) != 0) break;
+    if (k == w->nf) w->nf++;
+    if (!safetensors_find(&w->f[k], name)) {
+      err_add(errs, path, 0, 0, HF_HINT_SAVE, "tensor %s: the index places it in %s, which does not hold it", name, fn);
+      rc = -1;
+    }
+  }
+  for (int k = 0; k < w->nf && rc == 0; k++)
+    for (int i = 0; i < w->f[k].n; i++) {
+      const char *fn = json_string_value(json_object_get(map, w->f[k].t[i].name));
+      if (!fn || strcmp(strrchr(w->f[k].path, '/') + 1, fn) != 0)
+        err_add(errs, w->f[k].path, 0, 0, HF_HINT_SAVE, "tensor %s is not in the index's weight map for this file",
+                w->f[k].t[i].name), rc = -1;
+    }
+  json_decref(idx);
+  return rc;
+}
+
+/* dir/model.safetensors, or the shards of dir/model.safetensors.index.json. */
+static int open_weights(const char *dir, hf_weights *w, err_list *errs) {
+  memset(w, 0, sizeof *w);
+  char one[UTIL_PATH_MAX], index[UTIL_PATH_MAX], bin[UTIL_PATH_MAX];
+  util_snprintf(one, sizeof one, "%s/model.safetensors", dir);
+  util_snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+  util_snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
+  int rc;
+  if (access(one, F_OK) == 0) {
+    w->f = util_calloc(1, sizeof *w->f, "weights");
+    rc = safetensors_open(&w->f[0], one, errs);
+    w->nf = rc == 0;
+  } else if (access(index, F_OK) == 0) {
+    rc = open_index(dir, index, w, errs);
+  } else {
+    int pt = access(bin, F_OK) == 0 || access(strcat(bin, ".index.json"), F_OK) == 0;
+    err_add(errs, dir, 0, 0, "convert it with transformers: AutoModelForCausalLM.from_pretrained(dir)"
+            ".save_pretrained(out, safe_serialization=True)",
+            "%s: greenlm reads safetensors weights only (model.safetensors or model.safetensors.index.json)",
+            pt ? "only PyTorch pickle weights (pytorch_model.bin)" : "no model weights");
+    rc = -1;
+  }
+  if (rc != 0) close_weights(w);
+  return rc;
+}
+
+static const char *strip_prefix(const char *name) {
+  return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
+}
+
+/* The file tensor of a greenlm name, with or without "transformer."; *fi: its file. */
+static const safetensors_tensor *find_weight(const hf_weights *w, const char *name, int *fi) {
+  for (*fi = 0; *fi < w->nf; (*fi)++) {
+    const safetensors_tensor *t = safetensors_find(&w->f[*fi], name);
+    if (!t) t = safetensors_find(&w->f[*fi], strip_prefix(name));
+    if (t) return t;
+  }
+  return NULL;
+}
+
+/* The attention-mask buffers some GPT-2 / GPT-Neo checkpoints carry. */
+static int is_buffer(const char *name) {
+  static const char *sfx[] = {".attn.bias", ".attn.masked_bias", ".attn.attention.bias", ".attn.attention.masked_bias"};
+  size_t n = strlen(name);
+  for (int i = 0; i < 4; i++)
+    if (n > strlen(sfx[i]) && strcmp(name + n - strlen(sfx[i]), sfx[i]) == 0 && strncmp(name, "h.", 2) == 0) return 1;
+  return 0;
+}
+
+/* GPT-2's Conv1D weights, stored (in, out) by Hugging Face. */
+static int is_conv1d(const gpt_shape *s, const char *name) {
+  static const char *sfx[] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"};
+  size_t n = strlen(name);
+  for (int i = 0; i < 4 && s->arch == GPT_ARCH_GPT2; i++)
+    if (n > strlen(sfx[i]) && strcmp(name + n - strlen(sfx[i]), sfx[i]) == 0) return 1;
+  return 0;
+}
+
+/* Every tensor of the files must be a parameter of the whole model (once), a mask buffer, or lm_head.weight. */
+static int check_extra(const hf_weights *w, const gpt_shape *s, err_list *errs) {
+  int nw, rc = 0;
+  gpt_tensor *all = gpt_list_tensors(s, gpt_whole(s), &nw);
+  int *seen = util_calloc((size_t)nw + 1, sizeof *seen, "tensor marks");
+  for (int k = 0; k < w->nf; k++)
+    for (int i = 0; i < w->f[k].n; i++) {
+      const char *name = strip_prefix(w->f[k].t[i].name);
+      if (is_buffer(name) || strcmp(name, "lm_head.weight") == 0) continue;
+      int j = 0;
+      while (j < nw && strcmp(strip_prefix(all[j].name), name) != 0) j++;
+      if (j == nw)
+        err_add(errs, w->f[k].path, 0, 0, "the weights belong to another architecture or a larger model than the deck's &model",
+                "unexpected tensor %s: not a parameter of this %s model (%d layers)", w->f[k].t[i].name,
+                s->arch == GPT_ARCH_GPT2 ? "GPT-2" : "GPT-Neo", s->L), rc = -1;
+      else if (seen[j]++)
+        err_add(errs, w->f[k].path, 0, 0, HF_HINT_SAVE, "tensor %s appears more than once (with and without the "
+                "\"transformer.\" prefix, or in two shards)", w->f[k].t[i].name), rc = -1;
+    }
+  free(seen);
+  free(all);
+  return rc;
+}
+
+/* A file tensor against the greenlm tensor it must fill: dtype and shape. */
+static int check_tensor(const safetensors_file *f, const safetensors_tensor *ft, const gpt_shape *s, const gpt_tensor *t,
+                        err_list *errs) {
+  int64_t want[2] = {t->rows, t->cols};
+  int nd = t->cols == 1 ? 1 : 2;
+  if (is_conv1d(s, t->name)) want[0] = t->cols, want[1] = t->rows; /* (in, out) */
+  if (ft->dtype == SAFETENSORS_OTHER) {
+    err_add(errs, f->path, 0, 0, "convert the weights to float32, bfloat16 or float16 (model.to(torch.float32)) and save again",
+            "tensor %s: dtype %s is not supported (greenlm reads F32, BF16 and F16)", ft->name, ft->dtype_name);
+    return -1;
+  }
+  if (ft->ndim == nd && ft->shape[0] == want[0] && (nd == 1 || ft->shape[1] == want[1])) return 0;
+  char got[128] = "[", exp[64];
+  for (int d = 0; d < ft->ndim; d++)
+    util_snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)ft->shape[d]);
+  strcat(got, "]");
+  if (nd == 1) util_snprintf(exp, sizeof exp, "[%lld]", (long long)want[0]);
+  else util_snprintf(exp, sizeof exp, "[%lld, %lld]", (long long)want[0], (long long)want[1]);
+  err_add(errs, f->path, 0, 0, "the deck's &model does not describe this model: compare it with config.json",
+          "tensor %s has shape %s, but the deck's model expects %s", ft->name, got, exp);
+  return -1;
+}
+
+/* lm_head.weight, when the files have it, must equal wte (greenlm's head is tied). */
+static int check_lm_head(hf_weights *w, const gpt_tensor *wte, const float *wte_data, err_list *errs) {
+  int fi;
+  const safetensors_tensor *h = find_weight(w, "lm_head.weight", &fi);
+  if (!h) return 0;
+  if (h->dtype == SAFETENSORS_OTHER || h->numel != wte->numel) {
+    err_add(errs, w->f[fi].path, 0, 0, NULL, "tensor lm_head.weight: %s, unlike transformer.wte.weight's",
+            h->dtype == SAFETENSORS_OTHER ? "an unsupported dtype" : "another size");
+    return -1;
+  }
+  float *head = util_malloc(wte->numel * sizeof(float) + 1, "lm_head");
+  int rc = safetensors_read(&w->f[fi], h, head, errs);
+  if (rc == 0 && memcmp(head, wte_data, wte->numel * sizeof(float)) != 0) {
+    err_add(errs, w->f[fi].path, 0, 0, "greenlm ties the output head to the token embedding; a model with its own head "
+            "cannot be imported", "tensor lm_head.weight differs from transformer.wte.weight");
+    rc = -1;
+  }
+  free(head);
+  return rc;
+}
+
+/* Read file tensor ft into dst (numel floats), transposing a Conv1D weight (in, out) -> (out, in). */
+static int read_tensor(safetensors_file *f, const safetensors_tensor *ft, const gpt_shape *s, const gpt_tensor *t, float *dst,
+                       float *tmp, err_list *errs) {
+  if (!is_conv1d(s, t->name)) return safetensors_read(f, ft, dst, errs);
+  if (safetensors_read(f, ft, tmp, errs) != 0) return -1;
+  for (int r = 0; r < t->rows; r++) /* dst (rows=out, cols=in) <- tmp (in, out) */
+    for (int c = 0; c < t->cols; c++) dst[(size_t)r * t->cols + c] = tmp[(size_t)c * t->rows + r];
+  return 0;
+}
+
+int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int nt, float *params, err_list *errs) {
+  long before = err_count(errs);
+  hf_weights w;
+  if (open_weights(dir, &w, errs) != 0) return (int)added_since(errs, before);
+  const safetensors_tensor **ft = util_calloc((size_t)nt + 1, sizeof *ft, "tensor map");
+  int *fi = util_calloc((size_t)nt + 1, sizeof *fi, "tensor map");
+  size_t most = 0;
+  check_extra(&w, s, errs);
+  for (int i = 0; i < nt; i++) {
+    ft[i] = find_weight(&w, t[i].name, &fi[i]);
+    if (!ft[i])
+      err_add(errs, w.nf == 1 ? w.f[0].path : dir, 0, 0, "the weights belong to another architecture or a smaller model "
+              "than the deck's &model", "missing tensor %s (or %s)", t[i].name, strip_prefix(t[i].name));
+    else
+      check_tensor(&w.f[fi[i]], ft[i], s, &t[i], errs);
+    if (t[i].numel > most) most = t[i].numel;
+  }
+  float *tmp = util_malloc(most * sizeof(float) + 1, "tensor");
+  for (int i = 0; i < nt && added_since(errs, before) == 0; i++) {
+    read_tensor(&w.f[fi[i]], ft[i], s, &t[i], params + t[i].offset, tmp, errs);
+    if (strcmp(t[i].name, "transformer.wte.weight") == 0) check_lm_head(&w, &t[i], params + t[i].offset, errs);
+  }
+  free(tmp), free(ft), free(fi);
+  close_weights(&w);
+  return (int)added_since(errs, before);
+}
+
+/* ---- export --------------------------------------------------------------------------------------- */
+
+static int write_json(const char *dir, const char *name, json_t *j, err_list *errs) {
+  char path[UTIL_PATH_MAX];
+  util_snprintf(path, sizeof path, "%s/%s", dir, name);
+  util_atomic_file af;
+  int rc = util_atomic_open(&af, path);
+  if (rc == 0) {
+    rc = json_dumpf(j, af.fp, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15)) == 0 &&
+         fputc('\n', af.fp) != EOF ? 0 : -1;
+    if (rc == 0) rc = util_atomic_close(&af);
+    else util_atomic_abort(&af);
+  }
+  if (rc != 0) err_add(errs, path, 0, 0, "check the free space and permissions of the directory", "cannot write: %s", strerror(errno));
+  json_decref(j);
+  return rc;
+}
+
+/* The layer kinds of s as Hugging Face's attention_types: [[[kinds of one period], repeats]]. */
+static json_t *attention_types_json(const gpt_shape *s) {
+  int p = 1;
+  while (p < s->L) {
+    int ok = s->L % p == 0;
+    for (int l = p; l < s->L && ok; l++) ok = (s->window[l] > 0) == (s->window[l % p] > 0);
+    if (ok) break;
+    p++;
+  }
+  json_t *kinds = json_array();
+  for (int l = 0; l < p; l++) json_array_append_new(kinds, json_string(s->window[l] ? "local" : "global"));
+  return json_pack("[[o, i]]", kinds, s->L / p);
+}
+
+static json_t *token_id(int eot) { return eot >= 0 ? json_integer(eot) : json_null(); }
+
+/* config.json of a GPTNeoForCausalLM or GPT2LMHeadModel. */
+static json_t *config_json(const gpt_shape *s, const cfg_model *m, int eot, safetensors_dtype d) {
+  static const char *torch_dtype[] = {"float32", "bfloat16", "float16"};
+  int neo = s->arch == GPT_ARCH_NEO, window = (int)m->window_size;
+  for (int l = 0; l < s->L; l++)
+    if (s->window[l]) window = s->window[l];
+  json_t *c = json_object(), *inner = s->F == 4 * s->C ? json_null() : json_integer(s->F);
+  json_object_set_new(c, "architectures", json_pack("[s]", neo ? "GPTNeoForCausalLM" : "GPT2LMHeadModel"));
+  json_object_set_new(c, "model_type", json_string(neo ? "gpt_neo" : "gpt2"));
+  json_object_set_new(c, "vocab_size", json_integer(s->V));
+  json_object_set_new(c, neo ? "max_position_embeddings" : "n_positions", json_integer(s->maxT));
+  json_object_set_new(c, neo ? "hidden_size" : "n_embd", json_integer(s->C));
+  json_object_set_new(c, neo ? "num_layers" : "n_layer", json_integer(s->L));
+  json_object_set_new(c, neo ? "num_heads" : "n_head", json_integer(s->H));
+  json_object_set_new(c, neo ? "intermediate_size" : "n_inner", inner);
+  if (neo) {
+    json_object_set_new(c, "attention_types", attention_types_json(s));
+    json_object_set_new(c, "window_size", json_integer(window));
+  } else {
+    json_object_set_new(c, "scale_attn_weights", json_true());
+    json_object_set_new(c, "scale_attn_by_inverse_layer_idx", json_false());
+    json_object_set_new(c, "reorder_and_upcast_attn", json_false());
+  }
+  json_object_set_new(c, "activation_function", json_string("gelu_new"));
+  json_object_set_new(c, "layer_norm_epsilon", json_real(m->layer_norm_epsilon));
+  json_object_set_new(c, "initializer_range", json_real(m->init_std));
+  static const char *drop[2][3] = {{"embd_pdrop", "attn_pdrop", "resid_pdrop"}, {"embed_dropout", "attention_dropout", "resid_dropout"}};
+  for (int i = 0; i < 3; i++) json_object_set_new(c, drop[neo][i], json_real(0.0));
+  json_object_set_new(c, "bos_token_id", token_id(eot));
+  json_object_set_new(c, "eos_token_id", token_id(eot));
+  json_object_set_new(c, "tie_word_embeddings", json_true());
+  json_object_set_new(c, "use_cache", json_true());
+  json_object_set_new(c, "torch_dtype", json_string(torch_dtype[d]));
+  return c;
+}
+
+/* generation_config.json from &sample. */
+static json_t *generation_json(const cfg_sample *smp, int eot) {
+  json_t *g = json_object();
+  json_object_set_new(g, "bos_token_id", token_id(eot));
+  json_object_set_new(g, "eos_token_id", token_id(eot));
+  json_object_set_new(g, "do_sample", json_boolean(smp->temperature > 0));
+  if (smp->temperature > 0) json_object_set_new(g, "temperature", json_real(smp->temperature));
+  json_object_set_new(g, "top_k", json_integer(smp->top_k));
+  json_object_set_new(g, "top_p", json_real(smp->top_p));
+  json_object_set_new(g, "repetition_penalty", json_real(smp->repetition_penalty));
+  json_object_set_new(g, "max_new_tokens", json_integer(smp->n_tokens));
+  return g;
+}
+
+/* Token id's string in GPT-2's byte alphabet (UTF-8) into buf. */
+static const char *token_string(const tok_tokenizer *t, int id, char *buf, int len) {
+  tok_bytes_to_chars(t->bytes + t->off[id], (int)(t->off[id + 1] - t->off[id]), buf, len);
+  return buf;
+}
+
+/* merges.txt: "#version: 0.2", then one merge "left right" per line in rank order. */
+static int write_merges(const char *dir, const tok_tokenizer *t, err_list *errs) {
+  char path[UTIL_PATH_MAX], a[4 * TOK_MAX_BYTES + 1], b[4 * TOK_MAX_BYTES + 1];
+  util_snprintf(path, sizeof path, "%s/merges.txt", dir);
+  util_atomic_file af;
+  if (util_atomic_open(&af, path) != 0) {
+    err_add(errs, path, 0, 0, NULL, "cannot create: %s", strerror(errno));
+    return -1;
+  }
+  uint32_t *pairs = tok_merge_list(t);
+  fputs("#version: 0.2\n", af.fp);
+  for (int r = 0; r < t->nmerges; r++)
+    fprintf(af.fp, "%s %s\n", token_string(t, (int)pairs[2 * r], a, sizeof a), token_string(t, (int)pairs[2 * r + 1], b, sizeof b));
+  free(pairs);
+  if (util_atomic_close(&af) != 0) {
+    err_add(errs, path, 0, 0, "check the free space of the file system", "cannot write: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* vocab.json, merges.txt, tokenizer_config.json and special_tokens_map.json of &tokenizer. */
+static int write_tokenizer(const char *dir, const tok_tokenizer *t, const gpt_shape *s, err_list *errs) {
+  char buf[4 * TOK_MAX_BYTES + 1];
+  json_t *vocab = json_object();
+  for (int i = 0; i < t->vocab_size; i++) json_object_set_new(vocab, token_string(t, i, buf, sizeof buf), json_integer(i));
+  int rc = write_json(dir, "vocab.json", vocab, errs);
+  if (rc == 0) rc = write_merges(dir, t, errs);
+  json_t *special = json_object(), *cfg = json_object();
+  json_object_set_new(cfg, "tokenizer_class", json_string("GPT2Tokenizer"));
+  json_object_set_new(cfg, "model_max_length", json_integer(s->maxT));
+  json_object_set_new(cfg, "add_prefix_space", json_false());
+  json_object_set_new(cfg, "add_bos_token", json_false());
+  json_object_set_new(cfg, "errors", json_string("replace"));
+  json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
+  static const char *roles[] = {"bos_token", "eos_token", "unk_token"};
+  for (int i = 0; i < 3; i++) {
+    json_object_set_new(cfg, roles[i], t->eot >= 0 ? json_string("<|endoftext|>") : json_null());
+    if (t->eot >= 0) json_object_set_new(special, roles[i], json_string("<|endoftext|>"));
+  }
+  if (t->eot >= 0) {
+    char id[16];
+    util_snprintf(id, sizeof id, "%d", t->eot);
+    json_object_set_new(cfg, "added_tokens_decoder",
+                        json_pack("{s:{s:s, s:b, s:b, s:b, s:b, s:b}}", id, "content", "<|endoftext|>", "lstrip", 0,
+                                  "normalized", 1, "rstrip", 0, "single_word", 0, "special", 1));
+  }
+  if (rc == 0) rc = write_json(dir, "tokenizer_config.json", cfg, errs);
+  else json_decref(cfg);
+  if (rc == 0) rc = write_json(dir, "special_tokens_map.json", special, errs);
+  else json_decref(special);
+  return rc;
+}
+
+/* The whole model's tensors as Hugging Face stores them (Conv1D weights transposed into *copies). */
+static int write_weights(const char *dir, const gpt_shape *s, const float *params, safetensors_dtype d, double max_bytes,
+                         err_list *errs) {
+  int n;
+  gpt_tensor *t = gpt_list_tensors(s, gpt_whole(s), &n);
+  safetensors_out *out = util_calloc((size_t)n + 1, sizeof *out, "tensors");
+  float **copies = util_calloc((size_t)n + 1, sizeof *copies, "tensors");
+  for (int i = 0; i < n; i++) {
+    const float *src = params + t[i].offset;
+    out[i].name = t[i].name;
+    out[i].ndim = t[i].cols == 1 ? 1 : 2;
+    out[i].shape[0] = t[i].rows, out[i].shape[1] = t[i].cols;
+    out[i].data = src;
+    if (is_conv1d(s, t[i].name)) { /* (out, in) -> (in, out) */
+      float *c = copies[i] = util_malloc(t[i].numel * sizeof(float), "transposed weight");
+      for (int r = 0; r < t[i].rows; r++)
+        for (int k = 0; k < t[i].cols; k++) c[(size_t)k * t[i].rows + r] = src[(size_t)r * t[i].cols + k];
+      out[i].shape[0] = t[i].cols, out[i].shape[1] = t[i].rows;
+      out[i].data = c;
+    }
+  }
+  int rc = safetensors_write_model(dir, out, n, d, max_bytes, NULL, errs);
+  for (int i = 0; i < n; i++) free(copies[i]);
+  free(copies), free(out), free(t);
+  return rc;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* Remove a directory tree that this module created or was told to replace. */
+static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* 1: dir exists and holds something; 0: absent or empty; -1: exists but is not a directory. */
+static int dir_state(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0) return 0;
+  if (!S_ISDIR(st.st_mode)) return -1;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  while (d && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  if (d) closedir(d);
+  return n > 0;
+}
+
+/* Everything of the directory, written into tmp. */
+static int write_all(const char *tmp, const gpt_shape *s, const float *params, const cfg_model *m, const tok_tokenizer *t,
+                     const cfg_sample *smp, safetensors_dtype d, double shard_mb, err_list *errs) {
+  if (write_json(tmp, "config.json", config_json(s, m, t->eot, d), errs) != 0) return -1;
+  if (write_json(tmp, "generation_config.json", generation_json(smp, t->eot), errs) != 0) return -1;
+  if (write_tokenizer(tmp, t, s, errs) != 0) return -1;
+  return write_weights(tmp, s, params, d, shard_mb * 1e6, errs);
+}
+
+/* Put the complete tmp in place of dir (an old dir is moved aside first and removed last). */
+static int replace_dir(const char *tmp, const char *dir, err_list *errs) {
+  char old[UTIL_PATH_MAX];
+  util_snprintf(old, sizeof old, "%s.old-%s", dir, strrchr(tmp, '-') + 1);
+  int had = access(dir, F_OK) == 0;
+  if (had && rename(dir, old) != 0) {
+    err_add(errs, dir, 0, 0, NULL, "cannot move the old directory aside to %s: %s", old, strerror(errno));
+    return -1;
+  }
+  if (util_commit(tmp, dir) != 0) {
+    err_add(errs, dir, 0, 0, NULL, "cannot rename %s to it: %s", tmp, strerror(errno));
+    if (had) rename(old, dir);
+    return -1;
+  }
+  if (had) remove_tree(old);
+  return 0;
+}
+
+int hf_export(const char *dir, const gpt_shape *s, const float *params, const cfg_model *m, const cfg_tokenizer *tk,
+              const cfg_sample *smp, const char *dtype, double shard_mb, int overwrite, err_list *errs) {
+  long before = err_count(errs);
+  safetensors_dtype d;
+  int state = dir_state(dir);
+  if (safetensors_dtype_parse(dtype, &d) != 0)
+    err_add(errs, NULL, 0, 0, "&export dtype is one of fp32, bf16, fp16", "unknown export dtype '%s'", dtype);
+  if (state < 0)
+    err_add(errs, dir, 0, 0, "choose another &export dir", "exists and is not a directory: the export writes a directory");
+  else if (state > 0 && !overwrite)
+    err_add(errs, dir, 0, 0, "choose another &export dir, remove this one, or allow overwriting",
+            "the export directory exists and is not empty");
+  tok_tokenizer t;
+  if (added_since(errs, before) || tok_open(&t, tk->kind, tk->dir, errs) != 0) return (int)added_since(errs, before);
+  if (t.vocab_size > s->V)
+    err_add(errs, tk->dir, 0, 0, "set &model vocab_size to at least the tokenizer's vocabulary",
+            "the tokenizer has %d tokens, more than the model's vocabulary of %d", t.vocab_size, s->V);
+  char tmp[UTIL_PATH_MAX];
+  util_snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", dir);
+  if (added_since(errs, before) == 0 && (util_mkdir_parent(dir) != 0 || !mkdtemp(tmp)))
+    err_add(errs, tmp, 0, 0, "check that the parent directory is writable", "cannot create the export directory: %s",
+            strerror(errno));
+  else if (added_since(errs, before) == 0) {
+    chmod(tmp, 0755);
+    if (write_all(tmp, s, params, m, &t, smp, d, shard_mb, errs) != 0 || replace_dir(tmp, dir, errs) != 0) remove_tree(tmp);
+  }
+  tok_free(&t);
+  return (int)added_since(errs, before);
+}
