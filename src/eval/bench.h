@@ -28,7 +28,7 @@
  * context. Item i's draw depends only on (seed, i): any rank draws the same examples.
  *
  * Requests are laid out item after item, an item's choices in order; request r belongs to item
- * bench_request(set, r)->item. The caller computes one bench_result per request, in the same order
+ * bench_request_at(set, r)->item. The caller computes one bench_result per request, in the same order
  * (on any ranks it likes: the arrays are plain), and calls bench_score. */
 #ifndef GREENLM_BENCH_H
 #define GREENLM_BENCH_H
