@@ -450,8 +450,12 @@ static void build_requests(bench_set *set, int k, uint64_t seed) {
 static char *set_name(const char *kind, const char *path) {
   const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   size_t n = strlen(base);
-  for (const char *ext = ".jsonl"; ext; ext = strcmp(ext, ".jsonl") == 0 ? ".json" : NULL)
-    if (n > strlen(ext) && strcmp(base + n - strlen(ext), ext) == 0) n -= strlen(ext);
+  const char *ext[] = {".jsonl", ".json"};
+  for (int e = 0; e < 2; e++)
+    if (n > strlen(ext[e]) && strcmp(base + n - strlen(ext[e]), ext[e]) == 0) {
+      n -= strlen(ext[e]);
+      break;
+    }
   char *stem = dup_n(base, n), *name = cat3(kind, ":", stem);
   free(stem);
   return name;
