@@ -9,6 +9,7 @@
 
 #include "deck/cfg.h"
 #include "model/sample.h"
+#include "base/rng.h"
 #include "testing.h"
 #include "base/util.h"
 
@@ -88,6 +89,40 @@ static void test_distributions(void) {
   frequencies("temperature 2", &t2, u, pt2, 3, 0.015);
 }
 
+static int cmp_float_desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x < y) - (x > y);
+}
+
+/* A large vocabulary (the partial selection of the top k): every draw among the k largest, and
+ * with top-p as well, among the smallest prefix of those reaching top_p. */
+static void test_large(void) {
+  enum { V = 5000, K = 40 };
+  float *z = malloc(V * sizeof(float)), *sorted = malloc(V * sizeof(float));
+  rng_state r;
+  rng_seed(&r, 11, 0, 0);
+  for (int v = 0; v < V; v++) z[v] = (float)(3 * rng_normal(&r));
+  memcpy(sorted, z, V * sizeof(float));
+  qsort(sorted, V, sizeof(float), cmp_float_desc);
+  double total = 0, acc = 0;
+  for (int i = 0; i < K; i++) total += exp((double)sorted[i] - sorted[0]);
+  int m = 0;
+  while ((acc += exp((double)sorted[m] - sorted[0])) < 0.5 * total) m++;
+  cfg_sample k = settings(1, K, 1, 1), kp = settings(1, K, 0.5, 1);
+  sample_state a, b;
+  sample_init(&a, &k, V, 3, 0), sample_init(&b, &kp, V, 3, 0);
+  int outside = 0, seen_last = 0;
+  for (int i = 0; i < 3000; i++) {
+    int32_t x = sample_next(&a, z, NULL, 0), y = sample_next(&b, z, NULL, 0);
+    outside += z[x] < sorted[K - 1] || z[y] < sorted[m];
+    seen_last |= z[y] == sorted[m];
+  }
+  T_CHECK(outside == 0 && seen_last, "top-k %d of %d (and top-p 0.5, %d kept): %d draws outside", K, V, m + 1, outside);
+  printf("  top-k %d of %d, with top-p 0.5 (%d kept): every draw in the kept set\n", K, V, m + 1);
+  sample_free(&a), sample_free(&b);
+  free(z), free(sorted);
+}
+
 static void test_streams(void) {
   cfg_sample c = settings(1, 0, 1, 1);
   const float z[6] = {0, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f};
@@ -107,6 +142,7 @@ int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   test_greedy_and_penalty();
   test_distributions();
+  test_large();
   test_streams();
   int rc = t_done("test_sample");
   MPI_Finalize();

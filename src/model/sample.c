@@ -53,25 +53,46 @@ static int cmp_desc(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
+static void swap(sample_pair *a, sample_pair *b) {
+  sample_pair t = *a;
+  *a = *b;
+  *b = t;
+}
+
+/* Reorder v (n) so that its first k are the k largest in cmp_desc order (quickselect, average O(n)). */
+static void select_first(sample_pair *v, int n, int k) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    swap(&v[(lo + hi) / 2], &v[hi]); /* the middle one as pivot, parked at hi */
+    int store = lo;
+    for (int i = lo; i < hi; i++)
+      if (cmp_desc(&v[i], &v[hi]) < 0) swap(&v[i], &v[store++]);
+    swap(&v[store], &v[hi]);
+    if (store == k - 1 || store == k) return;
+    if (store < k) lo = store + 1;
+    else hi = store - 1;
+  }
+}
+
 /* The smallest logit top-k and top-p keep (-inf when they keep everything); z is already divided by
- * the temperature. */
+ * the temperature. Only the top k are sorted (all V for top-p alone); tokens tied with the k-th
+ * stay in, and count in top-p's total. */
 static float cutoff(sample_state *s) {
-  const int V = s->V;
-  const long k = s->c->top_k > 0 && s->c->top_k < V ? s->c->top_k : V;
+  const int V = s->V, k = s->c->top_k > 0 && s->c->top_k < V ? (int)s->c->top_k : V;
   if (k == V && s->c->top_p >= 1.0) return -INFINITY;
   for (int v = 0; v < V; v++) s->sorted[v] = (sample_pair){s->z[v], v};
-  qsort(s->sorted, (size_t)V, sizeof *s->sorted, cmp_desc);
-  int n = (int)k; /* top-k: the first k, and those tied with the k-th */
-  while (n < V && s->sorted[n].z == s->sorted[k - 1].z) n++;
-  if (s->c->top_p >= 1.0) return s->sorted[n - 1].z;
+  if (k < V) select_first(s->sorted, V, k);
+  qsort(s->sorted, (size_t)k, sizeof *s->sorted, cmp_desc);
+  const float kth = s->sorted[k - 1].z, top = s->sorted[0].z;
+  if (s->c->top_p >= 1.0) return kth;
   double total = 0.0, acc = 0.0;
-  for (int i = 0; i < n; i++) total += exp((double)s->sorted[i].z - s->sorted[0].z);
-  int m = 0; /* top-p: the shortest prefix whose probability reaches top_p */
-  for (; m < n - 1; m++) {
-    acc += exp((double)s->sorted[m].z - s->sorted[0].z);
-    if (acc >= s->c->top_p * total) break;
+  for (int i = 0; i < k; i++) total += exp((double)s->sorted[i].z - top);
+  for (int i = k; i < V; i++) total += s->sorted[i].z == kth ? exp((double)kth - top) : 0.0;
+  for (int m = 0; m < k; m++) { /* top-p: the shortest prefix whose probability reaches top_p */
+    acc += exp((double)s->sorted[m].z - top);
+    if (acc >= s->c->top_p * total) return s->sorted[m].z;
   }
-  return s->sorted[m].z;
+  return kth;
 }
 
 int32_t sample_next(sample_state *s, const float *logits, const int32_t *seq, size_t n) {
