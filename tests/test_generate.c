@@ -68,13 +68,18 @@ static void prompts_of(int32_t **p, const int *lens, int V, uint64_t seed) {
   }
 }
 
-static void test_against_recompute(const char *arch, int C, int H, int V, const int *lens, int n_tokens) {
+/* At bf16 storage (the CPU's 16-bit reference path) the two round different intermediate sums
+ * (a pass of a few rows against whole sequences), so only the logits are compared, within 3e-2. */
+static void test_against_recompute(const char *arch, int C, int H, int V, const int *lens, int n_tokens,
+                                   const char *precision) {
+  const backend *be = backend_kind_cpu.open(-1, precision);
+  const int fp32 = be->storage == BACKEND_FP32;
   gpt_shape s;
   shape_of(&s, arch, 2, C, H, V, 128, 8);
   int max_len = 0;
   for (int i = 0; i < NP; i++) max_len = lens[i] + n_tokens > max_len ? lens[i] + n_tokens : max_len;
   gpt_model m;
-  gpt_init(&m, &s, backend_cpu(), NP, max_len, gpt_whole(&s), 21); /* an arena for the recomputation */
+  gpt_init(&m, &s, be, NP, max_len, gpt_whole(&s), 21); /* an arena for the recomputation */
   int32_t *p[NP];
   prompts_of(p, lens, V, 5);
   cfg_sample greedy = settings(0, 40, 1, 1);
@@ -90,20 +95,23 @@ static void test_against_recompute(const char *arch, int C, int H, int V, const 
     const gen_seq *x = &a.seqs[i], *y = &b.seqs[i];
     T_CHECK(x->n_new == n_tokens && y->n_new == n_tokens && x->end == GEN_END_LENGTH, "%s prompt %d: %d and %d tokens", arch,
             i, x->n_new, y->n_new);
-    T_CHECK(!memcmp(x->tokens, y->tokens, (size_t)x->len * sizeof(int32_t)), "%s prompt %d: the cache and recomputation "
-            "chose different tokens", arch, i);
-    for (int k = 0; k < kv.n[i] && k < MAXSTEPS; k++) {
+    int agree = 0; /* steps with the same prefix: their logits are comparable */
+    while (agree < x->n_new && x->tokens[x->n_prompt + agree] == y->tokens[y->n_prompt + agree]) agree++;
+    T_CHECK(agree == x->n_new || !fp32, "%s prompt %d: the cache and recomputation chose different tokens", arch, i);
+    for (int k = 0; k <= agree && k < kv.n[i] && k < MAXSTEPS; k++) {
       double e = t_rel_err(kv.l[i] + (size_t)k * V, re.l[i] + (size_t)k * V, (size_t)V);
       worst = e > worst ? e : worst;
     }
   }
-  T_CHECK(worst <= 1e-5, "%s: logits of the cache against recomputation: relative error %.3g", arch, worst);
-  printf("  %-8s prompts %d, %d, %d + %d tokens: same tokens, logits rel err %.2e; cache %.1f kB\n", arch, lens[0], lens[1],
-         lens[2], n_tokens, worst, a.mem.cache / 1e3);
+  T_CHECK(worst <= (fp32 ? 1e-5 : 3e-2), "%s %s: logits of the cache against recomputation: relative error %.3g", arch,
+          precision, worst);
+  printf("  %-8s %s prompts %d, %d, %d + %d tokens: logits rel err %.2e; cache %.1f kB\n", arch, precision, lens[0],
+         lens[1], lens[2], n_tokens, worst, a.mem.cache / 1e3);
   gen_close(&a), gen_close(&b);
   for (int i = 0; i < NP; i++) free(p[i]), free(kv.l[i]), free(re.l[i]);
   gpt_free(&m);
   gpt_shape_free(&s);
+  backend_close(be);
 }
 
 /* A sampled batch against each prompt alone (its stream index passed as `first`). */
@@ -164,8 +172,9 @@ static void test_stops(void) {
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   const int neo[NP] = {1, 70, 7}, gpt2[NP] = {5, 12, 3};
-  test_against_recompute("gpt-neo", 32, 4, 67, neo, 20);
-  test_against_recompute("gpt2", 48, 6, 101, gpt2, 25);
+  test_against_recompute("gpt-neo", 32, 4, 67, neo, 20, "fp32");
+  test_against_recompute("gpt2", 48, 6, 101, gpt2, 25, "fp32");
+  test_against_recompute("gpt-neo", 32, 4, 67, neo, 20, "bf16");
   test_stops();
   int rc = t_done("test_generate");
   MPI_Finalize();
