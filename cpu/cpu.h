@@ -41,6 +41,11 @@ void cpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch,
                        int window, float scale);
 void cpu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
                        float *scratch, int B, int T, int C, int H, int window, float scale);
+/* kv_store copies elements of es bytes (any storage type); attention_cached computes in fp32 */
+void cpu_kv_store(size_t es, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N, int C,
+                  int ring);
+void cpu_attention_cached(float *out, const float *qkv, const float *kc, const float *vc, const int32_t *seq,
+                          const int32_t *pos, int N, int C, int H, int ring, int window, float scale);
 void cpu_gelu_fwd(float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
 void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n);

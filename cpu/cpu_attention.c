@@ -1,4 +1,5 @@
-/* cpu_attention: causal (global or local-window) multi-head attention, tiled over query blocks.
+/* cpu_attention: causal (global or local-window) multi-head attention, tiled over query blocks;
+ * and the attention of new rows against a KV cache (generation).
  *
  * For each sequence b, head h and block of CPU_ATT_BQ queries, the scores against the keys that
  * block can see are formed with one SGEMM, masked, soft-maxed and applied to v with a second SGEMM.
@@ -102,4 +103,42 @@ void cpu_attention_bwd(float *dqkv, const float *dout, const float *out, const f
                     dv + (size_t)j0 * C3, C3);
       }
     }
+}
+
+void cpu_kv_store(size_t es, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N, int C,
+                  int ring) {
+  const size_t row = (size_t)C * es;
+  for (int r = 0; r < N; r++) {
+    size_t at = ((size_t)seq[r] * ring + (size_t)(pos[r] % ring)) * row;
+    const char *src = (const char *)qkv + (size_t)r * 3 * row;
+    memcpy((char *)kc + at, src + row, row);
+    memcpy((char *)vc + at, src + 2 * row, row);
+  }
+}
+
+/* Per row and head: two passes over the visible keys (the max of the scores, then exp, sum and the
+ * weighted sum of v), so no score array is kept; o is the accumulator. */
+void cpu_attention_cached(float *out, const float *qkv, const float *kc, const float *vc, const int32_t *seq,
+                          const int32_t *pos, int N, int C, int H, int ring, int window, float scale) {
+  const int hs = C / H;
+  for (int r = 0; r < N; r++) {
+    const size_t base = (size_t)seq[r] * ring * C;
+    const int p = pos[r], lo = key_lo(p, window);
+    for (int h = 0; h < H; h++) {
+      const float *q = qkv + (size_t)r * 3 * C + h * hs;
+      float *o = out + (size_t)r * C + h * hs, mx = -INFINITY, sum = 0.0f;
+      for (int j = lo; j <= p; j++) {
+        float s = scale * cpu_dot(q, kc + base + (size_t)(j % ring) * C + h * hs, (size_t)hs);
+        mx = s > mx ? s : mx;
+      }
+      memset(o, 0, (size_t)hs * sizeof(float));
+      for (int j = lo; j <= p; j++) {
+        const size_t at = base + (size_t)(j % ring) * C + h * hs;
+        float e = cpu_expf(scale * cpu_dot(q, kc + at, (size_t)hs) - mx);
+        sum += e;
+        for (int d = 0; d < hs; d++) o[d] += e * vc[at + d];
+      }
+      for (int d = 0; d < hs; d++) o[d] /= sum;
+    }
+  }
 }

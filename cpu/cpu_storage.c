@@ -136,6 +136,7 @@ size_t cpu_stage_floats(backend_dtype t, const backend_shape *sh) {
       2 * N * F + N * C + F * C + F,   /* matmul_fwd/bwd of the MLP */
       8 * N * C,                       /* attention_bwd: dqkv, dout, out, qkv */
       3 * N * wide,                    /* gelu_bwd, residual */
+      4 * N * C + 2 * (size_t)sh->kv_rows * C, /* attention_cached: qkv, out, the caches */
   };
   size_t most = 0;
   for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) most = need[i] > most ? need[i] : most;
@@ -276,3 +277,21 @@ void cpu_op_sumsq(const backend *be, double *o, const float *x, size_t n) {
 void cpu_op_to_storage(const backend *be, void *dst, const float *src, size_t n) { cpu_store(be->storage, dst, src, n); }
 
 void cpu_op_to_fp32(const backend *be, float *dst, const void *src, size_t n) { cpu_load(be->storage, dst, src, n); }
+
+void cpu_op_kv_store(const backend *be, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos,
+                     int N, int C, int ring) {
+  cpu_kv_store(backend_dtype_size(be->storage), kc, vc, qkv, seq, pos, N, C, ring);
+}
+
+void cpu_op_attention_cached(const backend *be, void *o, const void *qkv, const void *kc, const void *vc,
+                             const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
+                             float scale) {
+  int nseq = 0; /* the sequences whose caches are widened: up to the largest one named */
+  for (int r = 0; r < N; r++) nseq = seq[r] + 1 > nseq ? seq[r] + 1 : nseq;
+  stage s = stage_begin(be);
+  const size_t kv = SZ(nseq) * ring * C;
+  float *y = out(&s, o, SZ(N) * C, 0);
+  const float *x = in(&s, qkv, SZ(N) * 3 * C), *k = in(&s, kc, kv), *v = in(&s, vc, kv);
+  cpu_attention_cached(y, x, k, v, seq, pos, N, C, H, ring, window, scale);
+  stage_end(&s);
+}

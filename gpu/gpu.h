@@ -165,6 +165,13 @@ void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, flo
 void gpu_attention_bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse,
                        const float *qkv, float *scratch, int B, int T, int C, int H, int window, float scale);
 
+/* gpu_attention.cu: the KV cache of generation; S arrays in storage type t, seq and pos device int32 */
+void gpu_kv_store(backend_dtype t, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N,
+                  int C, int ring);
+void gpu_attention_cached(backend_dtype t, void *out, const void *qkv, const void *kc, const void *vc,
+                          const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
+                          float scale);
+
 /* gpu_mpi.c (C, compiled with MPI): whether the MPI library moves CUDA device memory itself. */
 extern "C" int gpu_mpi_direct(const backend *be, const char **how);
 

@@ -15,6 +15,8 @@
  * row sees (key_lo: 0, or the start of a local window) up to its last row; for a block of keys the
  * queries from its first key up to the last query that sees its last key. The softmax scale is
  * the model's (GPT-Neo passes 1: its scores are not scaled).
+ * Generation's KV cache (at the end): kv_store copies new rows' k and v into the cache, and
+ * attention_cached runs one warp per (new row, head) over its visible cached keys (online softmax).
  *
  * fp32 kernels. Forward: a block takes ATT_ROWS query rows of one (sequence b, head h); its warps
  * own ATT_RPW rows each. Keys and values stream through shared memory in tiles of 32 (one key per
@@ -785,4 +787,83 @@ void gpu_attention_bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *
   else if (hs <= 64) bwd<2>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
   else if (hs <= 128) bwd<4>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
   else bwd<8>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+}
+
+/* ---- the KV cache (generation) ----------------------------------------------------------------- */
+
+/* kc, vc (nseq, ring, C): row r's k and v into row pos[r] % ring of sequence seq[r] */
+template <typename S>
+__global__ void kv_store_kernel(S *kc, S *vc, const S *qkv, const int32_t *seq, const int32_t *pos, int C, int ring,
+                                size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (size_t)C, c = i % (size_t)C;
+    size_t at = ((size_t)seq[r] * ring + (size_t)(pos[r] % ring)) * C + c;
+    kc[at] = qkv[r * 3 * C + C + c];
+    vc[at] = qkv[r * 3 * C + 2 * C + c];
+  }
+}
+
+void gpu_kv_store(backend_dtype t, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N,
+                  int C, int ring) {
+  size_t n = (size_t)N * C;
+  GPU_STORAGE(t, kv_store_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)kc, (S *)vc, (const S *)qkv, seq, pos, C, ring, n));
+  GPU_LAUNCHED();
+}
+
+enum { KV_MAXD = 8 /* head dimensions per lane: head sizes up to 256 */, KV_WARPS = 4 };
+
+/* One warp per (row, head): lane holds dimensions lane + 32 i of q and of the output; the visible
+ * keys are visited in order with an online softmax (running max m, sum l, rescaled accumulator). */
+template <typename S>
+__global__ void attention_cached_kernel(S *out, const S *qkv, const S *kc, const S *vc, const int32_t *seq,
+                                        const int32_t *pos, int N, int C, int H, int ring, int window, float scale) {
+  const int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
+  if (warp >= N * H) return; /* the whole warp leaves */
+  const int r = warp / H, h = warp % H, hs = C / H, p = pos[r];
+  const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+  const S *q = qkv + (size_t)r * 3 * C + h * hs;
+  const size_t base = (size_t)seq[r] * ring * C + h * hs;
+  float qr[KV_MAXD], acc[KV_MAXD], m = -INFINITY, l = 0.0f;
+#pragma unroll
+  for (int i = 0; i < KV_MAXD; i++) {
+    int d = lane + 32 * i;
+    qr[i] = d < hs ? ld(q[d]) : 0.0f;
+    acc[i] = 0.0f;
+  }
+  for (int j = lo; j <= p; j++) {
+    const S *k = kc + base + (size_t)(j % ring) * C, *v = vc + base + (size_t)(j % ring) * C;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KV_MAXD; i++) {
+      int d = lane + 32 * i;
+      if (d < hs) s += qr[i] * ld(k[d]);
+    }
+    s = scale * gpu_warp_sum(s);
+    const float mn = fmaxf(m, s), c = expf(m - mn), e = expf(s - mn);
+    l = l * c + e;
+#pragma unroll
+    for (int i = 0; i < KV_MAXD; i++) {
+      int d = lane + 32 * i;
+      if (d < hs) acc[i] = acc[i] * c + e * ld(v[d]);
+    }
+    m = mn;
+  }
+  S *o = out + (size_t)r * C + h * hs;
+#pragma unroll
+  for (int i = 0; i < KV_MAXD; i++) {
+    int d = lane + 32 * i;
+    if (d < hs) o[d] = st<S>(acc[i] / l);
+  }
+}
+
+void gpu_attention_cached(backend_dtype t, void *out, const void *qkv, const void *kc, const void *vc,
+                          const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
+                          float scale) {
+  UTIL_CHECK(C / H <= 32 * KV_MAXD, NULL, "internal: attention_cached takes head sizes up to %d, not %d", 32 * KV_MAXD,
+             C / H);
+  const unsigned blocks = (unsigned)(((size_t)N * H + KV_WARPS - 1) / KV_WARPS);
+  GPU_STORAGE(t, attention_cached_kernel<S><<<blocks, 32 * KV_WARPS>>>((S *)out, (const S *)qkv, (const S *)kc,
+                                                                        (const S *)vc, seq, pos, N, C, H, ring, window,
+                                                                        scale));
+  GPU_LAUNCHED();
 }

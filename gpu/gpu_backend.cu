@@ -293,6 +293,15 @@ static void op_to_storage(const backend *be, void *dst, const float *src, size_t
   gpu_to_storage(be->storage, dst, src, n);
 }
 static void op_to_fp32(const backend *be, float *dst, const void *src, size_t n) { gpu_to_fp32(be->storage, dst, src, n); }
+static void op_kv_store(const backend *be, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos,
+                        int N, int C, int ring) {
+  gpu_kv_store(be->storage, kc, vc, qkv, seq, pos, N, C, ring);
+}
+static void op_attention_cached(const backend *be, void *o, const void *qkv, const void *kc, const void *vc,
+                                const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
+                                float scale) {
+  gpu_attention_cached(be->storage, o, qkv, kc, vc, seq, pos, N, C, H, ring, window, scale);
+}
 
 /* ---- planning, instances, the kind ------------------------------------------------------------------ */
 

@@ -9,7 +9,11 @@
  * timed; the median of the timed steps is reported. MFU = tokens/s * (6N + 12 L C T) / peak, N
  * without the position embedding, peak = the best n x n GEMM rate (at the precision) with the same
  * thread count, measured before and after the steps, or --peak GFLOP/s (a GPU's datasheet peak). --profile times every backend op. Output: a human-readable block and one
- * "result:" line of key=value pairs for scripts (run/bench collects them). */
+ * "result:" line of key=value pairs for scripts (run/bench collects them).
+ *
+ *   greenlm-bench --generate --layers 12 --embd 768 --heads 12 --vocab 50257 --seq 2048 --prompt 512 --new 256
+ *
+ * times decoding with the KV cache against recomputing the sequence for every token (gen_bench). */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -19,6 +23,7 @@
 #include "config.h"
 #include "model/backend.h"
 #include "deck/cfg.h"
+#include "model/generate.h"
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "base/rng.h"
@@ -103,6 +108,7 @@ typedef struct {
   double peak_seconds, peak; /* peak: given GFLOP/s (0: measure) */
   const char *arch, *backend, *precision;
   const char *storage; /* NULL: the backend's choice for the precision */
+  int generate, prompt, gen_new, gen_recompute; /* --generate: prompt tokens, new tokens, new tokens recomputed */
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -117,6 +123,9 @@ static void usage(FILE *fp) {
               "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--recompute]\n"
               "                     [--storage fp32|bf16|fp16]\n"
               "       greenlm-bench --quant   (gradient quantizer throughput, one core)\n"
+              "       greenlm-bench --generate [--prompt P] [--new N] [--recompute-new K] [model options]\n"
+              "                     (decoding with the KV cache against recomputation; --seq is the block size;\n"
+              "                      defaults --prompt 512 --new 256, K = N)\n"
               "       mpiexec -n D greenlm-bench --exchange MB   (compressed exchanges against MPI_Allreduce,\n"
               "                                                   gradients of 1 MB up to MB)\n"
               "defaults: --layers 4 --embd 256 --heads 4 --vocab 50304 --batch 8 --seq 128 --steps 3 --warmup 1\n"
@@ -124,15 +133,16 @@ static void usage(FILE *fp) {
 }
 
 static int parse(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 0, 0.0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL};
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 0, 0.0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL, 0, 512, 256, 0};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
       usage(stdout);
       return 0;
     }
-    if (!strcmp(k, "--profile") || !strcmp(k, "--recompute") || !strcmp(k, "--quant")) {
-      *(!strcmp(k, "--profile") ? &a->profile : !strcmp(k, "--recompute") ? &a->recompute : &a->quant) = 1;
+    if (!strcmp(k, "--profile") || !strcmp(k, "--recompute") || !strcmp(k, "--quant") || !strcmp(k, "--generate")) {
+      *(!strcmp(k, "--profile") ? &a->profile : !strcmp(k, "--recompute") ? &a->recompute
+        : !strcmp(k, "--quant")  ? &a->quant : &a->generate) = 1;
       continue;
     }
     if (i + 1 >= argc) {
@@ -182,11 +192,19 @@ static int parse(int argc, char **argv, bench_args *a) {
     else if (!strcmp(k, "--peak-seconds")) a->peak_seconds = x;
     else if (!strcmp(k, "--peak")) a->peak = x;
     else if (!strcmp(k, "--exchange")) a->exchange_mb = x;
+    else if (!strcmp(k, "--prompt")) a->prompt = (int)x;
+    else if (!strcmp(k, "--new")) a->gen_new = (int)x;
+    else if (!strcmp(k, "--recompute-new")) a->gen_recompute = (int)x;
     else {
       fprintf(stderr, "greenlm-bench: error: unknown option '%s'\n", k);
       usage(stderr);
       return 2;
     }
+  }
+  if (a->generate && a->prompt + a->gen_new > a->T) {
+    fprintf(stderr, "greenlm-bench: error: --generate: --prompt %d + --new %d exceed the block size --seq %d\n", a->prompt,
+            a->gen_new, a->T);
+    return 2;
   }
   if (a->C % a->H) {
     fprintf(stderr, "greenlm-bench: error: --embd %d is not divisible by --heads %d\n", a->C, a->H);
@@ -329,6 +347,90 @@ static void report(const bench_args *a, const gpt_model *m, const bench_times *b
          a->precision, backend_dtype_name(m->be->storage), a->recompute, m->mem.acts, plan, counted, used, engine);
 }
 
+/* --generate: greedy decoding of --new tokens after a --prompt of random tokens, batch 1, random
+ * weights: with the KV cache (and again after a 16-token prompt: the cost of a token must not
+ * depend on the prompt), then by recomputing the sequence for every token (--recompute-new of them).
+ * Decode tokens/s exclude each side's first token (the prompt's forward pass); the two must choose
+ * the same tokens, or the ratio is not reported as valid. */
+typedef struct {
+  double *t; /* the time each token was drawn */
+  int n;
+} gen_clock;
+
+static int gen_tick(void *ctx, int p, int32_t token) {
+  gen_clock *c = ctx;
+  (void)p, (void)token;
+  c->t[c->n++] = util_now();
+  return 0;
+}
+
+/* One side: decode n_new tokens after the prompt; per-token ms of the first and last decode steps. */
+static gen_timing gen_side(gpt_model *m, gen_mode mode, const int32_t *prompt, int len, int n_new, int32_t *out,
+                           double *first_ms, double *last_ms, size_t *cache) {
+  cfg_sample greedy;
+  memset(&greedy, 0, sizeof greedy);
+  greedy.repetition_penalty = 1, greedy.top_p = 1;
+  gen_clock c = {.t = malloc((size_t)(n_new + 1) * sizeof(double))};
+  gen_hooks h = {.on_token = gen_tick, .ctx = &c, .eot = -1};
+  gen g;
+  gen_open(&g, m, 1, len + n_new, &greedy, 1, mode);
+  gen_run(&g, &prompt, &len, 1, 0, n_new, &h);
+  if (out) memcpy(out, g.seqs[0].tokens + len, (size_t)n_new * sizeof(int32_t));
+  *first_ms = c.n > 1 ? 1e3 * (c.t[1] - c.t[0]) : 0;
+  *last_ms = c.n > 1 ? 1e3 * (c.t[c.n - 1] - c.t[c.n - 2]) : 0;
+  if (cache) *cache = g.mem.cache + g.mem.acts + g.mem.io;
+  gen_timing t = g.timing;
+  gen_close(&g);
+  free(c.t);
+  return t;
+}
+
+static int gen_bench(const bench_args *a, const backend *be, char *engine) {
+  cfg_model mc;
+  model_config(a, &mc);
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &mc);
+  const int P = a->prompt, N = a->gen_new, K = a->gen_recompute > 0 && a->gen_recompute < N ? a->gen_recompute : N;
+  gpt_model m; /* an activation arena of (1, P + N) for the recomputation */
+  gpt_init(&m, &s, be, 1, P + N, gpt_whole(&s), 1);
+  int32_t *prompt = malloc((size_t)P * sizeof(int32_t)), *kv = malloc((size_t)N * sizeof(int32_t));
+  int32_t *re = malloc((size_t)N * sizeof(int32_t));
+  rng_state r;
+  rng_seed(&r, 7, 0, 0);
+  for (int i = 0; i < P; i++) prompt[i] = (int32_t)rng_below(&r, (uint64_t)s.V);
+  double f[3], l[3];
+  size_t bytes;
+  gen_timing tk = gen_side(&m, GEN_CACHE, prompt, P, N, kv, &f[0], &l[0], &bytes);
+  gen_timing ts = gen_side(&m, GEN_CACHE, prompt + P - 16, 16, N, NULL, &f[1], &l[1], NULL);
+  gen_timing tr = gen_side(&m, GEN_RECOMPUTE, prompt, P, K, re, &f[2], &l[2], NULL);
+  int same = 0;
+  while (same < K && kv[same] == re[same]) same++;
+  const double ratio = tr.decode_tps > 0 ? tk.decode_tps / tr.decode_tps : 0;
+  char b[32];
+  printf("greenlm-bench %s --generate\n", PACKAGE_VERSION);
+  printf("engine:  %s\n", engine);
+  printf("model:   %s L=%d C=%d H=%d V=%d block %d, %.1f M parameters, random weights; greedy, batch 1\n", a->arch, a->L,
+         a->C, a->H, a->V, a->T, gpt_count_params(&s) / 1e6);
+  printf("cache:   KV caches and pass activations %s\n", util_fmt_bytes((double)bytes, b, sizeof b));
+  printf("KV cache:      prompt %4d: prefill %.3f s, %d tokens: %.2f tokens/s (%.1f ms/token; first %.1f, last %.1f)\n", P,
+         tk.prefill_s, N, tk.decode_tps, 1e3 / tk.decode_tps, f[0], l[0]);
+  printf("KV cache:      prompt %4d: prefill %.3f s, %d tokens: %.2f tokens/s (%.1f ms/token; first %.1f, last %.1f)\n", 16,
+         ts.prefill_s, N, ts.decode_tps, 1e3 / ts.decode_tps, f[1], l[1]);
+  printf("recomputation: prompt %4d: first token %.3f s, %d tokens: %.3f tokens/s (%.1f ms/token; first %.1f, last %.1f)\n",
+         P, tr.prefill_s, K, tr.decode_tps, 1e3 / tr.decode_tps, f[2], l[2]);
+  printf("speed-up: %.1fx decode tokens/s (%s: %d of %d tokens the same)\n", ratio, same == K ? "VALID" : "INVALID", same, K);
+  for (char *c = engine; *c; c++)
+    if (*c == ' ') *c = '_';
+  printf("result: arch=%s L=%d C=%d H=%d V=%d block=%d prompt=%d new=%d recomputed=%d kv_tokens_per_s=%.3f "
+         "kv_short_prompt_tokens_per_s=%.3f recompute_tokens_per_s=%.4f speedup=%.2f valid=%d kv_bytes=%zu engine=%s\n",
+         a->arch, a->L, a->C, a->H, a->V, a->T, P, N, K, tk.decode_tps, ts.decode_tps, tr.decode_tps, ratio, same == K,
+         bytes, engine);
+  free(prompt), free(kv), free(re);
+  gpt_free(&m);
+  gpt_shape_free(&s);
+  return same == K ? 0 : 1;
+}
+
 /* --quant: encode and decode rates of the gradient quantizer on one core, GB/s of fp32 input, for
  * each level set at 2, 4 and 8 bits, buckets of 512 (max norm) or 8192 (L2), 64 MiB of Gaussian
  * values. */
@@ -436,6 +538,7 @@ int main(int argc, char **argv) {
   be->set_threads(be, a.threads);
   char engine[256];
   be->describe(be, engine, sizeof engine);
+  if (a.generate) util_exit_all(gen_bench(&a, be, engine));
   double peak = a.peak > 0 ? a.peak : be->measure_gflops(be, a.peak_n, a.peak_seconds);
   cfg_model mc;
   model_config(&a, &mc);

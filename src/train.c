@@ -17,6 +17,7 @@
 #include "energy/energy.h"
 #include "energy/metrics.h"
 #include "io/ckpt.h"
+#include "model/generate.h"
 #include "model/sample.h"
 #include "parallel/topo.h"
 #include "parallel/watchdog.h"
@@ -593,33 +594,83 @@ static int verdict(train_job *j, err_list *errs) {
   free(params);
   return rc;
 }
-/* Generate the deck's sample on replica 0 (the pipeline's last stage draws each token and hands
- * it to the first); rank 0 prints it and writes sample.txt. */
+/* The sample's stop string: the text of the new tokens, decoded as they come (generate.h's hook). */
+typedef struct {
+  const tok_tokenizer *tok;
+  const char *stop;
+  char *text;
+  size_t len;
+} sample_stop;
+
+static int sample_stop_check(void *ctx, int p, int32_t token) {
+  sample_stop *s = ctx;
+  (void)p;
+  s->len += tok_decode(s->tok, &token, 1, s->text + s->len);
+  size_t n = strlen(s->stop);
+  return n > 0 && s->len >= n && memcmp(s->text + s->len - n, s->stop, n) == 0;
+}
+
+/* The whole model on this rank: the generator with its KV cache. ids: the prompt, then the new
+ * tokens; note: the timing and how it ended. */
+static void sample_cached(train_job *r, tok_ids *ids, char *note, size_t len) {
+  trainer *t = r->t;
+  const cfg_sample *c = &r->cfg->sample;
+  long want = (long)ids->n + c->n_tokens;
+  int max_len = want < t->shape.maxT ? (int)want : t->shape.maxT, n = (int)ids->n;
+  sample_stop stop = {.tok = &t->tok, .stop = c->stop};
+  stop.text = util_malloc((size_t)c->n_tokens * (size_t)t->tok.max_len + 1, "sample text");
+  gen_hooks h = {.on_token = sample_stop_check, .ctx = &stop, .eot = t->tok.eot};
+  const int32_t *prompt = ids->v;
+  gen g;
+  gen_open(&g, &t->model, 1, max_len < 2 ? 2 : max_len, c, (uint64_t)r->cfg->job.seed, GEN_CACHE);
+  gen_run(&g, &prompt, &n, 1, 0, (int)c->n_tokens, &h);
+  const gen_seq *q = &g.seqs[0];
+  ids->n = 0;
+  for (int i = 0; i < q->len; i++) tok_ids_push(ids, q->tokens[i]);
+  snprintf(note, len, "KV cache: prefill %.2f s, %.1f tokens/s; ended: %s", g.timing.prefill_s, g.timing.decode_tps,
+           gen_end_name(q->end));
+  gen_close(&g);
+  free(stop.text);
+}
+
+/* Pipeline stages: every layer is on no single rank, so the stages recompute the whole sequence for
+ * every new token (pipe_forward_one; the last stage draws each token and hands it to the first). */
+static void sample_pipelined(train_job *r, tok_ids *ids) {
+  trainer *t = r->t;
+  const cfg_sample *c = &r->cfg->sample;
+  int Tmax = t->T < t->shape.maxT ? t->T : t->shape.maxT;
+  float *logits = t->model.has_head ? util_malloc((size_t)t->shape.V * sizeof(float), "logits") : NULL;
+  sample_state ss;
+  sample_init(&ss, c, t->shape.V, (uint64_t)r->cfg->job.seed, 0);
+  for (long k = 0; k < c->n_tokens; k++) {
+    int ctx = (int)ids->n < Tmax ? (int)ids->n : Tmax;
+    pipe_forward_one(&t->pipe, ids->v + (ids->n - (size_t)ctx), ctx, logits);
+    int32_t next = t->model.has_head ? sample_next(&ss, logits, ids->v, ids->n) : 0;
+    MPI_Bcast(&next, 1, MPI_INT32_T, t->lay.P - 1, t->lay.pipe);
+    tok_ids_push(ids, next);
+  }
+  sample_free(&ss);
+  free(logits);
+}
+
+/* Generate the deck's sample on replica 0; rank 0 prints it and writes sample.txt. */
 static void write_sample(train_job *r) {
   trainer *t = r->t;
   const cfg_sample *c = &r->cfg->sample;
   if (c->n_tokens <= 0 || t->lay.replica != 0) return;
-  gpt_model *m = &t->model;
   tok_ids ids = {0};
   const char *p = c->prompt[0] ? c->prompt : "\n";
   tok_encode(&t->tok, p, strlen(p), 1, &ids);
-  int np = (int)ids.n, nn = (int)c->n_tokens, Tmax = t->T < t->shape.maxT ? t->T : t->shape.maxT;
-  float *logits = m->has_head ? util_malloc((size_t)t->shape.V * sizeof(float), "logits") : NULL;
-  sample_state ss;
-  sample_init(&ss, c, t->shape.V, (uint64_t)r->cfg->job.seed);
-  for (int k = 0; k < nn; k++) {
-    int ctx = (int)ids.n < Tmax ? (int)ids.n : Tmax;
-    pipe_forward_one(&t->pipe, ids.v + (ids.n - (size_t)ctx), ctx, logits);
-    int32_t next = m->has_head ? sample_next(&ss, logits) : 0;
-    MPI_Bcast(&next, 1, MPI_INT32_T, t->lay.P - 1, t->lay.pipe);
-    tok_ids_push(&ids, next);
-  }
+  size_t np = ids.n;
+  char note[160] = "pipeline, recomputed";
+  if (t->lay.P == 1) sample_cached(r, &ids, note, sizeof note);
+  else sample_pipelined(r, &ids);
   if (t->rank == 0) {
     char *text = util_malloc(ids.n * (size_t)t->tok.max_len + 1, "sample text");
     size_t len = tok_decode(&t->tok, ids.v, ids.n, text);
     text[len] = '\0';
-    metrics_printf(&r->out, "== sample (%d tokens, temperature %g, top-k %ld) ==\n%s\n", nn, c->temperature, c->top_k,
-                   text);
+    metrics_printf(&r->out, "== sample (%zu tokens, temperature %g, top-k %ld, top-p %g; %s) ==\n%s\n", ids.n - np,
+                   c->temperature, c->top_k, c->top_p, note, text);
     char path[4096];
     snprintf(path, sizeof path, "%s/sample.txt", r->cfg->job.run_dir);
     util_atomic_file af;
@@ -629,12 +680,8 @@ static void write_sample(train_job *r) {
     }
     free(text);
   }
-  sample_free(&ss);
-  free(logits);
   tok_ids_free(&ids);
-  (void)np;
 }
-
 
 /* ---- the phases ------------------------------------------------------------------------------------ */
 

@@ -222,6 +222,35 @@ static void test_attention(int B, int T, int C, int H, int window, float scale) 
   drop(&qkv), drop(&dout), drop(&out), drop(&lse), drop(&dqkv);
 }
 
+/* The KV cache: N rows of 3 sequences (consecutive positions from a random start, so no two rows
+ * share a ring row), stored, then attended to over caches filled with random keys and values. */
+static void test_kv_cache(int N, int C, int H, int ring, int window, float scale) {
+  enum { NSEQ = 3 };
+  char w[128];
+  const size_t nk = (size_t)NSEQ * ring * C, n3 = (size_t)N * 3 * C;
+  const float qk = (float)pow(C / H, -0.25);
+  float *x = frand(n3, 1);
+  for (size_t i = 0; i < n3; i++) x[i] *= i % (3 * (size_t)C) < 2 * (size_t)C ? qk : 1.0f;
+  pair qkv = from(x, n3, 1), kc = mk(nk, qk, 1), vc = mk(nk, 1, 1), out = mk((size_t)N * C, 1, 1);
+  int32_t *seq = malloc((size_t)N * sizeof(int32_t)), *pos = malloc((size_t)N * sizeof(int32_t)), start[NSEQ];
+  const int span = (N + NSEQ - 1) / NSEQ, most = window > 0 ? 3 * ring : ring; /* global: every position held */
+  for (int q = 0; q < NSEQ; q++) start[q] = (int)rng_below(&R, (uint64_t)(most - span + 1));
+  for (int r = 0; r < N; r++) seq[r] = r % NSEQ, pos[r] = start[r % NSEQ] + r / NSEQ;
+  int32_t *gseq = up(seq, (size_t)N * sizeof(int32_t)), *gpos = up(pos, (size_t)N * sizeof(int32_t));
+  cpu->kv_store(cpu, kc.c, vc.c, qkv.c, seq, pos, N, C, ring);
+  gpu->kv_store(gpu, kc.g, vc.g, qkv.g, gseq, gpos, N, C, ring);
+  snprintf(w, sizeof w, "kv_store N=%d C=%d ring %d", N, C, ring);
+  check(w, &kc, 0.0);
+  check("  values", &vc, 0.0);
+  cpu->attention_cached(cpu, out.c, qkv.c, kc.c, vc.c, seq, pos, N, C, H, ring, window, scale);
+  gpu->attention_cached(gpu, out.g, qkv.g, kc.g, vc.g, gseq, gpos, N, C, H, ring, window, scale);
+  snprintf(w, sizeof w, "attention_cached N=%d C=%d H=%d (hs %d) ring %d %s%d", N, C, H, C / H, ring,
+           window > 0 ? "local " : "global", window > 0 ? window : ring);
+  check(w, &out, TOL); /* fp32 kernels in every mode */
+  free(x), free(seq), free(pos), gpu->free(gpu, gseq), gpu->free(gpu, gpos);
+  drop(&qkv), drop(&kc), drop(&vc), drop(&out);
+}
+
 static void test_elementwise(size_t n) {
   char w[96];
   pair x = mk(n, 2, 1), y = mk(n, 1, 1), d = mk(n, 1, 1), o = mk(n, 1, 1);
@@ -319,7 +348,8 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_residual_fwd] = "test_elementwise", [BACKEND_OP_accumulate] = "test_elementwise",
     [BACKEND_OP_sumsq] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
     [BACKEND_OP_adamw] = "test_adamw",             [BACKEND_OP_to_storage] = "test_memory",
-    [BACKEND_OP_to_fp32] = "test_memory",
+    [BACKEND_OP_to_fp32] = "test_memory",          [BACKEND_OP_kv_store] = "test_kv_cache",
+    [BACKEND_OP_attention_cached] = "test_kv_cache",
 };
 
 static void test_ops(void) {
@@ -356,6 +386,12 @@ static void test_ops(void) {
   test_attention(2, 90, 96, 2, 20, 1.0f);    /* hs 48, zero-padded to 64 */
   test_attention(1, 200, 192, 2, 0, 1.0f);   /* hs 96, zero-padded to 128 */
   test_attention(1, 520, 128, 2, 0, 0.125f); /* hs 64, global over 9 key tiles */
+  /* the KV cache of generation: one warp per (row, head), head sizes up to 256 */
+  test_kv_cache(5, 64, 4, 40, 0, 1.0f);      /* hs 16, global */
+  test_kv_cache(7, 128, 2, 71, 8, 0.125f);   /* hs 64, local ring of window + 63 rows */
+  test_kv_cache(3, 512, 2, 20, 0, 1.0f);     /* hs 256 */
+  test_kv_cache(64, 96, 3, 100, 16, 1.0f);   /* hs 32, a prefill pass of 64 rows */
+  test_kv_cache(1, 768, 12, 300, 0, 1.0f);   /* GPT-Neo 125M's heads, one decoded row */
 }
 
 /* ---- whole training steps ---------------------------------------------------------------------- */

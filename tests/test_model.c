@@ -1,5 +1,6 @@
 /* test_model: properties of the model that the reference fixtures do not cover:
- *   - the dry run's memory plan equals what the backend really allocates;
+ *   - the dry run's memory plan equals what the backend really allocates (also for inference: weights
+ *     only, and the generator's KV caches);
  *   - seeded initialisation is bitwise repeatable and independent of which layers a rank holds;
  *   - causality: a prefix forward gives the same logits as the full sequence at those positions;
  *   - gradient accumulation over micro-batches equals one larger batch. */
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "deck/cfg.h"
+#include "model/generate.h"
 #include "model/gpt.h"
 #include "base/rng.h"
 #include "testing.h"
@@ -35,9 +37,11 @@ static void test_memory_plan(const char *precision) {
     gpt_shape s;
     shape_of(&s, cases[i].arch, cases[i].L, cases[i].C, cases[i].H, cases[i].V, cases[i].maxT, 8);
     /* the whole model; a first stage with 3 activation slots; a last stage; the first stage with
-     * recomputation (one block's inner activations instead of one per block and slot) */
-    gpt_part parts[4] = {gpt_whole(&s), {0, s.L - 1, 1, 0, 3, 0}, {s.L - 1, s.L, 0, 1, 1, 0}, {0, s.L - 1, 1, 0, 3, 1}};
-    for (int k = 0; k < 4; k++) {
+     * recomputation (one block's inner activations instead of one per block and slot); the whole
+     * model for inference (weights only) */
+    gpt_part parts[5] = {gpt_whole(&s), {0, s.L - 1, 1, 0, 3, 0, 0}, {s.L - 1, s.L, 0, 1, 1, 0, 0},
+                         {0, s.L - 1, 1, 0, 3, 1, 0}, {0, s.L, 1, 1, 1, 0, 1}};
+    for (int k = 0; k < 5; k++) {
       const backend *counting = t_counting_backend(precision, 0); /* a fresh instance: its workspace is counted */
       gpt_memory plan = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[k]);
       t_counted = 0;
@@ -52,6 +56,16 @@ static void test_memory_plan(const char *precision) {
         gpt_memory kept = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[1]);
         T_CHECK(plan.acts < kept.acts, "recomputation plans %zu activation bytes, not fewer than %zu", plan.acts, kept.acts);
       }
+      if (k == 4) { /* the generator's KV caches and pass: planned exactly too */
+        T_CHECK(plan.grads == 0 && plan.acts == 0 && plan.work == 0, "an inference model plans only its weights");
+        gen_memory gp = gen_plan_memory(&s, counting, 3, cases[i].maxT, GEN_CACHE);
+        t_counted = 0;
+        gen g;
+        gen_open(&g, &m, 3, cases[i].maxT, NULL, 1, GEN_CACHE);
+        T_CHECK(t_counted == gp.total && gp.cache > 0, "%s %s case %d generator: planned %zu bytes, allocated %zu",
+                precision, cases[i].arch, i, gp.total, t_counted);
+        gen_close(&g);
+      }
       gpt_free(&m);
     }
     gpt_shape_free(&s);
@@ -65,7 +79,7 @@ static void test_init(void) {
   gpt_init(&a, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
   gpt_init(&b, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
   gpt_init(&c, &s, backend_cpu(), 1, 8, gpt_whole(&s), 12);
-  gpt_init(&part, &s, backend_cpu(), 1, 8, (gpt_part){1, 2, 0, 0, 1, 0}, 11); /* block 1 only */
+  gpt_init(&part, &s, backend_cpu(), 1, 8, (gpt_part){1, 2, 0, 0, 1, 0, 0}, 11); /* block 1 only */
   T_CHECK(!memcmp(a.params, b.params, a.nparams * sizeof(float)), "same seed, same parameters");
   T_CHECK(memcmp(a.params, c.params, a.nparams * sizeof(float)) != 0, "another seed, other parameters");
   gpt_block_ptrs pa, pp;

@@ -13,7 +13,9 @@
  * is to nearest even, with fp16's subnormals, overflow to infinity and NaN), and every op at bf16
  * and fp16 storage against the same op at fp32 on the same (representable) inputs: the 16-bit
  * output must be exactly the fp32 output rounded once, and fp32 outputs (statistics, parameter
- * gradients) exactly equal. Every op of backend.h's list must be covered (op_tests). */
+ * gradients) exactly equal. Every op of backend.h's list must be covered (op_tests). The KV-cache
+ * ops (inference only, no backward) are checked against the double reference of causal attention
+ * over whole sequences, fed to the cache in passes. */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -276,6 +278,58 @@ static void test_attention(int T, int window, double scale, const char *what) {
   check_grad(name, att_loss, &c, c.qkv, dqkv, nq);
   be->free(be, scratch);
   free(qkv), free(w), free(y), free(lse), free(dqkv), free(c.qkv), free(c.w), free(c.y), free(c.lse);
+}
+
+/* ---- the KV cache ------------------------------------------------------------------------------ */
+
+/* Three sequences of different lengths fed in passes of up to `chunk` rows of each (the sequences'
+ * rows interleaved in a pass): kv_store, then attention_cached; every row's output against the
+ * double reference of causal attention over its whole sequence (att_ref), and the ring's rows
+ * against the keys and values they hold. ring = window + chunk - 1 for a local layer. */
+static void test_kv_cache(int window, double scale, const char *what) {
+  enum { NS = 3, C = 12, H = 3, CHUNK = 4 };
+  const int len[NS] = {9, 20, 33}, maxlen = 33, ring = window > 0 ? window + CHUNK - 1 : maxlen;
+  float *qkv[NS], *out[NS];
+  float *kc = fzeros((size_t)NS * ring * C), *vc = fzeros((size_t)NS * ring * C);
+  float *pq = fzeros((size_t)NS * CHUNK * 3 * C), *po = fzeros((size_t)NS * CHUNK * C);
+  int32_t seq[NS * CHUNK], pos[NS * CHUNK];
+  for (int q = 0; q < NS; q++) qkv[q] = frand((size_t)len[q] * 3 * C, 1), out[q] = fzeros((size_t)len[q] * C);
+  for (int at = 0; at < maxlen; at += CHUNK) {
+    int n = 0;
+    for (int q = 0; q < NS; q++)
+      for (int p = at; p < at + CHUNK && p < len[q]; p++, n++) {
+        seq[n] = q, pos[n] = p;
+        memcpy(pq + (size_t)n * 3 * C, qkv[q] + (size_t)p * 3 * C, 3 * C * sizeof(float));
+      }
+    be->kv_store(be, kc, vc, pq, seq, pos, n, C, ring);
+    be->attention_cached(be, po, pq, kc, vc, seq, pos, n, C, H, ring, window, (float)scale);
+    for (int r = 0; r < n; r++) memcpy(out[seq[r]] + (size_t)pos[r] * C, po + (size_t)r * C, C * sizeof(float));
+  }
+  char name[80];
+  for (int q = 0; q < NS; q++) {
+    att_ctx c = {.B = 1, .T = len[q], .C = C, .H = H, .window = window, .scale = scale};
+    c.qkv = dcopy(qkv[q], (size_t)len[q] * 3 * C);
+    c.y = malloc((size_t)len[q] * C * sizeof(double)), c.lse = malloc((size_t)H * len[q] * sizeof(double));
+    att_ref(&c);
+    snprintf(name, sizeof name, "attention_cached %s seq %d", what, q);
+    check_fwd(name, out[q], c.y, (size_t)len[q] * C);
+    int bad = 0; /* the ring holds the last positions' k and v */
+    for (int p = len[q] > ring ? len[q] - ring : 0; p < len[q]; p++) {
+      size_t at = ((size_t)q * ring + (size_t)(p % ring)) * C;
+      bad += memcmp(kc + at, qkv[q] + (size_t)p * 3 * C + C, C * sizeof(float)) != 0;
+      bad += memcmp(vc + at, qkv[q] + (size_t)p * 3 * C + 2 * C, C * sizeof(float)) != 0;
+    }
+    T_CHECK(bad == 0, "kv_store %s seq %d: %d ring rows differ from the keys and values stored", what, q, bad);
+    free(c.qkv), free(c.y), free(c.lse), free(qkv[q]), free(out[q]);
+  }
+  free(kc), free(vc), free(pq), free(po);
+}
+
+static void test_kv_cache_all(void) {
+  test_kv_cache(0, 1.0, "global");
+  test_kv_cache(0, 0.5, "global scaled");
+  test_kv_cache(5, 1.0, "local w=5");
+  test_kv_cache(1, 1.0, "local w=1");
 }
 
 /* ---- gelu_new ---------------------------------------------------------------------------------- */
@@ -551,6 +605,22 @@ static void storage_attention(void) {
   }
 }
 
+/* The cache at 16 bits: the same rounded inputs, the output rounded once; kv_store copies exactly. */
+static void storage_kv_cache(void) {
+  const int N = 5, C = 12, H = 3, ring = 9;
+  const int32_t seq[5] = {0, 1, 1, 2, 0}, pos[5] = {3, 7, 8, 0, 12};
+  void *qh, *kh, *vh;
+  float *qkv = rand16((size_t)N * 3 * C, 0.5, &qh), *k = rand16((size_t)3 * ring * C, 0.5, &kh);
+  float *v = rand16((size_t)3 * ring * C, 1, &vh), *y = fzeros((size_t)N * C);
+  uint16_t *y16 = malloc((size_t)N * C * 2);
+  be->kv_store(be, k, v, qkv, seq, pos, N, C, ring), b16->kv_store(b16, kh, vh, qh, seq, pos, N, C, ring);
+  same16("kv_store k", kh, k, (size_t)3 * ring * C), same16("kv_store v", vh, v, (size_t)3 * ring * C);
+  be->attention_cached(be, y, qkv, k, v, seq, pos, N, C, H, ring, 4, 1.0f);
+  b16->attention_cached(b16, y16, qh, kh, vh, seq, pos, N, C, H, ring, 4, 1.0f);
+  same16("attention_cached", y16, y, (size_t)N * C);
+  free(qkv), free(k), free(v), free(y), free(y16), free(qh), free(kh), free(vh);
+}
+
 static void storage_elementwise(void) {
   const size_t n = 333;
   void *xh, *ah, *dh;
@@ -596,10 +666,11 @@ static void storage_elementwise(void) {
 static void test_storage(void) {
   for (int k = 0; k < 2; k++) {
     b16 = backend_kind_cpu.open(-1, k ? "fp16" : "bf16");
-    backend_shape sh = {.B = 2, .T = 70, .C = 40, .H = 3, .F = 40, .V = 301};
+    backend_shape sh = {.B = 2, .T = 70, .C = 40, .H = 3, .F = 40, .V = 301, .kv_rows = 27};
     b16->prepare(b16, &sh);
     storage_norm_and_linear();
     storage_attention();
+    storage_kv_cache();
     storage_elementwise();
     printf("  %-34s every op equals fp32 rounded once\n", k ? "fp16 storage" : "bf16 storage");
     backend_close(b16);
@@ -628,7 +699,8 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_residual_fwd] = test_residual,     [BACKEND_OP_accumulate] = test_residual,
     [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,
     [BACKEND_OP_sumsq] = test_adamw,               [BACKEND_OP_to_storage] = test_conversions,
-    [BACKEND_OP_to_fp32] = test_conversions,
+    [BACKEND_OP_to_fp32] = test_conversions,       [BACKEND_OP_kv_store] = test_kv_cache_all,
+    [BACKEND_OP_attention_cached] = test_kv_cache_all,
 };
 
 int main(int argc, char **argv) {

@@ -62,6 +62,7 @@ typedef struct {
  * (and allocated by prepare) from these, so the dry run's memory plan is exact. */
 typedef struct {
   int B, T, C, H, F, V;
+  int kv_rows; /* rows (all sequences' rings) of the largest KV cache attention_cached reads; 0 without */
 } backend_shape;
 
 typedef struct backend backend;
@@ -133,7 +134,20 @@ typedef struct backend backend;
   /* dst S (n) = src F (n) rounded to the storage type (compute copies of parameters) */                               \
   X(to_storage, (const backend *be, void *dst, const float *src, size_t n), (dst, src, n))                            \
   /* dst F (n) = src S (n) (logits for sampling, tensors for tests) */                                                 \
-  X(to_fp32, (const backend *be, float *dst, const void *src, size_t n), (dst, src, n))
+  X(to_fp32, (const backend *be, float *dst, const void *src, size_t n), (dst, src, n))                               \
+  /* KV cache (generation). kc, vc S (nseq, ring, C): the keys and values of sequence s at position p in row          \
+   * p % ring of its slab. seq, pos int32 (N) in backend memory: each row's sequence and position.                     \
+   * kv_store: the k and v of row r of qkv S (N,3C) into row pos[r] % ring of sequence seq[r]. */                      \
+  X(kv_store, (const backend *be, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N,  \
+               int C, int ring),                                                                                       \
+    (kc, vc, qkv, seq, pos, N, C, ring))                                                                               \
+  /* Attention of N new query rows (q: the first C columns of qkv S (N,3C)) against the cache: row r sees the          \
+   * positions j <= pos[r] of sequence seq[r] (window > 0: pos[r] - j < window), which must be stored (kv_store)       \
+   * and still held (ring >= the visible span). out S (N,C) = softmax(scale * q k^T) v per head. */                    \
+  X(attention_cached,                                                                                                  \
+    (const backend *be, void *out, const void *qkv, const void *kc, const void *vc, const int32_t *seq,                \
+     const int32_t *pos, int N, int C, int H, int ring, int window, float scale),                                      \
+    (out, qkv, kc, vc, seq, pos, N, C, H, ring, window, scale))
 
 /* One enumerator per op: BACKEND_OP_embed_fwd, ...; BACKEND_NOPS of them. */
 #define BACKEND_OP_ENUM(name, params, args) BACKEND_OP_##name,

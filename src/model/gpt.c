@@ -180,7 +180,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   return a;
 }
 
-gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1, 0}; }
+gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1, 0, 0}; }
 
 gpt_tensor *gpt_list_tensors(const gpt_shape *s, gpt_part part, int *n) {
   tensor_list tl;
@@ -207,11 +207,11 @@ gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, 
   size_t n = gpt_part_params(s, part);
   m.params = n * sizeof(float);
   m.compute = be->storage == BACKEND_FP32 ? 0 : n * backend_dtype_size(be->storage);
-  m.grads = m.params;
-  m.acts = a.total;
+  m.grads = part.inference ? 0 : m.params;
+  m.acts = part.inference ? 0 : a.total;
   /* tokens and targets per slot, losses */
-  m.io = (size_t)B * T * (2 * sizeof(int32_t) * (size_t)part.nslots + sizeof(float));
-  m.work = be->workspace_bytes(be, &sh);
+  m.io = part.inference ? 0 : (size_t)B * T * (2 * sizeof(int32_t) * (size_t)part.nslots + sizeof(float));
+  m.work = part.inference ? 0 : be->workspace_bytes(be, &sh);
   m.total = m.params + m.compute + m.grads + m.acts + m.io + m.work;
   return m;
 }
@@ -232,25 +232,26 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
   m->has_head = part.has_head;
   m->nslots = part.nslots;
   m->recompute = part.recompute;
+  m->inference = part.inference;
   tensor_list tl;
   build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
   m->tensors = tl.v;
   m->ntensors = tl.n;
   m->nparams = tl.offset;
   m->mem = gpt_plan_memory(s, be, B, T, part);
-  act_layout a = plan_acts(s, be, B, T, part);
-  backend_shape sh = op_shape(s, B, T);
-  be->prepare(be, &sh);
-
   size_t pb = m->nparams * sizeof(float), nio = (size_t)part.nslots * B * T;
   m->params = be->alloc(be, pb);
   m->cparams = m->mem.compute ? be->alloc(be, m->mem.compute) : m->params;
-  m->grads = be->alloc(be, pb);
-  m->acts = be->alloc(be, a.total);
-  m->tokens = be->alloc(be, nio * sizeof(int32_t));
-  m->targets = be->alloc(be, nio * sizeof(int32_t));
-  m->losses = be->alloc(be, (size_t)B * T * sizeof(float));
-  m->losses_host = util_malloc((size_t)B * T * sizeof(float), "losses");
+  if (!part.inference) {
+    backend_shape sh = op_shape(s, B, T);
+    be->prepare(be, &sh);
+    m->grads = be->alloc(be, pb);
+    m->acts = be->alloc(be, m->mem.acts);
+    m->tokens = be->alloc(be, nio * sizeof(int32_t));
+    m->targets = be->alloc(be, nio * sizeof(int32_t));
+    m->losses = be->alloc(be, (size_t)B * T * sizeof(float));
+    m->losses_host = util_malloc((size_t)B * T * sizeof(float), "losses");
+  }
 
   /* initialise on the host, tensor by tensor, then upload */
   float *host = util_malloc(pb ? pb : 1, "parameter staging");
@@ -332,6 +333,12 @@ static void block_at(const gpt_model *m, void *buf, size_t es, int l, gpt_block_
 
 void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p) { block_at(m, buf, sizeof(float), l, p); }
 
+void gpt_block_compute(const gpt_model *m, int l, gpt_block_ptrs *p) {
+  block_at(m, m->cparams, backend_dtype_size(m->be->storage), l, p);
+}
+
+void *gpt_param(const gpt_model *m, const char *name) { return param_of(m, name); }
+
 /* ---- forward / backward ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -340,7 +347,8 @@ typedef struct {
 } block_acts;
 
 static act_layout layout(const gpt_model *m) {
-  gpt_part p = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute};
+  UTIL_CHECK(!m->inference, NULL, "internal: a model opened for inference has no activations");
+  gpt_part p = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute, 0};
   return plan_acts(&m->s, m->be, m->B, m->T, p);
 }
 
@@ -390,7 +398,8 @@ void *gpt_grad_output(const gpt_model *m) {
 void *gpt_grad_input(const gpt_model *m) { return gpt_grad_output(m); /* the same buffer, after the pass */ }
 
 void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t *targets, int B, int T) {
-  UTIL_CHECK(B <= m->B && T <= m->T, NULL, "internal: batch (%d,%d) exceeds the planned (%d,%d)", B, T, m->B, m->T);
+  UTIL_CHECK(!m->inference && B <= m->B && T <= m->T, NULL, "internal: batch (%d,%d) exceeds the planned (%d,%d)%s", B,
+             T, m->B, m->T, m->inference ? " (an inference model plans none)" : "");
   size_t at = (size_t)slot * m->B * m->T, n = (size_t)B * T * sizeof(int32_t);
   if (tokens) m->be->to_device(m->be, m->tokens + at, tokens, n);
   if (targets) m->be->to_device(m->be, m->targets + at, targets, n);
@@ -527,4 +536,6 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
   }
 }
 
-void gpt_zero_grad(gpt_model *m) { m->be->zero(m->be, m->grads, m->nparams * sizeof(float)); }
+void gpt_zero_grad(gpt_model *m) {
+  if (m->grads) m->be->zero(m->be, m->grads, m->nparams * sizeof(float));
+}

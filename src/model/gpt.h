@@ -80,13 +80,15 @@ typedef struct {
   int lo, hi, has_embed, has_head;
   int nslots;
   int recompute;
+  int inference; /* weights only: no gradients, activation arena, batch buffers or workspace (generation,
+                    generate.h, plans its own); gpt_forward and gpt_backward may not run */
 } gpt_part;
 
 typedef struct {
   gpt_shape s;
   const backend *be;
   int B, T; /* the largest micro-batch the arena is planned for */
-  int layer_lo, layer_hi, has_embed, has_head, nslots, recompute;
+  int layer_lo, layer_hi, has_embed, has_head, nslots, recompute, inference;
 
   gpt_tensor *tensors;
   int ntensors;
@@ -128,6 +130,10 @@ void gpt_free(gpt_model *m);
 
 /* Block l's pointers within an fp32 buffer (m->params or m->grads). */
 void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p);
+/* Block l's pointers within the parameters' compute copy (the storage type: what the ops read). */
+void gpt_block_compute(const gpt_model *m, int l, gpt_block_ptrs *p);
+/* The tensor of that name in the parameters' compute copy (fatal when this rank does not hold it). */
+void *gpt_param(const gpt_model *m, const char *name);
 /* The compute copy at parameter `at`, or NULL when there is none (fp32 storage). */
 void *gpt_compute_params(const gpt_model *m, size_t at);
 /* Master parameters [lo, hi) were written (initialisation, the optimizer, a checkpoint, an

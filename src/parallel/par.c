@@ -97,7 +97,7 @@ void par_free(par_layout *lay) {
 
 gpt_part par_stage_part(const par_layout *lay, int s) {
   int inflight = lay->P - s; /* 1F1B: stage s holds at most P - s micro-batches at once */
-  return (gpt_part){lay->lo[s], lay->lo[s + 1], s == 0, s == lay->P - 1, lay->nmicro < inflight ? lay->nmicro : inflight, lay->recompute};
+  return (gpt_part){lay->lo[s], lay->lo[s + 1], s == 0, s == lay->P - 1, lay->nmicro < inflight ? lay->nmicro : inflight, lay->recompute, 0};
 }
 
 gpt_part par_part(const par_layout *lay) { return par_stage_part(lay, lay->stage); }
