@@ -123,7 +123,9 @@ int infer_open(infer_model *im, const cfg_config *cfg, const backend *be, MPI_Co
 }
 
 int infer_load(infer_model *im, int B, int T, err_list *errs) {
-  gpt_init(&im->model, &im->shape, im->be, B, T, gpt_whole(&im->shape), (uint64_t)im->cfg->job.seed);
+  gpt_part part = gpt_whole(&im->shape);
+  part.inference = B == 0; /* weights only: generation plans its own buffers */
+  gpt_init(&im->model, &im->shape, im->be, B ? B : 1, T ? T : 1, part, (uint64_t)im->cfg->job.seed);
   if (read_weights(im, errs) == 0) return 0;
   gpt_free(&im->model);
   memset(&im->model, 0, sizeof im->model);

@@ -33,7 +33,8 @@ typedef struct {
 /* Open the deck's tokenizer (first, so that a task can size its work in tokens). Collective over
  * comm. Returns the number of errors added (the same on every rank); on errors nothing is open. */
 int infer_open(infer_model *im, const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *errs);
-/* Then the model for micro-batches up to (B, T), its weights read. Collective. Returns the errors
+/* Then the model for micro-batches up to (B, T), its weights read; B = 0: the weights only (for the
+ * generator, which plans its own buffers). Collective. Returns the errors
  * added (the same on every rank); on errors the model is freed (infer_close still closes the rest). */
 int infer_load(infer_model *im, int B, int T, err_list *errs);
 void infer_close(infer_model *im);

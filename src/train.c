@@ -18,6 +18,7 @@
 #include "energy/metrics.h"
 #include "io/ckpt.h"
 #include "model/generate.h"
+#include "textgen.h"
 #include "model/sample.h"
 #include "parallel/topo.h"
 #include "parallel/watchdog.h"
@@ -594,43 +595,15 @@ static int verdict(train_job *j, err_list *errs) {
   free(params);
   return rc;
 }
-/* The sample's stop string: the text of the new tokens, decoded as they come (generate.h's hook). */
-typedef struct {
-  const tok_tokenizer *tok;
-  const char *stop;
-  char *text;
-  size_t len;
-} sample_stop;
 
-static int sample_stop_check(void *ctx, int p, int32_t token) {
-  sample_stop *s = ctx;
-  (void)p;
-  s->len += tok_decode(s->tok, &token, 1, s->text + s->len);
-  size_t n = strlen(s->stop);
-  return n > 0 && s->len >= n && memcmp(s->text + s->len - n, s->stop, n) == 0;
-}
-
-/* The whole model on this rank: the generator with its KV cache. ids: the prompt, then the new
- * tokens; note: the timing and how it ended. */
-static void sample_cached(train_job *r, tok_ids *ids, char *note, size_t len) {
+/* The whole model on this rank: the generator with its KV cache (textgen.h). out: the prompt and
+ * the new text; note: the timing and how it ended. */
+static void sample_cached(train_job *r, textgen_out *out, char *note, size_t len) {
   trainer *t = r->t;
-  const cfg_sample *c = &r->cfg->sample;
-  long want = (long)ids->n + c->n_tokens;
-  int max_len = want < t->shape.maxT ? (int)want : t->shape.maxT, n = (int)ids->n;
-  sample_stop stop = {.tok = &t->tok, .stop = c->stop};
-  stop.text = util_malloc((size_t)c->n_tokens * (size_t)t->tok.max_len + 1, "sample text");
-  gen_hooks h = {.on_token = sample_stop_check, .ctx = &stop, .eot = t->tok.eot};
-  const int32_t *prompt = ids->v;
-  gen g;
-  gen_open(&g, &t->model, 1, max_len < 2 ? 2 : max_len, c, (uint64_t)r->cfg->job.seed, GEN_CACHE);
-  gen_run(&g, &prompt, &n, 1, 0, (int)c->n_tokens, &h);
-  const gen_seq *q = &g.seqs[0];
-  ids->n = 0;
-  for (int i = 0; i < q->len; i++) tok_ids_push(ids, q->tokens[i]);
-  snprintf(note, len, "KV cache: prefill %.2f s, %.1f tokens/s; ended: %s", g.timing.prefill_s, g.timing.decode_tps,
-           gen_end_name(q->end));
-  gen_close(&g);
-  free(stop.text);
+  const char *prompt = r->cfg->sample.prompt;
+  gen_timing tm;
+  textgen_generate(&t->model, &t->tok, &r->cfg->sample, (uint64_t)r->cfg->job.seed, &prompt, 1, 0, NULL, out, &tm);
+  snprintf(note, len, "KV cache: prefill %.2f s, %.1f tokens/s; ended: %s", tm.prefill_s, tm.decode_tps, gen_end_name(out->end));
 }
 
 /* Pipeline stages: every layer is on no single rank, so the stages recompute the whole sequence for
@@ -658,29 +631,33 @@ static void write_sample(train_job *r) {
   trainer *t = r->t;
   const cfg_sample *c = &r->cfg->sample;
   if (c->n_tokens <= 0 || t->lay.replica != 0) return;
-  tok_ids ids = {0};
-  const char *p = c->prompt[0] ? c->prompt : "\n";
-  tok_encode(&t->tok, p, strlen(p), 1, &ids);
-  size_t np = ids.n;
+  textgen_out out = {0};
   char note[160] = "pipeline, recomputed";
-  if (t->lay.P == 1) sample_cached(r, &ids, note, sizeof note);
-  else sample_pipelined(r, &ids);
+  if (t->lay.P == 1) {
+    sample_cached(r, &out, note, sizeof note);
+  } else {
+    tok_ids ids = {0};
+    const char *p = c->prompt[0] ? c->prompt : "\n";
+    tok_encode(&t->tok, p, strlen(p), 1, &ids);
+    size_t np = ids.n;
+    sample_pipelined(r, &ids);
+    out.n_new = (int)(ids.n - np);
+    out.text = util_malloc(ids.n * (size_t)t->tok.max_len + 1, "sample text");
+    out.text[tok_decode(&t->tok, ids.v, ids.n, out.text)] = '\0';
+    tok_ids_free(&ids);
+  }
   if (t->rank == 0) {
-    char *text = util_malloc(ids.n * (size_t)t->tok.max_len + 1, "sample text");
-    size_t len = tok_decode(&t->tok, ids.v, ids.n, text);
-    text[len] = '\0';
-    metrics_printf(&r->out, "== sample (%zu tokens, temperature %g, top-k %ld, top-p %g; %s) ==\n%s\n", ids.n - np,
-                   c->temperature, c->top_k, c->top_p, note, text);
+    metrics_printf(&r->out, "== sample (%d tokens, temperature %g, top-k %ld, top-p %g; %s) ==\n%s\n", out.n_new,
+                   c->temperature, c->top_k, c->top_p, note, out.text);
     char path[4096];
     snprintf(path, sizeof path, "%s/sample.txt", r->cfg->job.run_dir);
     util_atomic_file af;
     if (util_atomic_open(&af, path) == 0) {
-      fwrite(text, 1, len, af.fp);
+      fputs(out.text, af.fp);
       util_atomic_close(&af);
     }
-    free(text);
   }
-  tok_ids_free(&ids);
+  textgen_out_free(&out, 1);
 }
 
 /* ---- the phases ------------------------------------------------------------------------------------ */

@@ -18,7 +18,7 @@ typedef struct {
   int rank;
   int nsets;
   bench_set *sets; /* (nsets) the deck's benchmarks */
-  evalrep_table rep;
+  evalrep rep;
   double t0;
 } eval_job;
 
@@ -96,9 +96,7 @@ static void run_benchmark(eval_job *j, const bench_set *set) {
   bench_scores s;
   bench_score(set, br, &s);
   if (j->rank == 0) {
-    evalrep_add(&j->rep, set->name, "acc", s.acc, s.acc_stderr, s.n);
-    if (!isnan(s.acc_norm)) evalrep_add(&j->rep, set->name, "acc_norm", s.acc_norm, s.acc_norm_stderr, s.n);
-    if (!isnan(s.ppl)) evalrep_add(&j->rep, set->name, "perplexity", s.ppl, NAN, s.n);
+    evalrep_add_scores(&j->rep, set->name, &s);
     printf("eval: %s: %ld items, %ld requests, %ld tokens scored in %.2f s%s\n", set->name, s.n, n, s.tokens,
            util_now() - t0, cut ? " (some contexts cut on the left to the block size)" : "");
     fflush(stdout);
@@ -113,8 +111,7 @@ static int report(eval_job *j, err_list *errs) {
   if (j->rank == 0) {
     const cfg_config *cfg = j->cfg;
     evalrep_print(&j->rep, stdout);
-    evalrep_settings st = {cfg->job.name, j->im.source, cfg->eval.num_fewshot, cfg->eval.limit, cfg->job.seed,
-                           util_now() - j->t0};
+    evalrep_info st = {cfg->job.name, j->im.source, (int)cfg->eval.num_fewshot, cfg->eval.limit, (uint64_t)cfg->job.seed};
     bad = util_mkdir_p(cfg->job.run_dir) != 0 || evalrep_write(&j->rep, &st, cfg->job.run_dir, errs) != 0;
     if (!bad) printf("eval: results in %s/eval.json and eval.csv\n", cfg->job.run_dir);
     fflush(stdout);
