@@ -30,6 +30,7 @@ static int load_benchmarks(eval_job *j, err_list *errs) {
   long n0 = err_count(errs);
   for (int i = 0; i < c->benchmarks.n; i++) {
     int e0 = errs->n;
+    if (!c->benchmarks.v[i][0]) continue; /* benchmarks = '' lists none */
     if (bench_load(&j->sets[j->nsets], c->benchmarks.v[i], c->limit, (int)c->num_fewshot, (uint64_t)j->cfg->job.seed, errs) == 0)
       j->nsets++;
     else if (errs->n > e0 && !errs->v[e0].line) /* a whole-file problem: point at the deck key */
