@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/rng.h"

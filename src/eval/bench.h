@@ -46,8 +46,8 @@ typedef struct {
   const char *context;      /* the prompt: the few-shot examples, then the item's context */
   const char *continuation; /* the text whose tokens are scored after the context */
   int greedy;               /* 1: the caller also says whether greedy decoding gives every continuation token */
-  long item;                /* the scored item it belongs to, 0 .. bench_nitems - 1 */
-  int choice;               /* its choice within the item, 0 .. nchoices - 1 */
+  long item;                /* the scored item it belongs to, 0 .. set->nitems - 1 */
+  int choice;               /* its choice within the item (request first[item] + choice) */
 } bench_request;
 
 typedef struct {

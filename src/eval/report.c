@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
