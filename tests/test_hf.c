@@ -164,7 +164,48 @@ static void check_tokenizer(const char *dir, const json_t *fx) {
     T_CHECK(same, "%s: \"%s\" encodes differently from GPT2Tokenizer", dir, text);
     tok_ids_free(&ids);
   }
+  json_array_foreach(json_object_get(fx, "pairs"), i, x) { /* lm-eval's encodings: trailing spaces move to the continuation */
+    char ctx[256], cont[256];
+    util_snprintf(ctx, sizeof ctx, "%s", json_string_value(json_object_get(x, "context")));
+    size_t n = strlen(ctx);
+    while (n && ctx[n - 1] == ' ') n--;
+    util_snprintf(cont, sizeof cont, "%s%s", ctx + n, json_string_value(json_object_get(x, "continuation")));
+    ctx[n] = '\0';
+    tok_ids a = {0}, b = {0};
+    tok_encode(&t, ctx, n, 0, &a);
+    tok_encode(&t, cont, strlen(cont), 0, &b);
+    const json_t *wa = json_object_get(x, "context_ids"), *wb = json_object_get(x, "continuation_ids");
+    int same = (n == 0 || a.n == json_array_size(wa)) && b.n == json_array_size(wb);
+    for (size_t k = 0; same && n && k < a.n; k++) same = a.v[k] == json_integer_value(json_array_get(wa, k));
+    for (size_t k = 0; same && k < b.n; k++) same = b.v[k] == json_integer_value(json_array_get(wb, k));
+    T_CHECK(same, "%s: pair %zu (\"%s\", \"%s\") encodes differently from lm-eval with GPT2Tokenizer", dir, i, ctx, cont);
+    tok_ids_free(&a), tok_ids_free(&b);
+  }
   tok_free(&t);
+}
+
+/* ---- 16-bit conversions ------------------------------------------------------------------------------ */
+
+static uint16_t bits16(float x, int bf) { return bf ? safetensors_f32_to_bf16(x) : safetensors_f32_to_f16(x); }
+
+/* Every 16-bit value survives f16/bf16 -> fp32 -> f16/bf16; halfway cases round to even; overflow
+ * goes to infinity, underflow to zero. */
+static void check_conversions(void) {
+  int bad[2] = {0, 0};
+  for (int bf = 0; bf < 2; bf++)
+    for (uint32_t h = 0; h < 65536; h++) {
+      float x = bf ? safetensors_bf16_to_f32((uint16_t)h) : safetensors_f16_to_f32((uint16_t)h);
+      bad[bf] += !isnan(x) && bits16(x, bf) != h;
+      bad[bf] += isnan(x) && !isnan(bf ? safetensors_bf16_to_f32(bits16(x, bf)) : safetensors_f16_to_f32(bits16(x, bf)));
+    }
+  T_CHECK(!bad[0] && !bad[1], "16-bit values that do not round-trip through fp32: f16 %d, bf16 %d", bad[0], bad[1]);
+  const float tie = 1.0f + ldexpf(1, -11), up = 1.0f + 3 * ldexpf(1, -11), sub = ldexpf(3, -25);
+  T_CHECK(bits16(tie, 0) == 0x3c00 && bits16(up, 0) == 0x3c02, "f16 ties to even: %04x %04x", bits16(tie, 0), bits16(up, 0));
+  T_CHECK(bits16(65504.0f, 0) == 0x7bff && bits16(65520.0f, 0) == 0x7c00 && bits16(-1e6f, 0) == 0xfc00, "f16 overflow");
+  T_CHECK(bits16(ldexpf(1, -25), 0) == 0 && bits16(sub, 0) == 2 && bits16(ldexpf(1, -24), 0) == 1, "f16 subnormals: %04x",
+          bits16(sub, 0));
+  T_CHECK(bits16(1.0f + ldexpf(1, -8), 1) == 0x3f80 && bits16(1.0f + 3 * ldexpf(1, -8), 1) == 0x3f82 &&
+          bits16(3.4e38f, 1) == 0x7f80, "bf16 ties to even and overflow: %04x", bits16(1.0f + 3 * ldexpf(1, -8), 1));
 }
 
 /* ---- export and import again ------------------------------------------------------------------------ */
@@ -366,6 +407,22 @@ static void write_bytes(const char *dir, const char *file, const void *data, siz
   fclose(fp);
 }
 
+/* Shards whose index places a tensor in the wrong file. */
+static void bad_index(loaded *l, tensors *ts) {
+  const char *d = bad_dir("index");
+  err_list e = {0};
+  int nf = 0;
+  T_CHECK(safetensors_write_model(d, ts->t, ts->n, SAFETENSORS_F32, 40000, &nf, &e) == 0 && nf == 5, "5 shards, got %d", nf);
+  char p[4096];
+  path_of(p, d, "model.safetensors.index.json");
+  json_t *idx = json_load_file(p, 0, NULL);
+  json_object_set_new(json_object_get(idx, "weight_map"), "transformer.wte.weight", json_string("model-00001-of-00005.safetensors"));
+  json_dump_file(idx, p, 0);
+  json_decref(idx);
+  expect_import_error(l, d, "model.safetensors.index.json", "transformer.wte.weight", "which does not hold it");
+  err_free(&e);
+}
+
 static void bad_weights(loaded *l) {
   char src[4096];
   util_snprintf(src, sizeof src, "%s/hf-gpt2/model.safetensors", ref);
@@ -408,6 +465,7 @@ static void bad_weights(loaded *l) {
   show(&e);
   /* headers edited byte by byte */
   const char *ln = "transformer.h.0.ln_1.weight";
+  bad_index(l, &ts);
   rewrite(src, d = bad_dir("dtype"), ln, "I32", 0, 0, 0);
   expect_import_error(l, d, "bad-dtype/model.safetensors", ln, "dtype I32 is not supported");
   rewrite(src, d = bad_dir("dtype-size"), ln, "F64", 0, 0, 0);
@@ -456,8 +514,14 @@ static void bad_config(loaded *neo) {
   T_CHECK(n == 3 && has_error(&e, "config.json", "layer 1 is local") && has_error(&e, "config.json", "window_size = 4") &&
           has_error(&e, "config.json", "model_type = 'gpt-neo'"), "neo config vs a gpt2 deck: 3 errors, got %d", n);
   err_free(&e);
+  const char *relu = "{\"model_type\": \"gpt2\", \"activation_function\": \"relu\", \"scale_attn_weights\": false}";
+  const char *d = bad_dir("relu");
+  write_bytes(d, "config.json", relu, strlen(relu));
+  T_CHECK(hf_check_config(d, &neo->mc, &e) == 2 && has_error(&e, "bad-relu/config.json", "activation_function = \"relu\"") &&
+          has_error(&e, "bad-relu/config.json", "scale_attn_weights = false"), "relu and unscaled attention are refused");
+  err_free(&e);
   const char *llama = "{\"model_type\": \"llama\", \"hidden_size\": 32}";
-  const char *d = bad_dir("llama");
+  d = bad_dir("llama");
   write_bytes(d, "config.json", llama, strlen(llama));
   T_CHECK(hf_check_config(d, &neo->mc, &e) == 1 && has_error(&e, "bad-llama/config.json", "unsupported architecture: "
           "model_type = \"llama\""), "llama is an unsupported architecture");
@@ -497,6 +561,7 @@ int main(int argc, char **argv) {
   util_snprintf(out, sizeof out, "%s/hf", o ? o : "tests/out");
   nftw(out, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
   util_mkdir_p(out);
+  check_conversions();
   run_model("neo", "hf-neo", 1);
   run_model("gpt2", "hf-gpt2-sharded", 0);
   run_model("gpt2", "hf-gpt2", 1);

@@ -18,7 +18,8 @@ parameters not 0 and 1), saved with save_pretrained (safetensors):
   * tests/reference/hf-{neo,gpt2}.json: B x T input ids, the logits transformers computes (B,T,V),
     a few texts with their encodings by GPT2Tokenizer, and (context, continuation) pairs scored as
     lm-evaluation-harness does (context and continuation tokenized separately and concatenated; the
-    sum of the continuation tokens' log-probabilities, and whether greedy decoding reproduces them).
+    sum of the continuation tokens' log-probabilities, and whether greedy decoding reproduces them;
+    the last pair's continuation is the model's own greedy token, so that its flag is true).
 
 Checking (--check): each DIR is a directory greenlm's hf_export wrote from one of the fixture models
 (tests/test_hf.c leaves them in tests/out/hf/export-{neo,gpt2,gpt2-bf16...}); transformers loads it
@@ -107,6 +108,20 @@ def score(model, tok, context, continuation):
     return ctx, cont, ll, greedy
 
 
+def greedy_pair(model, tok, context):
+    """(context, the model's greedy next token as text): a pair whose greedy flag is true."""
+    ids = tok.encode(context)
+    for _ in range(8):  # the first greedy token that re-encodes to itself
+        with torch.no_grad():
+            nxt = model(torch.tensor([ids])).logits[0, -1].argmax().item()
+        text = tok.decode([nxt])
+        if tok.encode(text) == [nxt]:
+            return context, text
+        ids.append(nxt)
+        context = tok.decode(ids)
+    raise SystemExit("no greedy continuation re-encodes to itself: change the seed")
+
+
 def save(model, d, **kw):
     try:
         model.save_pretrained(d, safe_serialization=True, **kw)
@@ -136,7 +151,7 @@ def write(arch):
         "encodings": [{"text": t, "ids": tok.encode(t)} for t in TEXTS],
         "pairs": [],
     }
-    for c, k in PAIRS:
+    for c, k in PAIRS + [greedy_pair(model, tok, "the cat")]:
         ctx, cont, ll, greedy = score(model, tok, c, k)
         fx["pairs"].append({"context": c, "continuation": k, "context_ids": ctx, "continuation_ids": cont,
                             "loglikelihood": ll, "greedy": greedy})
