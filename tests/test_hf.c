@@ -10,6 +10,7 @@
  * leave the parameters and the directories untouched. The exports stay in $TEST_OUT/hf for
  * make_hf_fixtures.py --check. */
 #define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <mpi.h>
@@ -301,6 +302,7 @@ static void run_model(const char *arch, const char *dirname, int exports) {
 typedef struct {
   safetensors_out *t;
   float **data;
+  char (*names)[SAFETENSORS_NAME_LEN];
   int n;
 } tensors;
 
@@ -314,10 +316,11 @@ static void read_all(const char *path, tensors *ts) {
   ts->n = f.n;
   ts->t = calloc((size_t)f.n + 2, sizeof *ts->t);
   ts->data = calloc((size_t)f.n + 2, sizeof *ts->data);
+  ts->names = calloc((size_t)f.n + 2, sizeof *ts->names);
   for (int i = 0; i < f.n; i++) {
     ts->data[i] = malloc(f.t[i].numel * sizeof(float));
     T_CHECK(safetensors_read(&f, &f.t[i], ts->data[i], &e) == 0, "read %s", f.t[i].name);
-    ts->t[i].name = strdup(f.t[i].name);
+    ts->t[i].name = strcpy(ts->names[i], f.t[i].name);
     ts->t[i].ndim = f.t[i].ndim;
     memcpy(ts->t[i].shape, f.t[i].shape, sizeof f.t[i].shape);
     ts->t[i].data = ts->data[i];
@@ -487,7 +490,7 @@ static void bad_weights(loaded *l) {
   write_bytes(d = bad_dir("pytorch"), "pytorch_model.bin", "PK", 2);
   expect_import_error(l, d, "bad-pytorch", "pytorch_model.bin", "safetensors weights only");
   for (int i = 0; i < ts.n; i++) free(ts.data[i]);
-  free(other), free(p), free(ts.data), free(ts.t);
+  free(other), free(p), free(ts.data), free(ts.t), free(ts.names);
   err_free(&e);
 }
 
@@ -547,10 +550,11 @@ static void bad_export(loaded *l) {
           "an unknown dtype is an error and writes nothing");
   T_CHECK(hf_export(d, &l->s, l->host, &l->mc, &tk, &smp, "bf16", 5000, 1, &e) == 0 && access(p, F_OK) != 0,
           "overwrite replaces the directory");
-  /* no temporary directory is left behind */
-  char cmd[4200];
-  util_snprintf(cmd, sizeof cmd, "ls -d '%s'/*.tmp-* '%s'/*.old-* >/dev/null 2>&1", out, out);
-  T_CHECK(system(cmd) != 0, "temporary directories left in %s", out);
+  DIR *dp = opendir(out); /* no temporary directory is left behind */
+  struct dirent *de;
+  while (dp && (de = readdir(dp)))
+    T_CHECK(!strstr(de->d_name, ".tmp-") && !strstr(de->d_name, ".old-"), "temporary directory left: %s/%s", out, de->d_name);
+  if (dp) closedir(dp);
   err_free(&e);
 }
 
