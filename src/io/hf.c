@@ -367,8 +367,8 @@ static int check_tensor(const safetensors_file *f, const safetensors_tensor *ft,
   return -1;
 }
 
-/* lm_head.weight, when the files have it, must equal wte (greenlm's head is tied). */
-static int check_lm_head(hf_weights *w, const gpt_tensor *wte, const float *wte_data, err_list *errs) {
+/* lm_head.weight, when the files have it, must equal the file's wte (greenlm's head is tied). */
+static int check_lm_head(hf_weights *w, const safetensors_tensor *wte, int wfi, err_list *errs) {
   int fi;
   const safetensors_tensor *h = find_weight(w, "lm_head.weight", &fi);
   if (!h) return 0;
@@ -377,14 +377,14 @@ static int check_lm_head(hf_weights *w, const gpt_tensor *wte, const float *wte_
             h->dtype == SAFETENSORS_OTHER ? "an unsupported dtype" : "another size");
     return -1;
   }
-  float *head = util_malloc(wte->numel * sizeof(float) + 1, "lm_head");
-  int rc = safetensors_read(&w->f[fi], h, head, errs);
-  if (rc == 0 && memcmp(head, wte_data, wte->numel * sizeof(float)) != 0) {
+  float *a = util_malloc(2 * wte->numel * sizeof(float) + 1, "lm_head"), *b = a + wte->numel;
+  int rc = safetensors_read(&w->f[fi], h, a, errs) | safetensors_read(&w->f[wfi], wte, b, errs);
+  if (rc == 0 && memcmp(a, b, wte->numel * sizeof(float)) != 0) {
     err_add(errs, w->f[fi].path, 0, 0, "greenlm ties the output head to the token embedding; a model with its own head "
             "cannot be imported", "tensor lm_head.weight differs from transformer.wte.weight");
     rc = -1;
   }
-  free(head);
+  free(a);
   return rc;
 }
 
@@ -411,15 +411,13 @@ int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int
     if (!ft[i])
       err_add(errs, w.nf == 1 ? w.f[0].path : dir, 0, 0, "the weights belong to another architecture or a smaller model "
               "than the deck's &model", "missing tensor %s (or %s)", t[i].name, strip_prefix(t[i].name));
-    else
-      check_tensor(&w.f[fi[i]], ft[i], s, &t[i], errs);
+    else if (check_tensor(&w.f[fi[i]], ft[i], s, &t[i], errs) == 0 && strcmp(t[i].name, "transformer.wte.weight") == 0)
+      check_lm_head(&w, ft[i], fi[i], errs);
     if (t[i].numel > most) most = t[i].numel;
   }
   float *tmp = util_malloc(most * sizeof(float) + 1, "tensor");
-  for (int i = 0; i < nt && added_since(errs, before) == 0; i++) {
+  for (int i = 0; i < nt && added_since(errs, before) == 0; i++)
     read_tensor(&w.f[fi[i]], ft[i], s, &t[i], params + t[i].offset, tmp, errs);
-    if (strcmp(t[i].name, "transformer.wte.weight") == 0) check_lm_head(&w, &t[i], params + t[i].offset, errs);
-  }
   free(tmp), free(ft), free(fi);
   close_weights(&w);
   return (int)added_since(errs, before);

@@ -34,7 +34,7 @@ int hf_config_to_model(const char *dir, cfg_model *out, err_list *errs);
  * prefix; the attention-mask buffers (attn.bias, attn.masked_bias) are ignored, and
  * lm_head.weight, when present, must equal transformer.wte.weight (greenlm ties them). Every
  * other tensor must be one of the whole model's (s): an extra tensor, a missing one, a wrong
- * shape or an unsupported dtype is an error. Nothing is written into params unless all is well. */
+ * shape or an unsupported dtype is an error. Nothing is read into params before all of that checks out. */
 int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int nt, float *params, err_list *errs);
 
 /* Write a Hugging Face model directory: config.json, generation_config.json (from &sample),

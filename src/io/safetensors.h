@@ -85,7 +85,9 @@ int safetensors_write(const char *path, const safetensors_out *t, int n, safeten
  * their data take at most max_bytes, else dir/model-0000i-of-0000k.safetensors files of at most
  * max_bytes each (a single larger tensor gets a file of its own) plus
  * dir/model.safetensors.index.json {"metadata": {"total_size": bytes}, "weight_map": {name: file}}.
- * *nfiles (may be NULL): safetensors files written. Returns 0, or -1 after adding an error. */
+ * *nfiles (may be NULL): safetensors files written. Returns 0, or -1 after adding an error; files
+ * completed before the error stay, so write into a fresh directory (hf_export writes into a
+ * temporary one and renames it when everything is there). */
 int safetensors_write_model(const char *dir, const safetensors_out *t, int n, safetensors_dtype d, double max_bytes,
                             int *nfiles, err_list *errs);
 

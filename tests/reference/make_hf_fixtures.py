@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Write the Hugging Face model directories and fixtures that tests/test_hf.c checks greenlm against,
+and check a directory greenlm's export wrote against them.
+
+Run on a developer machine (never in CI; the outputs are committed):
+
+    pip install torch transformers safetensors
+    python3 tests/reference/make_hf_fixtures.py                    # write the fixtures (a few seconds)
+    python3 tests/reference/make_hf_fixtures.py --check DIR [DIR...] # check greenlm exports
+
+Writing: a tiny byte-level BPE tokenizer (the 256 byte tokens in GPT-2's order, a few merges,
+<|endoftext|> last) and two tiny random models with every parameter perturbed (biases and LayerNorm
+parameters not 0 and 1), saved with save_pretrained (safetensors):
+
+  * tests/reference/hf-neo/          GPTNeoForCausalLM, layers global + local, window 4 < T = 16
+  * tests/reference/hf-gpt2/         GPT2LMHeadModel
+  * tests/reference/hf-gpt2-sharded/ the same GPT-2 model in shards (max_shard_size 50 kB) + index
+  * tests/reference/hf-{neo,gpt2}.json: B x T input ids, the logits transformers computes (B,T,V),
+    a few texts with their encodings by GPT2Tokenizer, and (context, continuation) pairs scored as
+    lm-evaluation-harness does (context and continuation tokenized separately and concatenated; the
+    sum of the continuation tokens' log-probabilities, and whether greedy decoding reproduces them;
+    the last pair's continuation is the model's own greedy token, so that its flag is true).
+
+Checking (--check): each DIR is a directory greenlm's hf_export wrote from one of the fixture models
+(tests/test_hf.c leaves them in tests/out/hf/export-{neo,gpt2,gpt2-bf16...}); transformers loads it
+(AutoModelForCausalLM, AutoTokenizer), and its logits on the fixture's input ids must equal the
+fixture's to 1e-5 (relative to the largest logit; fp32 exports only), and its tokenizer must encode
+the fixture's texts to the fixture's ids. Exit status 1 on any difference.
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, GPT2Tokenizer, GPTNeoConfig,
+                          GPTNeoForCausalLM)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAXT, L, C, H, WINDOW = 64, 2, 32, 4, 4
+B, T = 2, 16
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n"), ("Ġ", "c")]
+TEXTS = ["the cat sat on the mat", "Hello, world!\n", "  spaced   out  ", "<|endoftext|>in the end", "naïve café"]
+PAIRS = [("The cat", " sat"), ("the other", " one"), ("in", " there"), ("A long time ago", " in a galaxy"),
+         ("on and", " on"), ("caterpillar ", "eats"), ("", "x"), ("Hello", ", world")]
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> character map (the same as transformers' and greenlm's tok_byte_to_char)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs]))
+
+
+def write_tokenizer_files(d):
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
+    for a, b in MERGES:
+        vocab[a + b] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in MERGES))
+    return len(vocab)
+
+
+def build(arch, V, eot):
+    common = dict(vocab_size=V, layer_norm_epsilon=1e-5, initializer_range=0.02, tie_word_embeddings=True,
+                  bos_token_id=eot, eos_token_id=eot, activation_function="gelu_new")
+    if arch == "neo":
+        cfg = GPTNeoConfig(max_position_embeddings=MAXT, hidden_size=C, num_layers=L, num_heads=H, window_size=WINDOW,
+                           attention_types=[[["global", "local"], L // 2]], intermediate_size=None, resid_dropout=0.0,
+                           embed_dropout=0.0, attention_dropout=0.0, **common)
+        model = GPTNeoForCausalLM(cfg)
+    else:
+        cfg = GPT2Config(n_positions=MAXT, n_embd=C, n_layer=L, n_head=H, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         **common)
+        model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".ln_" in n and n.endswith("weight") or n.startswith("transformer.ln_f.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+def score(model, tok, context, continuation):
+    """lm-evaluation-harness's loglikelihood of continuation given context (whitespace moved as it does)."""
+    n = len(context) - len(context.rstrip())
+    if n:
+        context, continuation = context[:-n], context[-n:] + continuation
+    ctx = tok.encode(context) if context else [tok.eos_token_id]
+    cont = tok.encode(continuation)
+    whole = (ctx + cont)[-(MAXT + 1):]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([whole[:-1]])).logits[0].double(), -1)
+    rows = logp[len(whole) - 1 - len(cont):]
+    ll = sum(rows[i, c].item() for i, c in enumerate(cont))
+    greedy = all(rows[i].argmax().item() == c for i, c in enumerate(cont))
+    return ctx, cont, ll, greedy
+
+
+def greedy_pair(model, tok, context):
+    """(context, the model's greedy next token as text): a pair whose greedy flag is true."""
+    ids = tok.encode(context)
+    for _ in range(8):  # the first greedy token that re-encodes to itself
+        with torch.no_grad():
+            nxt = model(torch.tensor([ids])).logits[0, -1].argmax().item()
+        text = tok.decode([nxt])
+        if tok.encode(text) == [nxt]:
+            return context, text
+        ids.append(nxt)
+        context = tok.decode(ids)
+    raise SystemExit("no greedy continuation re-encodes to itself: change the seed")
+
+
+def save(model, d, **kw):
+    try:
+        model.save_pretrained(d, safe_serialization=True, **kw)
+    except TypeError:  # transformers >= 5 always writes safetensors
+        model.save_pretrained(d, **kw)
+
+
+def write(arch):
+    d = os.path.join(HERE, f"hf-{arch}")
+    V = write_tokenizer_files(d)
+    tok = GPT2Tokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
+    model = build(arch, V, tok.eos_token_id)
+    save(model, d)
+    tok.save_pretrained(d)
+    if arch == "gpt2":
+        sd = os.path.join(HERE, "hf-gpt2-sharded")
+        save(model, sd, max_shard_size="50KB")
+        tok.save_pretrained(sd)
+    x = torch.randint(0, V, (B, T))
+    with torch.no_grad():
+        logits = model(x).logits
+    fx = {
+        "generator": f"tests/reference/make_hf_fixtures.py, torch {torch.__version__}, transformers {transformers.__version__}",
+        "B": B, "T": T, "V": V, "eot": tok.eos_token_id,
+        "input_ids": x.tolist(),
+        "logits": [float(f"{v:.9g}") for v in logits.reshape(-1).tolist()],
+        "encodings": [{"text": t, "ids": tok.encode(t)} for t in TEXTS],
+        "pairs": [],
+    }
+    for c, k in PAIRS + [greedy_pair(model, tok, "the cat")]:
+        ctx, cont, ll, greedy = score(model, tok, c, k)
+        fx["pairs"].append({"context": c, "continuation": k, "context_ids": ctx, "continuation_ids": cont,
+                            "loglikelihood": ll, "greedy": greedy})
+    with open(os.path.join(HERE, f"hf-{arch}.json"), "w", encoding="utf-8") as f:
+        json.dump(fx, f, ensure_ascii=False)
+        f.write("\n")
+
+
+def check(d):
+    """transformers' logits and encodings of a greenlm export against the fixture of its architecture."""
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    fx = json.load(open(os.path.join(HERE, "hf-neo.json" if cfg["model_type"] == "gpt_neo" else "hf-gpt2.json")))
+    model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor(fx["input_ids"])).logits.reshape(-1)
+    ref = torch.tensor(fx["logits"])
+    err = ((logits - ref).abs().max() / ref.abs().max()).item()
+    tol = 1e-5 if cfg.get("torch_dtype", "float32") == "float32" else 2e-2
+    ok = err < tol
+    print(f"{d}: logits relative error {err:.2e} (tolerance {tol:g})")
+    tok = AutoTokenizer.from_pretrained(d)
+    for e in fx["encodings"]:
+        got = tok.encode(e["text"])
+        if len(tok) == 256:  # a 'bytes' export: one token per byte, ids = byte values
+            want = list(e["text"].encode("utf-8"))
+        else:
+            want = e["ids"]
+        if got != want:
+            print(f"{d}: {e['text']!r} encodes to {got}, expected {want}")
+            ok = False
+    return ok
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--check":
+        sys.exit(0 if all([check(d) for d in sys.argv[2:]]) else 1)
+    torch.manual_seed(2026)
+    for arch in ("neo", "gpt2"):
+        write(arch)
+
+
+if __name__ == "__main__":
+    main()

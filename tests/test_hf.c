@@ -1,0 +1,586 @@
+/* test_hf: Hugging Face model directories in and out of greenlm, against transformers.
+ *
+ * tests/reference/hf-{neo,gpt2,gpt2-sharded}/ and hf-{neo,gpt2}.json were written by
+ * tests/reference/make_hf_fixtures.py (save_pretrained of tiny random GPTNeoForCausalLM and
+ * GPT2LMHeadModel, a tiny byte-level BPE tokenizer). For each model this test imports the weights
+ * (hf_check_config, hf_read_params), checks the logits of the fixture batch to 1e-5 relative and
+ * the lm-evaluation-harness log-likelihoods and greedy flags of its (context, continuation)
+ * pairs, then exports (fp32, bf16, fp16, sharded, byte tokenizer) and imports again. Bad inputs,
+ * built here byte by byte, must each fail with an error that names the file and the tensor, and
+ * leave the parameters and the directories untouched. The exports stay in $TEST_OUT/hf for
+ * make_hf_fixtures.py --check. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "io/hf.h"
+#include "io/safetensors.h"
+#include "model/gpt.h"
+#include "testing.h"
+#include "text/tok.h"
+
+static char ref[4096], out[4096];
+
+/* An error in errs whose place contains file and whose message contains what (either may be ""). */
+static int has_error(const err_list *e, const char *file, const char *what) {
+  for (int i = 0; i < e->n; i++)
+    if (strstr(e->v[i].file, file) && strstr(e->v[i].msg, what)) return 1;
+  return 0;
+}
+
+static void show(const err_list *e) {
+  if (e->n) err_print(e, 20);
+}
+
+static int rm_entry(const char *p, const struct stat *st, int f, struct FTW *w) {
+  (void)st, (void)f, (void)w;
+  return remove(p);
+}
+
+static void path_of(char *buf, const char *dir, const char *name) { util_snprintf(buf, 4096, "%s/%s", dir, name); }
+
+/* ---- import and the forward pass against transformers ---------------------------------------------- */
+
+typedef struct {
+  gpt_shape s;
+  gpt_model m;
+  cfg_model mc;
+  float *host; /* the imported parameters (nparams) */
+} loaded;
+
+/* The deck a fixture model corresponds to, from its config.json. */
+static void model_cfg(const char *dir, cfg_model *mc) {
+  memset(mc, 0, sizeof *mc);
+  mc->init_std = 0.02;
+  err_list e = {0};
+  T_CHECK(hf_config_to_model(dir, mc, &e) == 0, "hf_config_to_model %s", dir);
+  show(&e);
+  err_free(&e);
+}
+
+static int load(loaded *l, const char *dir, int B, int T) {
+  err_list e = {0};
+  model_cfg(dir, &l->mc);
+  T_CHECK(hf_check_config(dir, &l->mc, &e) == 0, "%s: config.json disagrees with the deck made from it", dir);
+  gpt_shape_from_cfg(&l->s, &l->mc);
+  gpt_init(&l->m, &l->s, backend_cpu(), B, T, gpt_whole(&l->s), 1);
+  int n = hf_read_params(dir, &l->s, l->m.tensors, l->m.ntensors, l->m.params, &e);
+  T_CHECK(n == 0, "%s: hf_read_params: %d errors", dir, n);
+  show(&e);
+  err_free(&e);
+  gpt_params_changed(&l->m, 0, l->m.nparams);
+  l->host = malloc(l->m.nparams * sizeof(float));
+  memcpy(l->host, l->m.params, l->m.nparams * sizeof(float));
+  return n;
+}
+
+static void unload(loaded *l) {
+  free(l->host);
+  gpt_free(&l->m);
+  gpt_shape_free(&l->s);
+}
+
+static void json_ints(const json_t *a, int32_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
+}
+
+/* Summed log-probability of cont given ctx (lm-evaluation-harness), and whether greedy decoding gives cont. */
+static double loglik(loaded *l, const json_t *ctx, const json_t *cont, int *greedy) {
+  size_t nc = json_array_size(ctx), nk = json_array_size(cont), n = nc + nk - 1;
+  int32_t *ids = malloc((n + 1) * sizeof(int32_t));
+  json_ints(ctx, ids, nc);
+  json_ints(cont, ids + nc, nk);
+  gpt_set_batch(&l->m, 0, ids, NULL, 1, (int)n);
+  gpt_forward(&l->m, 0, 1, (int)n);
+  float *row = malloc((size_t)l->s.V * sizeof(float));
+  double sum = 0;
+  *greedy = 1;
+  for (size_t i = nc - 1; i < n; i++) {
+    gpt_logits_row(&l->m, 0, i, row);
+    double mx = row[0], z = 0;
+    int arg = 0;
+    for (int v = 1; v < l->s.V; v++)
+      if (row[v] > mx) mx = row[v], arg = v;
+    for (int v = 0; v < l->s.V; v++) z += exp(row[v] - mx);
+    sum += row[ids[i + 1]] - mx - log(z);
+    *greedy &= arg == ids[i + 1];
+  }
+  free(row), free(ids);
+  return sum;
+}
+
+/* The fixture's logits and lm-eval scores from a greenlm model. */
+static void check_fixture(loaded *l, const json_t *fx, const char *what) {
+  int B = (int)json_integer_value(json_object_get(fx, "B")), T = (int)json_integer_value(json_object_get(fx, "T"));
+  size_t N = (size_t)B * T, V = (size_t)l->s.V;
+  T_CHECK((size_t)json_integer_value(json_object_get(fx, "V")) == V, "%s: vocabulary", what);
+  int32_t *x = malloc(N * sizeof(int32_t));
+  float *lref = malloc(N * V * sizeof(float)), *lg = malloc(N * V * sizeof(float));
+  for (int b = 0; b < B; b++) json_ints(json_array_get(json_object_get(fx, "input_ids"), (size_t)b), x + (size_t)b * T, (size_t)T);
+  const json_t *lj = json_object_get(fx, "logits");
+  for (size_t i = 0; i < N * V; i++) lref[i] = (float)json_number_value(json_array_get(lj, i));
+  gpt_set_batch(&l->m, 0, x, NULL, B, T);
+  gpt_forward(&l->m, 0, B, T);
+  for (size_t r = 0; r < N; r++) gpt_logits_row(&l->m, 0, r, lg + r * V);
+  double e = t_rel_err(lg, lref, N * V);
+  T_CHECK(e < 1e-5, "%s: logits relative error %.3g", what, e);
+  printf("  %s: logits relative error %.2e\n", what, e);
+  size_t i;
+  json_t *p;
+  json_array_foreach(json_object_get(fx, "pairs"), i, p) {
+    int greedy, want = json_is_true(json_object_get(p, "greedy"));
+    double ll = loglik(l, json_object_get(p, "context_ids"), json_object_get(p, "continuation_ids"), &greedy);
+    double lr = json_number_value(json_object_get(p, "loglikelihood"));
+    T_CHECK(fabs(ll - lr) < 1e-4 * fmax(1.0, fabs(lr)) && greedy == want, "%s: pair %zu: log-likelihood %.7f (greedy %d), "
+            "lm-eval with transformers %.7f (greedy %d)", what, i, ll, greedy, lr, want);
+  }
+  free(x), free(lref), free(lg);
+}
+
+/* greenlm's BPE tokenizer pointed at a Hugging Face directory encodes as GPT2Tokenizer did. */
+static void check_tokenizer(const char *dir, const json_t *fx) {
+  tok_tokenizer t;
+  err_list e = {0};
+  T_CHECK(tok_open(&t, "bpe", dir, &e) == 0, "tok_open bpe %s (vocab.json, merges.txt)", dir);
+  show(&e);
+  err_free(&e);
+  if (e.n) return;
+  size_t i;
+  json_t *x;
+  json_array_foreach(json_object_get(fx, "encodings"), i, x) {
+    const char *text = json_string_value(json_object_get(x, "text"));
+    const json_t *want = json_object_get(x, "ids");
+    tok_ids ids = {0};
+    tok_encode(&t, text, strlen(text), 1, &ids);
+    int same = ids.n == json_array_size(want);
+    for (size_t k = 0; same && k < ids.n; k++) same = ids.v[k] == json_integer_value(json_array_get(want, k));
+    T_CHECK(same, "%s: \"%s\" encodes differently from GPT2Tokenizer", dir, text);
+    tok_ids_free(&ids);
+  }
+  json_array_foreach(json_object_get(fx, "pairs"), i, x) { /* lm-eval's encodings: trailing spaces move to the continuation */
+    char ctx[256], cont[256];
+    util_snprintf(ctx, sizeof ctx, "%s", json_string_value(json_object_get(x, "context")));
+    size_t n = strlen(ctx);
+    while (n && ctx[n - 1] == ' ') n--;
+    util_snprintf(cont, sizeof cont, "%s%s", ctx + n, json_string_value(json_object_get(x, "continuation")));
+    ctx[n] = '\0';
+    tok_ids a = {0}, b = {0};
+    tok_encode(&t, ctx, n, 0, &a);
+    tok_encode(&t, cont, strlen(cont), 0, &b);
+    const json_t *wa = json_object_get(x, "context_ids"), *wb = json_object_get(x, "continuation_ids");
+    int same = (n == 0 || a.n == json_array_size(wa)) && b.n == json_array_size(wb);
+    for (size_t k = 0; same && n && k < a.n; k++) same = a.v[k] == json_integer_value(json_array_get(wa, k));
+    for (size_t k = 0; same && k < b.n; k++) same = b.v[k] == json_integer_value(json_array_get(wb, k));
+    T_CHECK(same, "%s: pair %zu (\"%s\", \"%s\") encodes differently from lm-eval with GPT2Tokenizer", dir, i, ctx, cont);
+    tok_ids_free(&a), tok_ids_free(&b);
+  }
+  tok_free(&t);
+}
+
+/* ---- 16-bit conversions ------------------------------------------------------------------------------ */
+
+static uint16_t bits16(float x, int bf) { return bf ? safetensors_f32_to_bf16(x) : safetensors_f32_to_f16(x); }
+
+/* Every 16-bit value survives f16/bf16 -> fp32 -> f16/bf16; halfway cases round to even; overflow
+ * goes to infinity, underflow to zero. */
+static void check_conversions(void) {
+  int bad[2] = {0, 0};
+  for (int bf = 0; bf < 2; bf++)
+    for (uint32_t h = 0; h < 65536; h++) {
+      float x = bf ? safetensors_bf16_to_f32((uint16_t)h) : safetensors_f16_to_f32((uint16_t)h);
+      bad[bf] += !isnan(x) && bits16(x, bf) != h;
+      bad[bf] += isnan(x) && !isnan(bf ? safetensors_bf16_to_f32(bits16(x, bf)) : safetensors_f16_to_f32(bits16(x, bf)));
+    }
+  T_CHECK(!bad[0] && !bad[1], "16-bit values that do not round-trip through fp32: f16 %d, bf16 %d", bad[0], bad[1]);
+  const float tie = 1.0f + ldexpf(1, -11), up = 1.0f + 3 * ldexpf(1, -11), sub = ldexpf(3, -25);
+  T_CHECK(bits16(tie, 0) == 0x3c00 && bits16(up, 0) == 0x3c02, "f16 ties to even: %04x %04x", bits16(tie, 0), bits16(up, 0));
+  T_CHECK(bits16(65504.0f, 0) == 0x7bff && bits16(65520.0f, 0) == 0x7c00 && bits16(-1e6f, 0) == 0xfc00, "f16 overflow");
+  T_CHECK(bits16(ldexpf(1, -25), 0) == 0 && bits16(sub, 0) == 2 && bits16(ldexpf(1, -24), 0) == 1, "f16 subnormals: %04x",
+          bits16(sub, 0));
+  T_CHECK(bits16(1.0f + ldexpf(1, -8), 1) == 0x3f80 && bits16(1.0f + 3 * ldexpf(1, -8), 1) == 0x3f82 &&
+          bits16(3.4e38f, 1) == 0x7f80, "bf16 ties to even and overflow: %04x", bits16(1.0f + 3 * ldexpf(1, -8), 1));
+}
+
+/* ---- export and import again ------------------------------------------------------------------------ */
+
+static float rounded(float x, safetensors_dtype d) {
+  return d == SAFETENSORS_BF16 ? safetensors_bf16_to_f32(safetensors_f32_to_bf16(x))
+       : d == SAFETENSORS_F16  ? safetensors_f16_to_f32(safetensors_f32_to_f16(x))
+                               : x;
+}
+
+/* Export l into out/name and import it again: bitwise the originals rounded to dtype. */
+static void roundtrip(loaded *l, const char *name, const char *dtype, double shard_mb, const char *kind, const char *tokdir) {
+  char dir[4096];
+  path_of(dir, out, name);
+  cfg_tokenizer tk;
+  cfg_sample smp = {.n_tokens = 20, .temperature = 0.8, .top_k = 40, .top_p = 0.95, .repetition_penalty = 1.1};
+  memset(&tk, 0, sizeof tk);
+  util_strlcpy(tk.kind, kind, sizeof tk.kind);
+  util_strlcpy(tk.dir, tokdir, sizeof tk.dir);
+  err_list e = {0};
+  int n = hf_export(dir, &l->s, l->host, &l->mc, &tk, &smp, dtype, shard_mb, 1, &e);
+  T_CHECK(n == 0, "export %s: %d errors", dir, n);
+  show(&e);
+  T_CHECK(hf_check_config(dir, &l->mc, &e) == 0, "export %s: its config.json disagrees with the deck", dir);
+  float *back = malloc(l->m.nparams * sizeof(float));
+  T_CHECK(hf_read_params(dir, &l->s, l->m.tensors, l->m.ntensors, back, &e) == 0, "import of export %s", dir);
+  show(&e);
+  safetensors_dtype d = SAFETENSORS_F32;
+  safetensors_dtype_parse(dtype, &d);
+  size_t bad = 0;
+  for (size_t i = 0; i < l->m.nparams && !e.n; i++) {
+    float want = rounded(l->host[i], d);
+    bad += memcmp(&back[i], &want, sizeof(float)) != 0;
+  }
+  T_CHECK(bad == 0 && !e.n, "export %s (%s): %zu of %zu parameters differ from the rounded originals", dir, dtype, bad,
+          l->m.nparams);
+  free(back);
+  err_free(&e);
+}
+
+static void check_exports(loaded *l, const char *arch, const char *tokdir) {
+  char name[128], p[4096];
+  const char *dtypes[] = {"fp32", "bf16", "fp16"};
+  for (int i = 0; i < 3; i++) {
+    util_snprintf(name, sizeof name, "export-%s%s%s", arch, i ? "-" : "", i ? dtypes[i] : "");
+    roundtrip(l, name, dtypes[i], 5000, "bpe", tokdir);
+  }
+  util_snprintf(name, sizeof name, "export-%s-sharded", arch);
+  roundtrip(l, name, "fp32", 0.04, "bpe", tokdir);
+  util_snprintf(p, sizeof p, "%s/%s/model.safetensors.index.json", out, name);
+  T_CHECK(access(p, F_OK) == 0, "a sharded export has %s", p);
+  util_snprintf(p, sizeof p, "%s/%s/model.safetensors", out, name);
+  T_CHECK(access(p, F_OK) != 0, "a sharded export of 40 kB shards has no %s", p);
+  util_snprintf(p, sizeof p, "%s/%s/model-00001-of-00005.safetensors", out, name);
+  T_CHECK(access(p, F_OK) == 0, "a sharded export of 40 kB shards (about 144 kB in all) has %s", p);
+  util_snprintf(name, sizeof name, "export-%s-bytes", arch);
+  roundtrip(l, name, "fp32", 5000, "bytes", "");
+  /* the exported tokenizer is the same vocabulary (the same identity hash) */
+  tok_tokenizer a, b;
+  err_list e = {0};
+  util_snprintf(p, sizeof p, "%s/export-%s", out, arch);
+  if (tok_open(&a, "bpe", tokdir, &e) == 0 && tok_open(&b, "bpe", p, &e) == 0) {
+    T_CHECK(a.hash == b.hash, "exported tokenizer %s has another identity than %s", p, tokdir);
+    tok_free(&b);
+  }
+  if (!e.n) tok_free(&a);
+  show(&e);
+  err_free(&e);
+}
+
+static void run_model(const char *arch, const char *dirname, int exports) {
+  char dir[4096], fxp[4096];
+  path_of(dir, ref, dirname);
+  util_snprintf(fxp, sizeof fxp, "%s/hf-%s.json", ref, arch);
+  json_error_t je;
+  json_t *fx = json_load_file(fxp, 0, &je);
+  T_CHECK(fx != NULL, "cannot read fixture %s: %s", fxp, je.text);
+  if (!fx) return;
+  printf("%s\n", dir);
+  loaded l;
+  if (load(&l, dir, 2, 32) == 0) {
+    check_fixture(&l, fx, dirname);
+    if (exports) check_exports(&l, arch, dir);
+  }
+  if (exports) check_tokenizer(dir, fx);
+  unload(&l);
+  json_decref(fx);
+}
+
+/* ---- bad input ------------------------------------------------------------------------------------- */
+
+/* A model file's tensors in memory (the file's names, shapes and fp32 data). */
+typedef struct {
+  safetensors_out *t;
+  float **data;
+  char (*names)[SAFETENSORS_NAME_LEN];
+  int n;
+} tensors;
+
+static void read_all(const char *path, tensors *ts) {
+  safetensors_file f;
+  err_list e = {0};
+  memset(ts, 0, sizeof *ts);
+  T_CHECK(safetensors_open(&f, path, &e) == 0, "open %s", path);
+  show(&e);
+  if (e.n) return;
+  ts->n = f.n;
+  ts->t = calloc((size_t)f.n + 2, sizeof *ts->t);
+  ts->data = calloc((size_t)f.n + 2, sizeof *ts->data);
+  ts->names = calloc((size_t)f.n + 2, sizeof *ts->names);
+  for (int i = 0; i < f.n; i++) {
+    ts->data[i] = malloc(f.t[i].numel * sizeof(float));
+    T_CHECK(safetensors_read(&f, &f.t[i], ts->data[i], &e) == 0, "read %s", f.t[i].name);
+    ts->t[i].name = strcpy(ts->names[i], f.t[i].name);
+    ts->t[i].ndim = f.t[i].ndim;
+    memcpy(ts->t[i].shape, f.t[i].shape, sizeof f.t[i].shape);
+    ts->t[i].data = ts->data[i];
+  }
+  safetensors_close(&f);
+}
+
+static int find(const tensors *ts, const char *name) {
+  for (int i = 0; i < ts->n; i++)
+    if (strcmp(ts->t[i].name, name) == 0) return i;
+  return -1;
+}
+
+/* out/bad-<name>/, fresh. */
+static const char *bad_dir(const char *name) {
+  static char dir[4096];
+  util_snprintf(dir, sizeof dir, "%s/bad-%s", out, name);
+  nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  util_mkdir_p(dir);
+  return dir;
+}
+
+/* Import from dir must fail with an error at a file containing `file` whose message names `tensor`
+ * and says `what`, and leave the parameters alone. */
+static void expect_import_error(loaded *l, const char *dir, const char *file, const char *tensor, const char *what) {
+  float *p = malloc(l->m.nparams * sizeof(float));
+  for (size_t i = 0; i < l->m.nparams; i++) p[i] = 7.0f;
+  err_list e = {0};
+  int n = hf_read_params(dir, &l->s, l->m.tensors, l->m.ntensors, p, &e);
+  int untouched = 1;
+  for (size_t i = 0; i < l->m.nparams; i++) untouched &= p[i] == 7.0f;
+  T_CHECK(n > 0 && has_error(&e, file, tensor) && has_error(&e, file, what) && untouched,
+          "%s: expected an error at %s naming %s (\"%s\"), parameters untouched (%d)", dir, file, tensor, what, untouched);
+  if (e.n) printf("  %s -> %s: %s\n", strrchr(dir, '/') + 1, e.v[0].msg, e.v[0].hint);
+  free(p);
+  err_free(&e);
+}
+
+/* Write ts (without tensor `skip`, -1 for none) to dir/model.safetensors. */
+static void write_model(const char *dir, tensors *ts, int skip) {
+  safetensors_out *t = malloc(((size_t)ts->n + 1) * sizeof *t);
+  int n = 0;
+  for (int i = 0; i < ts->n; i++)
+    if (i != skip) t[n++] = ts->t[i];
+  char p[4096];
+  path_of(p, dir, "model.safetensors");
+  err_list e = {0};
+  T_CHECK(safetensors_write(p, t, n, SAFETENSORS_F32, &e) == 0, "write %s", p);
+  show(&e);
+  err_free(&e);
+  free(t);
+}
+
+/* Copy src to dir/model.safetensors with its JSON header edited (entry `name`: dtype, offsets
+ * shifted by db/de) and the data area cut by `cut` bytes. */
+static void rewrite(const char *src, const char *dir, const char *name, const char *dtype, long db, long de, long cut) {
+  size_t len;
+  err_list e = {0};
+  char *buf = util_read_file(src, 1 << 24, &len, "model", NULL, &e);
+  uint64_t hl = 0;
+  for (int i = 7; i >= 0; i--) hl = hl << 8 | (unsigned char)buf[i];
+  json_t *h = json_loadb(buf + 8, (size_t)hl, 0, NULL), *t = json_object_get(h, name);
+  if (dtype) json_object_set_new(t, "dtype", json_string(dtype));
+  json_t *off = json_object_get(t, "data_offsets");
+  json_array_set_new(off, 0, json_integer(json_integer_value(json_array_get(off, 0)) + db));
+  json_array_set_new(off, 1, json_integer(json_integer_value(json_array_get(off, 1)) + de));
+  char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER), p[4096];
+  uint64_t nl = strlen(text);
+  unsigned char lb[8];
+  for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(nl >> (8 * i));
+  path_of(p, dir, "model.safetensors");
+  FILE *fp = fopen(p, "wb");
+  fwrite(lb, 1, 8, fp);
+  fwrite(text, 1, nl, fp);
+  fwrite(buf + 8 + hl, 1, len - 8 - hl - (size_t)cut, fp);
+  fclose(fp);
+  free(text), free(buf);
+  json_decref(h);
+  err_free(&e);
+}
+
+static void write_bytes(const char *dir, const char *file, const void *data, size_t n) {
+  char p[4096];
+  path_of(p, dir, file);
+  FILE *fp = fopen(p, "wb");
+  fwrite(data, 1, n, fp);
+  fclose(fp);
+}
+
+/* Shards whose index places a tensor in the wrong file. */
+static void bad_index(loaded *l, tensors *ts) {
+  const char *d = bad_dir("index");
+  err_list e = {0};
+  int nf = 0;
+  T_CHECK(safetensors_write_model(d, ts->t, ts->n, SAFETENSORS_F32, 40000, &nf, &e) == 0 && nf == 5, "5 shards, got %d", nf);
+  char p[4096];
+  path_of(p, d, "model.safetensors.index.json");
+  json_t *idx = json_load_file(p, 0, NULL);
+  json_object_set_new(json_object_get(idx, "weight_map"), "transformer.wte.weight", json_string("model-00001-of-00005.safetensors"));
+  json_dump_file(idx, p, 0);
+  json_decref(idx);
+  expect_import_error(l, d, "model.safetensors.index.json", "transformer.wte.weight", "which does not hold it");
+  err_free(&e);
+}
+
+static void bad_weights(loaded *l) {
+  char src[4096];
+  util_snprintf(src, sizeof src, "%s/hf-gpt2/model.safetensors", ref);
+  tensors ts;
+  read_all(src, &ts);
+  if (!ts.n) return;
+  const char *d;
+  int fc = find(&ts, "transformer.h.0.mlp.c_fc.weight"), wte = find(&ts, "transformer.wte.weight");
+  write_model(d = bad_dir("missing"), &ts, find(&ts, "transformer.h.1.mlp.c_fc.bias"));
+  expect_import_error(l, d, "bad-missing", "transformer.h.1.mlp.c_fc.bias", "missing tensor");
+  ts.t[ts.n] = ts.t[fc];
+  ts.t[ts.n].name = "transformer.h.7.mlp.c_fc.weight";
+  ts.n++;
+  write_model(d = bad_dir("extra"), &ts, -1);
+  expect_import_error(l, d, "bad-extra/model.safetensors", "transformer.h.7.mlp.c_fc.weight", "unexpected tensor");
+  ts.t[ts.n - 1].name = "lm_head.weight";
+  ts.t[ts.n - 1].data = ts.data[wte];
+  memcpy(ts.t[ts.n - 1].shape, ts.t[wte].shape, sizeof ts.t[wte].shape);
+  write_model(d = bad_dir("lm-head-tied"), &ts, -1);
+  err_list e = {0};
+  float *p = malloc(l->m.nparams * sizeof(float));
+  T_CHECK(hf_read_params(d, &l->s, l->m.tensors, l->m.ntensors, p, &e) == 0 && memcmp(p, l->host, l->m.nparams * 4) == 0,
+          "an lm_head.weight equal to wte is accepted");
+  float *other = malloc(ts.t[wte].shape[0] * ts.t[wte].shape[1] * sizeof(float));
+  memcpy(other, ts.data[wte], ts.t[wte].shape[0] * ts.t[wte].shape[1] * sizeof(float));
+  other[5] += 1.0f;
+  ts.t[ts.n - 1].data = other;
+  write_model(d = bad_dir("lm-head"), &ts, -1);
+  expect_import_error(l, d, "bad-lm-head/model.safetensors", "lm_head.weight", "differs from transformer.wte.weight");
+  ts.n--;
+  int64_t s0 = ts.t[fc].shape[0];
+  ts.t[fc].shape[0] = ts.t[fc].shape[1], ts.t[fc].shape[1] = s0;
+  write_model(d = bad_dir("shape"), &ts, -1);
+  expect_import_error(l, d, "bad-shape/model.safetensors", "transformer.h.0.mlp.c_fc.weight", "has shape [128, 32]");
+  ts.t[fc].shape[1] = ts.t[fc].shape[0], ts.t[fc].shape[0] = s0;
+  for (int i = 0; i < ts.n; i++) ts.t[i].name += strncmp(ts.t[i].name, "transformer.", 12) == 0 ? 12 : 0;
+  write_model(d = bad_dir("no-prefix"), &ts, -1);
+  T_CHECK(hf_read_params(d, &l->s, l->m.tensors, l->m.ntensors, p, &e) == 0 && memcmp(p, l->host, l->m.nparams * 4) == 0,
+          "names without the transformer. prefix (the original gpt2 repository's) are read");
+  show(&e);
+  /* headers edited byte by byte */
+  const char *ln = "transformer.h.0.ln_1.weight";
+  bad_index(l, &ts);
+  rewrite(src, d = bad_dir("dtype"), ln, "I32", 0, 0, 0);
+  expect_import_error(l, d, "bad-dtype/model.safetensors", ln, "dtype I32 is not supported");
+  rewrite(src, d = bad_dir("dtype-size"), ln, "F64", 0, 0, 0);
+  expect_import_error(l, d, "bad-dtype-size/model.safetensors", ln, "elements of F64 take");
+  rewrite(src, d = bad_dir("dtype-unknown"), ln, "Q7", 0, 0, 0);
+  expect_import_error(l, d, "bad-dtype-unknown/model.safetensors", ln, "unknown dtype \"Q7\"");
+  rewrite(src, d = bad_dir("overlap"), ln, NULL, -4, -4, 0);
+  expect_import_error(l, d, "bad-overlap/model.safetensors", ln, "overlap");
+  rewrite(src, d = bad_dir("size"), ln, NULL, 0, -4, 0);
+  expect_import_error(l, d, "bad-size/model.safetensors", ln, "take 128");
+  rewrite(src, d = bad_dir("truncated"), ln, NULL, 0, 0, 100);
+  expect_import_error(l, d, "bad-truncated/model.safetensors", "transformer.", "reach past the data area");
+  unsigned char big[16] = {0x40, 0x42, 0x0f, 0, 0, 0, 0, 0, '{', '}'};
+  write_bytes(d = bad_dir("header-length"), "model.safetensors", big, sizeof big);
+  expect_import_error(l, d, "bad-header-length/model.safetensors", "header length 1000000", "larger than the file");
+  unsigned char txt[24] = {16, 0, 0, 0, 0, 0, 0, 0, 't', 'h', 'i', 's', ' ', 'i', 's', ' ', 'n', 'o', 't', ' ', 'j', 's', 'o', 'n'};
+  write_bytes(d = bad_dir("not-json"), "model.safetensors", txt, sizeof txt);
+  expect_import_error(l, d, "bad-not-json/model.safetensors", "header", "not a JSON object");
+  write_bytes(d = bad_dir("pytorch"), "pytorch_model.bin", "PK", 2);
+  expect_import_error(l, d, "bad-pytorch", "pytorch_model.bin", "safetensors weights only");
+  for (int i = 0; i < ts.n; i++) free(ts.data[i]);
+  free(other), free(p), free(ts.data), free(ts.t), free(ts.names);
+  err_free(&e);
+}
+
+static void bad_config(loaded *neo) {
+  char dir[4096];
+  path_of(dir, ref, "hf-gpt2");
+  cfg_model mc;
+  model_cfg(dir, &mc);
+  mc.n_embd = 64, mc.n_head = 8, mc.n_layer = 3, mc.vocab_size = 300, mc.block_size = 128;
+  err_list e = {0};
+  int n = hf_check_config(dir, &mc, &e);
+  const char *keys[] = {"&model n_embd = 64", "&model n_head = 8", "&model n_layer = 3", "&model vocab_size = 300",
+                        "&model block_size = 128", "&model n_inner = 256"}; /* n_inner 0: 4 n_embd */
+  T_CHECK(n == 6, "6 mismatches of the deck with %s/config.json, got %d", dir, n);
+  for (int i = 0; i < 6; i++) T_CHECK(has_error(&e, "hf-gpt2/config.json", keys[i]), "a mismatch names %s", keys[i]);
+  for (int i = 0; i < e.n; i++) printf("  mismatch: %s (hint: %s)\n", e.v[i].msg, e.v[i].hint);
+  err_free(&e);
+  path_of(dir, ref, "hf-neo");
+  mc = neo->mc;
+  mc.attention_types.n = 1;
+  mc.window_size = 8;
+  strcpy(mc.arch, "gpt2");
+  n = hf_check_config(dir, &mc, &e);
+  T_CHECK(n == 3 && has_error(&e, "config.json", "layer 1 is local") && has_error(&e, "config.json", "window_size = 4") &&
+          has_error(&e, "config.json", "model_type = 'gpt-neo'"), "neo config vs a gpt2 deck: 3 errors, got %d", n);
+  err_free(&e);
+  const char *relu = "{\"model_type\": \"gpt2\", \"activation_function\": \"relu\", \"scale_attn_weights\": false}";
+  const char *d = bad_dir("relu");
+  write_bytes(d, "config.json", relu, strlen(relu));
+  T_CHECK(hf_check_config(d, &neo->mc, &e) == 2 && has_error(&e, "bad-relu/config.json", "activation_function = \"relu\"") &&
+          has_error(&e, "bad-relu/config.json", "scale_attn_weights = false"), "relu and unscaled attention are refused");
+  err_free(&e);
+  const char *llama = "{\"model_type\": \"llama\", \"hidden_size\": 32}";
+  d = bad_dir("llama");
+  write_bytes(d, "config.json", llama, strlen(llama));
+  T_CHECK(hf_check_config(d, &neo->mc, &e) == 1 && has_error(&e, "bad-llama/config.json", "unsupported architecture: "
+          "model_type = \"llama\""), "llama is an unsupported architecture");
+  err_free(&e);
+}
+
+/* Exporting into a non-empty directory without overwrite, or with a bad dtype, writes nothing. */
+static void bad_export(loaded *l) {
+  const char *d = bad_dir("export");
+  write_bytes(d, "keep.txt", "mine", 4);
+  cfg_tokenizer tk;
+  cfg_sample smp = {.temperature = 0};
+  memset(&tk, 0, sizeof tk);
+  strcpy(tk.kind, "bytes");
+  err_list e = {0};
+  T_CHECK(hf_export(d, &l->s, l->host, &l->mc, &tk, &smp, "fp32", 5000, 0, &e) == 1 && has_error(&e, "bad-export", "not empty"),
+          "export into a non-empty directory without overwrite is an error");
+  char p[4096], dir2[4096];
+  path_of(p, d, "keep.txt");
+  path_of(dir2, out, "bad-export-dtype");
+  T_CHECK(access(p, F_OK) == 0, "the existing directory is left alone");
+  T_CHECK(hf_export(dir2, &l->s, l->host, &l->mc, &tk, &smp, "fp8", 5000, 0, &e) == 1 && access(dir2, F_OK) != 0,
+          "an unknown dtype is an error and writes nothing");
+  T_CHECK(hf_export(d, &l->s, l->host, &l->mc, &tk, &smp, "bf16", 5000, 1, &e) == 0 && access(p, F_OK) != 0,
+          "overwrite replaces the directory");
+  DIR *dp = opendir(out); /* no temporary directory is left behind */
+  struct dirent *de;
+  while (dp && (de = readdir(dp)))
+    T_CHECK(!strstr(de->d_name, ".tmp-") && !strstr(de->d_name, ".old-"), "temporary directory left: %s/%s", out, de->d_name);
+  if (dp) closedir(dp);
+  err_free(&e);
+}
+
+int main(int argc, char **argv) {
+  util_mpi_init(&argc, &argv);
+  const char *top = getenv("TOP_SRCDIR"), *o = getenv("TEST_OUT");
+  util_snprintf(ref, sizeof ref, "%s/tests/reference", top ? top : ".");
+  util_snprintf(out, sizeof out, "%s/hf", o ? o : "tests/out");
+  nftw(out, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  util_mkdir_p(out);
+  check_conversions();
+  run_model("neo", "hf-neo", 1);
+  run_model("gpt2", "hf-gpt2-sharded", 0);
+  run_model("gpt2", "hf-gpt2", 1);
+  loaded gpt2, neo;
+  char dir[4096];
+  path_of(dir, ref, "hf-gpt2");
+  load(&gpt2, dir, 2, 16);
+  bad_weights(&gpt2);
+  bad_export(&gpt2);
+  path_of(dir, ref, "hf-neo");
+  load(&neo, dir, 2, 16);
+  bad_config(&neo);
+  unload(&gpt2);
+  unload(&neo);
+  int rc = t_done("test_hf");
+  MPI_Finalize();
+  return rc;
+}
