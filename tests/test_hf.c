@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "eval/score.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
@@ -92,33 +93,9 @@ static void json_ints(const json_t *a, int32_t *v, size_t n) {
   for (size_t i = 0; i < n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
 }
 
-/* Summed log-probability of cont given ctx (lm-evaluation-harness), and whether greedy decoding gives cont. */
-static double loglik(loaded *l, const json_t *ctx, const json_t *cont, int *greedy) {
-  size_t nc = json_array_size(ctx), nk = json_array_size(cont), n = nc + nk - 1;
-  int32_t *ids = malloc((n + 1) * sizeof(int32_t));
-  json_ints(ctx, ids, nc);
-  json_ints(cont, ids + nc, nk);
-  gpt_set_batch(&l->m, 0, ids, NULL, 1, (int)n);
-  gpt_forward(&l->m, 0, 1, (int)n);
-  float *row = malloc((size_t)l->s.V * sizeof(float));
-  double sum = 0;
-  *greedy = 1;
-  for (size_t i = nc - 1; i < n; i++) {
-    gpt_logits_row(&l->m, 0, i, row);
-    double mx = row[0], z = 0;
-    int arg = 0;
-    for (int v = 1; v < l->s.V; v++)
-      if (row[v] > mx) mx = row[v], arg = v;
-    for (int v = 0; v < l->s.V; v++) z += exp(row[v] - mx);
-    sum += row[ids[i + 1]] - mx - log(z);
-    *greedy &= arg == ids[i + 1];
-  }
-  free(row), free(ids);
-  return sum;
-}
-
-/* The fixture's logits and lm-eval scores from a greenlm model. */
-static void check_fixture(loaded *l, const json_t *fx, const char *what) {
+/* The fixture's logits, and its lm-eval scores from greenlm's scorer (eval/score.h) with the
+ * tokenizer of tokdir. */
+static void check_fixture(loaded *l, const json_t *fx, const char *what, const char *tokdir) {
   int B = (int)json_integer_value(json_object_get(fx, "B")), T = (int)json_integer_value(json_object_get(fx, "T"));
   size_t N = (size_t)B * T, V = (size_t)l->s.V;
   T_CHECK((size_t)json_integer_value(json_object_get(fx, "V")) == V, "%s: vocabulary", what);
@@ -135,13 +112,23 @@ static void check_fixture(loaded *l, const json_t *fx, const char *what) {
   printf("  %s: logits relative error %.2e\n", what, e);
   size_t i;
   json_t *p;
+  tok_tokenizer tok;
+  err_list te = {0};
+  T_CHECK(tok_open(&tok, "bpe", tokdir, &te) == 0, "tok_open bpe %s", tokdir);
+  show(&te);
   json_array_foreach(json_object_get(fx, "pairs"), i, p) {
-    int greedy, want = json_is_true(json_object_get(p, "greedy"));
-    double ll = loglik(l, json_object_get(p, "context_ids"), json_object_get(p, "continuation_ids"), &greedy);
+    if (te.n) break;
+    int want = json_is_true(json_object_get(p, "greedy"));
+    score_request q = {json_string_value(json_object_get(p, "context")), json_string_value(json_object_get(p, "continuation")), 1};
+    score_result r;
+    score_one(&l->m, &tok, &q, &r);
     double lr = json_number_value(json_object_get(p, "loglikelihood"));
-    T_CHECK(fabs(ll - lr) < 1e-4 * fmax(1.0, fabs(lr)) && greedy == want, "%s: pair %zu: log-likelihood %.7f (greedy %d), "
-            "lm-eval with transformers %.7f (greedy %d)", what, i, ll, greedy, lr, want);
+    T_CHECK(fabs(r.loglik - lr) < 1e-4 * fmax(1.0, fabs(lr)) && r.greedy_ok == want && r.ntokens == (int)json_array_size(json_object_get(p, "continuation_ids")),
+            "%s: pair %zu: log-likelihood %.7f over %d tokens (greedy %d), lm-eval with transformers %.7f (greedy %d)", what, i,
+            r.loglik, r.ntokens, r.greedy_ok, lr, want);
   }
+  if (!te.n) tok_free(&tok);
+  err_free(&te);
   free(x), free(lref), free(lg);
 }
 
@@ -278,8 +265,9 @@ static void check_exports(loaded *l, const char *arch, const char *tokdir) {
 }
 
 static void run_model(const char *arch, const char *dirname, int exports) {
-  char dir[4096], fxp[4096];
+  char dir[4096], fxp[4096], tokdir[4096];
   path_of(dir, ref, dirname);
+  util_snprintf(tokdir, sizeof tokdir, "%s/hf-%s", ref, arch); /* the sharded copy has no vocab.json */
   util_snprintf(fxp, sizeof fxp, "%s/hf-%s.json", ref, arch);
   json_error_t je;
   json_t *fx = json_load_file(fxp, 0, &je);
@@ -288,7 +276,7 @@ static void run_model(const char *arch, const char *dirname, int exports) {
   printf("%s\n", dir);
   loaded l;
   if (load(&l, dir, 2, 32) == 0) {
-    check_fixture(&l, fx, dirname);
+    check_fixture(&l, fx, dirname, tokdir);
     if (exports) check_exports(&l, arch, dir);
   }
   if (exports) check_tokenizer(dir, fx);

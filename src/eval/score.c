@@ -98,48 +98,60 @@ static int argmax(const float *x, int n) {
   return best;
 }
 
-/* One request alone in a forward pass. */
-static void score_one(infer_model *im, const score_request *q, score_result *r, tok_ids *all, float *row) {
-  gpt_model *m = &im->model;
-  tok_tokenizer *tok = &im->tok;
+/* The request's tokens into all, as lm-evaluation-harness encodes a pair: white space ending the
+ * context moves to the start of the continuation, each is encoded apart, an empty context is
+ * <|endoftext|>. Returns the context's token count. */
+static size_t encode_pair(tok_tokenizer *tok, const score_request *q, tok_ids *all) {
+  size_t nctx = strlen(q->context), ncont = strlen(q->continuation), sp = nctx;
+  while (sp > 0 && (q->context[sp - 1] == ' ' || q->context[sp - 1] == '\t' || q->context[sp - 1] == '\n')) sp--;
+  char *cont = util_malloc(nctx - sp + ncont + 1, "continuation");
+  memcpy(cont, q->context + sp, nctx - sp);
+  memcpy(cont + (nctx - sp), q->continuation, ncont + 1);
   all->n = 0;
-  if (!q->context[0]) tok_ids_push(all, tok->eot >= 0 ? tok->eot : 0);
-  else tok_encode(tok, q->context, strlen(q->context), 0, all);
-  size_t nctx = all->n;
-  tok_encode(tok, q->continuation, strlen(q->continuation), 0, all);
-  int ncont = (int)(all->n - nctx), maxT = m->T;
+  if (sp == 0) tok_ids_push(all, tok->eot >= 0 ? tok->eot : 0);
+  else tok_encode(tok, q->context, sp, 0, all);
+  size_t n = all->n;
+  tok_encode(tok, cont, strlen(cont), 0, all);
+  free(cont);
+  return n;
+}
+
+void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_result *r) {
+  tok_ids all = {0};
+  size_t nctx = encode_pair(tok, q, &all);
+  int ncont = (int)(all.n - nctx), maxT = m->T;
   /* inputs: the last maxT tokens before the final one; targets: the tokens after each */
-  size_t start = all->n - 1 > (size_t)maxT ? all->n - 1 - (size_t)maxT : 0;
-  int T = (int)(all->n - 1 - start);
+  size_t start = all.n - 1 > (size_t)maxT ? all.n - 1 - (size_t)maxT : 0;
+  int T = (int)(all.n - 1 - start);
   memset(r, 0, sizeof *r);
   r->ntokens = ncont;
   r->truncated = start > 0;
-  if (ncont == 0 || T < 1) return;
-  gpt_set_batch(m, 0, all->v + start, all->v + start + 1, 1, T);
-  gpt_forward(m, 0, 1, T);
-  r->greedy_ok = 1;
-  if (q->greedy)
-    for (int t = T - ncont; t < T; t++) {
+  if (ncont > 0 && T >= 1) {
+    float *row = q->greedy ? util_malloc((size_t)m->s.V * sizeof *row, "logits row") : NULL;
+    gpt_set_batch(m, 0, all.v + start, all.v + start + 1, 1, T);
+    gpt_forward(m, 0, 1, T);
+    r->greedy_ok = 1;
+    for (int t = T - ncont; q->greedy && t < T; t++) {
       gpt_logits_row(m, 0, (size_t)t, row);
-      if (argmax(row, m->s.V) != all->v[start + (size_t)t + 1]) r->greedy_ok = 0;
+      if (argmax(row, m->s.V) != all.v[start + (size_t)t + 1]) r->greedy_ok = 0;
     }
-  gpt_loss(m, 0, 1, T, 0.0f);
-  for (int t = T - ncont; t < T; t++) r->loglik -= m->losses_host[t];
+    gpt_loss(m, 0, 1, T, 0.0f);
+    for (int t = T - ncont; t < T; t++) r->loglik -= m->losses_host[t];
+    free(row);
+  }
+  tok_ids_free(&all);
 }
 
 void score_requests(infer_model *im, const score_request *req, long n, score_result *res) {
-  tok_ids all = {0};
-  float *row = util_malloc((size_t)im->model.s.V * sizeof *row, "logits row");
   double *v = util_calloc((size_t)n * 4 + 1, sizeof *v, "results");
   for (long i = im->rank; i < n; i += im->size) {
     score_result r;
-    score_one(im, &req[i], &r, &all, row);
+    score_one(&im->model, &im->tok, &req[i], &r);
     v[4 * i] = r.loglik, v[4 * i + 1] = r.ntokens, v[4 * i + 2] = r.greedy_ok, v[4 * i + 3] = r.truncated;
   }
   /* every entry comes from one rank, zeros from the others: the sum is exact */
   MPI_Allreduce(MPI_IN_PLACE, v, (int)(4 * n), MPI_DOUBLE, MPI_SUM, im->comm);
   for (long i = 0; i < n; i++)
     res[i] = (score_result){v[4 * i], (int)v[4 * i + 1], (int)v[4 * i + 2], (int)v[4 * i + 3]};
-  free(v), free(row);
-  tok_ids_free(&all);
+  free(v);
 }

@@ -37,8 +37,13 @@ typedef struct {
   int truncated;  /* the context was cut on the left to fit the model's block size */
 } score_result;
 
-/* Score n requests as lm-evaluation-harness does: context and continuation are encoded apart and
- * joined (an empty context becomes <|endoftext|>), the last block_size + 1 tokens kept. Request i
+/* One request on a whole model m (micro-batches up to (1, T) planned; longer pairs keep their last
+ * T + 1 tokens, the context cut on the left), as lm-evaluation-harness scores it: white space
+ * ending the context moves to the continuation, context and continuation are encoded apart and
+ * joined (an empty context becomes <|endoftext|>), the continuation's tokens scored. */
+void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_result *r);
+
+/* Score n requests with score_one on the model of im. Request i
  * is computed on rank i mod size, alone in its forward pass, so its result is the same for any
  * rank count; every rank receives all results. Collective. */
 void score_requests(infer_model *im, const score_request *req, long n, score_result *res);
