@@ -1,12 +1,15 @@
 /* infer: the whole model on every rank, from a checkpoint of any layout or a Hugging Face directory. */
 #include "infer.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
 #include "io/hf.h"
 #include "parallel/par.h"
+#include "parallel/topo.h"
 
 /* The deck as a job of one pipeline stage and as many replicas as ranks: the layout a checkpoint
  * is read on when every rank holds the whole model. */
@@ -133,6 +136,7 @@ int infer_load(infer_model *im, int B, int T, err_list *errs) {
 }
 
 void infer_close(infer_model *im) {
+  if (im->metered) energy_close(&im->energy), MPI_Comm_free(&im->node);
   if (im->model.params) gpt_free(&im->model);
   if (im->shape.window) gpt_shape_free(&im->shape);
   if (im->tok.bytes) tok_free(&im->tok);
@@ -145,4 +149,28 @@ const float *infer_host_params(const infer_model *im, float **owned) {
   *owned = util_malloc(im->model.nparams * sizeof(float), "parameter copy");
   im->be->to_host(im->be, *owned, im->model.params, im->model.nparams * sizeof(float));
   return *owned;
+}
+
+int infer_meter(infer_model *im, err_list *errs) {
+  topo_machine mach;
+  topo_discover(&mach);
+  MPI_Comm_split_type(im->comm, MPI_COMM_TYPE_SHARED, im->rank, MPI_INFO_NULL, &im->node);
+  im->metered = 1; /* energy_close undoes a partial open too */
+  const backend *be = im->be;
+  return energy_open(&im->energy, &im->cfg->energy, im->comm, im->node, mach.cores, be->bus_id ? be->bus_id(be) : NULL, NULL, 0,
+                     errs) != 0;
+}
+
+static void print_stdout(void *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(ctx, fmt, ap);
+  va_end(ap);
+}
+
+void infer_meter_report(infer_model *im, double tokens, double flops, double *joules, int *measured) {
+  energy_sample(&im->energy); /* collective */
+  *measured = energy_any_measured(&im->energy);
+  *joules = *measured ? im->energy.joules : im->energy.est_joules;
+  if (im->rank == 0) energy_report_print(&im->energy, tokens, flops, print_stdout, stdout), fflush(stdout);
 }

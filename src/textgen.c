@@ -123,6 +123,10 @@ static int read_prompts(const cfg_config *cfg, MPI_Comm comm, char **buf, char *
   return n ? n : -1;
 }
 
+/* The first prompt of rank r's share of n: the shares differ by one at most, the first ranks take
+ * the larger ones (one prompt on two ranks goes to rank 0, which streams it). */
+static int share(int n, int size, int r) { return (int)(((long)n * r + size - 1) / size); }
+
 /* Every rank's completions to rank 0, in prompt order: texts into all[lo..hi) of each rank. */
 static void gather_outputs(MPI_Comm comm, int n, int lo, int hi, textgen_out *mine, textgen_out *all) {
   int rank, size;
@@ -130,7 +134,7 @@ static void gather_outputs(MPI_Comm comm, int n, int lo, int hi, textgen_out *mi
   MPI_Comm_size(comm, &size);
   for (int p = 0; p < n; p++) {
     int owner = 0;
-    while ((long)n * (owner + 1) / size <= p) owner++;
+    while (share(n, size, owner + 1) <= p) owner++;
     if (owner == 0 && rank == 0) {
       all[p] = mine[p - lo];
       continue;
@@ -186,48 +190,50 @@ static int write_outputs(const cfg_config *cfg, char **prompts, const textgen_ou
   return bad ? -1 : 0;
 }
 
+/* Rank 0: the completions not streamed, the figures, the files. Returns 0 or -1 after an error. */
+static int show_outputs(const cfg_config *cfg, char **prompts, textgen_out *all, int n, int size, double tokens, double wall,
+                        const gen_timing *tm, err_list *errs) {
+  for (int p = 1; p < n; p++) printf("== sample %d ==\n%s\n", p + 1, all[p].text);
+  printf("sample: %.0f tokens in %.2f s (%.1f tokens/s over %d rank%s; rank 0: prefill %.2f s, decode %.1f tokens/s), "
+         "sample 1 ended: %s\n", tokens, wall, tokens / wall, size, size == 1 ? "" : "s", tm->prefill_s, tm->decode_tps,
+         gen_end_name(all[0].end));
+  int rc = write_outputs(cfg, prompts, all, n, errs);
+  if (rc == 0) printf("sample: texts in %s/sample.txt and samples.jsonl\n", cfg->job.run_dir);
+  fflush(stdout);
+  return rc;
+}
+
 int textgen_run(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *errs) {
   infer_model im;
   char *buf = NULL, **prompts = NULL;
   int n = read_prompts(cfg, comm, &buf, &prompts, errs);
-  if (n < 0 || infer_open(&im, cfg, be, comm, errs) || infer_load(&im, 0, 0, errs)) {
+  if (n < 0 || infer_open(&im, cfg, be, comm, errs) || infer_load(&im, 0, 0, errs) || infer_meter(&im, errs)) {
     if (n >= 0) infer_close(&im);
     free(buf), free(prompts);
     return 1;
   }
   const cfg_sample *c = &cfg->sample;
-  int lo = (int)((long)n * im.rank / im.size), hi = (int)((long)n * (im.rank + 1) / im.size), bad = 0;
+  int lo = share(n, im.size, im.rank), hi = share(n, im.size, im.rank + 1), bad = 0, measured;
   if (im.rank == 0)
     printf("sample: %d prompt%s, up to %ld tokens each, temperature %g, top-k %ld, top-p %g, repetition penalty %g; the "
-           "model from the %s\n", n, n == 1 ? "" : "s", c->n_tokens, c->temperature, c->top_k, c->top_p,
-           c->repetition_penalty, im.source), fflush(stdout);
+           "model from the %s\n== sample 1 ==\n%s", n, n == 1 ? "" : "s", c->n_tokens, c->temperature, c->top_k, c->top_p,
+           c->repetition_penalty, im.source, prompts[0][0] ? prompts[0] : "\n"), fflush(stdout);
   textgen_out *mine = util_calloc((size_t)(hi - lo) + 1, sizeof *mine, "outputs"), *all = NULL;
   gen_timing tm = {0};
-  double t0 = util_now();
-  if (hi > lo) {
-    if (im.rank == 0) printf("== sample 1 ==\n%s", prompts[0][0] ? prompts[0] : "\n"), fflush(stdout);
+  double t0 = util_now(), tokens = 0, joules;
+  if (hi > lo)
     textgen_generate(&im.model, &im.tok, c, (uint64_t)cfg->job.seed, (const char *const *)prompts + lo, hi - lo, lo,
                      im.rank == 0 ? stdout : NULL, mine, &tm);
-  }
-  double wall = util_now() - t0, tokens = 0;
+  double wall = util_now() - t0;
   for (int p = 0; p < hi - lo; p++) tokens += mine[p].n_new;
   MPI_Allreduce(MPI_IN_PLACE, &tokens, 1, MPI_DOUBLE, MPI_SUM, comm);
   MPI_Allreduce(MPI_IN_PLACE, &wall, 1, MPI_DOUBLE, MPI_MAX, comm);
-  if (im.rank == 0) all = util_calloc((size_t)n, sizeof *all, "outputs");
+  if (im.rank == 0) all = util_calloc((size_t)n, sizeof *all, "outputs"), printf("\n");
   gather_outputs(comm, n, lo, hi, mine, all);
-  if (im.rank == 0) {
-    printf("\n");
-    for (int p = 1; p < n; p++) printf("== sample %d ==\n%s\n", p + 1, all[p].text);
-    printf("sample: %.0f tokens in %.2f s (%.1f tokens/s over %d rank%s; rank 0: prefill %.2f s, decode %.1f tokens/s), "
-           "sample 1 ended: %s\n", tokens, wall, tokens / wall, im.size, im.size == 1 ? "" : "s", tm.prefill_s,
-           tm.decode_tps, hi > lo ? gen_end_name(all[0].end) : "-");
-    bad = write_outputs(cfg, prompts, all, n, errs) != 0;
-    if (!bad) printf("sample: texts in %s/sample.txt and samples.jsonl\n", cfg->job.run_dir);
-    fflush(stdout);
-    textgen_out_free(all, n);
-  } else {
-    textgen_out_free(mine, hi - lo);
-  }
+  if (im.rank == 0) bad = show_outputs(cfg, prompts, all, n, im.size, tokens, wall, &tm, errs) != 0;
+  /* a new token: a forward pass of one row, a third of the training FLOPs per token (gpt.h) */
+  infer_meter_report(&im, tokens, tokens * gpt_flops_per_token(&im.shape, im.shape.maxT) / 3, &joules, &measured);
+  textgen_out_free(im.rank == 0 ? all : mine, im.rank == 0 ? n : hi - lo);
   MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
   free(mine), free(all), free(buf), free(prompts);
   infer_close(&im);

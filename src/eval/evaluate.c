@@ -20,6 +20,7 @@ typedef struct {
   bench_set *sets; /* (nsets) the deck's benchmarks */
   evalrep rep;
   double t0;
+  double tokens; /* fed through the model: the figure of merit's and the energy's denominator */
 } eval_job;
 
 /* Every benchmark of &eval benchmarks, read on every rank (each rank builds the same requests).
@@ -70,6 +71,7 @@ static int run_dataset(eval_job *j, err_list *errs) {
     evalrep_add(&j->rep, task, "perplexity", d.ppl, NAN, (long)d.windows);
     evalrep_add(&j->rep, task, "bits_per_byte", d.bpb, NAN, (long)d.windows);
     evalrep_add(&j->rep, task, "tokens", d.tokens, NAN, (long)d.windows);
+    j->tokens += d.tokens;
     printf("eval: %s: %llu windows of %ld tokens, loss %.6f, perplexity %.4f, %.4f bits per byte (%.0f tokens/s)\n",
            c->val, (unsigned long long)d.windows, c->seq_len, d.loss, d.ppl, d.bpb, d.tokens / d.seconds);
     fflush(stdout);
@@ -93,6 +95,7 @@ static void run_benchmark(eval_job *j, const bench_set *set) {
   for (long i = 0; i < n; i++) {
     br[i] = (bench_result){r[i].loglik, r[i].ntokens, r[i].greedy_ok};
     cut += r[i].truncated;
+    j->tokens += r[i].inputs;
   }
   bench_scores s;
   bench_score(set, br, &s);
@@ -105,11 +108,20 @@ static void run_benchmark(eval_job *j, const bench_set *set) {
   free(q), free(r), free(br);
 }
 
-/* The table on the terminal, eval.json and eval.csv in the run directory (rank 0). Returns 1 (every
- * rank) when a file could not be written. */
+/* The table on the terminal, eval.json and eval.csv in the run directory (rank 0), after the figure of
+ * merit and the energy. Returns 1 (every rank) when a file could not be written. */
 static int report(eval_job *j, err_list *errs) {
-  int bad = 0;
+  int bad = 0, measured;
+  double joules, wall = util_now() - j->t0;
+  /* a forward pass: a third of the training FLOPs per token (gpt.h) */
+  infer_meter_report(&j->im, j->tokens, j->tokens * gpt_flops_per_token(&j->im.shape, (int)j->cfg->eval.seq_len) / 3, &joules,
+                     &measured);
   if (j->rank == 0) {
+    printf("eval: %.0f tokens scored in %.2f s: %.0f tokens/s over %d rank%s\n", j->tokens, wall, j->tokens / wall,
+           j->im.size, j->im.size == 1 ? "" : "s");
+    evalrep_add(&j->rep, "run", "seconds", wall, NAN, j->im.size);
+    evalrep_add(&j->rep, "run", "tokens_per_s", j->tokens / wall, NAN, j->im.size);
+    if (joules > 0) evalrep_add(&j->rep, "run", measured ? "energy_j" : "energy_j_estimated", joules, NAN, j->im.size);
     const cfg_config *cfg = j->cfg;
     evalrep_print(&j->rep, stdout);
     evalrep_info st = {cfg->job.name, j->im.source, (int)cfg->eval.num_fewshot, cfg->eval.limit, (uint64_t)cfg->job.seed};
@@ -132,6 +144,7 @@ int eval_run(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *
     int T = j.nsets ? longest_request(&j) : 1;
     if ((int)cfg->eval.seq_len > T && dataset) T = (int)cfg->eval.seq_len;
     any = infer_load(&j.im, (int)cfg->training.micro_batch_size, T, errs);
+    if (!any) any = infer_meter(&j.im, errs);
   }
   if (!any && j.rank == 0) printf("eval: the model from the %s\n", j.im.source), fflush(stdout);
   if (!any && dataset) any = run_dataset(&j, errs);

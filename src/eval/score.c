@@ -126,6 +126,7 @@ void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_r
   memset(r, 0, sizeof *r);
   r->ntokens = ncont;
   r->truncated = start > 0;
+  r->inputs = T;
   if (ncont > 0 && T >= 1) {
     float *row = q->greedy ? util_malloc((size_t)m->s.V * sizeof *row, "logits row") : NULL;
     gpt_set_batch(m, 0, all.v + start, all.v + start + 1, 1, T);
@@ -143,15 +144,19 @@ void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_r
 }
 
 void score_requests(infer_model *im, const score_request *req, long n, score_result *res) {
-  double *v = util_calloc((size_t)n * 4 + 1, sizeof *v, "results");
+  enum { K = 5 }; /* values per result */
+  double *v = util_calloc((size_t)n * K + 1, sizeof *v, "results");
   for (long i = im->rank; i < n; i += im->size) {
     score_result r;
     score_one(&im->model, &im->tok, &req[i], &r);
-    v[4 * i] = r.loglik, v[4 * i + 1] = r.ntokens, v[4 * i + 2] = r.greedy_ok, v[4 * i + 3] = r.truncated;
+    double *x = v + K * i;
+    x[0] = r.loglik, x[1] = r.ntokens, x[2] = r.greedy_ok, x[3] = r.truncated, x[4] = r.inputs;
   }
   /* every entry comes from one rank, zeros from the others: the sum is exact */
-  MPI_Allreduce(MPI_IN_PLACE, v, (int)(4 * n), MPI_DOUBLE, MPI_SUM, im->comm);
-  for (long i = 0; i < n; i++)
-    res[i] = (score_result){v[4 * i], (int)v[4 * i + 1], (int)v[4 * i + 2], (int)v[4 * i + 3]};
+  MPI_Allreduce(MPI_IN_PLACE, v, (int)(K * n), MPI_DOUBLE, MPI_SUM, im->comm);
+  for (long i = 0; i < n; i++) {
+    const double *x = v + K * i;
+    res[i] = (score_result){x[0], (int)x[1], (int)x[2], (int)x[3], (int)x[4]};
+  }
   free(v);
 }

@@ -35,6 +35,7 @@ typedef struct {
   int ntokens;    /* continuation tokens */
   int greedy_ok;  /* every continuation token is the most likely one (when asked) */
   int truncated;  /* the context was cut on the left to fit the model's block size */
+  int inputs;     /* tokens of its forward pass */
 } score_result;
 
 /* One request on a whole model m (micro-batches up to (1, T) planned; longer pairs keep their last
