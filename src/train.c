@@ -18,6 +18,7 @@
 #include "energy/metrics.h"
 #include "io/ckpt.h"
 #include "model/generate.h"
+#include "eval/evaluate.h"
 #include "textgen.h"
 #include "model/sample.h"
 #include "parallel/topo.h"
@@ -43,6 +44,7 @@ typedef struct {
   double t_start, train_time, last_loss, val_loss;
   double grad_bytes, grad_fp32;        /* rank 0: the job's gradient-exchange bytes (all ranks), their fp32 equivalent */
   const char *status;                  /* completed, diverged, time_limit, signal, checkpoint_failed */
+  eval_benchmarks bench;               /* &eval benchmarks, scored at each evaluation (one stage) */
 } train_job;
 
 /* ---- signals: a batch system's warning before the time limit, or Ctrl-C --------------------------- */
@@ -344,6 +346,41 @@ static void print_to_out(void *ctx, const char *fmt, ...) {
 }
 
 
+/* ---- benchmarks during training ----------------------------------------------------------------- */
+
+/* &eval benchmarks with the model as it is at this step (the whole model on every rank: one
+ * pipeline stage): a line in the log, rows in bench.csv (step, task, metric, value, stderr, n).
+ * Contexts longer than &training seq_len are cut on the left (the eval task plans for block_size). */
+static void score_benchmarks(train_job *j) {
+  trainer *t = j->t;
+  for (int s = 0; s < j->bench.n; s++) {
+    const bench_set *set = &j->bench.sets[s];
+    bench_scores sc;
+    double tokens;
+    long cut;
+    eval_benchmark_score(set, &t->model, &t->tok, MPI_COMM_WORLD, &sc, &tokens, &cut);
+    if (j->rank != 0) continue;
+    metrics_printf(&j->out, "bench: step %ld | %s | acc %.4f ± %.4f", j->steps_done, set->name, sc.acc, sc.acc_stderr);
+    if (!isnan(sc.acc_norm)) metrics_printf(&j->out, " | acc_norm %.4f ± %.4f", sc.acc_norm, sc.acc_norm_stderr);
+    if (!isnan(sc.ppl)) metrics_printf(&j->out, " | ppl %.4g", sc.ppl);
+    metrics_printf(&j->out, " | %ld items%s\n", sc.n, cut ? ", contexts cut to seq_len" : "");
+    char path[UTIL_PATH_MAX];
+    util_snprintf(path, sizeof path, "%s/bench.csv", j->cfg->job.run_dir);
+    FILE *fp = fopen(path, "a");
+    if (!fp) continue; /* the log line has the figures */
+    if (ftell(fp) == 0) fprintf(fp, "step,task,metric,value,stderr,n\n");
+    const char *name[3] = {"acc", "acc_norm", "ppl"};
+    double v[3] = {sc.acc, sc.acc_norm, sc.ppl}, e[3] = {sc.acc_stderr, sc.acc_norm_stderr, NAN};
+    for (int k = 0; k < 3; k++) {
+      if (isnan(v[k])) continue;
+      fprintf(fp, "%ld,%s,%s,%.10g,", j->steps_done, set->name, name[k], v[k]);
+      if (!isnan(e[k])) fprintf(fp, "%.10g", e[k]);
+      fprintf(fp, ",%ld\n", sc.n);
+    }
+    fclose(fp);
+  }
+}
+
 /* ---- the step loop ------------------------------------------------------------------------------- */
 
 /* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
@@ -465,6 +502,7 @@ static int step_loop(train_job *j, err_list *errs) {
     int evaluate = last || out_of_time || (tc->eval_every > 0 && j->steps_done % tc->eval_every == 0);
     double vl = NAN;
     if (evaluate) vl = j->val_loss = trainer_eval(t);
+    if (evaluate && j->bench.n) score_benchmarks(j);
     if (j->steps_done % j->cfg->job.log_every == 0 || evaluate) progress(j, &info, vl, evaluate, &w);
     int sig = train_signal, any_sig;
     MPI_Allreduce(&sig, &any_sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -671,6 +709,7 @@ static int set_up(train_job *j, const char *header, err_list *errs) {
   if (bad) return 1;
   j->t = trainer_open(cfg, j->be, MPI_COMM_WORLD, errs);
   if (!j->t) return 1;
+  if (cfg->eval.during_training && j->t->lay.P == 1 && eval_benchmarks_load(&j->bench, cfg, MPI_COMM_WORLD, errs)) return 1;
   bad = j->rank == 0 && open_outputs(j, set_aside, header, errs) != 0;
   MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (bad) return 1;
@@ -687,6 +726,7 @@ static int clean_up(train_job *j, err_list *errs) {
     rc = -1;
   }
   if (j->energy_opened) energy_close(&j->energy);
+  eval_benchmarks_free(&j->bench);
   trainer_close(j->t);
   return rc;
 }

@@ -5,7 +5,8 @@
 #   - the 'sample' task gives the same texts on 1 and 2 ranks (prompts spread across them);
 #   - 'export' writes a Hugging Face directory (one file, bf16, shards with an index); reading it back
 #     with &model init_from evaluates exactly as the checkpoint did (fp32, one file or shards);
-#     training from it starts from the trained model's loss, not a random one's;
+#     training from it starts from the trained model's loss, not a random one's, and scores the
+#     benchmarks at its evaluations (&eval during_training);
 #   - bad input: an existing export directory, a deck whose shape disagrees with config.json, no
 #     model at all, a missing prompt file: clear errors, nothing written.
 . "$(dirname "$0")/lib.sh"
@@ -99,9 +100,12 @@ check "bf16 export: the dataset loss moved by more than 0.02" awk -F, '
 
 # training from the export starts where the trained model is
 run 1 finetune --set "job.task='train'" --set "job.run_dir='$out/finetune'" --set "checkpoint.dir='$out/finetune/ckpt'" \
-  --set "model.init_from='$out/hf'" --set parallel.pipeline_stages=1 --set training.max_steps=5 --set training.lr=1e-5 --set training.min_lr=1e-6
+  --set "model.init_from='$out/hf'" --set parallel.pipeline_stages=1 --set training.max_steps=5 --set training.lr=1e-5 \
+  --set training.min_lr=1e-6 --set eval.during_training=T
 check "training from the export failed: $(tail_of finetune)" [ $? -eq 0 ]
 check "training from the export: no init line" grep -q "^init: weights from the Hugging Face directory" "$out/finetune.out"
+check "benchmarks during training: no bench line" grep -q "^bench: step 5 | hellaswag:bench-hellaswag | acc " "$out/finetune.out"
+check "benchmarks during training: no rows in bench.csv" grep -q "^5,arc:bench-arc,acc_norm," "$out/finetune/bench.csv"
 first=$(awk -F, 'NR == 2 { print $2 }' "$out/finetune/metrics.csv")
 val=$(awk -F, '$2 == "loss" { print $3 }' "$out/eval1/eval.csv")
 check "training from the export: first loss $first is not near the trained model's $val" \

@@ -455,6 +455,10 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
   if (cfg_has_task(cfg, "eval") && !cfg->eval.benchmarks.n && (!strcmp(cfg->eval.val, "none") || (!cfg->eval.val[0] && !cfg->data.val[0] && !cfg->prepare.val_out[0])))
     cfg_error_at(cfg, errs, "eval", "benchmarks", "give a dataset (&eval val or &data val) or benchmarks, e.g. benchmarks = "
                  "'lambada:data/lambada_test.jsonl'", "task 'eval' has nothing to score");
+  if (cfg->eval.during_training && cfg->parallel.pipeline_stages > 1)
+    cfg_error_at(cfg, errs, "eval", "during_training", "score the benchmarks with the 'eval' task after training, or train "
+                 "with pipeline_stages = 1", "benchmarks during training need the whole model on every rank; pipeline_stages = %ld",
+                 cfg->parallel.pipeline_stages);
   if (cfg->eval.seq_len > cfg->model.block_size)
     cfg_error_at(cfg, errs, "eval", "seq_len", "lower seq_len to at most &model block_size", "seq_len = %ld exceeds "
                  "&model block_size = %ld", cfg->eval.seq_len, cfg->model.block_size);

@@ -124,7 +124,8 @@ typedef struct {
   X(g, INT, seq_len, "0", "[0, 1048576]", "Tokens per window of that score (at most &model block_size); 0 means &training seq_len") \
   X(g, STRLIST, benchmarks, "", "", "Benchmark files as 'kind:path', kind one of lambada, hellaswag, piqa, arc, winogrande, mc (the generic {\"context\", \"choices\", \"label\"} form), e.g. 'lambada:data/lambada_test.jsonl' (doc/evaluation.md)") \
   X(g, INT, num_fewshot, "0", "[0, 64]", "Solved examples placed before each benchmark item (drawn with the seed from the same file, never the item itself)") \
-  X(g, INT, limit, "0", "[0, inf)", "Items scored per benchmark, the first of the file; 0 means all")
+  X(g, INT, limit, "0", "[0, inf)", "Items scored per benchmark, the first of the file; 0 means all") \
+  X(g, BOOL, during_training, ".false.", "", "Also score the benchmarks at every &training eval_every evaluation of the 'train' task (the log's bench lines, bench.csv; pipeline_stages = 1; contexts cut to &training seq_len)")
 
 #define CFG_GROUP_SAMPLE(X, g)                                                                        \
   X(g, INT, n_tokens, "200", "[0, inf)", "Tokens to generate per prompt (the 'sample' task, and after training); 0 skips the sample after training") \

@@ -16,28 +16,56 @@ typedef struct {
   const cfg_config *cfg;
   infer_model im;
   int rank;
-  int nsets;
-  bench_set *sets; /* (nsets) the deck's benchmarks */
+  eval_benchmarks b; /* the deck's benchmarks */
   evalrep rep;
   double t0;
   double tokens; /* fed through the model: the figure of merit's and the energy's denominator */
 } eval_job;
 
-/* Every benchmark of &eval benchmarks, read on every rank (each rank builds the same requests).
- * Returns 1 (every rank) after errors. */
-static int load_benchmarks(eval_job *j, err_list *errs) {
-  const cfg_eval *c = &j->cfg->eval;
-  j->sets = util_calloc((size_t)c->benchmarks.n + 1, sizeof *j->sets, "benchmarks");
+int eval_benchmarks_load(eval_benchmarks *b, const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
+  const cfg_eval *c = &cfg->eval;
+  memset(b, 0, sizeof *b);
+  b->sets = util_calloc((size_t)c->benchmarks.n + 1, sizeof *b->sets, "benchmarks");
   long n0 = err_count(errs);
   for (int i = 0; i < c->benchmarks.n; i++) {
     int e0 = errs->n;
     if (!c->benchmarks.v[i][0]) continue; /* benchmarks = '' lists none */
-    if (bench_load(&j->sets[j->nsets], c->benchmarks.v[i], c->limit, (int)c->num_fewshot, (uint64_t)j->cfg->job.seed, errs) == 0)
-      j->nsets++;
+    if (bench_load(&b->sets[b->n], c->benchmarks.v[i], c->limit, (int)c->num_fewshot, (uint64_t)cfg->job.seed, errs) == 0)
+      b->n++;
     else if (errs->n > e0 && !errs->v[e0].line) /* a whole-file problem: point at the deck key */
-      cfg_relocate(j->cfg, errs, e0, "eval", "benchmarks");
+      cfg_relocate(cfg, errs, e0, "eval", "benchmarks");
   }
-  return err_count(errs) > n0;
+  int bad = err_count(errs) > n0, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (any) eval_benchmarks_free(b);
+  return any;
+}
+
+void eval_benchmarks_free(eval_benchmarks *b) {
+  for (int s = 0; s < b->n; s++) bench_free(&b->sets[s]);
+  free(b->sets);
+  memset(b, 0, sizeof *b);
+}
+
+void eval_benchmark_score(const bench_set *set, gpt_model *m, tok_tokenizer *tok, MPI_Comm comm, bench_scores *out,
+                          double *tokens, long *cut) {
+  long n = bench_nrequests(set);
+  score_request *q = util_malloc((size_t)(n + 1) * sizeof *q, "requests");
+  score_result *r = util_malloc((size_t)(n + 1) * sizeof *r, "results");
+  bench_result *br = util_malloc((size_t)(n + 1) * sizeof *br, "results");
+  for (long i = 0; i < n; i++) {
+    const bench_request *b = bench_request_at(set, i);
+    q[i] = (score_request){b->context, b->continuation, b->greedy};
+  }
+  score_requests(m, tok, comm, q, n, r);
+  *cut = 0, *tokens = 0;
+  for (long i = 0; i < n; i++) {
+    br[i] = (bench_result){r[i].loglik, r[i].ntokens, r[i].greedy_ok};
+    *cut += r[i].truncated;
+    *tokens += r[i].inputs;
+  }
+  bench_score(set, br, out);
+  free(q), free(r), free(br);
 }
 
 /* The longest request in tokens (at most block_size), for the model's plan. Rank 0 encodes them. */
@@ -45,9 +73,9 @@ static int longest_request(eval_job *j) {
   int most = 1;
   if (j->rank == 0) {
     tok_ids ids = {0};
-    for (int s = 0; s < j->nsets; s++)
-      for (long r = 0; r < bench_nrequests(&j->sets[s]); r++) {
-        const bench_request *q = bench_request_at(&j->sets[s], r);
+    for (int s = 0; s < j->b.n; s++)
+      for (long r = 0; r < bench_nrequests(&j->b.sets[s]); r++) {
+        const bench_request *q = bench_request_at(&j->b.sets[s], r);
         ids.n = 0;
         tok_encode(&j->im.tok, q->context, strlen(q->context), 0, &ids);
         tok_encode(&j->im.tok, q->continuation, strlen(q->continuation), 0, &ids);
@@ -79,33 +107,19 @@ static int run_dataset(eval_job *j, err_list *errs) {
   return 0;
 }
 
-/* One benchmark's requests scored and its metrics into the report. */
+/* One benchmark scored, its metrics into the report. */
 static void run_benchmark(eval_job *j, const bench_set *set) {
-  long n = bench_nrequests(set);
-  double t0 = util_now();
-  score_request *q = util_malloc((size_t)(n + 1) * sizeof *q, "requests");
-  score_result *r = util_malloc((size_t)(n + 1) * sizeof *r, "results");
-  bench_result *br = util_malloc((size_t)(n + 1) * sizeof *br, "results");
-  for (long i = 0; i < n; i++) {
-    const bench_request *b = bench_request_at(set, i);
-    q[i] = (score_request){b->context, b->continuation, b->greedy};
-  }
-  score_requests(&j->im, q, n, r);
-  long cut = 0;
-  for (long i = 0; i < n; i++) {
-    br[i] = (bench_result){r[i].loglik, r[i].ntokens, r[i].greedy_ok};
-    cut += r[i].truncated;
-    j->tokens += r[i].inputs;
-  }
+  double t0 = util_now(), tokens;
+  long cut;
   bench_scores s;
-  bench_score(set, br, &s);
+  eval_benchmark_score(set, &j->im.model, &j->im.tok, j->im.comm, &s, &tokens, &cut);
+  j->tokens += tokens;
   if (j->rank == 0) {
     evalrep_add_scores(&j->rep, set->name, &s);
-    printf("eval: %s: %ld items, %ld requests, %ld tokens scored in %.2f s%s\n", set->name, s.n, n, s.tokens,
+    printf("eval: %s: %ld items, %ld requests, %ld tokens scored in %.2f s%s\n", set->name, s.n, bench_nrequests(set), s.tokens,
            util_now() - t0, cut ? " (some contexts cut on the left to the block size)" : "");
     fflush(stdout);
   }
-  free(q), free(r), free(br);
 }
 
 /* The table on the terminal, eval.json and eval.csv in the run directory (rank 0), after the figure of
@@ -137,21 +151,20 @@ int eval_run(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *
   eval_job j = {.cfg = cfg, .t0 = util_now()};
   MPI_Comm_rank(comm, &j.rank);
   int any, bad = infer_open(&j.im, cfg, be, comm, errs) != 0;
-  if (!bad) bad = load_benchmarks(&j, errs);
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+  if (!any) any = eval_benchmarks_load(&j.b, cfg, comm, errs);
   int dataset = cfg->eval.val[0] && strcmp(cfg->eval.val, "none") != 0;
   if (!any) {
-    int T = j.nsets ? longest_request(&j) : 1;
+    int T = j.b.n ? longest_request(&j) : 1;
     if ((int)cfg->eval.seq_len > T && dataset) T = (int)cfg->eval.seq_len;
     any = infer_load(&j.im, (int)cfg->training.micro_batch_size, T, errs);
     if (!any) any = infer_meter(&j.im, errs);
   }
   if (!any && j.rank == 0) printf("eval: the model from the %s\n", j.im.source), fflush(stdout);
   if (!any && dataset) any = run_dataset(&j, errs);
-  for (int s = 0; !any && s < j.nsets; s++) run_benchmark(&j, &j.sets[s]);
+  for (int s = 0; !any && s < j.b.n; s++) run_benchmark(&j, &j.b.sets[s]);
   if (!any) any = report(&j, errs);
-  for (int s = 0; s < j.nsets; s++) bench_free(&j.sets[s]);
-  free(j.sets);
+  eval_benchmarks_free(&j.b);
   evalrep_free(&j.rep);
   infer_close(&j.im);
   return any;

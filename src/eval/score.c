@@ -143,17 +143,20 @@ void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_r
   tok_ids_free(&all);
 }
 
-void score_requests(infer_model *im, const score_request *req, long n, score_result *res) {
+void score_requests(gpt_model *m, tok_tokenizer *tok, MPI_Comm comm, const score_request *req, long n, score_result *res) {
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
   enum { K = 5 }; /* values per result */
   double *v = util_calloc((size_t)n * K + 1, sizeof *v, "results");
-  for (long i = im->rank; i < n; i += im->size) {
+  for (long i = rank; i < n; i += size) {
     score_result r;
-    score_one(&im->model, &im->tok, &req[i], &r);
+    score_one(m, tok, &req[i], &r);
     double *x = v + K * i;
     x[0] = r.loglik, x[1] = r.ntokens, x[2] = r.greedy_ok, x[3] = r.truncated, x[4] = r.inputs;
   }
   /* every entry comes from one rank, zeros from the others: the sum is exact */
-  MPI_Allreduce(MPI_IN_PLACE, v, (int)(K * n), MPI_DOUBLE, MPI_SUM, im->comm);
+  MPI_Allreduce(MPI_IN_PLACE, v, (int)(K * n), MPI_DOUBLE, MPI_SUM, comm);
   for (long i = 0; i < n; i++) {
     const double *x = v + K * i;
     res[i] = (score_result){x[0], (int)x[1], (int)x[2], (int)x[3], (int)x[4]};

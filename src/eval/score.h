@@ -44,9 +44,9 @@ typedef struct {
  * joined (an empty context becomes <|endoftext|>), the continuation's tokens scored. */
 void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_result *r);
 
-/* Score n requests with score_one on the model of im. Request i
+/* Score n requests with score_one on the whole model m held by every rank of comm. Request i
  * is computed on rank i mod size, alone in its forward pass, so its result is the same for any
  * rank count; every rank receives all results. Collective. */
-void score_requests(infer_model *im, const score_request *req, long n, score_result *res);
+void score_requests(gpt_model *m, tok_tokenizer *tok, MPI_Comm comm, const score_request *req, long n, score_result *res);
 
 #endif
