@@ -61,6 +61,7 @@ static int read_checkpoint(infer_model *im, char (*paths)[CKPT_PATH_MAX], int n,
       err_add(errs, mine.v[k].file, mine.v[k].line, mine.v[k].col, mine.v[k].hint[0] ? mine.v[k].hint : NULL, "%s", mine.v[k].msg);
     err_free(&mine);
     if (!nerr) {
+      gpt_params_changed(&im->model, 0, im->model.nparams);
       im->step = cs.step;
       util_snprintf(im->source, sizeof im->source, "checkpoint %s (step %ld)", paths[i], cs.step);
     }
@@ -75,14 +76,7 @@ static int read_checkpoint(infer_model *im, char (*paths)[CKPT_PATH_MAX], int n,
  * every rank: each rank reads the whole model). */
 static int read_hf(infer_model *im, err_list *errs) {
   const char *dir = im->cfg->model.init_from;
-  long n0 = err_count(errs);
-  gpt_model *m = &im->model;
-  float *host = m->be->caps.host_memory ? m->params : util_malloc(m->nparams * sizeof(float), "parameter copy");
-  if (hf_check_config(dir, &im->cfg->model, errs) == 0 && hf_read_params(dir, &im->shape, m->tensors, m->ntensors, host, errs) == 0 &&
-      host != m->params)
-    m->be->to_device(m->be, m->params, host, m->nparams * sizeof(float));
-  if (host != m->params) free(host);
-  int bad = err_count(errs) > n0, any;
+  int bad = hf_load_model(dir, &im->cfg->model, &im->model, errs) != 0, any;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, im->comm);
   if (any) return 1;
   im->step = -1;
@@ -106,7 +100,6 @@ static int read_weights(infer_model *im, err_list *errs) {
     rc = 1;
   }
   free(paths);
-  if (!rc) gpt_params_changed(&im->model, 0, im->model.nparams);
   return rc;
 }
 

@@ -154,17 +154,8 @@ double trainer_eval(trainer *t) {
 }
 
 int trainer_init_from(trainer *t, err_list *errs) {
-  const char *dir = t->cfg->model.init_from;
-  gpt_model *m = &t->model;
-  long n0 = err_count(errs);
-  float *host = t->be->caps.host_memory ? m->params : util_malloc(m->nparams * sizeof(float), "parameter copy");
-  if (hf_check_config(dir, &t->cfg->model, errs) == 0 && hf_read_params(dir, &t->shape, m->tensors, m->ntensors, host, errs) == 0 &&
-      host != m->params)
-    t->be->to_device(t->be, m->params, host, m->nparams * sizeof(float));
-  if (host != m->params) free(host);
-  int bad = err_count(errs) > n0, any;
+  int bad = hf_load_model(t->cfg->model.init_from, &t->cfg->model, &t->model, errs) != 0, any;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, t->comm);
-  if (!any) gpt_params_changed(m, 0, m->nparams);
   return any;
 }
 

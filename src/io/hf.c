@@ -672,3 +672,15 @@ int hf_export(const char *dir, const gpt_shape *s, const float *params, const cf
   tok_free(&t);
   return (int)added_since(errs, before);
 }
+
+int hf_load_model(const char *dir, const cfg_model *mc, gpt_model *m, err_list *errs) {
+  const backend *be = m->be;
+  int n = hf_check_config(dir, mc, errs);
+  if (n) return n;
+  float *host = be->caps.host_memory ? m->params : util_malloc(m->nparams * sizeof(float), "parameter copy");
+  n = hf_read_params(dir, &m->s, m->tensors, m->ntensors, host, errs);
+  if (!n && host != m->params) be->to_device(be, m->params, host, m->nparams * sizeof(float));
+  if (host != m->params) free(host);
+  if (!n) gpt_params_changed(m, 0, m->nparams);
+  return n;
+}

@@ -37,6 +37,12 @@ int hf_config_to_model(const char *dir, cfg_model *out, err_list *errs);
  * shape or an unsupported dtype is an error. Nothing is read into params before all of that checks out. */
 int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int nt, float *params, err_list *errs);
 
+/* Start a model from dir: config.json checked against m, then the tensors the model holds read into
+ * its master parameters (backend memory, through a host copy where the backend's memory is not the
+ * host's) and its compute copy updated. Not collective. Returns the errors added; the model is
+ * unchanged on errors. */
+int hf_load_model(const char *dir, const cfg_model *mc, gpt_model *m, err_list *errs);
+
 /* Write a Hugging Face model directory: config.json, generation_config.json (from &sample),
  * the weights of the whole model (params: gpt_list_tensors(s, gpt_whole(s)) order) in dtype
  * "fp32" | "bf16" | "fp16", in one model.safetensors or in shards of at most shard_mb MB (10^6
