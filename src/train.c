@@ -617,8 +617,9 @@ static void sample_cached(train_job *r, tok_ids *ids, char *note, size_t len) {
   const gen_seq *q = &g.seqs[0];
   ids->n = 0;
   for (int i = 0; i < q->len; i++) tok_ids_push(ids, q->tokens[i]);
-  snprintf(note, len, "KV cache: prefill %.2f s, %.1f tokens/s; ended: %s", g.timing.prefill_s, g.timing.decode_tps,
-           gen_end_name(q->end));
+  char b[32];
+  snprintf(note, len, "KV cache %s: prefill %.2f s, %.1f tokens/s; ended: %s",
+           util_fmt_bytes((double)g.mem.total, b, sizeof b), g.timing.prefill_s, g.timing.decode_tps, gen_end_name(q->end));
   gen_close(&g);
   free(stop.text);
 }
