@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "model/backend.h"
@@ -350,39 +351,62 @@ static void report(const bench_args *a, const gpt_model *m, const bench_times *b
 /* --generate: greedy decoding of --new tokens after a --prompt of random tokens, batch 1, random
  * weights: with the KV cache (and again after a 16-token prompt: the cost of a token must not
  * depend on the prompt), then by recomputing the sequence for every token (--recompute-new of them).
- * Decode tokens/s exclude each side's first token (the prompt's forward pass); the two must choose
- * the same tokens, or the ratio is not reported as valid. */
+ * Decode tokens/s exclude each side's first token (the prompt's forward pass), and are per CPU second
+ * of this process (a shared machine's other jobs do not count; wall-clock rates beside); the two must
+ * choose the same tokens, or the ratio is not reported as valid. */
+/* Process CPU seconds (all threads): on a shared machine the rates are given per CPU second of the
+ * benchmark itself, wall-clock beside. */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 typedef struct {
-  double *t; /* the time each token was drawn */
+  double *wall, *cpu; /* when each token was drawn */
   int n;
 } gen_clock;
 
 static int gen_tick(void *ctx, int p, int32_t token) {
   gen_clock *c = ctx;
   (void)p, (void)token;
-  c->t[c->n++] = util_now();
+  c->wall[c->n] = util_now(), c->cpu[c->n++] = cpu_now();
   return 0;
 }
 
-/* One side: decode n_new tokens after the prompt; per-token ms of the first and last decode steps. */
-static gen_timing gen_side(gpt_model *m, gen_mode mode, const int32_t *prompt, int len, int n_new, int32_t *out,
-                           double *first_ms, double *last_ms, size_t *cache) {
+/* What one side measured: decode rates (tokens after the first, per CPU and wall second), the CPU
+ * ms of the first and last decode steps, the first token's CPU seconds (the prompt's forward). */
+typedef struct {
+  double cpu_tps, wall_tps, first_ms, last_ms, prefill_cpu;
+  size_t bytes;
+} gen_measure;
+
+static gen_measure gen_side(gpt_model *m, gen_mode mode, const int32_t *prompt, int len, int n_new, int32_t *out) {
   cfg_sample greedy;
   memset(&greedy, 0, sizeof greedy);
   greedy.repetition_penalty = 1, greedy.top_p = 1;
-  gen_clock c = {.t = malloc((size_t)(n_new + 1) * sizeof(double))};
+  gen_clock c = {.wall = malloc((size_t)n_new * sizeof(double)), .cpu = malloc((size_t)n_new * sizeof(double))};
   gen_hooks h = {.on_token = gen_tick, .ctx = &c, .eot = -1};
   gen g;
   gen_open(&g, m, 1, len + n_new, &greedy, 1, mode);
+  double t0 = cpu_now();
   gen_run(&g, &prompt, &len, 1, 0, n_new, &h);
   if (out) memcpy(out, g.seqs[0].tokens + len, (size_t)n_new * sizeof(int32_t));
-  *first_ms = c.n > 1 ? 1e3 * (c.t[1] - c.t[0]) : 0;
-  *last_ms = c.n > 1 ? 1e3 * (c.t[c.n - 1] - c.t[c.n - 2]) : 0;
-  if (cache) *cache = g.mem.cache + g.mem.acts + g.mem.io;
-  gen_timing t = g.timing;
+  const int n = c.n;
+  gen_measure r = {.prefill_cpu = c.cpu[0] - t0, .bytes = g.mem.cache + g.mem.acts + g.mem.io};
+  if (n > 1) {
+    r.cpu_tps = (n - 1) / (c.cpu[n - 1] - c.cpu[0]), r.wall_tps = (n - 1) / (c.wall[n - 1] - c.wall[0]);
+    r.first_ms = 1e3 * (c.cpu[1] - c.cpu[0]), r.last_ms = 1e3 * (c.cpu[n - 1] - c.cpu[n - 2]);
+  }
   gen_close(&g);
-  free(c.t);
-  return t;
+  free(c.wall), free(c.cpu);
+  return r;
+}
+
+static void gen_line(const char *what, int prompt, int n, const gen_measure *r) {
+  printf("%-14s prompt %4d: first token %.3f s, then %d: %.3f tokens/s (%.1f ms/token; first %.1f, last %.1f); "
+         "wall %.3f tokens/s\n",
+         what, prompt, r->prefill_cpu, n - 1, r->cpu_tps, 1e3 / r->cpu_tps, r->first_ms, r->last_ms, r->wall_tps);
 }
 
 static int gen_bench(const bench_args *a, const backend *be, char *engine) {
@@ -398,33 +422,29 @@ static int gen_bench(const bench_args *a, const backend *be, char *engine) {
   rng_state r;
   rng_seed(&r, 7, 0, 0);
   for (int i = 0; i < P; i++) prompt[i] = (int32_t)rng_below(&r, (uint64_t)s.V);
-  double f[3], l[3];
-  size_t bytes;
-  gen_timing tk = gen_side(&m, GEN_CACHE, prompt, P, N, kv, &f[0], &l[0], &bytes);
-  gen_timing ts = gen_side(&m, GEN_CACHE, prompt + P - 16, 16, N, NULL, &f[1], &l[1], NULL);
-  gen_timing tr = gen_side(&m, GEN_RECOMPUTE, prompt, P, K, re, &f[2], &l[2], NULL);
+  gen_measure k = gen_side(&m, GEN_CACHE, prompt, P, N, kv);
+  gen_measure sh = gen_side(&m, GEN_CACHE, prompt + P - 16, 16, N, NULL);
+  gen_measure rc = gen_side(&m, GEN_RECOMPUTE, prompt, P, K, re);
   int same = 0;
   while (same < K && kv[same] == re[same]) same++;
-  const double ratio = tr.decode_tps > 0 ? tk.decode_tps / tr.decode_tps : 0;
+  const double ratio = rc.cpu_tps > 0 ? k.cpu_tps / rc.cpu_tps : 0;
   char b[32];
   printf("greenlm-bench %s --generate\n", PACKAGE_VERSION);
   printf("engine:  %s\n", engine);
   printf("model:   %s L=%d C=%d H=%d V=%d block %d, %.1f M parameters, random weights; greedy, batch 1\n", a->arch, a->L,
          a->C, a->H, a->V, a->T, gpt_count_params(&s) / 1e6);
-  printf("cache:   KV caches and pass activations %s\n", util_fmt_bytes((double)bytes, b, sizeof b));
-  printf("KV cache:      prompt %4d: prefill %.3f s, %d tokens: %.2f tokens/s (%.1f ms/token; first %.1f, last %.1f)\n", P,
-         tk.prefill_s, N, tk.decode_tps, 1e3 / tk.decode_tps, f[0], l[0]);
-  printf("KV cache:      prompt %4d: prefill %.3f s, %d tokens: %.2f tokens/s (%.1f ms/token; first %.1f, last %.1f)\n", 16,
-         ts.prefill_s, N, ts.decode_tps, 1e3 / ts.decode_tps, f[1], l[1]);
-  printf("recomputation: prompt %4d: first token %.3f s, %d tokens: %.3f tokens/s (%.1f ms/token; first %.1f, last %.1f)\n",
-         P, tr.prefill_s, K, tr.decode_tps, 1e3 / tr.decode_tps, f[2], l[2]);
+  printf("cache:   KV caches and pass activations %s\n", util_fmt_bytes((double)k.bytes, b, sizeof b));
+  printf("rates per CPU second of this process (wall-clock beside); decode = the tokens after the first\n");
+  gen_line("KV cache:", P, N, &k);
+  gen_line("KV cache:", 16, N, &sh);
+  gen_line("recomputation:", P, K, &rc);
   printf("speed-up: %.1fx decode tokens/s (%s: %d of %d tokens the same)\n", ratio, same == K ? "VALID" : "INVALID", same, K);
   for (char *c = engine; *c; c++)
     if (*c == ' ') *c = '_';
   printf("result: arch=%s L=%d C=%d H=%d V=%d block=%d prompt=%d new=%d recomputed=%d kv_tokens_per_s=%.3f "
          "kv_short_prompt_tokens_per_s=%.3f recompute_tokens_per_s=%.4f speedup=%.2f valid=%d kv_bytes=%zu engine=%s\n",
-         a->arch, a->L, a->C, a->H, a->V, a->T, P, N, K, tk.decode_tps, ts.decode_tps, tr.decode_tps, ratio, same == K,
-         bytes, engine);
+         a->arch, a->L, a->C, a->H, a->V, a->T, P, N, K, k.cpu_tps, sh.cpu_tps, rc.cpu_tps, ratio, same == K, k.bytes,
+         engine);
   free(prompt), free(kv), free(re);
   gpt_free(&m);
   gpt_shape_free(&s);
