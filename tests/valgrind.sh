@@ -1,6 +1,6 @@
 #!/bin/sh
-# valgrind.sh: the single-rank test programs, and greenlm preparing data and training a few steps
-# on one rank, under valgrind's memcheck: any invalid access, use of uninitialised memory or
+# valgrind.sh: the single-rank test programs, and greenlm preparing data, training a few steps,
+# evaluating, sampling and exporting on one rank, under valgrind's memcheck: any invalid access, use of uninitialised memory or
 # definite leak fails (make check-valgrind, doc/testing.md). Ends with "N clean, N failed".
 #
 #   tests/valgrind.sh PROGRAM...      (VALGRIND_FLAGS=--track-origins=yes for the origins of errors)
@@ -38,5 +38,7 @@ cat > "$deck" <<EOD
 EOD
 vg greenlm-train "$GREENLM" "$deck"
 vg greenlm-restart "$GREENLM" --set job.task=train --set checkpoint.restart=latest --set training.max_steps=4 "$deck"
+vg greenlm-tasks "$GREENLM" --set "job.task='eval','sample','export'" --set "job.run_dir='$out/tasks'" \
+  --set "checkpoint.dir='$out/run/checkpoints'" --set "eval.benchmarks='lambada:$TOP_SRCDIR/tests/data/bench-lambada.jsonl'" "$deck"
 echo "$pass clean, $fail failed"
 [ "$fail" -eq 0 ]
