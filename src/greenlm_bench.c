@@ -558,7 +558,11 @@ int main(int argc, char **argv) {
   be->set_threads(be, a.threads);
   char engine[256];
   be->describe(be, engine, sizeof engine);
-  if (a.generate) util_exit_all(gen_bench(&a, be, engine));
+  if (a.generate) {
+    int grc = gen_bench(&a, be, engine);
+    backend_close(be);
+    util_exit_all(grc);
+  }
   double peak = a.peak > 0 ? a.peak : be->measure_gflops(be, a.peak_n, a.peak_seconds);
   cfg_model mc;
   model_config(&a, &mc);

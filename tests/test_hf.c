@@ -93,6 +93,30 @@ static void json_ints(const json_t *a, int32_t *v, size_t n) {
   for (size_t i = 0; i < n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
 }
 
+/* A continuation longer than the block: the window of the last T + 1 tokens holds continuation
+ * tokens only, and the score is the sum of its T predictions. */
+static void check_long_continuation(loaded *l, tok_tokenizer *tok, const char *what) {
+  const int T = l->m.T;
+  char cont[4096] = "";
+  for (int k = 0; k < 2 * T && strlen(cont) + 8 < sizeof cont; k++) strcat(cont, " river");
+  score_request q = {"The", cont, 1};
+  score_result r;
+  score_one(&l->m, tok, &q, &r);
+  tok_ids all = {0};
+  tok_encode(tok, cont, strlen(cont), 0, &all);
+  T_CHECK(all.n > (size_t)T + 1, "%s: the long continuation has %zu tokens, block %d", what, all.n, T);
+  const int32_t *w = all.v + all.n - (size_t)T - 1;
+  gpt_set_batch(&l->m, 0, w, w + 1, 1, T);
+  gpt_forward(&l->m, 0, 1, T);
+  gpt_loss(&l->m, 0, 1, T, 0.0f);
+  double want = 0;
+  for (int t = 0; t < T; t++) want -= l->m.losses_host[t];
+  T_CHECK(r.truncated && r.inputs == T && r.ntokens == (int)all.n && fabs(r.loglik - want) < 1e-4 * fmax(1.0, fabs(want)),
+          "%s: continuation of %zu tokens past block %d: log-likelihood %.6f over the window (want %.6f), truncated %d, "
+          "inputs %d", what, all.n, T, r.loglik, want, r.truncated, r.inputs);
+  tok_ids_free(&all);
+}
+
 /* The fixture's logits, and its lm-eval scores from greenlm's scorer (eval/score.h) with the
  * tokenizer of tokdir. */
 static void check_fixture(loaded *l, const json_t *fx, const char *what, const char *tokdir) {
@@ -127,6 +151,7 @@ static void check_fixture(loaded *l, const json_t *fx, const char *what, const c
             "%s: pair %zu: log-likelihood %.7f over %d tokens (greedy %d), lm-eval with transformers %.7f (greedy %d)", what, i,
             r.loglik, r.ntokens, r.greedy_ok, lr, want);
   }
+  if (!te.n) check_long_continuation(l, &tok, what);
   if (!te.n) tok_free(&tok);
   err_free(&te);
   free(x), free(lref), free(lg);

@@ -127,17 +127,19 @@ void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_r
   r->ntokens = ncont;
   r->truncated = start > 0;
   r->inputs = T;
+  /* a continuation longer than the window is scored on the tokens the window predicts */
+  int first = T > ncont ? T - ncont : 0;
   if (ncont > 0 && T >= 1) {
     float *row = q->greedy ? util_malloc((size_t)m->s.V * sizeof *row, "logits row") : NULL;
     gpt_set_batch(m, 0, all.v + start, all.v + start + 1, 1, T);
     gpt_forward(m, 0, 1, T);
     r->greedy_ok = 1;
-    for (int t = T - ncont; q->greedy && t < T; t++) {
+    for (int t = first; q->greedy && t < T; t++) {
       gpt_logits_row(m, 0, (size_t)t, row);
       if (argmax(row, m->s.V) != all.v[start + (size_t)t + 1]) r->greedy_ok = 0;
     }
     gpt_loss(m, 0, 1, T, 0.0f);
-    for (int t = T - ncont; t < T; t++) r->loglik -= m->losses_host[t];
+    for (int t = first; t < T; t++) r->loglik -= m->losses_host[t];
     free(row);
   }
   tok_ids_free(&all);

@@ -34,7 +34,8 @@ typedef struct {
   double loglik;  /* sum of log p(continuation token | everything before it) */
   int ntokens;    /* continuation tokens */
   int greedy_ok;  /* every continuation token is the most likely one (when asked) */
-  int truncated;  /* the context was cut on the left to fit the model's block size */
+  int truncated;  /* cut on the left to fit the block size: the context, and the continuation where
+                     it is longer than the block (then only the predicted tokens are scored) */
   int inputs;     /* tokens of its forward pass */
 } score_result;
 
