@@ -27,6 +27,7 @@
 #include "text/prepare.h"
 #include "textgen.h"
 #include "train.h"
+#include "plan/plan.h"
 #include "trainer.h"
 #include "base/util.h"
 
@@ -42,6 +43,10 @@ static void usage(FILE *fp) {
           "                          memory estimate per rank, and exit without writing anything\n"
           "  --ranks N               with --dry-run: plan the layout for N ranks (default: the ranks\n"
           "                          started)\n"
+          "  --plan                  run the 'plan' task alone: predict memory, time, energy and CO2e of\n"
+          "                          training on the machine of &machine for every layout (doc/planning.md)\n"
+          "  --machine FILE          a namelist read after the deck, its keys replacing the deck's: the\n"
+          "                          machine to plan for (&machine, &energy), e.g. input/machines/v100-4x6.nml\n"
           "  --set group.key=value   override a deck key (repeatable), e.g. --set training.lr=3e-4\n"
           "  --deck-reference        print the Markdown reference of every deck key and exit\n"
           "  --env-reference         print the Markdown table of greenlm's environment variables and exit\n"
@@ -54,6 +59,7 @@ static void usage(FILE *fp) {
 
 typedef struct {
   const char *deck;
+  const char *machine; /* --machine FILE */
   char **sets;
   int nsets;
   int dry_run;
@@ -88,6 +94,12 @@ static int parse_args(int argc, char **argv, args *a, int rank, err_list *errs) 
     if (print_option(s, rank)) return 0;
     if (!strcmp(s, "--dry-run")) {
       a->dry_run = 1;
+    } else if (!strcmp(s, "--plan")) {
+      a->sets[a->nsets++] = (char *)"job.task='plan'";
+    } else if (!strcmp(s, "--machine") && i + 1 >= argc) {
+      err_add(errs, "--machine", 0, 0, "e.g. --machine input/machines/v100-4x6.nml", "needs a file");
+    } else if (!strcmp(s, "--machine") || !strncmp(s, "--machine=", 10)) {
+      a->machine = s[9] == '=' ? s + 10 : argv[++i];
     } else if (!strcmp(s, "--ranks") || !strncmp(s, "--ranks=", 8)) {
       const char *v = s[7] == '=' ? s + 8 : i + 1 < argc ? argv[++i] : "";
       char *end, shown[80];
@@ -157,13 +169,17 @@ static int read_config(program *p) {
   if (rc >= 0) return rc;
   p->cfg = util_calloc(1, sizeof *p->cfg, "configuration");
   if (p->rank == 0) {
-    size_t len = 0;
-    char *text = util_read_file(p->a.deck, NML_MAX_BYTES, &len, "deck", "give the path of a deck, e.g. input/tiny.nml",
-                                &p->errs);
-    if (text && cfg_load(p->cfg, text, len, p->a.deck, p->a.sets, p->a.nsets, &p->errs) == 0 &&
+    cfg_source src[2] = {{NULL, 0, p->a.deck}, {NULL, 0, p->a.machine}};
+    src[0].text = util_read_file(p->a.deck, NML_MAX_BYTES, &src[0].len, "deck", "give the path of a deck, e.g. input/tiny.nml",
+                                 &p->errs);
+    if (p->a.machine)
+      src[1].text = util_read_file(p->a.machine, NML_MAX_BYTES, &src[1].len, "machine file",
+                                   "give the path of a machine file, e.g. input/machines/v100-4x6.nml", &p->errs);
+    if (src[0].text && (!p->a.machine || src[1].text) &&
+        cfg_load_sources(p->cfg, src, p->a.machine ? 2 : 1, p->a.sets, p->a.nsets, &p->errs) == 0 &&
         (cfg_has_task(p->cfg, "train") || p->a.dry_run))
       cfg_resolve_layout(p->cfg, p->a.ranks > 0 ? p->a.ranks : p->size, &p->errs);
-    free(text);
+    free((char *)src[0].text), free((char *)src[1].text);
   }
   if (err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE)) return 1;
   MPI_Bcast(p->cfg, (int)sizeof *p->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -253,6 +269,7 @@ static int run_tasks(program *p) {
     if (p->rank == 0) printf("== task: %s ==\n", task), fflush(stdout);
     if (!strcmp(task, "tokenizer")) rc = bpe_run_task(cfg, MPI_COMM_WORLD, &p->errs);
     else if (!strcmp(task, "prepare")) rc = prepare_run(cfg, MPI_COMM_WORLD, &p->errs);
+    else if (!strcmp(task, "plan")) rc = plan_run(cfg, MPI_COMM_WORLD, &p->errs);
     else if (!strcmp(task, "train")) rc = train_run(cfg, p->be, p->header, &p->errs);
     else if (!strcmp(task, "eval")) rc = eval_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);
     else if (!strcmp(task, "sample")) rc = textgen_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);

@@ -195,6 +195,12 @@ static void print_memory(train_job *r) {
   }
 }
 
+/* Bytes this rank's buffers take as planned (trainer_plan_memory). */
+static size_t planned_bytes(const train_job *j) {
+  const trainer *t = j->t;
+  return trainer_plan_memory(j->cfg, t->be, &t->lay, t->lay.stage, t->lay.replica).total;
+}
+
 /* Rank 0: the model, batch, compute, data and energy lines. */
 static void print_header(train_job *j) {
   const cfg_config *cfg = j->cfg;
@@ -596,6 +602,8 @@ static int verdict(train_job *j, err_list *errs) {
   size_t np;
   float *params = trainer_gather_params(j->t, &np);
   energy_sample(&j->energy); /* collective */
+  double rss = util_peak_rss(), planned = (double)planned_bytes(j), mine[2] = {rss, planned}, most[2];
+  MPI_Reduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, 0, j->t->comm); /* the fullest rank's */
   int rc = 0;
   if (j->rank == 0) {
     metrics_out *out = &j->out;
@@ -611,6 +619,11 @@ static int verdict(train_job *j, err_list *errs) {
     else
       metrics_printf(out, "loss: train %.4f (not evaluated)\n", j->last_loss);
     metrics_printf(out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu, j->peak_gflops);
+    char b[2][32];
+    metrics_printf(out, "memory: peak resident %s on the fullest rank; planned buffers %s on the fullest rank\n",
+                   util_fmt_bytes(most[0], b[0], 32), util_fmt_bytes(most[1], b[1], 32));
+    json_object_set_new(v, "peak_rss_bytes", json_real(most[0]));
+    json_object_set_new(v, "planned_bytes", json_real(most[1]));
     if (j->grad_bytes > 0 && j->grad_bytes < j->grad_fp32) /* compressed */
       metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.1fx fewer than fp32 (%s %ld-bit, %s%s)\n",
                      j->grad_bytes / 1e9, j->grad_fp32 / j->grad_bytes, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,

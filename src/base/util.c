@@ -110,6 +110,12 @@ double util_cpu_seconds(void) {
          1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
+double util_peak_rss(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return 1024.0 * (double)ru.ru_maxrss; /* KiB on Linux */
+}
+
 int util_strieq(const char *a, const char *b) {
   for (; *a && *b; a++, b++)
     if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;

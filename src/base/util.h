@@ -61,6 +61,8 @@ char *util_strdup(const char *s);
 double util_now(void);
 /* Process CPU time (user + system) in seconds. */
 double util_cpu_seconds(void);
+/* Peak resident memory of this process so far, bytes (getrusage). */
+double util_peak_rss(void);
 
 /* Case-insensitive string compare and bounded copy. */
 int util_strieq(const char *a, const char *b);

@@ -401,15 +401,15 @@ int cfg_has_task(const cfg_config *cfg, const char *task) {
 
 /* The tasks' order and what each task needs. */
 static void check_tasks(const cfg_config *cfg, err_list *errs) {
-  static const char *order[] = {"tokenizer", "prepare", "train", "eval", "sample", "export"};
+  static const char *order[] = {"tokenizer", "prepare", "plan", "train", "eval", "sample", "export"};
   const cfg_strlist *t = &cfg->job.task;
   int last = -1;
   for (int i = 0; i < t->n; i++) {
     int k = 0;
     while (strcmp(order[k], t->v[i]) != 0) k++;
     if (k <= last) {
-      cfg_error_at(cfg, errs, "job", "task", "list each task once, in the order they run: 'tokenizer', 'prepare', 'train', 'eval', 'sample', "
-                   "'export'",
+      cfg_error_at(cfg, errs, "job", "task", "list each task once, in the order they run: 'tokenizer', 'prepare', 'plan', 'train', 'eval', "
+                   "'sample', 'export'",
                    "task '%s' is listed twice or out of order", t->v[i]);
       return;
     }
@@ -727,16 +727,19 @@ static void apply_override(cfg_config *cfg, const char *ov, err_list *errs) {
   free(text);
 }
 
-int cfg_load(cfg_config *cfg, const char *deck_text, size_t deck_len, const char *deck_name, char *const *overrides,
-             int noverrides, err_list *errs) {
+int cfg_load_sources(cfg_config *cfg, const cfg_source *src, int nsrc, char *const *overrides, int noverrides,
+                     err_list *errs) {
   memset(cfg, 0, sizeof *cfg);
-  util_strlcpy(cfg->deck_path, deck_name, sizeof cfg->deck_path);
+  util_strlcpy(cfg->deck_path, src[0].name, sizeof cfg->deck_path);
   long n0 = err_count(errs);
   load_defaults(cfg);
   nml_doc doc = {0};
-  if (nml_parse(deck_text, deck_len, deck_name, &doc, errs) == 0 && doc.n == 0)
-    err_add(errs, deck_name, 0, 0, "a deck holds groups such as &job task = 'train' /; input/tiny.nml is one",
-            "the deck is empty: no &group in it");
+  for (int i = 0; i < nsrc; i++) {
+    int before = doc.n;
+    if (nml_parse(src[i].text, src[i].len, src[i].name, &doc, errs) == 0 && doc.n == before)
+      err_add(errs, src[i].name, 0, 0, "a deck holds groups such as &job task = 'train' /; input/tiny.nml is one",
+              "the %s is empty: no &group in it", i ? "file" : "deck");
+  }
   apply_doc(cfg, &doc, errs);
   nml_doc_free(&doc);
   for (int i = 0; i < noverrides; i++) apply_override(cfg, overrides[i], errs);
@@ -745,6 +748,12 @@ int cfg_load(cfg_config *cfg, const char *deck_text, size_t deck_len, const char
   if (err_count(errs) > n0) return (int)(err_count(errs) - n0);
   derive(cfg);
   return 0;
+}
+
+int cfg_load(cfg_config *cfg, const char *deck_text, size_t deck_len, const char *deck_name, char *const *overrides,
+             int noverrides, err_list *errs) {
+  cfg_source src = {deck_text, deck_len, deck_name};
+  return cfg_load_sources(cfg, &src, 1, overrides, noverrides, errs);
 }
 
 /* ---- echo and reference ---------------------------------------------------------------------- */

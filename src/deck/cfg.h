@@ -25,7 +25,7 @@ typedef struct {
 /* ---- the groups ------------------------------------------------------------------------------ */
 
 #define CFG_GROUP_JOB(X, g)                                                                           \
-  X(g, STRLIST, task, "'train'", "tokenizer|prepare|train|eval|sample|export", "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'train' trains the model on &data, 'eval' scores a model on a dataset and benchmarks (&eval), 'sample' generates text (&sample), 'export' writes a Hugging Face model directory (&export). eval, sample and export take the model from &checkpoint restart, else the newest checkpoint in &checkpoint dir, else &model init_from") \
+  X(g, STRLIST, task, "'train'", "tokenizer|prepare|plan|train|eval|sample|export", "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'plan' predicts the training run's memory, time, energy and CO2e on the machine of &machine for every layout and recommends one (doc/planning.md; nothing is trained), 'train' trains the model on &data, 'eval' scores a model on a dataset and benchmarks (&eval), 'sample' generates text (&sample), 'export' writes a Hugging Face model directory (&export). eval, sample and export take the model from &checkpoint restart, else the newest checkpoint in &checkpoint dir, else &model init_from") \
   X(g, STR, name, "'greenlm'", "", "Name of the run, used in reports")                               \
   X(g, STR, run_dir, "'runs/default'", "", "Directory that receives deck.resolved.nml, log.txt, metrics.csv and verdict.json") \
   X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
@@ -160,6 +160,24 @@ typedef struct {
   X(g, STR, attribution, "'equal'", "equal|cpu_time", "How a node's CPU and DRAM energy is shared among its ranks: equal shares, or shares of CPU time") \
   X(g, REAL, sample_seconds, "5", "[0.01, 60]", "Seconds between RAPL reads by the sampling thread (well below the counters' wrap time)")
 
+#define CFG_GROUP_MACHINE(X, g)                                                                       \
+  X(g, INT, nodes, "1", "[1, 1048576]", "Nodes of the machine the 'plan' task plans for") \
+  X(g, STR, device, "'cpu'", "cpu|v100-16gb|v100-32gb|a100-40gb|a100-80gb|h100-80gb|h200", "What each rank computes on, from the built-in table with its sources (doc/planning.md): a GPU model, or 'cpu' (one rank per core)") \
+  X(g, INT, devices_per_node, "0", "[0, 4096]", "GPUs per node, or cores per node for 'cpu' (one rank each); 0: 8 GPUs, or this machine's cores") \
+  X(g, REAL, memory_gb, "0", "[0, 1e9]", "Memory of one rank in GB (10^9 bytes); 0: the device's from the table, or for 'cpu' this node's memory shared by its ranks") \
+  X(g, REAL, peak_tflops, "0", "[0, 1e9]", "Peak TFLOP/s of one rank at the deck's precision; 0: the table's, or for 'cpu' a GEMM measured here on one core") \
+  X(g, REAL, efficiency, "0", "[0, 1]", "Share of the peak the forward and backward passes reach; 0: the table's (what greenlm measured on that device, doc/performance.md)") \
+  X(g, REAL, memory_gbs, "0", "[0, 1e9]", "Memory bandwidth of one rank in GB/s (the optimizer step is bound by it); 0: the table's") \
+  X(g, REAL, intra_gbs, "0", "[0, 1e9]", "Bandwidth between two ranks of a node, GB/s each way; 0: the table's (NVLink, or shared memory)") \
+  X(g, REAL, intra_latency_us, "0", "[0, 1e9]", "Latency of a message between two ranks of a node, microseconds; 0: the table's") \
+  X(g, REAL, inter_gbs, "0", "[0, 1e9]", "Network bandwidth of a node, GB/s each way, shared by its ranks; 0: 25 (two 100 Gb/s InfiniBand EDR rails)") \
+  X(g, REAL, inter_latency_us, "0", "[0, 1e9]", "Latency of a message between nodes, microseconds; 0: 2") \
+  X(g, REAL, device_watts, "0", "[0, 1e6]", "Board power of one GPU, or power of one core for 'cpu', in W; 0: the table's") \
+  X(g, REAL, host_watts, "0", "[0, 1e6]", "Power of a GPU node besides its GPUs (processors, memory, network), W; 0: 150 per GPU") \
+  X(g, REAL, overhead_gb, "0", "[0, 1e9]", "Memory of a rank outside the planned buffers (GPU: CUDA context and libraries; CPU: the process, MPI, libraries), GB; 0: the table's") \
+  X(g, REAL, tokens, "0", "[0, 1e18]", "Tokens the planned run trains on; 0: 20 per parameter (compute-optimal)") \
+  X(g, STR, source, "''", "", "Where the figures of this machine come from (a machine file, a calibration), echoed in the plan")
+
 /* Every group, in deck order: X(name, NAME_MACRO, doc) */
 #define CFG_GROUPS(X)                                                                              \
   X(job, CFG_GROUP_JOB, "The run: task, run directory, seed and logging")                        \
@@ -175,7 +193,8 @@ typedef struct {
   X(sample, CFG_GROUP_SAMPLE, "Text generation: the 'sample' task, and the sample after training") \
   X(export, CFG_GROUP_EXPORT, "The Hugging Face model directory the 'export' task writes")       \
   X(system, CFG_GROUP_SYSTEM, "Backend, threads and the peak used for MFU")                     \
-  X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")
+  X(energy, CFG_GROUP_ENERGY, "Energy accounting: site PUE, grid intensity, estimates")             \
+  X(machine, CFG_GROUP_MACHINE, "The machine the 'plan' task plans a training run for: nodes, devices, links")
 
 /* ---- generated structs ----------------------------------------------------------------------- */
 
@@ -240,6 +259,15 @@ int cfg_find(const char *group, const char *key);
  * errors added to errs; cfg is usable only when 0. */
 int cfg_load(cfg_config *cfg, const char *deck_text, size_t deck_len, const char *deck_name, char *const *overrides,
              int noverrides, err_list *errs);
+/* The same for several namelist files read in order, a later file's keys replacing an earlier's
+ * (the deck, then a machine file: greenlm --machine). */
+typedef struct {
+  const char *text;
+  size_t len;
+  const char *name;
+} cfg_source;
+int cfg_load_sources(cfg_config *cfg, const cfg_source *src, int nsrc, char *const *overrides, int noverrides,
+                     err_list *errs);
 
 /* Derive the layout keys that depend on the rank count (data_parallel, micro_batches,
  * global_batch_size) and check that the layout fits nranks. Returns the number of errors. */

@@ -1,0 +1,278 @@
+/* plan: layouts enumerated and predicted (the model of doc/planning.md). */
+#include "plan/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "model/gpt.h"
+#include "parallel/par.h"
+#include "parallel/qexch.h"
+#include "trainer.h"
+
+/* What a layout's prediction reads: the deck (a scratch copy that takes the layout), the model,
+ * the machine, the backend whose memory plan is used. */
+typedef struct {
+  cfg_config *cfg;
+  const backend *be;
+  gpt_shape s;
+  const machine_plan *m;
+  int T;
+  long G;
+  double flops_per_token;
+} plan_ctx;
+
+/* Power draw of a busy GPU or core as a share of its board power: low, central, high. */
+static const double UTIL_POWER[3] = {0.6, 0.8, 1.0};
+/* The step-time tolerance the plan is checked to (doc/planning.md): the time's low and high. */
+static const double TIME_RANGE[3] = {0.8, 1.0, 1.2};
+
+/* Node of rank r: ranks fill the nodes in order. */
+static int node_of(const plan_ctx *c, int r) { return r / c->m->per_node; }
+
+/* Rank of (stage, replica) in the layout's rank order. */
+static int rank_of(const plan_layout *l, int stage, int replica) {
+  return l->stages_adjacent ? replica * l->P + stage : stage * l->D + replica;
+}
+
+/* Bandwidth and latency of the link between two ranks. */
+static void link(const plan_ctx *c, int a, int b, double *bw, double *lat) {
+  int same = node_of(c, a) == node_of(c, b);
+  *bw = same ? c->m->intra_bw : c->m->inter_bw;
+  *lat = same ? c->m->intra_lat : c->m->inter_lat;
+}
+
+/* Effective bandwidth of the ring of stage s's replicas: within a node, or across nodes where the
+ * node's network is shared by every ring leaving it. */
+static double ring_bw(const plan_ctx *c, const plan_layout *l, int s, double *lat) {
+  int n0 = node_of(c, rank_of(l, s, 0)), spans = 0;
+  for (int r = 1; r < l->D; r++) spans |= node_of(c, rank_of(l, s, r)) != n0;
+  if (!spans) {
+    *lat = c->m->intra_lat;
+    return c->m->intra_bw;
+  }
+  int leaving = 0; /* rings of the stages with a rank on node n0 that leave it */
+  for (int t = 0; t < l->P; t++) {
+    int here = 0, away = 0;
+    for (int r = 0; r < l->D; r++) {
+      int n = node_of(c, rank_of(l, t, r));
+      here |= n == n0, away |= n != n0;
+    }
+    leaving += here && away;
+  }
+  *lat = c->m->inter_lat;
+  double bw = c->m->inter_bw / (leaving > 0 ? leaving : 1);
+  return bw < c->m->intra_bw ? bw : c->m->intra_bw;
+}
+
+/* Seconds of stage s's exchange across its replicas per step, and the part that stays exposed
+ * after the backward pass of the last micro-batch (t_back) hides what it can. */
+static double dp_exposed(const plan_ctx *c, const plan_layout *l, const par_layout *lay, int s, double t_back) {
+  if (l->D == 1) return 0.0;
+  gpt_part part = par_stage_part(lay, s);
+  int nt;
+  gpt_tensor *t = gpt_list_tensors(&c->s, part, &nt);
+  const double fp32 = (double)gpt_part_params(&c->s, part) * sizeof(float);
+  const double sent = (double)qexch_plan_bytes(&c->cfg->comm, t, nt, l->D);
+  free(t);
+  const int gather = sent < fp32 && !strcmp(c->cfg->comm.exchange, "allgather");
+  const double volume = gather ? (l->D - 1) * sent : 2.0 * (l->D - 1) / l->D * sent; /* bytes in per rank */
+  const double nb = ceil(fp32 / (c->cfg->parallel.bucket_mb * 1048576.0));
+  double lat, bw = ring_bw(c, l, s, &lat);
+  const double total = volume / bw + 2.0 * (l->D - 1) * lat * nb;
+  /* ZeRO-1: the reduce-scatter half overlaps, the all-gather after the optimizer step does not */
+  const double overlapped = l->zero ? total / 2 : total, after = total - overlapped;
+  const double hidden = overlapped - t_back;
+  return (hidden > overlapped / nb ? hidden : overlapped / nb) + after;
+}
+
+/* Seconds of one micro-batch's forward and backward pass on stage s: its FLOPs per token (par's
+ * stage cost), the recomputed forward of its blocks, at the machine's efficiency. */
+static double stage_seconds(const plan_ctx *c, const plan_layout *l, const par_layout *lay, int s) {
+  double head = s == l->P - 1 ? 6.0 * c->s.V * (double)c->s.C : 0.0;
+  double f = lay->cost[s] + (l->recompute ? (lay->cost[s] - head) / 3.0 : 0.0);
+  return (double)l->B * c->T * f / (c->m->peak * c->m->efficiency);
+}
+
+/* Memory of the fullest rank, and the optimizer's time on it. */
+static void predict_memory(const plan_ctx *c, plan_layout *l, const par_layout *lay) {
+  const double es = (double)backend_dtype_size(c->be->storage);
+  for (int s = 0; s < l->P; s++) {
+    trainer_memory tm = trainer_plan_memory(c->cfg, c->be, lay, s, 0);
+    if ((double)tm.total > l->mem_planned) l->mem_planned = (double)tm.total;
+    /* AdamW reads p, g, m, v and writes p, m, v (28 bytes), plus the compute copy below fp32 */
+    double own = (double)grad_own_params(gpt_part_params(&c->s, tm.part), lay, 0);
+    double t = own * (28.0 + (es < 4 ? es : 0)) / c->m->memory_bw;
+    if (t > l->t_opt) l->t_opt = t;
+  }
+  l->mem = l->mem_planned + c->m->overhead;
+  l->fits = l->mem <= c->m->memory;
+}
+
+/* Seconds of the pipeline: (m + P - 1) passes of the busiest stage (1F1B), the transfers of the
+ * warm-up and the cool-down; then the replicas' and the tied embedding's exchanges. */
+static void predict_time(const plan_ctx *c, plan_layout *l, const par_layout *lay) {
+  double tmax = 0, dp = 0;
+  for (int s = 0; s < l->P; s++) {
+    double t = stage_seconds(c, l, lay, s);
+    if (t > tmax) tmax = t;
+  }
+  for (int s = 0; s < l->P; s++) {
+    double e = dp_exposed(c, l, lay, s, 2.0 / 3.0 * stage_seconds(c, l, lay, s));
+    if (e > dp) dp = e;
+  }
+  l->t_compute = l->m * tmax;
+  l->t_bubble = (l->P - 1) * tmax;
+  const double es = (double)backend_dtype_size(c->be->storage);
+  for (int s = 0; s + 1 < l->P; s++) {
+    double bw, lat;
+    link(c, rank_of(l, s, 0), rank_of(l, s + 1, 0), &bw, &lat);
+    l->t_p2p += 2.0 * (lat + (double)l->B * c->T * c->s.C * es / bw);
+  }
+  l->t_dp = dp;
+  if (l->P > 1) {
+    double bw, lat;
+    link(c, rank_of(l, 0, 0), rank_of(l, l->P - 1, 0), &bw, &lat);
+    l->t_embed = lat + (double)c->s.V * c->s.C * sizeof(float) / bw;
+  }
+  l->t_step = l->t_compute + l->t_bubble + l->t_p2p + l->t_dp + l->t_embed + l->t_opt;
+}
+
+/* Throughput, the run's duration, energy and CO2e with their ranges. */
+static void predict_run(const plan_ctx *c, plan_layout *l) {
+  const machine_plan *m = c->m;
+  l->tokens_per_s = (double)c->G * c->T / l->t_step;
+  l->mfu = l->tokens_per_s * c->flops_per_token / (m->ranks * m->peak);
+  l->seconds = m->tokens / l->tokens_per_s;
+  for (int k = 0; k < 3; k++) {
+    double watts = m->ranks * m->device_w * UTIL_POWER[k] + m->nodes * m->host_w;
+    l->kwh[k] = watts * l->seconds * TIME_RANGE[k] * m->pue / 3.6e6;
+    l->co2_kg[k] = l->kwh[k] * m->intensity / 1000.0;
+  }
+}
+
+/* Predict layout l (P, D, B, m, zero, recompute, order set). */
+static void predict(plan_ctx *c, plan_layout *l) {
+  cfg_parallel *p = &c->cfg->parallel;
+  p->pipeline_stages = l->P, p->data_parallel = l->D, p->micro_batches = l->m, p->zero_stage = l->zero;
+  util_strlcpy(p->rank_order, l->stages_adjacent ? "stages_adjacent" : "replicas_adjacent", sizeof p->rank_order);
+  c->cfg->training.micro_batch_size = l->B;
+  c->cfg->training.recompute = l->recompute;
+  c->cfg->training.global_batch_size = c->G;
+  par_layout lay;
+  par_plan(&lay, c->cfg, l->P * l->D, 0);
+  predict_memory(c, l, &lay);
+  predict_time(c, l, &lay);
+  predict_run(c, l);
+  par_free(&lay);
+}
+
+static void push(plan_result *r, const plan_layout *l, int *cap) {
+  if (r->n == *cap) {
+    *cap = *cap ? 2 * *cap : 64;
+    r->v = util_realloc(r->v, (size_t)*cap * sizeof *r->v, "layouts");
+  }
+  r->v[r->n++] = *l;
+}
+
+/* Every layout of R ranks into r->v: stages dividing R (at most one layer each), micro-batches
+ * from the deck's down to 1 that divide the global batch, ZeRO-1 and the rank order where there
+ * are replicas, recomputation or not. */
+static void enumerate(plan_ctx *c, plan_result *r, int R) {
+  int cap = 0;
+  const int B0 = (int)c->cfg->training.micro_batch_size;
+  for (int P = 1; P <= R && P <= c->s.L; P++) {
+    if (R % P) continue;
+    const int D = R / P;
+    for (int B = B0; B >= 1; B /= 2) {
+      if (c->G % ((long)B * D)) continue;
+      for (int zero = 0; zero <= (D > 1); zero++)
+        for (int rc = 0; rc <= 1; rc++)
+          for (int order = 0; order <= (P > 1 && D > 1); order++) {
+            plan_layout l = {.P = P, .D = D, .B = B, .m = (int)(c->G / ((long)B * D)), .zero = zero, .recompute = rc,
+                             .stages_adjacent = order};
+            predict(c, &l);
+            push(r, &l, &cap);
+          }
+    }
+  }
+}
+
+/* Index of the fastest layout that fits (the smaller memory on a tie), or -1. */
+static int fastest(const plan_result *r) {
+  int best = -1;
+  for (int i = 0; i < r->n; i++) {
+    const plan_layout *l = &r->v[i];
+    if (!l->fits) continue;
+    if (best < 0 || l->t_step < r->v[best].t_step * (1 - 1e-9) ||
+        (l->t_step <= r->v[best].t_step * (1 + 1e-9) && l->mem < r->v[best].mem))
+      best = i;
+  }
+  return best;
+}
+
+/* The deck's own layout on R ranks, predicted; 0 when it is not one. */
+static int deck_layout(plan_ctx *c, const cfg_config *cfg, int R, plan_layout *l) {
+  const cfg_parallel *p = &cfg->parallel;
+  const int P = (int)p->pipeline_stages, B = (int)cfg->training.micro_batch_size;
+  if (R % P || P > c->s.L || c->G % ((long)B * (R / P))) return 0;
+  *l = (plan_layout){.P = P, .D = R / P, .B = B, .m = (int)(c->G / ((long)B * (R / P))), .zero = (int)p->zero_stage,
+                     .recompute = cfg->training.recompute, .stages_adjacent = !strcmp(p->rank_order, "stages_adjacent")};
+  if (l->D == 1) l->zero = 0;
+  predict(c, l);
+  return 1;
+}
+
+/* Nothing fits: the smallest node count, doubling up to 64x, at which a layout would. */
+static void more_nodes(plan_ctx *c, plan_result *r) {
+  machine_plan m = *c->m;
+  const machine_plan *keep = c->m;
+  c->m = &m;
+  for (int k = 2; k <= 64 && !r->nodes_needed; k *= 2) {
+    m.nodes = keep->nodes * k, m.ranks = m.nodes * m.per_node;
+    plan_result t = {0};
+    enumerate(c, &t, m.ranks);
+    int b = fastest(&t);
+    if (b >= 0) r->nodes_needed = m.nodes, r->alt = t.v[b];
+    plan_free(&t);
+  }
+  c->m = keep;
+}
+
+int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list *errs) {
+  memset(r, 0, sizeof *r);
+  plan_ctx c = {.cfg = util_malloc(sizeof *cfg, "deck copy"), .be = be, .T = (int)cfg->training.seq_len};
+  *c.cfg = *cfg;
+  gpt_shape_from_cfg(&c.s, &cfg->model);
+  r->nparams = (double)gpt_count_params(&c.s);
+  int rc = machine_resolve(&r->mach, cfg, be, r->nparams, errs);
+  if (rc == 0) {
+    c.m = &r->mach;
+    c.G = cfg->training.global_batch_size > 0 ? cfg->training.global_batch_size : cfg->training.micro_batch_size * r->mach.ranks;
+    c.flops_per_token = gpt_flops_per_token(&c.s, c.T);
+    r->T = c.T, r->G = c.G, r->flops_per_token = c.flops_per_token;
+    enumerate(&c, r, r->mach.ranks);
+    r->best = fastest(r);
+    r->has_deck = deck_layout(&c, cfg, r->mach.ranks, &r->deck);
+    if (r->best < 0) more_nodes(&c, r);
+  }
+  gpt_shape_free(&c.s);
+  free(c.cfg);
+  return rc;
+}
+
+void plan_free(plan_result *r) {
+  free(r->v);
+  r->v = NULL;
+  r->n = 0;
+}
+
+const char *plan_deck_lines(const plan_result *r, const plan_layout *l, char *buf, size_t len) {
+  util_snprintf(buf, len,
+                "&parallel pipeline_stages = %d, data_parallel = %d, micro_batches = %d, zero_stage = %d, "
+                "rank_order = '%s' /\n&training micro_batch_size = %d, global_batch_size = %ld, recompute = %s /",
+                l->P, l->D, l->m, l->zero, l->stages_adjacent ? "stages_adjacent" : "replicas_adjacent", l->B, r->G,
+                l->recompute ? ".true." : ".false.");
+  return buf;
+}

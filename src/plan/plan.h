@@ -1,0 +1,57 @@
+/* plan: a training run predicted before launch, for every layout of the machine of &machine.
+ *
+ * A layout is pipeline stages P x replicas D, micro-batch B (m micro-batches per step and replica
+ * for the deck's global batch), ZeRO-1 or not, recomputation or not, and the rank order. For each:
+ * memory per rank from the same code as the dry run (trainer_plan_memory) plus the rank's
+ * overhead; a step's time from the FLOPs of the busiest stage at the machine's efficiency, the
+ * 1F1B bubble, the pipeline's and the replicas' exchanges over alpha-beta links, the tied
+ * embedding's exchange and the optimizer's memory traffic; then tokens/s, MFU, the time to the
+ * token budget, energy and CO2e with their ranges. doc/planning.md has the formulas. */
+#ifndef GREENLM_PLAN_H
+#define GREENLM_PLAN_H
+
+#include <mpi.h>
+
+#include "base/err.h"
+#include "deck/cfg.h"
+#include "model/backend.h"
+#include "plan/machine.h"
+
+typedef struct {
+  int P, D, B, m, zero, recompute, stages_adjacent;
+  double mem;          /* bytes of the fullest rank: planned buffers + overhead */
+  double mem_planned;  /* the planned buffers alone (the dry run's figure) */
+  int fits;
+  /* seconds per step: passes of the busiest stage (m of them), the bubble, the pipeline's
+   * transfers outside the steady state, exposed replica exchange, tied embedding, optimizer */
+  double t_compute, t_bubble, t_p2p, t_dp, t_embed, t_opt, t_step;
+  double tokens_per_s, mfu;
+  double seconds;             /* to the token budget */
+  double kwh[3], co2_kg[3];   /* facility energy and CO2e: low, central, high */
+} plan_layout;
+
+typedef struct {
+  machine_plan mach;
+  double nparams, flops_per_token;
+  int T;
+  long G;            /* sequences per step */
+  plan_layout *v;
+  int n, best;       /* best: index of the fastest layout that fits, or -1 */
+  plan_layout deck;  /* the deck's own layout (&parallel, &training) on the machine's ranks */
+  int has_deck;      /* 0 when it is not a layout of them (stages not dividing the ranks, ...) */
+  int nodes_needed;  /* nothing fits: the node count at which something would (0: none up to 64x) */
+  plan_layout alt;   /* its best layout */
+} plan_result;
+
+/* Plan every layout of the resolved machine for cfg (on a copy). Returns the number of errors. */
+int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list *errs);
+void plan_free(plan_result *r);
+
+/* The layout's deck lines (&parallel and &training) into buf. */
+const char *plan_deck_lines(const plan_result *r, const plan_layout *l, char *buf, size_t len);
+
+/* The 'plan' task: plan, print the table and the recommendation, write run_dir/plan.json. Rank 0
+ * of comm plans; the others wait. Returns 0, or 1 after adding errors. */
+int plan_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs);
+
+#endif
