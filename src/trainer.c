@@ -159,6 +159,29 @@ int trainer_init_from(trainer *t, err_list *errs) {
   return any;
 }
 
+uint64_t trainer_param_hash(trainer *t) {
+  int n;
+  free(gpt_list_tensors(&t->shape, gpt_whole(&t->shape), &n));
+  uint64_t *h = util_calloc((size_t)n, sizeof *h, "tensor hashes");
+  const gpt_model *m = &t->model;
+  if (t->lay.replica == 0) { /* each tensor from one rank: the last stage's copy of the tied embedding is left out */
+    size_t most = 0;
+    for (int i = 0; i < m->ntensors; i++) most = m->tensors[i].numel > most ? m->tensors[i].numel : most;
+    float *host = util_malloc(most * sizeof(float) + 1, "tensor copy");
+    for (int i = 0; i < m->ntensors; i++) {
+      const gpt_tensor *x = &m->tensors[i];
+      if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1 && !strcmp(x->name, "transformer.wte.weight")) continue;
+      t->be->to_host(t->be, host, m->params + x->offset, x->numel * sizeof(float));
+      h[x->index] = util_hash64(host, x->numel * sizeof(float), 0);
+    }
+    free(host);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, h, n, MPI_UINT64_T, MPI_BXOR, t->comm);
+  uint64_t all = util_hash64(h, (size_t)n * sizeof *h, 0);
+  free(h);
+  return all;
+}
+
 float *trainer_gather_params(trainer *t, size_t *n) {
   *n = gpt_count_params(&t->shape);
   if (t->lay.replica != 0) return NULL;
