@@ -302,7 +302,7 @@ static void number_nodes(energy_meter *e, MPI_Comm world, MPI_Comm node) {
 /* CPU: W per core-second of CPU time from the deck's TDP per node, else (estimate) the table's TDP
  * per socket by model name, else the per-core default. */
 static void estimate_cpu(energy_source *s, const cfg_energy *c, double node_cores, const char *why) {
-  char name[128] = "", note[300];
+  char name[128] = "", note[384];
   if (c->cpu_tdp_w > 0) {
     s->watts = c->cpu_tdp_w / node_cores;
     util_snprintf(note, sizeof note, "estimate: &energy cpu_tdp_w %.0f W / %.0f cores = %.3g W per core x greenlm's CPU time (%s)",
@@ -335,7 +335,7 @@ static void estimate_cpu(energy_source *s, const cfg_energy *c, double node_core
 
 /* DRAM: W per GB of the memory the node gives the job, for the whole node. */
 static void estimate_dram(energy_source *s, const cfg_energy *c, const char *why) {
-  char basis[96], note[300];
+  char basis[96], note[384];
   double bytes = c->estimate ? hwpower_memory_bytes("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup", basis, sizeof basis) : 0;
   if (bytes <= 0) {
     util_snprintf(note, sizeof note, "%s; %s", why, c->estimate ? "memory size unknown" : "&energy estimate = .false.");
@@ -351,7 +351,7 @@ static void estimate_dram(energy_source *s, const cfg_energy *c, const char *why
 /* GPU (its owner): W per GPU from the deck's TDP, else (estimate) the table's board power by the
  * device name NVML or the NVIDIA driver gives; the note so far (why NVML gave nothing) is kept. */
 static void estimate_gpu(energy_meter *e, energy_source *g, const cfg_energy *c, const char *bus) {
-  char why[256], note[300];
+  char why[384], note[384];
   util_strlcpy(why, g->note, sizeof why);
   if (c->gpu_tdp_w > 0) {
     g->watts = c->gpu_tdp_w;

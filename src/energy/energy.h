@@ -12,9 +12,10 @@
  * Without a sensor a component is "estimated" (and labelled so, with the method that gave it): from
  * the deck's TDP where given, else (&energy estimate, the default) from the hardware power table
  * (hwpower.h): CPU TDP by model or a per-core default x CPU time, DRAM per GB x wall time, GPU
- * board power x wall time; or "not measured"; never a silent zero. Measured always wins. Node energy is attributed to the node's ranks by a documented
- * rule (&energy attribution) in integer microjoules, so the ranks' shares sum to the node's
- * reading exactly, and totals are MPI sums of the shares: nothing is counted twice. */
+ * board power x wall time; or "not measured"; never a silent zero. Measured always wins. Node
+ * energy is attributed to the node's ranks by a documented rule (&energy attribution) in integer
+ * microjoules, so the ranks' shares sum to the node's reading exactly, and totals are MPI sums of
+ * the shares: nothing is counted twice. */
 #ifndef GREENLM_ENERGY_H
 #define GREENLM_ENERGY_H
 
@@ -37,7 +38,7 @@ typedef struct {
   char method[32]; /* rapl_sysfs, nvml_energy_counter, nvml_power_sampled (measured);
                       deck_tdp_estimate, tdp_table_estimate, per_core_default_estimate,
                       dram_per_gb_estimate (estimated); none */
-  char note[256];  /* what was read, or why nothing was, or how the estimate is made */
+  char note[384];  /* what was read, or why nothing was, or how the estimate is made */
   char model[96];  /* estimated from the table: the part it matched; else "" */
   double watts;    /* estimated: CPU W per core-second of CPU time, DRAM W per node, GPU W per GPU */
 } energy_source;
