@@ -7,13 +7,22 @@
  *   - NVML: a GPU with an energy counter shared by two ranks (read once, split), a GPU without one
  *     (power samples integrated), a rank without a GPU, and NVML missing (not measured, or a
  *     labelled estimate from a TDP);
- *   - no RAPL: "not measured", or "estimated" from a TDP; never a silent zero. */
+ *   - no RAPL: "estimated" from the hardware power table by default (the method named: TDP by
+ *     model or the per-core default, DRAM per GB), from a deck TDP when given, "not measured" with
+ *     &energy estimate = .false.; never a silent zero; measured always wins over an estimate;
+ *   - the hardware power table: model names to TDP and cores, board power by GPU name, unknown
+ *     parts, the node's memory (MemTotal, cgroup v1/v2 limits) and the driver's GPU names;
+ *   - the report: each component's method in the lines and report.json, estimated CO2e labelled
+ *     and kept apart from the measured totals. */
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <time.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include "energy/energy.h"
+#include "energy/hwpower.h"
 #include "testing.h"
 #include "base/util.h"
 
@@ -62,6 +71,7 @@ static cfg_energy deck(double cpu_tdp, double gpu_tdp, const char *attribution) 
   c.cpu_tdp_w = cpu_tdp, c.gpu_tdp_w = gpu_tdp;
   util_strlcpy(c.attribution, attribution, sizeof c.attribution);
   c.sample_seconds = 0.02;
+  c.estimate = 1; /* the default */
   return c;
 }
 
@@ -163,21 +173,33 @@ static void nvml_case(const char *lib) {
   if (rank == 2) T_CHECK(mine > 100.0 * (dt - 0.3) && mine < 100.0 * (dt + 0.1), "power samples gave %.3f J over %.2f s at 100 W", mine, dt);
   if (rank == 3) T_CHECK(mine == 0, "a rank without a GPU got %.3f J", mine);
   T_CHECK(e.coverage[ENERGY_GPU][ENERGY_MEASURED] == 2, "GPU coverage %d, expected 2 GPUs", e.coverage[ENERGY_GPU][ENERGY_MEASURED]);
-  T_CHECK(e.src[ENERGY_CPU].status == ENERGY_NOT_MEASURED, "cpu without RAPL or TDP is %s", energy_status_name(e.src[ENERGY_CPU].status));
+  T_CHECK(e.src[ENERGY_CPU].status == ENERGY_ESTIMATED, "cpu without RAPL, estimates on, is %s", energy_status_name(e.src[ENERGY_CPU].status));
   energy_close(&e);
 
-  /* NVML missing: not measured; with a TDP, estimated and labelled, outside the measured totals */
+  /* measured wins: with a deck TDP and estimates on, the GPU with a counter is still measured */
+  c = deck(50, 300, "equal");
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, 0, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
+  T_CHECK(strcmp(e.src[ENERGY_GPU].method, want) == 0, "rank %d: with a TDP the GPU method is %s, expected %s", rank,
+          e.src[ENERGY_GPU].method, want);
+  energy_close(&e);
+
+  /* NVML missing, &energy estimate = .false.: not measured; with a TDP, estimated and labelled,
+   * outside the measured totals */
   setenv("GREENLM_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
   for (int tdp = 0; tdp <= 1; tdp++) {
     c = deck(tdp ? 50 : 0, tdp ? 300 : 0, "equal");
+    c.estimate = 0;
     T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, 0, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
     energy_status st = bus ? e.src[ENERGY_GPU].status : ENERGY_NOT_MEASURED;
     T_CHECK(st == (tdp && bus ? ENERGY_ESTIMATED : ENERGY_NOT_MEASURED), "rank %d, tdp %d: GPU %s (%s)", rank, tdp,
             energy_status_name(st), e.src[ENERGY_GPU].note);
     T_CHECK(e.src[ENERGY_CPU].status == (tdp ? ENERGY_ESTIMATED : ENERGY_NOT_MEASURED), "tdp %d: cpu %s", tdp,
             energy_status_name(e.src[ENERGY_CPU].status));
-    T_CHECK(strstr(e.src[ENERGY_CPU].note, tdp ? "estimate: TDP 50 W" : "no &energy cpu_tdp_w") != NULL, "cpu note: %s",
-            e.src[ENERGY_CPU].note);
+    T_CHECK(strstr(e.src[ENERGY_CPU].note, tdp ? "estimate: &energy cpu_tdp_w 50 W" : "&energy estimate = .false.") != NULL,
+            "cpu note: %s", e.src[ENERGY_CPU].note);
+    T_CHECK(strcmp(e.src[ENERGY_CPU].method, tdp ? "deck_tdp_estimate" : "none") == 0, "tdp %d: cpu method %s", tdp,
+            e.src[ENERGY_CPU].method);
+    T_CHECK(e.src[ENERGY_DRAM].status == ENERGY_NOT_MEASURED, "estimate off: dram %s", energy_status_name(e.src[ENERGY_DRAM].status));
     volatile double x = 0;
     for (long i = 0; i < 3000000L; i++) x += 1e-9 * (double)i;
     (void)x;
@@ -195,6 +217,249 @@ static void nvml_case(const char *lib) {
     T_CHECK(strstr(cov, tdp ? "estimated" : "not measured") != NULL, "coverage: %s", cov);
     energy_close(&e);
   }
+}
+
+/* ---- the hardware power table ------------------------------------------------------------------ */
+
+static void expect_part(const hwpower_part *t, int n, const char *name, double watts, int cores) {
+  const hwpower_part *p = hwpower_match(t, n, name);
+  if (watts == 0) {
+    T_CHECK(p == NULL, "'%s' matched %s", name, p ? p->model : "");
+    return;
+  }
+  T_CHECK(p != NULL && p->watts == watts && p->cores == cores, "'%s': %s %.0f W %d cores, expected %.0f W %d cores", name,
+          p ? p->model : "no match", p ? p->watts : 0, p ? p->cores : 0, watts, cores);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Every entry sourced and reachable: its own pattern finds it, not an earlier, more general one. */
+static void table_sound(const hwpower_part *t, int n, int cpu) {
+  for (int i = 0; i < n; i++) {
+    T_CHECK(t[i].watts > 0 && (!cpu || t[i].cores > 0) && t[i].source && *t[i].source, "%s lacks a figure or source", t[i].model);
+    T_CHECK(hwpower_match(t, n, t[i].pattern) == &t[i], "'%s' is shadowed by an earlier entry", t[i].pattern);
+  }
+}
+
+static void hwpower_case(void) {
+  int nc, ng;
+  const hwpower_part *cpus = hwpower_cpus(&nc), *gpus = hwpower_gpus(&ng);
+  table_sound(cpus, nc, 1);
+  table_sound(gpus, ng, 0);
+  /* /proc/cpuinfo model names */
+  expect_part(cpus, nc, "Intel(R) Xeon(R) Platinum 8480+", 350, 56);
+  expect_part(cpus, nc, "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", 150, 20);
+  expect_part(cpus, nc, "Intel(R) Xeon(R) Gold 6248R CPU @ 3.00GHz", 205, 24);
+  expect_part(cpus, nc, "Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz", 120, 14);
+  expect_part(cpus, nc, "AMD EPYC 7763 64-Core Processor", 280, 64);
+  expect_part(cpus, nc, "AMD EPYC 9654 96-Core Processor", 360, 96);
+  expect_part(cpus, nc, "AMD Ryzen 9 5950X 16-Core Processor", 105, 16);
+  expect_part(cpus, nc, "Intel(R) Core(TM) i7-8650U CPU @ 1.90GHz", 15, 4);
+  /* unknown: a virtual machine's generic name, a near miss */
+  expect_part(cpus, nc, "Intel(R) Xeon(R) Processor", 0, 0);
+  expect_part(cpus, nc, "AMD EPYC Processor", 0, 0);
+  expect_part(cpus, nc, "Intel(R) Xeon(R) Gold 62480", 0, 0);
+  /* GPU names as the driver gives them */
+  expect_part(gpus, ng, "Tesla V100-SXM2-32GB", 300, 0);
+  expect_part(gpus, ng, "Tesla V100-PCIE-16GB", 250, 0);
+  expect_part(gpus, ng, "NVIDIA A100-SXM4-80GB", 400, 0);
+  expect_part(gpus, ng, "NVIDIA A100-PCIE-40GB", 250, 0);
+  expect_part(gpus, ng, "NVIDIA A100 80GB PCIe", 300, 0);
+  expect_part(gpus, ng, "NVIDIA H100 80GB HBM3", 700, 0);
+  expect_part(gpus, ng, "NVIDIA H100 PCIe", 350, 0);
+  expect_part(gpus, ng, "NVIDIA H200", 700, 0);
+  expect_part(gpus, ng, "NVIDIA H200 NVL", 600, 0);
+  expect_part(gpus, ng, "NVIDIA L40S", 350, 0);
+  expect_part(gpus, ng, "NVIDIA A10", 150, 0);
+  expect_part(gpus, ng, "Stub GPU 1", 0, 0);
+  /* the per-core default is the table's median share, within half a watt */
+  double *w = util_malloc((size_t)nc * sizeof *w, "shares");
+  for (int i = 0; i < nc; i++) w[i] = cpus[i].watts / cpus[i].cores;
+  qsort(w, (size_t)nc, sizeof *w, cmp_double);
+  double median = nc % 2 ? w[nc / 2] : 0.5 * (w[nc / 2 - 1] + w[nc / 2]);
+  T_CHECK(fabs(HWPOWER_CORE_DEFAULT_W - median) <= 0.5, "per-core default %.2f W, the table's median %.2f W", HWPOWER_CORE_DEFAULT_W,
+          median);
+  free(w);
+}
+
+/* What the node says: fake /proc and cgroup files. */
+static void node_files_case(void) {
+  char dir[4400], path[4600], a[4700], b[4600], buf[128], basis[96];
+  snprintf(dir, sizeof dir, "%s/../node", root);
+  snprintf(path, sizeof path, "%s/cpuinfo", dir);
+  util_mkdir_p(dir);
+  put_file(path, "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7742 64-Core Processor\nflags\t: fpu\n");
+  T_CHECK(hwpower_cpu_model(path, buf, sizeof buf) == 0 && strcmp(buf, "AMD EPYC 7742 64-Core Processor") == 0, "cpuinfo model '%s'", buf);
+  put_file(path, "processor\t: 0\n");
+  T_CHECK(hwpower_cpu_model(path, buf, sizeof buf) != 0, "a model name from a cpuinfo without one");
+  /* MemTotal 16 GiB; a cgroup v2 job at /job/step limited to 4e9 bytes by its parent; v1 unlimited */
+  snprintf(a, sizeof a, "%s/meminfo", dir);
+  put_file(a, "MemTotal:       16777216 kB\nMemFree:         1000 kB\n");
+  snprintf(b, sizeof b, "%s/self-cgroup", dir);
+  put_file(b, "0::/job/step\n");
+  snprintf(path, sizeof path, "%s/cg/job/step", dir);
+  util_mkdir_p(path);
+  snprintf(path, sizeof path, "%s/cg/job/step/memory.max", dir);
+  put_file(path, "max\n");
+  snprintf(path, sizeof path, "%s/cg/job/memory.max", dir);
+  put_file(path, "4000000000\n");
+  snprintf(path, sizeof path, "%s/cg", dir);
+  double bytes = hwpower_memory_bytes(a, b, path, basis, sizeof basis);
+  T_CHECK(bytes == 4e9 && strstr(basis, "cgroup"), "cgroup v2 limit: %.0f bytes (%s)", bytes, basis);
+  put_file(b, "7:memory:/job/step\n");
+  snprintf(path, sizeof path, "%s/cg/memory/job/step", dir);
+  util_mkdir_p(path);
+  snprintf(path, sizeof path, "%s/cg/memory/job/step/memory.limit_in_bytes", dir);
+  put_file(path, "9223372036854771712\n");
+  snprintf(path, sizeof path, "%s/cg", dir);
+  bytes = hwpower_memory_bytes(a, b, path, basis, sizeof basis);
+  T_CHECK(bytes == 16777216.0 * 1024 && strstr(basis, "MemTotal"), "no cgroup limit: %.0f bytes (%s)", bytes, basis);
+  /* the driver's GPU entry, found whatever the bus id's domain width and case */
+  snprintf(path, sizeof path, "%s/gpus/0000:3b:00.0", dir);
+  util_mkdir_p(path);
+  snprintf(a, sizeof a, "%s/information", path);
+  put_file(a, "Model: \t\t NVIDIA H200\nIRQ:   \t\t 34\nBus Location: \t 0000:3b:00.0\n");
+  snprintf(path, sizeof path, "%s/gpus", dir);
+  T_CHECK(hwpower_gpu_name(path, "00000000:3B:00.0", buf, sizeof buf) == 0 && strcmp(buf, "NVIDIA H200") == 0, "GPU name '%s'", buf);
+  T_CHECK(hwpower_gpu_name(path, "00000000:5E:00.0", buf, sizeof buf) != 0, "a name for an absent GPU");
+}
+
+/* Print callback into a buffer. */
+static char report[8192];
+static void to_report(void *ctx, const char *fmt, ...) {
+  (void)ctx;
+  size_t n = strlen(report);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(report + n, sizeof report - n, fmt, ap);
+  va_end(ap);
+}
+
+static const char *comp_str(json_t *j, const char *comp, const char *key) {
+  return json_string_value(json_object_get(json_object_get(json_object_get(j, "components"), comp), key));
+}
+
+/* No sensor, nothing in the deck: estimated from the table by default, every figure named by its
+ * method; the report's CO2e is the estimate's, labelled; measured fields stay null. */
+static void default_estimate_case(void) {
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  setenv("GREENLM_POWERCAP_ROOT", "/nonexistent", 1);
+  setenv("GREENLM_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  const char *bus = rank == 3 ? "00000000:3B:00.0" : NULL;
+  cfg_energy c = deck(0, 0, "equal");
+  energy_meter e;
+  err_list eerr = {0};
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, bus, NULL, 0, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
+  /* the CPU: the table's entry for this machine's model, or the per-core default */
+  char model[128] = "unknown CPU";
+  hwpower_cpu_model("/proc/cpuinfo", model, sizeof model);
+  int nc;
+  const hwpower_part *p = hwpower_match(hwpower_cpus(&nc), nc, model);
+  const energy_source *cpu = &e.src[ENERGY_CPU], *dram = &e.src[ENERGY_DRAM];
+  T_CHECK(cpu->status == ENERGY_ESTIMATED && strcmp(cpu->method, p ? "tdp_table_estimate" : "per_core_default_estimate") == 0,
+          "cpu '%s': %s, %s (%s)", model, energy_status_name(cpu->status), cpu->method, cpu->note);
+  T_CHECK(fabs(cpu->watts - (p ? p->watts / p->cores : HWPOWER_CORE_DEFAULT_W)) < 1e-12, "cpu %.3f W per core", cpu->watts);
+  T_CHECK(p ? strcmp(cpu->model, p->model) == 0 : cpu->model[0] == '\0', "cpu model '%s'", cpu->model);
+  /* DRAM: per GB of this node's memory */
+  char basis[96];
+  double bytes = hwpower_memory_bytes("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup", basis, sizeof basis);
+  T_CHECK(dram->status == ENERGY_ESTIMATED && strcmp(dram->method, "dram_per_gb_estimate") == 0, "dram %s (%s)", dram->method,
+          dram->note);
+  T_CHECK(fabs(dram->watts - HWPOWER_DRAM_W_PER_GB * bytes / 1e9) < 1e-9, "dram %.3f W for %.0f bytes", dram->watts, bytes);
+  /* a GPU without NVML and (on this machine) without the driver's name: not measured, a hint */
+  DIR *drv = opendir("/proc/driver/nvidia/gpus");
+  if (drv) closedir(drv);
+  if (rank == 3 && !drv)
+    T_CHECK(e.src[ENERGY_GPU].status == ENERGY_NOT_MEASURED && strstr(e.src[ENERGY_GPU].note, "give &energy gpu_tdp_w"),
+            "GPU without a name: %s (%s)", energy_status_name(e.src[ENERGY_GPU].status), e.src[ENERGY_GPU].note);
+  volatile double x = 0;
+  for (long i = 0; i < 3000000L; i++) x += 1e-9 * (double)i;
+  (void)x;
+  pause_s(0.1, MPI_COMM_WORLD);
+  energy_sample(&e);
+  T_CHECK(!energy_any_measured(&e) && e.joules == 0, "something measured: %.3f J", e.joules);
+  T_CHECK(e.estimated_j[ENERGY_CPU] > 0 && e.estimated_j[ENERGY_DRAM] > 0, "estimates cpu %.3g J, dram %.3g J",
+          e.estimated_j[ENERGY_CPU], e.estimated_j[ENERGY_DRAM]);
+  /* DRAM: the node's watts x wall time, counted once for the node's 4 ranks (each adds a quarter
+   * over its own interval) */
+  double dt = e.t_last - e.t0, dt_sum;
+  MPI_Allreduce(&dt, &dt_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  T_CHECK(fabs(e.estimated_j[ENERGY_DRAM] - dram->watts * dt_sum / 4) < 1e-9, "dram %.6f J, expected %.4f W x %.4f s",
+          e.estimated_j[ENERGY_DRAM], dram->watts, dt_sum / 4);
+  if (rank == 0) {
+    static cfg_config cfg;
+    report[0] = '\0';
+    energy_report_print(&e, 1000, 1e12, to_report, NULL);
+    T_CHECK(strstr(report, cpu->method) && strstr(report, "dram_per_gb_estimate") && strstr(report, "an estimate"),
+            "the report does not name the methods:\n%s", report);
+    T_CHECK(strstr(report, "IT energy: not measured; estimated") && strstr(report, "CO2e (estimated, not measured): "),
+            "no labelled estimated CO2e:\n%s", report);
+    json_t *j = energy_report_json(&e, &cfg, 1.0, 1000, 1e12, 0.1, "cpu", 2, 1.0);
+    T_CHECK(json_is_null(json_object_get(j, "emissions")) && json_is_null(json_object_get(j, "energy_consumed")),
+            "report.json: a measured figure without a measurement");
+    T_CHECK(json_real_value(json_object_get(j, "estimated_emissions")) > 0, "report.json: no estimated_emissions");
+    T_CHECK(strcmp(json_string_value(json_object_get(j, "energy_basis")), "estimated") == 0, "energy_basis %s",
+            json_string_value(json_object_get(j, "energy_basis")));
+    T_CHECK(strcmp(comp_str(j, "cpu", "method"), cpu->method) == 0 && strcmp(comp_str(j, "dram", "method"), "dram_per_gb_estimate") == 0,
+            "report.json methods %s, %s", comp_str(j, "cpu", "method"), comp_str(j, "dram", "method"));
+    json_decref(j);
+  }
+  energy_close(&e);
+}
+
+/* RAPL with a package but no dram zone: the CPU measured, the DRAM estimated; the totals stay
+ * measured, the estimates beside them, and "with the estimates" sums both. */
+static void mixed_case(void) {
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char pc[4400];
+  snprintf(pc, sizeof pc, "%s-mixed", root);
+  if (rank == 0) {
+    char save[4096];
+    util_strlcpy(save, root, sizeof save);
+    util_strlcpy(root, pc, sizeof root);
+    zone("intel-rapl:0", "package-0", 1000000, 0);
+    util_strlcpy(root, save, sizeof root);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  setenv("GREENLM_POWERCAP_ROOT", pc, 1);
+  cfg_energy c = deck(0, 0, "equal");
+  energy_meter e;
+  err_list eerr = {0};
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, NULL, NULL, 0, &eerr) == 0, "open: %s", eerr.n ? eerr.v[0].msg : "");
+  T_CHECK(strcmp(e.src[ENERGY_CPU].method, "rapl_sysfs") == 0 && strcmp(e.src[ENERGY_DRAM].method, "dram_per_gb_estimate") == 0,
+          "mixed: cpu %s, dram %s", e.src[ENERGY_CPU].method, e.src[ENERGY_DRAM].method);
+  T_CHECK(strstr(e.src[ENERGY_DRAM].note, "no RAPL dram zone") != NULL, "dram note: %s", e.src[ENERGY_DRAM].note);
+  if (rank == 0) {
+    char path[4500];
+    snprintf(path, sizeof path, "%s/intel-rapl:0/energy_uj", pc);
+    set_counter(path, 400000);
+  }
+  pause_s(0.1, MPI_COMM_WORLD);
+  energy_sample(&e);
+  T_CHECK(fabs(e.joules - 0.4) < 1e-12 && e.estimated_j[ENERGY_CPU] == 0, "measured %.6f J (expected 0.4), cpu estimate %.3f J",
+          e.joules, e.estimated_j[ENERGY_CPU]);
+  if (rank == 0) {
+    static cfg_config cfg;
+    report[0] = '\0';
+    energy_report_print(&e, 1000, 1e12, to_report, NULL);
+    T_CHECK(strstr(report, "IT energy (measured components)") && strstr(report, "with the estimates for the components without a sensor"),
+            "mixed report:\n%s", report);
+    json_t *j = energy_report_json(&e, &cfg, 1.0, 1000, 1e12, 0.1, "cpu", 2, 1.0);
+    double it = json_real_value(json_object_get(j, "energy_consumed")), all = json_real_value(json_object_get(j, "energy_with_estimates"));
+    double em = json_real_value(json_object_get(j, "emissions")), emall = json_real_value(json_object_get(j, "emissions_with_estimates"));
+    T_CHECK(fabs(it - 0.4 / 3.6e6) < 1e-15 && fabs(all - (0.4 + e.est_joules) / 3.6e6) < 1e-15, "energy %.6g kWh, with estimates %.6g",
+            it, all);
+    T_CHECK(fabs(em - it * 1.5 * 56.0 / 1000) < 1e-15 && emall > em, "emissions %.6g kg, with estimates %.6g", em, emall);
+    T_CHECK(strcmp(json_string_value(json_object_get(j, "energy_basis")), "measured and estimated") == 0, "energy_basis %s",
+            json_string_value(json_object_get(j, "energy_basis")));
+    json_decref(j);
+  }
+  energy_close(&e);
 }
 
 /* The deck's allowed regions and the built-in table are the same list, in the same order. */
@@ -226,7 +491,7 @@ int main(int argc, char **argv) {
   snprintf(stub_file, sizeof stub_file, "%s/energy/nvml-stub.txt", out ? out : "tests/out");
   if (rank == 0) util_mkdir_p(root);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) regions_case();
+  if (rank == 0) regions_case(), hwpower_case(), node_files_case();
   /* one node of 4 ranks, then two "nodes" of 2 (a node communicator split by hand) */
   rapl_case(MPI_COMM_WORLD, 1, "equal");
   MPI_Comm half;
@@ -238,6 +503,8 @@ int main(int argc, char **argv) {
   char lib[4200];
   snprintf(lib, sizeof lib, "%s/../libnvml-stub.so", out ? out : "tests/out");
   nvml_case(lib);
+  default_estimate_case();
+  mixed_case();
   int checks = t_checks, failed = t_failed, all_checks = 0, all_failed = 0;
   MPI_Reduce(&checks, &all_checks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(&failed, &all_failed, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

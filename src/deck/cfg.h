@@ -155,8 +155,9 @@ typedef struct {
   X(g, REAL, pue, "1.0", "[1, 10]", "Power usage effectiveness of the site (facility energy / IT energy); 1.0 counts the IT equipment only") \
   X(g, STR, region, "'world'", "world|usa|iso-ne|new-york|france|germany|quebec|sweden", "Grid whose carbon intensity applies, from the built-in table with its sources (doc/energy.md); grid_intensity overrides it") \
   X(g, REAL, grid_intensity, "0", "[0, 5000]", "Grid carbon intensity in gCO2e/kWh; 0 takes it from region") \
-  X(g, REAL, cpu_tdp_w, "0", "[0, 100000]", "CPU power in W per node for a labelled estimate where RAPL is missing (W x utilisation); 0 means no estimate") \
-  X(g, REAL, gpu_tdp_w, "0", "[0, 100000]", "GPU board power in W for a labelled estimate where NVML is missing (an upper bound); 0 means no estimate") \
+  X(g, BOOL, estimate, ".true.", "", "Where no sensor can be read, estimate the component and label it so: CPU from its model's TDP in the built-in table (or a per-core default) x greenlm's CPU time, DRAM per GB of memory x wall time, GPU from its board power x wall time (doc/energy.md); .false. reports it 'not measured' unless cpu_tdp_w or gpu_tdp_w is given") \
+  X(g, REAL, cpu_tdp_w, "0", "[0, 100000]", "CPU power in W per node for a labelled estimate where RAPL is missing (W x utilisation), in place of the built-in table; 0 takes the table") \
+  X(g, REAL, gpu_tdp_w, "0", "[0, 100000]", "GPU board power in W for a labelled estimate where NVML is missing (an upper bound), in place of the built-in table; 0 takes the table") \
   X(g, STR, attribution, "'equal'", "equal|cpu_time", "How a node's CPU and DRAM energy is shared among its ranks: equal shares, or shares of CPU time") \
   X(g, REAL, sample_seconds, "5", "[0.01, 60]", "Seconds between RAPL reads by the sampling thread (well below the counters' wrap time)")
 

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "base/env.h"
 #include "base/util.h"
+#include "energy/hwpower.h"
 
 /* ---- tables ------------------------------------------------------------------------------------ */
 
@@ -296,38 +297,120 @@ static void number_nodes(energy_meter *e, MPI_Comm world, MPI_Comm node) {
   MPI_Bcast(&e->nodes, 1, MPI_INT, 0, node);
 }
 
-/* CPU and DRAM: the leader reads RAPL; the node's other ranks learn what it found. */
-static void open_cpu_sources(energy_meter *e) {
+/* Where no sensor can be read. The note says how the estimate is made, or why there is none. */
+
+/* CPU: W per core-second of CPU time from the deck's TDP per node, else (estimate) the table's TDP
+ * per socket by model name, else the per-core default. */
+static void estimate_cpu(energy_source *s, const cfg_energy *c, double node_cores, const char *why) {
+  char name[128] = "", note[384];
+  if (c->cpu_tdp_w > 0) {
+    s->watts = c->cpu_tdp_w / node_cores;
+    util_snprintf(note, sizeof note, "estimate: &energy cpu_tdp_w %.0f W / %.0f cores = %.3g W per core x greenlm's CPU time (%s)",
+                  c->cpu_tdp_w, node_cores, s->watts, why);
+    set_source(s, ENERGY_ESTIMATED, "deck_tdp_estimate", note);
+    return;
+  }
+  if (!c->estimate) {
+    util_snprintf(note, sizeof note, "%s; no &energy cpu_tdp_w, and &energy estimate = .false.", why);
+    set_source(s, ENERGY_NOT_MEASURED, "none", note);
+    return;
+  }
+  if (hwpower_cpu_model("/proc/cpuinfo", name, sizeof name) != 0) util_strlcpy(name, "unknown CPU", sizeof name);
+  int n;
+  const hwpower_part *p = hwpower_match(hwpower_cpus(&n), n, name);
+  if (p) {
+    s->watts = p->watts / p->cores;
+    util_strlcpy(s->model, p->model, sizeof s->model);
+    util_snprintf(note, sizeof note, "estimate: %s, TDP %.0f W / %d cores = %.3g W per core x greenlm's CPU time (%s)",
+                  p->model, p->watts, p->cores, s->watts, why);
+    set_source(s, ENERGY_ESTIMATED, "tdp_table_estimate", note);
+  } else {
+    s->watts = HWPOWER_CORE_DEFAULT_W;
+    util_snprintf(note, sizeof note,
+                  "estimate: '%s' is not in the TDP table: %.3g W per core (the default) x greenlm's CPU time; "
+                  "give &energy cpu_tdp_w for a better one (%s)", name, s->watts, why);
+    set_source(s, ENERGY_ESTIMATED, "per_core_default_estimate", note);
+  }
+}
+
+/* DRAM: W per GB of the memory the node gives the job, for the whole node. */
+static void estimate_dram(energy_source *s, const cfg_energy *c, const char *why) {
+  char basis[96], note[384];
+  double bytes = c->estimate ? hwpower_memory_bytes("/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup", basis, sizeof basis) : 0;
+  if (bytes <= 0) {
+    util_snprintf(note, sizeof note, "%s; %s", why, c->estimate ? "memory size unknown" : "&energy estimate = .false.");
+    set_source(s, ENERGY_NOT_MEASURED, "none", note);
+    return;
+  }
+  s->watts = HWPOWER_DRAM_W_PER_GB * bytes / 1e9;
+  util_snprintf(note, sizeof note, "estimate: %.4g W per GB x %s = %.3g W per node x wall time (%s)", HWPOWER_DRAM_W_PER_GB,
+                basis, s->watts, why);
+  set_source(s, ENERGY_ESTIMATED, "dram_per_gb_estimate", note);
+}
+
+/* GPU (its owner): W per GPU from the deck's TDP, else (estimate) the table's board power by the
+ * device name NVML or the NVIDIA driver gives; the note so far (why NVML gave nothing) is kept. */
+static void estimate_gpu(energy_meter *e, energy_source *g, const cfg_energy *c, const char *bus) {
+  char why[384], note[384];
+  util_strlcpy(why, g->note, sizeof why);
+  if (c->gpu_tdp_w > 0) {
+    g->watts = c->gpu_tdp_w;
+    util_snprintf(note, sizeof note, "estimate: &energy gpu_tdp_w %.0f W x wall time (an upper bound; %s)", g->watts, why);
+    set_source(g, ENERGY_ESTIMATED, "deck_tdp_estimate", note);
+    return;
+  }
+  if (!c->estimate) {
+    util_snprintf(note, sizeof note, "%s; no &energy gpu_tdp_w, and &energy estimate = .false.", why);
+    set_source(g, ENERGY_NOT_MEASURED, "none", note);
+    return;
+  }
+  if (!e->gpu_name[0] && hwpower_gpu_name("/proc/driver/nvidia/gpus", bus, e->gpu_name, sizeof e->gpu_name) != 0) {
+    util_snprintf(note, sizeof note, "%s; the GPU's name is unknown (no /proc/driver/nvidia/gpus entry): give &energy gpu_tdp_w", why);
+    set_source(g, ENERGY_NOT_MEASURED, "none", note);
+    return;
+  }
+  int n;
+  const hwpower_part *p = hwpower_match(hwpower_gpus(&n), n, e->gpu_name);
+  if (!p) {
+    util_snprintf(note, sizeof note, "%s; '%s' is not in the board-power table: give &energy gpu_tdp_w", why, e->gpu_name);
+    set_source(g, ENERGY_NOT_MEASURED, "none", note);
+    return;
+  }
+  g->watts = p->watts;
+  util_strlcpy(g->model, p->model, sizeof g->model);
+  util_snprintf(note, sizeof note, "estimate: '%s' is the %s, board power %.0f W x wall time (an upper bound; %s)", e->gpu_name,
+                p->model, p->watts, why);
+  set_source(g, ENERGY_ESTIMATED, "tdp_table_estimate", note);
+}
+
+/* CPU and DRAM: the leader reads RAPL, or estimates; the node's other ranks take its finding. */
+static void open_cpu_sources(energy_meter *e, const cfg_energy *c) {
   char why[256] = "";
-  if (e->leader) open_rapl(e, why, sizeof why);
-  int have[2] = {0, 0};
-  for (int z = 0; z < e->nzones; z++) have[e->comp[z]] = 1;
-  MPI_Bcast(have, 2, MPI_INT, 0, e->node);
-  MPI_Bcast(why, sizeof why, MPI_CHAR, 0, e->node);
-  for (int k = ENERGY_CPU; k <= ENERGY_DRAM; k++) {
-    energy_source *s = &e->src[k];
-    if (have[k]) {
-      int o = snprintf(s->note, sizeof s->note, "RAPL, read by local rank 0:");
-      for (int z = 0; z < e->nzones && o < (int)sizeof s->note; z++)
-        if (e->comp[z] == k) o += snprintf(s->note + o, sizeof s->note - (size_t)o, " %s", e->zone[z]);
-      set_source(s, ENERGY_MEASURED, "rapl_sysfs", NULL);
-    } else if (k == ENERGY_CPU && e->cpu_tdp_w > 0) {
-      char note[256];
-      util_snprintf(note, sizeof note, "estimate: TDP %.0f W x CPU utilisation of greenlm's processes over %.0f cores (%s)",
-                    e->cpu_tdp_w, e->node_cores, why);
-      set_source(s, ENERGY_ESTIMATED, "tdp_estimate", note);
-    } else {
-      char note[300];
-      util_snprintf(note, sizeof note, "%s%s", have[ENERGY_CPU] ? "no RAPL dram zone (AMD packages have none)" : why,
-                    k == ENERGY_CPU ? "; no &energy cpu_tdp_w for an estimate" : "");
-      set_source(s, ENERGY_NOT_MEASURED, "none", note);
+  if (e->leader) {
+    open_rapl(e, why, sizeof why);
+    int have[2] = {0, 0};
+    for (int z = 0; z < e->nzones; z++) have[e->comp[z]] = 1;
+    for (int k = ENERGY_CPU; k <= ENERGY_DRAM; k++) {
+      energy_source *s = &e->src[k];
+      if (have[k]) {
+        int o = snprintf(s->note, sizeof s->note, "RAPL, read by local rank 0:");
+        for (int z = 0; z < e->nzones && o < (int)sizeof s->note; z++)
+          if (e->comp[z] == k) o += snprintf(s->note + o, sizeof s->note - (size_t)o, " %s", e->zone[z]);
+        set_source(s, ENERGY_MEASURED, "rapl_sysfs", NULL);
+      } else if (k == ENERGY_CPU) {
+        estimate_cpu(s, c, e->node_cores, why);
+      } else {
+        estimate_dram(s, c, have[ENERGY_CPU] ? "no RAPL dram zone (AMD packages have none)" : why);
+      }
     }
   }
+  MPI_Bcast(&e->src[ENERGY_CPU], 2 * sizeof e->src[0], MPI_BYTE, 0, e->node);
   e->cpu_last = util_cpu_seconds();
 }
 
-/* GPU: the lowest rank of the node on each bus id reads it; the others take its finding. */
-static void open_gpu_source(energy_meter *e, const char *gpu_bus_id) {
+/* GPU: the lowest rank of the node on each bus id reads it, or estimates; the others take its
+ * finding. */
+static void open_gpu_source(energy_meter *e, const cfg_energy *c, const char *gpu_bus_id) {
   char bus[32] = "";
   if (gpu_bus_id) util_strlcpy(bus, gpu_bus_id, sizeof bus);
   char *all = util_malloc((size_t)e->node_size * sizeof bus, "bus ids");
@@ -345,19 +428,14 @@ static void open_gpu_source(energy_meter *e, const char *gpu_bus_id) {
   energy_source *g = &e->src[ENERGY_GPU];
   if (!bus[0]) {
     set_source(g, ENERGY_NOT_MEASURED, "none", "no GPU in use");
-  } else {
-    set_source(g, ENERGY_NOT_MEASURED, "none", NULL);
-    if (e->gpu_owner) open_nvml(e, bus, g);
-    MPI_Bcast(g, sizeof *g, MPI_BYTE, 0, e->gpu_comm); /* the sharers take the owner's finding */
-    if (g->status == ENERGY_NOT_MEASURED && e->gpu_tdp_w > 0) {
-      char note[300];
-      util_snprintf(note, sizeof note, "estimate: TDP %.0f W for the whole run (an upper bound; %s)", e->gpu_tdp_w, g->note);
-      set_source(g, ENERGY_ESTIMATED, "tdp_estimate", note);
-    } else if (g->status == ENERGY_NOT_MEASURED) {
-      size_t n = strlen(g->note);
-      util_snprintf(g->note + n, sizeof g->note - n, "; no &energy gpu_tdp_w for an estimate");
-    }
+    return;
   }
+  set_source(g, ENERGY_NOT_MEASURED, "none", NULL);
+  if (e->gpu_owner) {
+    open_nvml(e, bus, g);
+    if (g->status == ENERGY_NOT_MEASURED) estimate_gpu(e, g, c, bus);
+  }
+  MPI_Bcast(g, sizeof *g, MPI_BYTE, 0, e->gpu_comm);
 }
 
 /* The sampling thread (RAPL well inside the shortest wrap time, GPU power at 10 Hz) and rank 0's
@@ -387,7 +465,6 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   memset(e, 0, sizeof *e);
   e->gpu_comm = MPI_COMM_NULL;
   number_nodes(e, world, node);
-  e->cpu_tdp_w = c->cpu_tdp_w, e->gpu_tdp_w = c->gpu_tdp_w;
   e->node_cores = node_cores > 0 ? node_cores : 1;
   e->by_cpu_time = strcmp(c->attribution, "cpu_time") == 0;
   e->pue = c->pue;
@@ -395,9 +472,8 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   e->intensity = e->region ? e->region->g_per_kwh : c->grid_intensity;
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
-  open_cpu_sources(e);
-  e->cpu_last = util_cpu_seconds();
-  open_gpu_source(e, gpu_bus_id);
+  open_cpu_sources(e, c);
+  open_gpu_source(e, c, gpu_bus_id);
   int rc = start_sampling(e, c, csv_path, append, errs), any;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, world);
   if (any) return -1;
@@ -469,8 +545,9 @@ void energy_sample(energy_meter *e) {
   }
   /* estimates, each rank its own */
   double est[ENERGY_NCOMP] = {0, 0, 0};
-  if (e->src[ENERGY_CPU].status == ENERGY_ESTIMATED) est[ENERGY_CPU] = e->cpu_tdp_w * dcpu / e->node_cores;
-  if (e->src[ENERGY_GPU].status == ENERGY_ESTIMATED) est[ENERGY_GPU] = e->gpu_tdp_w * dt / e->gpu_sharers;
+  if (e->src[ENERGY_CPU].status == ENERGY_ESTIMATED) est[ENERGY_CPU] = e->src[ENERGY_CPU].watts * dcpu;
+  if (e->src[ENERGY_DRAM].status == ENERGY_ESTIMATED) est[ENERGY_DRAM] = e->src[ENERGY_DRAM].watts * dt / e->node_size;
+  if (e->src[ENERGY_GPU].status == ENERGY_ESTIMATED) est[ENERGY_GPU] = e->src[ENERGY_GPU].watts * dt / e->gpu_sharers;
   for (int k = 0; k < ENERGY_NCOMP; k++) e->own_est_j[k] += est[k];
   /* totals: sums of the shares over the job */
   double rec[ENERGY_REC] = {e->node_id}, tot[2 * ENERGY_NCOMP];
@@ -546,40 +623,59 @@ int energy_any_measured(const energy_meter *e) {
   return n > 0;
 }
 
-void energy_report_print(const energy_meter *e, double tokens, double flops, energy_print_fn print, void *ctx) {
+/* One component's line: measured, estimated (with the method and how), or why nothing. */
+static void print_component(const energy_meter *e, int k, energy_print_fn print, void *ctx) {
   char cov[160];
-  for (int k = 0; k < ENERGY_NCOMP; k++) {
-    energy_coverage(e, k, cov, sizeof cov);
-    if (e->measured_j[k] > 0 || e->coverage[k][ENERGY_MEASURED])
-      print(ctx, "energy: %-4s %10.4g kJ  %s (%s)\n", energy_component_name(k), 1e-3 * e->measured_j[k], cov, e->src[k].method);
-    else if (e->estimated_j[k] > 0 || e->coverage[k][ENERGY_ESTIMATED])
-      print(ctx, "energy: %-4s %10.4g kJ  %s, not in the totals (%s)\n", energy_component_name(k), 1e-3 * e->estimated_j[k], cov,
-            e->src[k].note);
-    else if (e->coverage[k][ENERGY_NOT_MEASURED] == 0)
-      print(ctx, "energy: %-4s         --     %s\n", energy_component_name(k), cov);
+  energy_coverage(e, k, cov, sizeof cov);
+  const char *name = energy_component_name(k);
+  if (e->measured_j[k] > 0 || e->coverage[k][ENERGY_MEASURED]) {
+    if (e->estimated_j[k] > 0)
+      print(ctx, "energy: %-4s %10.4g kJ  %s (%s), plus %.4g kJ estimated elsewhere\n", name, 1e-3 * e->measured_j[k], cov,
+            e->src[k].method, 1e-3 * e->estimated_j[k]);
     else
-      print(ctx, "energy: %-4s         --     %s (%s)\n", energy_component_name(k), cov, e->src[k].note);
+      print(ctx, "energy: %-4s %10.4g kJ  %s (%s)\n", name, 1e-3 * e->measured_j[k], cov, e->src[k].method);
+  } else if (e->estimated_j[k] > 0 || e->coverage[k][ENERGY_ESTIMATED]) {
+    print(ctx, "energy: %-4s %10.4g kJ  %s, an estimate (%s: %s)\n", name, 1e-3 * e->estimated_j[k], cov, e->src[k].method,
+          e->src[k].note);
+  } else if (e->coverage[k][ENERGY_NOT_MEASURED] == 0) {
+    print(ctx, "energy: %-4s         --     %s\n", name, cov);
+  } else {
+    print(ctx, "energy: %-4s         --     %s (%s)\n", name, cov, e->src[k].note);
   }
-  const char *src = e->region ? e->region->source : "given in the deck: &energy grid_intensity";
-  if (energy_any_measured(e)) {
+}
+
+/* "CO2e<what>: G g at I gCO2e/kWh (region; source)" */
+static void print_co2e(const energy_meter *e, const char *what, double grams, energy_print_fn print, void *ctx) {
+  if (e->region)
+    print(ctx, "CO2e%s: %.4g g at %.4g gCO2e/kWh (%s; %s)\n", what, grams, e->intensity, e->region->label, e->region->source);
+  else
+    print(ctx, "CO2e%s: %.4g g at %.4g gCO2e/kWh (given in the deck: &energy grid_intensity)\n", what, grams, e->intensity);
+}
+
+void energy_report_print(const energy_meter *e, double tokens, double flops, energy_print_fn print, void *ctx) {
+  for (int k = 0; k < ENERGY_NCOMP; k++) print_component(e, k, print, ctx);
+  const char *pue_note = e->pue == 1.0 ? " (the default: give the site's &energy pue)" : "";
+  int m = energy_any_measured(e);
+  double est_fac = kwh(e->est_joules) * e->pue;
+  if (m) {
     double fac = kwh(e->joules) * e->pue;
-    print(ctx, "IT energy (measured components): %.4g kWh; facility %.4g kWh with PUE %.2f%s\n", kwh(e->joules), fac, e->pue,
-          e->pue == 1.0 ? " (the default: give the site's &energy pue)" : "");
-    if (e->region)
-      print(ctx, "CO2e: %.4g g at %.4g gCO2e/kWh (%s; %s)\n", fac * e->intensity, e->intensity, e->region->label, src);
-    else
-      print(ctx, "CO2e: %.4g g at %.4g gCO2e/kWh (%s)\n", fac * e->intensity, e->intensity, src);
+    print(ctx, "IT energy (measured components): %.4g kWh; facility %.4g kWh with PUE %.2f%s\n", kwh(e->joules), fac, e->pue, pue_note);
+    print_co2e(e, "", fac * e->intensity, print, ctx);
     if (tokens > 0 && flops > 0)
       print(ctx, "efficiency: %.4g J/token (IT), %.4g J/token with PUE, %.4g kWh per 1e18 FLOP\n", e->joules / tokens,
             e->joules * e->pue / tokens, kwh(e->joules) / (flops / 1e18));
+    if (e->est_joules > 0)
+      print(ctx, "with the estimates for the components without a sensor: IT %.4g kWh, facility %.4g kWh, CO2e %.4g g "
+                 "(%.4g g measured + %.4g g estimated)\n",
+            kwh(e->joules + e->est_joules), fac + est_fac, (fac + est_fac) * e->intensity, fac * e->intensity,
+            est_fac * e->intensity);
+  } else if (e->est_joules > 0) {
+    print(ctx, "IT energy: not measured; estimated %.4g kWh, facility %.4g kWh with PUE %.2f%s\n", kwh(e->est_joules), est_fac,
+          e->pue, pue_note);
+    print_co2e(e, " (estimated, not measured)", est_fac * e->intensity, print, ctx);
   } else {
-    print(ctx, "IT energy: not measured%s; CO2e not computed\n",
-          e->est_joules > 0 ? " (the estimate above is not a measurement)" : "");
+    print(ctx, "IT energy: not measured; CO2e not computed\n");
   }
-  if (e->est_joules > 0)
-    print(ctx, "estimated (not measured, not in the totals): %.4g kWh, %.4g gCO2e with PUE %.2f\n", kwh(e->est_joules),
-          kwh(e->est_joules) * e->pue * e->intensity, e->pue);
-  int m = energy_any_measured(e);
   double j = m ? e->joules : e->est_joules;
   if (j > 0 && tokens > 0) {
     int n;
@@ -631,6 +727,10 @@ json_t *energy_report_json(const energy_meter *e, const cfg_config *cfg, double 
   json_object_set_new(j, "facility_energy", measured ? json_real(fac) : json_null());
   json_object_set_new(j, "estimated_energy", json_real(kwh(e->est_joules)));
   json_object_set_new(j, "estimated_emissions", json_real(kwh(e->est_joules) * e->pue * e->intensity / 1000.0));
+  json_object_set_new(j, "energy_with_estimates", json_real(kwh(e->joules + e->est_joules)));
+  json_object_set_new(j, "emissions_with_estimates", json_real(kwh(e->joules + e->est_joules) * e->pue * e->intensity / 1000.0));
+  json_object_set_new(j, "energy_basis", json_string(measured ? (e->est_joules > 0 ? "measured and estimated" : "measured")
+                                                        : e->est_joules > 0 ? "estimated" : "none"));
   json_object_set_new(j, "carbon_intensity_g_per_kwh", json_real(e->intensity));
   json_object_set_new(j, "ci_basis", json_string(e->region ? e->region->basis : "given in the deck"));
   json_object_set_new(j, "ci_source", json_string(e->region ? e->region->source : "&energy grid_intensity"));
@@ -649,6 +749,8 @@ json_t *energy_report_json(const energy_meter *e, const cfg_config *cfg, double 
     json_object_set_new(c, "coverage", json_string(energy_coverage(e, k, cov, sizeof cov)));
     json_object_set_new(c, "method", json_string(e->src[k].method));
     json_object_set_new(c, "note", json_string(e->src[k].note));
+    json_object_set_new(c, "model", e->src[k].model[0] ? json_string(e->src[k].model) : json_null());
+    json_object_set_new(c, "estimate_basis_w", e->src[k].status == ENERGY_ESTIMATED ? json_real(e->src[k].watts) : json_null());
     json_object_set_new(c, "energy_j", m ? json_real(e->measured_j[k]) : json_null());
     json_object_set_new(c, "estimated_j", json_real(e->estimated_j[k]));
     json_object_set_new(comp, energy_component_name(k), c);

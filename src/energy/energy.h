@@ -9,10 +9,13 @@
  *     library in GREENLM_NVML_LIBRARY), found by PCI bus id; its cumulative energy counter, or
  *     power samples integrated by the sampling thread where the counter is missing. A GPU shared
  *     by several ranks of a node is read by the lowest of them.
- * Without a sensor a component is "estimated" from a deck TDP (and labelled so), or "not
- * measured"; never a silent zero. Node energy is attributed to the node's ranks by a documented
- * rule (&energy attribution) in integer microjoules, so the ranks' shares sum to the node's
- * reading exactly, and totals are MPI sums of the shares: nothing is counted twice. */
+ * Without a sensor a component is "estimated" (and labelled so, with the method that gave it): from
+ * the deck's TDP where given, else (&energy estimate, the default) from the hardware power table
+ * (hwpower.h): CPU TDP by model or a per-core default x CPU time, DRAM per GB x wall time, GPU
+ * board power x wall time; or "not measured"; never a silent zero. Measured always wins. Node
+ * energy is attributed to the node's ranks by a documented rule (&energy attribution) in integer
+ * microjoules, so the ranks' shares sum to the node's reading exactly, and totals are MPI sums of
+ * the shares: nothing is counted twice. */
 #ifndef GREENLM_ENERGY_H
 #define GREENLM_ENERGY_H
 
@@ -32,8 +35,12 @@ enum { ENERGY_CPU, ENERGY_DRAM, ENERGY_GPU, ENERGY_NCOMP };
 /* How one component is obtained on this rank's node (CPU, DRAM) or for its GPU. */
 typedef struct {
   energy_status status;
-  char method[32]; /* rapl_sysfs, nvml_energy_counter, nvml_power_sampled, tdp_estimate, none */
-  char note[256];  /* what was read, or why nothing was */
+  char method[32]; /* rapl_sysfs, nvml_energy_counter, nvml_power_sampled (measured);
+                      deck_tdp_estimate, tdp_table_estimate, per_core_default_estimate,
+                      dram_per_gb_estimate (estimated); none */
+  char note[384];  /* what was read, or why nothing was, or how the estimate is made */
+  char model[96];  /* estimated from the table: the part it matched; else "" */
+  double watts;    /* estimated: CPU W per core-second of CPU time, DRAM W per node, GPU W per GPU */
 } energy_source;
 
 /* One grid region of the built-in table. */
@@ -60,7 +67,7 @@ typedef struct {
   int gpu_owner;   /* this rank reads its GPU (the lowest rank of the node using it) */
   int gpu_sharers; /* ranks of the node on this rank's GPU (0: no GPU) */
   energy_source src[ENERGY_NCOMP];
-  double cpu_tdp_w, gpu_tdp_w, node_cores;
+  double node_cores;
   int by_cpu_time; /* attribution rule: 1 CPU-time shares, 0 equal shares */
   /* RAPL zones (leader) */
   int nzones;
