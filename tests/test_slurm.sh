@@ -4,7 +4,9 @@
 # job against stand-ins for sbatch, srun and scancel (tests/slurm-stub), the restart chain submits
 # the next link held until this job ends, keeps it when greenlm stopped in time (verdict: signal,
 # time_limit), cancels it when the run completed or failed, starts nothing after a completed run,
-# and stops at GREENLM_CHAIN_MAX. run/slurm.sbatch chains only with GREENLM_CHAIN=1.
+# and stops at GREENLM_CHAIN_MAX; with greenlm itself behind srun, a job stopped by its time limit
+# is continued from its checkpoint by the next link to completion. run/slurm.sbatch chains only
+# with GREENLM_CHAIN=1.
 . "$(dirname "$0")/lib.sh"
 out="$TEST_OUT/slurm"
 rm -rf "$out"
@@ -37,11 +39,14 @@ for g in 6 8; do
   done
 done
 
-# job SCRIPT: run SCRIPT as Slurm would, from the tree, as job 4242 named chaintest; rc in $out/rc
+# job SCRIPT [greenlm options]: run SCRIPT as Slurm would, from the tree, as job 4242 named
+# chaintest, on input/deck.nml; rc in $out/rc
 job() {
+  script=$1
+  shift
+  [ $# -gt 0 ] || set -- --set training.max_steps=9
   (cd "$out/tree" && SLURM_SUBMIT_DIR="$out/tree" SLURM_JOB_ID=4242 SLURM_JOB_NAME=chaintest SLURM_JOB_ACCOUNT=proj \
-     SLURM_JOB_NUM_NODES=4 SLURM_CPUS_PER_TASK=4 bash "$TOP_SRCDIR/$1" input/deck.nml --set training.max_steps=9) \
-    > "$out/job.out" 2>&1
+     SLURM_JOB_NUM_NODES=4 SLURM_CPUS_PER_TASK=4 bash "$TOP_SRCDIR/$script" input/deck.nml "$@") > "$out/job.out" 2>&1
   echo $? > "$out/rc"
 }
 calls() { grep -c "^$1 " "$STUB_LOG"; }
@@ -85,6 +90,36 @@ check "failure: the message does not say the chain stops" grep -q "the chain sto
 fresh
 GREENLM_CHAIN_MAX=3 GREENLM_CHAIN_LINK=3 STUB_STATUS=signal job $t
 check "GREENLM_CHAIN_MAX: a link beyond it was submitted" [ "$(calls sbatch)" = 0 ]
+
+# the chain with greenlm itself (srun's stand-in runs it on one rank): a job stopped by its time
+# limit (&training max_minutes, 1e-9: after the first step) keeps the next link, which restarts from the checkpoint and
+# completes; the link after that finds the run done
+mkdir -p "$out/tree/input"
+cat > "$out/tree/input/deck.nml" <<EOD
+&job task = 'train', log_every = 1 /
+&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
+  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+&model vocab_size = 256, block_size = 16, n_layer = 1, n_embd = 16, n_head = 2 /
+&training seq_len = 16, micro_batch_size = 2, global_batch_size = 2, max_steps = 4, eval_every = 0, eval_batches = 1 /
+&sample n_tokens = 0 /
+&system peak_gflops = 100 /
+EOD
+(cd "$out/tree" && greenlm --set job.task=prepare input/deck.nml) > "$out/prepare.out" 2>&1
+check "the chain's datasets: $(tail -n 5 "$out/prepare.out")" [ -s "$out/train.nc" ]
+fresh
+STUB_STATUS=real job $t --set training.max_minutes=1e-9
+check "real, time limit: the job failed: $(tail -n 5 "$out/job.out")" [ "$(cat "$out/rc")" = 0 ]
+check "real, time limit: verdict not time_limit" grep -q '^  "status": "time_limit"' "$out/tree/runs/chaintest/verdict.json"
+check "real, time limit: not one next link, or it was cancelled: $(cat "$STUB_LOG")" [ "$(calls sbatch) $(calls scancel)" = "1 0" ]
+: > "$STUB_LOG"
+GREENLM_CHAIN_LINK=2 STUB_STATUS=real job $t --set training.max_minutes=0
+check "real, link 2: the job failed: $(tail -n 5 "$out/job.out")" [ "$(cat "$out/rc")" = 0 ]
+check "real, link 2: did not continue from the step-1 checkpoint" grep -q "^restart: runs/chaintest/checkpoints/ckpt-00000001.nc, step 1:" "$out/tree/runs/chaintest/log.txt"
+check "real, link 2: verdict not completed" grep -q '^  "status": "completed"' "$out/tree/runs/chaintest/verdict.json"
+check "real, link 2: the next link was not cancelled: $(cat "$STUB_LOG")" grep -q "^scancel 4243\$" "$STUB_LOG"
+: > "$STUB_LOG"
+GREENLM_CHAIN_LINK=3 STUB_STATUS=real job $t
+check "real, link 3: ran after the run was done: $(cat "$STUB_LOG")" [ ! -s "$STUB_LOG" ]
 
 # run/slurm.sbatch: no chain unless asked for
 fresh
