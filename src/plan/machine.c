@@ -6,6 +6,7 @@
 
 #include "base/util.h"
 #include "energy/energy.h"
+#include "energy/hwpower.h"
 #include "parallel/topo.h"
 
 /* The share of the peak greenlm's step reaches on a GPU, at fp32 and at the tensor-core precisions
@@ -16,29 +17,29 @@
 #define NV_SRC "NVIDIA datasheet"
 
 static const machine_device table[] = {
-    {"cpu", "CPU cores, one rank each", {0, 0, 0, 0}, 0, 5, 10, 5, 1, 0, 0.75, 0.15,
+    {"cpu", "CPU cores, one rank each", {0, 0, 0, 0}, 0, 5, NULL, 5, 1, 0, 0.75, 0.12,
      "peak: an SGEMM measured here on one core; efficiency: greenlm's CPU step at 70-80% of that peak (doc/performance.md); "
-     "5 GB/s of memory bandwidth and 10 W per core (a two-socket node of 2 x 32 cores at 2 x 200 W with its memory); "
+     "5 GB/s of memory bandwidth per core; power from the hardware power table (energy/hwpower.h); "
      "shared-memory MPI at 5 GB/s, 1 us"},
-    {"v100-16gb", "NVIDIA V100 SXM2 16 GB", {15.7, 0, 0, 125}, 16, 900, 300, 50, 3, 6, GPU_EFF_TC, 1.0,
+    {"v100-16gb", "NVIDIA V100 SXM2 16 GB", {15.7, 0, 0, 125}, 16, 900, "V100-SXM2-16GB", 50, 3, 6, GPU_EFF_TC, 1.0,
      NV_SRC " (Tesla V100, 2020): 15.7 TFLOP/s fp32, 125 fp16 tensor, 900 GB/s HBM2, 300 W; NVLink 2.0 between the GPUs "
      "of an IBM AC922 node (6 GPUs), 50 GB/s each way"},
-    {"v100-32gb", "NVIDIA V100 SXM2 32 GB", {15.7, 0, 0, 125}, 32, 900, 300, 50, 3, 6, GPU_EFF_TC, 1.0,
+    {"v100-32gb", "NVIDIA V100 SXM2 32 GB", {15.7, 0, 0, 125}, 32, 900, "V100-SXM2-32GB", 50, 3, 6, GPU_EFF_TC, 1.0,
      NV_SRC " (Tesla V100, 2020): 15.7 TFLOP/s fp32, 125 fp16 tensor, 900 GB/s HBM2, 300 W; NVLink 2.0 between the GPUs "
      "of an IBM AC922 node (6 GPUs), 50 GB/s each way"},
-    {"a100-40gb", "NVIDIA A100 SXM4 40 GB", {19.5, 156, 312, 312}, 40, 1555, 400, 250, 3, 8, GPU_EFF_TC, 1.0,
+    {"a100-40gb", "NVIDIA A100 SXM4 40 GB", {19.5, 156, 312, 312}, 40, 1555, "A100-SXM4-40GB", 250, 3, 8, GPU_EFF_TC, 1.0,
      NV_SRC " (A100, 2021): 19.5 TFLOP/s fp32, 156 tf32, 312 bf16/fp16 dense, 1555 GB/s HBM2, 400 W; NVLink 3 through "
      "NVSwitch, 300 GB/s each way (250 reached)"},
-    {"a100-80gb", "NVIDIA A100 SXM4 80 GB", {19.5, 156, 312, 312}, 80, 2039, 400, 250, 3, 8, GPU_EFF_TC, 1.0,
+    {"a100-80gb", "NVIDIA A100 SXM4 80 GB", {19.5, 156, 312, 312}, 80, 2039, "A100-SXM4-80GB", 250, 3, 8, GPU_EFF_TC, 1.0,
      NV_SRC " (A100, 2021): 19.5 TFLOP/s fp32, 156 tf32, 312 bf16/fp16 dense, 2039 GB/s HBM2e, 400 W; NVLink 3 through "
      "NVSwitch, 300 GB/s each way (250 reached)"},
-    {"h100-80gb", "NVIDIA H100 SXM5 80 GB", {67, 494.7, 989.4, 989.4}, 80, 3350, 700, 400, 3, 8, GPU_EFF_TC, 1.0,
+    {"h100-80gb", "NVIDIA H100 SXM5 80 GB", {67, 494.7, 989.4, 989.4}, 80, 3350, "H100", 400, 3, 8, GPU_EFF_TC, 1.0,
      NV_SRC " (H100, 2023): 67 TFLOP/s fp32, 494.7 tf32, 989.4 bf16/fp16 dense, 3.35 TB/s HBM3, 700 W; NVLink 4 through "
      "NVSwitch, 450 GB/s each way (400 reached)"},
-    {"h200", "NVIDIA H200 SXM 141 GB", {67, 494.7, 989.4, 989.4}, 141, 4800, 700, 400, 3, 8, GPU_EFF_TC, 1.0,
+    {"h200", "NVIDIA H200 SXM 141 GB", {67, 494.7, 989.4, 989.4}, 141, 4800, "H200", 400, 3, 8, GPU_EFF_TC, 1.0,
      NV_SRC " (H200, 2024): 67 TFLOP/s fp32, 494.7 tf32, 989.4 bf16/fp16 dense, 141 GB HBM3e at 4.8 TB/s, 700 W; NVLink 4 "
      "through NVSwitch, 450 GB/s each way (400 reached)"},
-    {NULL, NULL, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, NULL}};
+    {NULL, NULL, {0, 0, 0, 0}, 0, 0, NULL, 0, 0, 0, 0, 0, NULL}};
 
 const machine_device *machine_devices(void) { return table; }
 
@@ -59,6 +60,12 @@ static double pick(double deck, double def) { return deck > 0 ? deck : def; }
 static int resolve_compute(machine_plan *m, const cfg_config *cfg, const backend *be, err_list *errs) {
   const cfg_machine *c = &cfg->machine;
   const int pi = precision_index(cfg->system.precision);
+  if (!m->cpu && m->dev->tflops[pi] <= 0) {
+    cfg_error_at(cfg, errs, "system", "precision",
+                 m->dev->tflops[3] > 0 ? "the V100 computes at fp16 (tensor cores, loss scaling) or fp32: set precision = 'fp16'" : "",
+                 "&machine device = '%s' has no %s arithmetic", m->dev->name, cfg->system.precision);
+    return 1;
+  }
   if (c->peak_tflops > 0) {
     m->peak = c->peak_tflops * 1e12;
     util_snprintf(m->peak_from, sizeof m->peak_from, "&machine peak_tflops");
@@ -66,14 +73,9 @@ static int resolve_compute(machine_plan *m, const cfg_config *cfg, const backend
     be->set_threads(be, 1);
     m->peak = be->measure_gflops(be, 1024, 1.0) * 1e9;
     util_snprintf(m->peak_from, sizeof m->peak_from, "an SGEMM measured here on one core");
-  } else if (m->dev->tflops[pi] > 0) {
+  } else {
     m->peak = m->dev->tflops[pi] * 1e12;
     util_snprintf(m->peak_from, sizeof m->peak_from, "the %s peak at %s (%s)", m->dev->label, cfg->system.precision, NV_SRC);
-  } else {
-    cfg_error_at(cfg, errs, "system", "precision",
-                 m->dev->tflops[3] > 0 ? "the V100 computes at fp16 (tensor cores, loss scaling) or fp32: set precision = 'fp16'" : "",
-                 "&machine device = '%s' has no %s arithmetic", m->dev->name, cfg->system.precision);
-    return 1;
   }
   const double eff_table = m->cpu ? m->dev->efficiency : pi == 0 ? GPU_EFF_FP32 : GPU_EFF_TC;
   m->efficiency = pick(c->efficiency, eff_table);
@@ -97,6 +99,32 @@ static void resolve_grid(machine_plan *m, const cfg_config *cfg) {
   }
 }
 
+/* W of one rank's device: the deck's, the GPU's board power, or one core's share of this
+ * machine's CPU TDP (the hardware power table; a default per core for a CPU it lacks). */
+static void resolve_power(machine_plan *m, const cfg_config *cfg, double node_mem) {
+  int n;
+  if (cfg->machine.device_watts > 0) {
+    m->device_w = cfg->machine.device_watts;
+    util_snprintf(m->power_from, sizeof m->power_from, "&machine device_watts");
+  } else if (!m->cpu) {
+    const hwpower_part *gpus = hwpower_gpus(&n), *g = hwpower_match(gpus, n, m->dev->power);
+    UTIL_CHECK(g != NULL, NULL, "internal: no power table row '%s'", m->dev->power);
+    m->device_w = g->watts;
+    util_snprintf(m->power_from, sizeof m->power_from, "board power of the %s", g->model);
+  } else {
+    char model[256] = "";
+    const hwpower_part *cpus = hwpower_cpus(&n);
+    const hwpower_part *c = hwpower_cpu_model("/proc/cpuinfo", model, sizeof model) == 0 ? hwpower_match(cpus, n, model) : NULL;
+    m->device_w = c ? c->watts / c->cores : HWPOWER_CORE_DEFAULT_W;
+    util_snprintf(m->power_from, sizeof m->power_from, c ? "TDP per core of the %s" : "the default per core (%s%s)",
+                  c ? c->model : model[0] ? model : "CPU", c ? "" : " not in the table");
+  }
+  /* besides the devices: the deck's, 150 W per GPU, or a CPU node's memory */
+  m->host_w = cfg->machine.host_watts > 0 ? cfg->machine.host_watts
+              : m->cpu                     ? HWPOWER_DRAM_W_PER_GB * node_mem / 1e9
+                                           : 150.0 * m->per_node;
+}
+
 int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, double nparams, err_list *errs) {
   const cfg_machine *c = &cfg->machine;
   memset(m, 0, sizeof *m);
@@ -116,8 +144,7 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
   m->intra_lat = pick(c->intra_latency_us, m->dev->intra_latency_us) * 1e-6;
   m->inter_bw = pick(c->inter_gbs, 25) * 1e9;
   m->inter_lat = pick(c->inter_latency_us, 2) * 1e-6;
-  m->device_w = pick(c->device_watts, m->dev->watts);
-  m->host_w = c->host_watts > 0 ? c->host_watts : m->cpu ? 0 : 150.0 * m->per_node;
+  resolve_power(m, cfg, node_mem);
   m->overhead = pick(c->overhead_gb, m->dev->overhead_gb) * 1e9;
   m->tokens = c->tokens > 0 ? c->tokens : 20.0 * nparams;
   util_strlcpy(m->source, c->source, sizeof m->source);
@@ -131,11 +158,11 @@ const char *machine_describe(const machine_plan *m, char *buf, size_t len) {
                 "machine: %d node%s x %d %s = %d ranks; %s per rank%s%s\n"
                 "compute: %.4g TFLOP/s per rank (%s), at %.1f%% of it (%s)\n"
                 "links: within a node %.4g GB/s, %.3g us; between nodes %.4g GB/s per node, %.3g us; memory %.4g GB/s per rank\n"
-                "power: %.4g W per %s%s%.4g W per node besides; PUE %.2f; grid %.0f gCO2e/kWh, %s",
+                "power: %.4g W per %s (%s), %.4g W per node besides; PUE %.2f; grid %.0f gCO2e/kWh, %s",
                 m->nodes, m->nodes == 1 ? "" : "s", m->per_node, m->cpu ? "cores" : m->dev->label, m->ranks,
                 util_fmt_bytes(m->memory, mem, sizeof mem), m->source[0] ? "; figures from " : "", m->source, m->peak / 1e12,
                 m->peak_from, 100 * m->efficiency, m->eff_from, m->intra_bw / 1e9, m->intra_lat * 1e6, m->inter_bw / 1e9,
-                m->inter_lat * 1e6, m->memory_bw / 1e9, m->device_w, m->cpu ? "core" : "GPU", ", ", m->host_w, m->pue,
+                m->inter_lat * 1e6, m->memory_bw / 1e9, m->device_w, m->cpu ? "core" : "GPU", m->power_from, m->host_w, m->pue,
                 m->intensity, m->grid);
   return buf;
 }

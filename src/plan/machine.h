@@ -17,7 +17,7 @@ typedef struct {
   double tflops[4];  /* peak at fp32, tf32, bf16, fp16 (tensor cores where the device has them); 0: none */
   double memory_gb;  /* per device, 10^9 bytes (0 for 'cpu': the node's) */
   double memory_gbs; /* memory bandwidth per device (per core for 'cpu') */
-  double watts;      /* board power (per core for 'cpu') */
+  const char *power; /* the GPU's row of the hardware power table (energy/hwpower.h); NULL for 'cpu' */
   double intra_gbs, intra_latency_us; /* between two ranks of a node, each way */
   int per_node;      /* usual devices per node (0 for 'cpu': this machine's cores) */
   double efficiency; /* share of the peak greenlm's step reaches there, as measured */
@@ -35,6 +35,7 @@ typedef struct {
   double memory_bw;      /* bytes/s of one rank's memory */
   double intra_bw, intra_lat, inter_bw, inter_lat; /* bytes/s each way, seconds */
   double device_w, host_w; /* W per rank's device (per core for 'cpu'); W per node besides them */
+  char power_from[160];  /* where device_w comes from */
   double overhead;       /* bytes of a rank outside the planned buffers */
   double tokens;         /* tokens the run trains on */
   double pue, intensity; /* site PUE; grid gCO2e/kWh */

@@ -1,0 +1,174 @@
+/* test_plan: the planner's predictions against the formulas of doc/planning.md computed here
+ * independently, its choice, what it says when nothing fits, and its errors. */
+#include <mpi.h>
+
+#include "testing.h"
+#include "base/util.h"
+#include "model/backends.h"
+#include "model/gpt.h"
+#include "parallel/par.h"
+#include "plan/plan.h"
+#include "trainer.h"
+
+/* A model of 4 layers on one node of 2 "cores" whose every figure is given. */
+static const char DECK[] =
+    "&job task = 'plan' /\n"
+    "&model vocab_size = 256, block_size = 32, n_layer = 4, n_embd = 64, n_head = 4 /\n"
+    "&training seq_len = 32, micro_batch_size = 2, global_batch_size = 8 /\n"
+    "&machine device = 'cpu', nodes = 1, devices_per_node = 2, memory_gb = 1, peak_tflops = 0.1, efficiency = 0.5,\n"
+    "  memory_gbs = 10, intra_gbs = 1, intra_latency_us = 1, overhead_gb = 0.1, device_watts = 10, host_watts = 5,\n"
+    "  tokens = 1e9 /\n"
+    "&energy pue = 1.5, grid_intensity = 100 /\n";
+
+static cfg_config *load(const char *text, const char *const *sets, int nsets) {
+  cfg_config *c = calloc(1, sizeof *c);
+  err_list e = {0};
+  int bad = cfg_load(c, text, strlen(text), "test_plan", (char *const *)sets, nsets, &e);
+  if (bad) err_print(&e, 10);
+  T_CHECK(bad == 0, "deck rejected");
+  err_free(&e);
+  return c;
+}
+
+static const plan_layout *find(const plan_result *r, int P, int D, int B, int zero, int rc, int order) {
+  for (int i = 0; i < r->n; i++) {
+    const plan_layout *l = &r->v[i];
+    if (l->P == P && l->D == D && l->B == B && l->zero == zero && l->recompute == rc && l->stages_adjacent == order) return l;
+  }
+  return NULL;
+}
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)) + 1e-15; }
+
+/* FLOPs per token of the whole model, fwd + bwd: 6 x the blocks' and the head's weights plus the
+ * attention over T (GPT-Neo's 256-token windows exceed T = 32 here). */
+static double model_cost(double L, double C, double V, double T) {
+  return L * (6.0 * (4 * C * C + 2 * C * 4 * C) + 12.0 * C * T) + 6.0 * V * C;
+}
+
+/* One replica: 2 x ... on a 1 x 2 node by hand: the passes, the exchange, the optimizer, energy. */
+static void check_data_parallel(const cfg_config *cfg, const backend *be) {
+  plan_result r;
+  err_list e = {0};
+  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  err_free(&e);
+  const plan_layout *l = find(&r, 1, 2, 2, 0, 0, 0);
+  T_CHECK(l != NULL, "layout 1 x 2, B 2 missing among %d", r.n);
+  if (!l) return plan_free(&r);
+  const double N = (double)r.nparams, peak = 0.1e12 * 0.5, T = 32, m = 2, B = 2;
+  const double t_s = B * T * model_cost(4, 64, 256, T) / peak;
+  T_CHECK(l->m == 2 && near(l->t_compute, m * t_s) && l->t_bubble == 0, "compute %.9g s, want %.9g", l->t_compute, m * t_s);
+  const double bytes = N * 4, ring = 2.0 * (2 - 1) / 2 * bytes / 1e9 + 2.0 * 1 * 1e-6; /* one bucket: all of it exposed */
+  T_CHECK(near(l->t_dp, ring), "replica exchange %.9g s, want %.9g", l->t_dp, ring);
+  T_CHECK(near(l->t_opt, N * 28 / 10e9), "optimizer %.9g s, want %.9g", l->t_opt, N * 28 / 10e9);
+  const double step = m * t_s + ring + N * 28 / 10e9;
+  T_CHECK(near(l->t_step, step), "step %.9g s, want %.9g", l->t_step, step);
+  T_CHECK(near(l->tokens_per_s, 8 * T / step), "tokens/s %.9g", l->tokens_per_s);
+  const double secs = 1e9 / (8 * T / step), kwh = (2 * 10 * 0.8 + 5) * secs * 1.5 / 3.6e6;
+  T_CHECK(near(l->seconds, secs) && near(l->kwh[1], kwh) && near(l->co2_kg[1], kwh * 0.1), "energy %.9g kWh, want %.9g",
+          l->kwh[1], kwh);
+  T_CHECK(l->kwh[0] < l->kwh[1] && l->kwh[1] < l->kwh[2], "energy range %.4g-%.4g-%.4g", l->kwh[0], l->kwh[1], l->kwh[2]);
+  /* memory: the dry run's plan of the fullest rank plus the overhead */
+  cfg_config *c = malloc(sizeof *c);
+  *c = *cfg;
+  c->parallel.pipeline_stages = 1, c->parallel.data_parallel = 2, c->parallel.micro_batches = 2;
+  par_layout lay;
+  par_plan(&lay, c, 2, 0);
+  double mem = (double)trainer_plan_memory(c, be, &lay, 0, 0).total;
+  T_CHECK(near(l->mem_planned, mem) && near(l->mem, mem + 0.1e9), "memory %.0f, want %.0f + overhead", l->mem_planned, mem);
+  par_free(&lay);
+  free(c);
+  plan_free(&r);
+}
+
+/* Two stages: the bubble is one pass of the busiest stage; the transfers of the warm-up and
+ * cool-down; the tied embedding's exchange. The best layout is the fastest that fits. */
+static void check_pipeline(const cfg_config *cfg, const backend *be) {
+  plan_result r;
+  err_list e = {0};
+  plan_make(&r, cfg, be, &e);
+  err_free(&e);
+  const plan_layout *l = find(&r, 2, 1, 2, 0, 0, 0);
+  T_CHECK(l != NULL, "layout 2 x 1 missing");
+  if (l) {
+    T_CHECK(l->m == 4 && near(l->t_bubble, l->t_compute / 4), "bubble %.9g s for compute %.9g s over 4 micro-batches",
+            l->t_bubble, l->t_compute);
+    const double p2p = 2 * (1e-6 + 2 * 32 * 64 * 4 / 1e9), emb = 1e-6 + 256 * 64 * 4 / 1e9;
+    T_CHECK(near(l->t_p2p, p2p) && near(l->t_embed, emb), "transfers %.9g s (want %.9g), embedding %.9g s (want %.9g)",
+            l->t_p2p, p2p, l->t_embed, emb);
+  }
+  T_CHECK(r.best >= 0, "nothing recommended");
+  for (int i = 0; r.best >= 0 && i < r.n; i++)
+    T_CHECK(!r.v[i].fits || r.v[i].t_step >= r.v[r.best].t_step * (1 - 1e-12), "layout %d is faster than the best", i);
+  plan_free(&r);
+}
+
+/* Nothing fits on the node in a byte less than the smallest layout needs: the plan finds the node
+ * count at which something would (more stages). */
+static void check_nothing_fits(const cfg_config *cfg0, const backend *be) {
+  plan_result r;
+  err_list e = {0};
+  plan_make(&r, cfg0, be, &e);
+  double least = r.v[0].mem;
+  for (int i = 1; i < r.n; i++) least = fmin(least, r.v[i].mem);
+  plan_free(&r);
+  char mem[64];
+  snprintf(mem, sizeof mem, "machine.memory_gb=%.9f", (least - 1) / 1e9);
+  const char *sets[] = {mem};
+  cfg_config *cfg = load(DECK, sets, 1);
+  plan_make(&r, cfg, be, &e);
+  err_free(&e);
+  T_CHECK(r.best < 0, "a layout fits in %.0f bytes", least - 1);
+  T_CHECK(r.nodes_needed == 2 && r.alt.fits && r.alt.P * r.alt.D == 4 && r.alt.mem < least,
+          "what would fit: %d nodes, layout %d x %d", r.nodes_needed, r.alt.P, r.alt.D);
+  plan_free(&r);
+  free(cfg);
+}
+
+/* A V100 has no bf16: an error at &system precision with the fp16 hint. */
+static void check_errors(const backend *be) {
+  const char *sets[] = {"machine.device='v100-32gb'", "system.precision='bf16'", "machine.devices_per_node=6"};
+  cfg_config *cfg = load(DECK, sets, 3);
+  plan_result r;
+  err_list e = {0};
+  T_CHECK(plan_make(&r, cfg, be, &e) != 0 && e.n == 1 && strstr(e.v[0].msg, "no bf16") && strstr(e.v[0].hint, "fp16"),
+          "bf16 on a V100: %s", e.n ? e.v[0].msg : "no error");
+  err_free(&e);
+  plan_free(&r);
+  free(cfg);
+}
+
+/* The GPT-Neo 13B shape on 4 x 6 V100-32GB: a layout fits, memory and counts in 64 bits. */
+static void check_13b(const backend *be) {
+  const char *sets[] = {"model.n_layer=40", "model.n_embd=5120", "model.n_head=40", "model.vocab_size=50257",
+                        "model.block_size=2048", "training.seq_len=2048", "training.micro_batch_size=4",
+                        "training.global_batch_size=1024", "machine.device='v100-32gb'", "machine.nodes=4",
+                        "machine.devices_per_node=6", "system.precision='fp16'", "machine.memory_gb=0",
+                        "machine.overhead_gb=0", "machine.peak_tflops=0", "machine.efficiency=0"};
+  cfg_config *cfg = load(DECK, sets, 16);
+  plan_result r;
+  err_list e = {0};
+  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "13B plan failed");
+  err_free(&e);
+  T_CHECK(r.nparams > 12.8e9 && r.nparams < 12.9e9, "13B parameters %.4g", r.nparams);
+  T_CHECK(r.best >= 0 && r.v[r.best].P * r.v[r.best].D == 24 && r.v[r.best].mem < 32e9 && r.v[r.best].mem > 4e9,
+          "13B on 24 V100: best %d, memory %.4g", r.best, r.best >= 0 ? r.v[r.best].mem : 0);
+  plan_free(&r);
+  free(cfg);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  cfg_config *cfg = load(DECK, NULL, 0);
+  const backend *be = backends_plan(cfg);
+  check_data_parallel(cfg, be);
+  check_pipeline(cfg, be);
+  check_nothing_fits(cfg, be);
+  check_errors(be);
+  check_13b(be);
+  backend_close(be);
+  free(cfg);
+  int rc = t_done("test_plan");
+  MPI_Finalize();
+  return rc;
+}
