@@ -581,6 +581,8 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
   json_object_set_new(en, "status", json_string(energy_kind(e)));
   json_object_set_new(en, "energy_consumed", measured ? json_real(kwh) : json_null());
   json_object_set_new(en, "estimated_energy", json_real(e->est_joules / 3.6e6));
+  json_object_set_new(en, "estimated_emissions", json_real(e->est_joules / 3.6e6 * e->pue * e->intensity / 1000.0));
+  json_object_set_new(en, "energy_basis", json_string(energy_basis(e)));
   json_object_set_new(en, "pue", json_real(e->pue));
   json_object_set_new(en, "facility_energy", measured ? json_real(fac) : json_null());
   json_object_set_new(en, "carbon_intensity_g_per_kwh", json_real(e->intensity));

@@ -617,6 +617,11 @@ const char *energy_coverage(const energy_meter *e, int c, char *buf, size_t len)
 
 static double kwh(double j) { return j / 3.6e6; }
 
+const char *energy_basis(const energy_meter *e) {
+  int measured = energy_any_measured(e);
+  return measured ? (e->est_joules > 0 ? "measured and estimated" : "measured") : e->est_joules > 0 ? "estimated" : "none";
+}
+
 int energy_any_measured(const energy_meter *e) {
   int n = 0;
   for (int k = 0; k < ENERGY_NCOMP; k++) n += e->coverage[k][ENERGY_MEASURED];
@@ -729,8 +734,7 @@ json_t *energy_report_json(const energy_meter *e, const cfg_config *cfg, double 
   json_object_set_new(j, "estimated_emissions", json_real(kwh(e->est_joules) * e->pue * e->intensity / 1000.0));
   json_object_set_new(j, "energy_with_estimates", json_real(kwh(e->joules + e->est_joules)));
   json_object_set_new(j, "emissions_with_estimates", json_real(kwh(e->joules + e->est_joules) * e->pue * e->intensity / 1000.0));
-  json_object_set_new(j, "energy_basis", json_string(measured ? (e->est_joules > 0 ? "measured and estimated" : "measured")
-                                                        : e->est_joules > 0 ? "estimated" : "none"));
+  json_object_set_new(j, "energy_basis", json_string(energy_basis(e)));
   json_object_set_new(j, "carbon_intensity_g_per_kwh", json_real(e->intensity));
   json_object_set_new(j, "ci_basis", json_string(e->region ? e->region->basis : "given in the deck"));
   json_object_set_new(j, "ci_source", json_string(e->region ? e->region->source : "&energy grid_intensity"));

@@ -124,6 +124,8 @@ void energy_close(energy_meter *e);
 
 /* Whether any component is measured anywhere in the job (after energy_sample). */
 int energy_any_measured(const energy_meter *e);
+/* What the totals rest on: "measured", "measured and estimated", "estimated" or "none". */
+const char *energy_basis(const energy_meter *e);
 /* "measured", "estimated" or "not measured". */
 const char *energy_status_name(energy_status s);
 /* "cpu", "dram", "gpu" */
