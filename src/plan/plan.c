@@ -199,16 +199,19 @@ static void enumerate(plan_ctx *c, plan_result *r, int R) {
   }
 }
 
-/* Index of the fastest layout that fits (the smaller memory on a tie), or -1. */
+/* Whether a is better than b among layouts that fit: faster; on a tie the larger micro-batch
+ * (larger GEMMs than the plan's one efficiency assumes), then the smaller memory. */
+static int better(const plan_layout *a, const plan_layout *b) {
+  if (a->t_step < b->t_step * (1 - 1e-9)) return 1;
+  if (a->t_step > b->t_step * (1 + 1e-9)) return 0;
+  return a->B != b->B ? a->B > b->B : a->mem < b->mem;
+}
+
+/* Index of the best layout that fits, or -1. */
 static int fastest(const plan_result *r) {
   int best = -1;
-  for (int i = 0; i < r->n; i++) {
-    const plan_layout *l = &r->v[i];
-    if (!l->fits) continue;
-    if (best < 0 || l->t_step < r->v[best].t_step * (1 - 1e-9) ||
-        (l->t_step <= r->v[best].t_step * (1 + 1e-9) && l->mem < r->v[best].mem))
-      best = i;
-  }
+  for (int i = 0; i < r->n; i++)
+    if (r->v[i].fits && (best < 0 || better(&r->v[i], &r->v[best]))) best = i;
   return best;
 }
 

@@ -70,6 +70,11 @@ static void print_deck(const plan_result *r) {
 /* The recommendation, its run, and the published footprints beside it. */
 static void print_verdict(const plan_result *r) {
   char lines[512], dur[32], mem[32];
+  if (r->n == 0) {
+    printf("no layout of %d ranks: the stages must divide the ranks (at most one per layer) and micro-batch x replicas "
+           "the global batch of %ld sequences\n", r->mach.ranks, r->G);
+    return;
+  }
   const plan_layout *b = r->best >= 0 ? &r->v[r->best] : NULL;
   if (!b) {
     const plan_layout *s = &r->v[0];
@@ -88,6 +93,9 @@ static void print_verdict(const plan_result *r) {
   } else {
     printf("recommended (the fastest that fits, marked *):\n%s\n", plan_deck_lines(r, b, lines, sizeof lines));
   }
+  printf("recommended: nodes=%d ranks=%d P=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d\n",
+         r->best >= 0 ? r->mach.nodes : r->nodes_needed, b->P * b->D, b->P, b->D, b->B, b->m, b->zero, b->recompute,
+         b->stages_adjacent);
   printf("predicted: %.4g tokens/s, MFU %.1f%%, %s for %.4g tokens (%.0f per parameter); peak memory %s per rank\n",
          b->tokens_per_s, 100 * b->mfu, fmt_duration(b->seconds, dur, sizeof dur), r->mach.tokens,
          r->mach.tokens / r->nparams, util_fmt_bytes(b->mem, mem, sizeof mem));
