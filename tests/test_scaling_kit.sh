@@ -4,7 +4,8 @@
 # this build stand in for run/build), and the command doc/performance.md gives runs there on
 # input/bench-b.nml shrunk to a tiny model through GREENLM_OPTS, at 1 and 2 ranks for 3 steps: it
 # writes the quickstart's text, prepares the deck's datasets, runs both layouts, and writes the
-# table, the CSV and the plot, with a prediction joined to the one layout it is given for.
+# table, the CSV and the plot, with a prediction joined to the one layout it is given for; then
+# again with --plan, the planner's predictions for both layouts.
 # Skipped (77) where the sources are not the top of a git checkout (a distribution tarball, even
 # one unpacked inside a checkout as make distcheck does, has no list of tracked files).
 . "$(dirname "$0")/lib.sh"
@@ -55,4 +56,16 @@ check "scaling.csv lacks the predicted columns" \
 if command -v gnuplot > /dev/null; then
   check "no scaling.png: $(cat "$res/gnuplot.log" 2> /dev/null)" [ -s "$res/scaling.png" ]
 fi
+
+# --plan: the planner predicts both layouts on a machine file (this CPU at a given peak)
+printf "&machine device = 'cpu', peak_tflops = 0.05, efficiency = 0.7 /\n" > "$out/machine.nml"
+(cd "$clone" && MPIEXEC="$MPIEXEC" GREENLM_OPTS="$tiny" timeout 300 run/scaling --weak --steps 3 --name planned \
+  --plan "$out/machine.nml" input/bench-b.nml "1:1x1 2:1x2") > "$out/planned.out" 2>&1
+rc=$?
+check "run/scaling --plan exited $rc: $(tail -n 15 "$out/planned.out")" [ $rc -eq 0 ]
+table="$clone/runs/scaling/planned/table.md"
+for n in 1 2; do
+  check "--plan: $n rank(s): no predicted tokens/s: $(row $n 11)" awk -v t="$(row $n 11)" 'BEGIN { exit !(t + 0 > 0) }'
+  check "--plan: $n rank(s): no measured / predicted: $(row $n 12)" awk -v t="$(row $n 12)" 'BEGIN { exit !(t + 0 > 0) }'
+done
 finish
