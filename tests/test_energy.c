@@ -357,8 +357,7 @@ static void default_estimate_case(void) {
   /* the CPU: the table's entry for this machine's model, or the per-core default */
   char model[128] = "unknown CPU";
   hwpower_cpu_model("/proc/cpuinfo", model, sizeof model);
-  int nc;
-  const hwpower_part *p = hwpower_match(hwpower_cpus(&nc), nc, model);
+  const hwpower_part *p = hwpower_cpu(model);
   const energy_source *cpu = &e.src[ENERGY_CPU], *dram = &e.src[ENERGY_DRAM];
   T_CHECK(cpu->status == ENERGY_ESTIMATED && strcmp(cpu->method, p ? "tdp_table_estimate" : "per_core_default_estimate") == 0,
           "cpu '%s': %s, %s (%s)", model, energy_status_name(cpu->status), cpu->method, cpu->note);

@@ -316,8 +316,7 @@ static void estimate_cpu(energy_source *s, const cfg_energy *c, double node_core
     return;
   }
   if (hwpower_cpu_model("/proc/cpuinfo", name, sizeof name) != 0) util_strlcpy(name, "unknown CPU", sizeof name);
-  int n;
-  const hwpower_part *p = hwpower_match(hwpower_cpus(&n), n, name);
+  const hwpower_part *p = hwpower_cpu(name);
   if (p) {
     s->watts = p->watts / p->cores;
     util_strlcpy(s->model, p->model, sizeof s->model);
@@ -369,8 +368,7 @@ static void estimate_gpu(energy_meter *e, energy_source *g, const cfg_energy *c,
     set_source(g, ENERGY_NOT_MEASURED, "none", note);
     return;
   }
-  int n;
-  const hwpower_part *p = hwpower_match(hwpower_gpus(&n), n, e->gpu_name);
+  const hwpower_part *p = hwpower_gpu(e->gpu_name);
   if (!p) {
     util_snprintf(note, sizeof note, "%s; '%s' is not in the board-power table: give &energy gpu_tdp_w", why, e->gpu_name);
     set_source(g, ENERGY_NOT_MEASURED, "none", note);

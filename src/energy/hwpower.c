@@ -234,3 +234,15 @@ int hwpower_gpu_name(const char *gpus_dir, const char *bus, char *buf, size_t le
   closedir(d);
   return rc;
 }
+
+const hwpower_part *hwpower_cpu(const char *name) {
+  int n;
+  const hwpower_part *t = hwpower_cpus(&n);
+  return hwpower_match(t, n, name);
+}
+
+const hwpower_part *hwpower_gpu(const char *name) {
+  int n;
+  const hwpower_part *t = hwpower_gpus(&n);
+  return hwpower_match(t, n, name);
+}

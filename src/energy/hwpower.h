@@ -34,6 +34,9 @@ const hwpower_part *hwpower_cpus(int *n);
 const hwpower_part *hwpower_gpus(int *n);
 /* The first entry of t (n entries) whose pattern matches name, or NULL. */
 const hwpower_part *hwpower_match(const hwpower_part *t, int n, const char *name);
+/* The entry of the CPU table, or of the GPU table, that matches name, or NULL. */
+const hwpower_part *hwpower_cpu(const char *name);
+const hwpower_part *hwpower_gpu(const char *name);
 
 /* The first "model name" of a /proc/cpuinfo-format file into buf: 0, or -1 when there is none. */
 int hwpower_cpu_model(const char *cpuinfo, char *buf, size_t len);

@@ -102,19 +102,17 @@ static void resolve_grid(machine_plan *m, const cfg_config *cfg) {
 /* W of one rank's device: the deck's, the GPU's board power, or one core's share of this
  * machine's CPU TDP (the hardware power table; a default per core for a CPU it lacks). */
 static void resolve_power(machine_plan *m, const cfg_config *cfg, double node_mem) {
-  int n;
   if (cfg->machine.device_watts > 0) {
     m->device_w = cfg->machine.device_watts;
     util_snprintf(m->power_from, sizeof m->power_from, "&machine device_watts");
   } else if (!m->cpu) {
-    const hwpower_part *gpus = hwpower_gpus(&n), *g = hwpower_match(gpus, n, m->dev->power);
+    const hwpower_part *g = hwpower_gpu(m->dev->power);
     UTIL_CHECK(g != NULL, NULL, "internal: no power table row '%s'", m->dev->power);
     m->device_w = g->watts;
     util_snprintf(m->power_from, sizeof m->power_from, "board power of the %s", g->model);
   } else {
     char model[256] = "";
-    const hwpower_part *cpus = hwpower_cpus(&n);
-    const hwpower_part *c = hwpower_cpu_model("/proc/cpuinfo", model, sizeof model) == 0 ? hwpower_match(cpus, n, model) : NULL;
+    const hwpower_part *c = hwpower_cpu_model("/proc/cpuinfo", model, sizeof model) == 0 ? hwpower_cpu(model) : NULL;
     m->device_w = c ? c->watts / c->cores : HWPOWER_CORE_DEFAULT_W;
     util_snprintf(m->power_from, sizeof m->power_from, c ? "TDP per core of the %s" : "the default per core (%s%s)",
                   c ? c->model : model[0] ? model : "CPU", c ? "" : " not in the table");
