@@ -19,6 +19,7 @@
 #include "energy/metrics.h"
 #include "model/gpt.h"
 #include "model/optim.h"
+#include "parallel/comm.h"
 #include "parallel/par.h"
 #include "model/sample.h"
 #include "text/tok.h"
@@ -167,21 +168,28 @@ float *trainer_gather_params(trainer *t, size_t *n) {
   const gpt_model *m = &t->model;
   size_t skip = 0;
   if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
-  int count = (int)(m->nparams - skip), P = t->lay.P;
-  float *host = util_malloc((m->nparams - skip + 1) * sizeof(float), "parameter copy");
-  t->be->to_host(t->be, host, m->params + skip, (size_t)count * sizeof(float));
-  int *counts = NULL, *displs = NULL;
-  float *all = NULL;
-  if (t->lay.stage == 0) {
-    counts = util_malloc((size_t)P * sizeof(int), "gather");
-    displs = util_malloc((size_t)P * sizeof(int), "gather");
-    all = util_malloc(*n * sizeof(float), "whole model");
+  const size_t count = m->nparams - skip; /* floats this stage gives; whole stages pass 2^31 */
+  enum { TAG_GATHER = 7 };
+  if (t->lay.stage > 0) {
+    float *host = util_malloc((count + 1) * sizeof(float), "parameter copy");
+    t->be->to_host(t->be, host, m->params + skip, count * sizeof(float));
+    uint64_t c = count;
+    MPI_Send(&c, 1, MPI_UINT64_T, 0, TAG_GATHER, t->lay.pipe);
+    comm_send_floats(host, count, 0, TAG_GATHER, t->lay.pipe);
+    free(host);
+    return NULL;
   }
-  MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, t->lay.pipe);
-  if (t->lay.stage == 0)
-    for (int s = 0, o = 0; s < P; s++) displs[s] = o, o += counts[s];
-  MPI_Gatherv(host, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, t->lay.pipe);
-  free(host), free(counts), free(displs);
+  float *all = util_malloc(*n * sizeof(float), "whole model");
+  t->be->to_host(t->be, all, m->params, count * sizeof(float));
+  size_t o = count;
+  for (int s = 1; s < t->lay.P; s++) { /* the stages in order, each after the one before */
+    uint64_t c;
+    MPI_Recv(&c, 1, MPI_UINT64_T, s, TAG_GATHER, t->lay.pipe, MPI_STATUS_IGNORE);
+    UTIL_CHECK(o + c <= *n, NULL, "internal: stage %d gives %llu parameters beyond the model's %zu", s,
+               (unsigned long long)c, *n);
+    comm_recv_floats(all + o, (size_t)c, s, TAG_GATHER, t->lay.pipe);
+    o += (size_t)c;
+  }
   return all;
 }
 
