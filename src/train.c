@@ -526,7 +526,7 @@ static int step_loop(train_job *j, err_list *errs) {
   return TRAIN_OK;
 }
 static json_t *verdict_json(const train_job *r, const char *status, long steps, double wall, double train_time,
-                            double train_loss, double val_loss, double tokens0, double tokens, const float *params,
+                            double train_loss, double val_loss, double tokens0, double tokens, uint64_t param_hash,
                             size_t nparams) {
   const cfg_config *cfg = r->cfg;
   const energy_meter *e = &r->energy;
@@ -568,7 +568,7 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
   json_object_set_new(j, "gradient_exchange", gx);
   /* FNV-1a of the final parameter bytes (whole model): equal hashes mean bitwise-equal models */
   char hash[32];
-  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)util_hash64(params, nparams * sizeof(float), 0));
+  snprintf(hash, sizeof hash, "%016llx", (unsigned long long)param_hash);
   json_object_set_new(j, "param_hash", json_string(hash));
   json_t *en = json_object();
   /* a summary; report.json has the whole energy record */
@@ -594,14 +594,14 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
 static int verdict(train_job *j, err_list *errs) {
   const cfg_config *cfg = j->cfg;
   size_t np;
-  float *params = trainer_gather_params(j->t, &np);
+  uint64_t param_hash = trainer_params_hash(j->t, &np);
   energy_sample(&j->energy); /* collective */
   int rc = 0;
   if (j->rank == 0) {
     metrics_out *out = &j->out;
     double wall = util_now() - j->t_start;
     json_t *v = verdict_json(j, j->status, j->steps_done, wall, j->train_time, j->last_loss, j->val_loss, j->tokens0,
-                             j->tokens, params, np);
+                             j->tokens, param_hash, np);
     double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = json_real_value(json_object_get(v, "mfu"));
     metrics_printf(out, "== verdict: %s ==\n", j->status);
     metrics_printf(out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", j->steps_done,
@@ -630,7 +630,6 @@ static int verdict(train_job *j, err_list *errs) {
       json_decref(obj[k]);
     }
   }
-  free(params);
   return rc;
 }
 

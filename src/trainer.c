@@ -193,6 +193,52 @@ float *trainer_gather_params(trainer *t, size_t *n) {
   return all;
 }
 
+/* Floats [0, n) of backend memory p into the hash h (host memory read in place, else through buf). */
+static uint64_t hash_backend(const trainer *t, uint64_t h, const float *p, size_t n, float *buf, size_t cap) {
+  for (size_t a = 0; a < n; a += cap) {
+    size_t c = n - a < cap ? n - a : cap;
+    const float *x = p + a;
+    if (!t->be->caps.host_memory) t->be->to_host(t->be, buf, x, c * sizeof(float)), x = buf;
+    h = util_hash64_more(h, x, c * sizeof(float));
+  }
+  return h;
+}
+
+uint64_t trainer_params_hash(trainer *t, size_t *n) {
+  *n = gpt_count_params(&t->shape);
+  if (t->lay.replica != 0) return 0;
+  enum { TAG_HASH = 8, CAP = 1 << 24 }; /* floats a message carries: 64 MiB */
+  const gpt_model *m = &t->model;
+  size_t skip = 0; /* the last stage's copy of the tied embedding, as in trainer_gather_params */
+  if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
+  const size_t count = m->nparams - skip;
+  float *buf = util_malloc((size_t)CAP * sizeof(float), "parameter hash");
+  uint64_t h = UTIL_HASH64_EMPTY;
+  if (t->lay.stage > 0) { /* the stage's floats to stage 0, a buffer at a time */
+    uint64_t c = count;
+    MPI_Send(&c, 1, MPI_UINT64_T, 0, TAG_HASH, t->lay.pipe);
+    for (size_t a = 0; a < count; a += CAP) {
+      size_t k = count - a < CAP ? count - a : CAP;
+      t->be->to_host(t->be, buf, m->params + skip + a, k * sizeof(float));
+      MPI_Send(buf, (int)k, MPI_FLOAT, 0, TAG_HASH, t->lay.pipe);
+    }
+    free(buf);
+    return 0;
+  }
+  h = hash_backend(t, h, m->params, count, buf, CAP);
+  for (int s = 1; s < t->lay.P; s++) { /* the stages in order */
+    uint64_t c;
+    MPI_Recv(&c, 1, MPI_UINT64_T, s, TAG_HASH, t->lay.pipe, MPI_STATUS_IGNORE);
+    for (uint64_t a = 0; a < c; a += CAP) {
+      int k = (int)(c - a < CAP ? c - a : CAP);
+      MPI_Recv(buf, k, MPI_FLOAT, s, TAG_HASH, t->lay.pipe, MPI_STATUS_IGNORE);
+      h = util_hash64_more(h, buf, (size_t)k * sizeof(float));
+    }
+  }
+  free(buf);
+  return h;
+}
+
 /* The checkpoint's view of this rank. */
 static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
   ckpt_state cs = {t->cfg, &t->lay, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale, 0, {0}, NULL};

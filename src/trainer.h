@@ -84,5 +84,9 @@ int trainer_init_from(trainer *t, err_list *errs);
 /* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL
  * elsewhere; *n receives their count. free() the result. Collective. */
 float *trainer_gather_params(trainer *t, size_t *n);
+/* util_hash64 of the same parameters' bytes (what hashing trainer_gather_params' buffer gives) on
+ * comm rank 0, 0 elsewhere; *n receives their count. No rank holds more than its own stage and a
+ * 64 MiB buffer: the whole model's copy would not fit beside a 13B stage. Collective. */
+uint64_t trainer_params_hash(trainer *t, size_t *n);
 
 #endif
