@@ -572,7 +572,7 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
   json_object_set_new(gx, "fp32_bytes", json_real(r->grad_fp32));
   json_object_set_new(gx, "fewer", r->grad_bytes > 0 ? json_real(r->grad_fp32 / r->grad_bytes) : json_null());
   json_object_set_new(j, "gradient_exchange", gx);
-  /* the final parameters' hash (trainer_param_hash): equal hashes mean bitwise-equal models */
+  /* the final parameters' hash (trainer_params_hash): equal hashes mean bitwise-equal models */
   char hash[32];
   snprintf(hash, sizeof hash, "%016llx", (unsigned long long)param_hash);
   json_object_set_new(j, "param_hash", json_string(hash));
@@ -601,8 +601,8 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
  * could not be written (an error added). */
 static int verdict(train_job *j, err_list *errs) {
   const cfg_config *cfg = j->cfg;
-  size_t np = gpt_count_params(&j->t->shape);
-  uint64_t hash = trainer_param_hash(j->t);
+  size_t np;
+  uint64_t param_hash = trainer_params_hash(j->t, &np);
   energy_sample(&j->energy); /* collective */
   double rss = util_peak_rss(), planned = (double)planned_bytes(j), mine[2] = {rss, planned}, most[2];
   MPI_Reduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, 0, j->t->comm); /* the fullest rank's */
@@ -611,7 +611,7 @@ static int verdict(train_job *j, err_list *errs) {
     metrics_out *out = &j->out;
     double wall = util_now() - j->t_start;
     json_t *v = verdict_json(j, j->status, j->steps_done, wall, j->train_time, j->last_loss, j->val_loss, j->tokens0,
-                             j->tokens, hash, np);
+                             j->tokens, param_hash, np);
     double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = json_real_value(json_object_get(v, "mfu"));
     metrics_printf(out, "== verdict: %s ==\n", j->status);
     metrics_printf(out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", j->steps_done,

@@ -19,6 +19,7 @@
 #include "energy/metrics.h"
 #include "model/gpt.h"
 #include "model/optim.h"
+#include "parallel/comm.h"
 #include "parallel/par.h"
 #include "model/sample.h"
 #include "text/tok.h"
@@ -159,29 +160,6 @@ int trainer_init_from(trainer *t, err_list *errs) {
   return any;
 }
 
-uint64_t trainer_param_hash(trainer *t) {
-  int n;
-  free(gpt_list_tensors(&t->shape, gpt_whole(&t->shape), &n));
-  uint64_t *h = util_calloc((size_t)n, sizeof *h, "tensor hashes");
-  const gpt_model *m = &t->model;
-  if (t->lay.replica == 0) { /* each tensor from one rank: the last stage's copy of the tied embedding is left out */
-    size_t most = 0;
-    for (int i = 0; i < m->ntensors; i++) most = m->tensors[i].numel > most ? m->tensors[i].numel : most;
-    float *host = util_malloc(most * sizeof(float) + 1, "tensor copy");
-    for (int i = 0; i < m->ntensors; i++) {
-      const gpt_tensor *x = &m->tensors[i];
-      if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1 && !strcmp(x->name, "transformer.wte.weight")) continue;
-      t->be->to_host(t->be, host, m->params + x->offset, x->numel * sizeof(float));
-      h[x->index] = util_hash64(host, x->numel * sizeof(float), 0);
-    }
-    free(host);
-  }
-  MPI_Allreduce(MPI_IN_PLACE, h, n, MPI_UINT64_T, MPI_BXOR, t->comm);
-  uint64_t all = util_hash64(h, (size_t)n * sizeof *h, 0);
-  free(h);
-  return all;
-}
-
 float *trainer_gather_params(trainer *t, size_t *n) {
   *n = gpt_count_params(&t->shape);
   if (t->lay.replica != 0) return NULL;
@@ -190,22 +168,75 @@ float *trainer_gather_params(trainer *t, size_t *n) {
   const gpt_model *m = &t->model;
   size_t skip = 0;
   if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
-  int count = (int)(m->nparams - skip), P = t->lay.P;
-  float *host = util_malloc((m->nparams - skip + 1) * sizeof(float), "parameter copy");
-  t->be->to_host(t->be, host, m->params + skip, (size_t)count * sizeof(float));
-  int *counts = NULL, *displs = NULL;
-  float *all = NULL;
-  if (t->lay.stage == 0) {
-    counts = util_malloc((size_t)P * sizeof(int), "gather");
-    displs = util_malloc((size_t)P * sizeof(int), "gather");
-    all = util_malloc(*n * sizeof(float), "whole model");
+  const size_t count = m->nparams - skip; /* floats this stage gives; whole stages pass 2^31 */
+  enum { TAG_GATHER = 7 };
+  if (t->lay.stage > 0) {
+    float *host = util_malloc((count + 1) * sizeof(float), "parameter copy");
+    t->be->to_host(t->be, host, m->params + skip, count * sizeof(float));
+    uint64_t c = count;
+    MPI_Send(&c, 1, MPI_UINT64_T, 0, TAG_GATHER, t->lay.pipe);
+    comm_send_floats(host, count, 0, TAG_GATHER, t->lay.pipe);
+    free(host);
+    return NULL;
   }
-  MPI_Gather(&count, 1, MPI_INT, counts, 1, MPI_INT, 0, t->lay.pipe);
-  if (t->lay.stage == 0)
-    for (int s = 0, o = 0; s < P; s++) displs[s] = o, o += counts[s];
-  MPI_Gatherv(host, count, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, t->lay.pipe);
-  free(host), free(counts), free(displs);
+  float *all = util_malloc(*n * sizeof(float), "whole model");
+  t->be->to_host(t->be, all, m->params, count * sizeof(float));
+  size_t o = count;
+  for (int s = 1; s < t->lay.P; s++) { /* the stages in order, each after the one before */
+    uint64_t c;
+    MPI_Recv(&c, 1, MPI_UINT64_T, s, TAG_GATHER, t->lay.pipe, MPI_STATUS_IGNORE);
+    UTIL_CHECK(o + c <= *n, NULL, "internal: stage %d gives %llu parameters beyond the model's %zu", s,
+               (unsigned long long)c, *n);
+    comm_recv_floats(all + o, (size_t)c, s, TAG_GATHER, t->lay.pipe);
+    o += (size_t)c;
+  }
   return all;
+}
+
+/* Floats [0, n) of backend memory p into the hash h (host memory read in place, else through buf). */
+static uint64_t hash_backend(const trainer *t, uint64_t h, const float *p, size_t n, float *buf, size_t cap) {
+  for (size_t a = 0; a < n; a += cap) {
+    size_t c = n - a < cap ? n - a : cap;
+    const float *x = p + a;
+    if (!t->be->caps.host_memory) t->be->to_host(t->be, buf, x, c * sizeof(float)), x = buf;
+    h = util_hash64_more(h, x, c * sizeof(float));
+  }
+  return h;
+}
+
+uint64_t trainer_params_hash(trainer *t, size_t *n) {
+  *n = gpt_count_params(&t->shape);
+  if (t->lay.replica != 0) return 0;
+  enum { TAG_HASH = 8, CAP = 1 << 24 }; /* floats a message carries: 64 MiB */
+  const gpt_model *m = &t->model;
+  size_t skip = 0; /* the last stage's copy of the tied embedding, as in trainer_gather_params */
+  if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
+  const size_t count = m->nparams - skip;
+  float *buf = util_malloc((size_t)CAP * sizeof(float), "parameter hash");
+  uint64_t h = UTIL_HASH64_EMPTY;
+  if (t->lay.stage > 0) { /* the stage's floats to stage 0, a buffer at a time */
+    uint64_t c = count;
+    MPI_Send(&c, 1, MPI_UINT64_T, 0, TAG_HASH, t->lay.pipe);
+    for (size_t a = 0; a < count; a += CAP) {
+      size_t k = count - a < CAP ? count - a : CAP;
+      t->be->to_host(t->be, buf, m->params + skip + a, k * sizeof(float));
+      MPI_Send(buf, (int)k, MPI_FLOAT, 0, TAG_HASH, t->lay.pipe);
+    }
+    free(buf);
+    return 0;
+  }
+  h = hash_backend(t, h, m->params, count, buf, CAP);
+  for (int s = 1; s < t->lay.P; s++) { /* the stages in order */
+    uint64_t c;
+    MPI_Recv(&c, 1, MPI_UINT64_T, s, TAG_HASH, t->lay.pipe, MPI_STATUS_IGNORE);
+    for (uint64_t a = 0; a < c; a += CAP) {
+      int k = (int)(c - a < CAP ? c - a : CAP);
+      MPI_Recv(buf, k, MPI_FLOAT, s, TAG_HASH, t->lay.pipe, MPI_STATUS_IGNORE);
+      h = util_hash64_more(h, buf, (size_t)k * sizeof(float));
+    }
+  }
+  free(buf);
+  return h;
 }
 
 /* The checkpoint's view of this rank. */

@@ -82,13 +82,13 @@ int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ck
  * Returns the number of errors added (the same on every rank). */
 int trainer_init_from(trainer *t, err_list *errs);
 
-/* A hash of the whole model's parameters, the same on every rank and for every layout of the
- * same values: FNV-1a of each tensor's fp32 bytes on the rank that holds it (replica 0), hashed
- * in the whole model's tensor order. No rank holds more than one tensor's copy. Collective. */
-uint64_t trainer_param_hash(trainer *t);
 /* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL
  * elsewhere; *n receives their count. free() the result. Collective. For tests: rank 0 holds a
  * copy of the whole model. */
 float *trainer_gather_params(trainer *t, size_t *n);
+/* util_hash64 of the same parameters' bytes (what hashing trainer_gather_params' buffer gives) on
+ * comm rank 0, 0 elsewhere; *n receives their count. No rank holds more than its own stage and a
+ * 64 MiB buffer: the whole model's copy would not fit beside a 13B stage. Collective. */
+uint64_t trainer_params_hash(trainer *t, size_t *n);
 
 #endif

@@ -130,6 +130,11 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
             t->lay.replica);
   }
   r->params = trainer_gather_params(t, &r->n);
+  size_t hn; /* the verdict's streamed hash is the hash of the gathered model */
+  uint64_t ph = trainer_params_hash(t, &hn);
+  T_CHECK(!r->params || (hn == r->n && ph == util_hash64(r->params, r->n * sizeof(float), 0)),
+          "P=%d D=%d: the streamed parameter hash %016llx differs from the gathered model's", t->lay.P, t->lay.D,
+          (unsigned long long)ph);
   trainer_close(t);
   err_free(&e);
 }

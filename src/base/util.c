@@ -308,10 +308,12 @@ const char *util_fmt_duration(double s, char *buf, size_t len) {
 
 uint64_t util_hash64(const void *data, size_t len, uint64_t seed) {
   const unsigned char *p = data;
-  uint64_t h = 1469598103934665603ULL ^ seed;
+  uint64_t h = UTIL_HASH64_EMPTY ^ seed;
   for (size_t i = 0; i < len; i++) {
     h ^= p[i];
     h *= 1099511628211ULL;
   }
   return h;
 }
+
+uint64_t util_hash64_more(uint64_t h, const void *data, size_t len) { return util_hash64(data, len, h ^ UTIL_HASH64_EMPTY); }

@@ -104,5 +104,9 @@ const char *util_fmt_duration(double s, char *buf, size_t len);
 
 /* FNV-1a 64-bit hash, for config agreement checks and stream seeding. */
 uint64_t util_hash64(const void *data, size_t len, uint64_t seed);
+/* util_hash64(a || b, 0) from h = util_hash64(a, 0) and b: a hash over a stream, piece by piece
+ * (h = UTIL_HASH64_EMPTY before the first piece). */
+#define UTIL_HASH64_EMPTY 1469598103934665603ULL
+uint64_t util_hash64_more(uint64_t h, const void *data, size_t len);
 
 #endif

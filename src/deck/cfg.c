@@ -2,6 +2,7 @@
 #include "deck/cfg.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -497,6 +498,11 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
     cfg_error_at(cfg, errs, "training", "seq_len", hint, "seq_len = %ld exceeds &model block_size = %ld", t->seq_len,
                  m->block_size);
   }
+  long rows_T = cfg->eval.seq_len > t->seq_len ? cfg->eval.seq_len : t->seq_len; /* both at most 2^20 */
+  if (t->micro_batch_size * rows_T > INT_MAX)
+    cfg_error_at(cfg, errs, "training", "micro_batch_size", "lower micro_batch_size: the ops take B x T rows as a 32-bit count",
+                 "micro_batch_size x seq_len = %ld x %ld = %ld rows exceeds 2^31 - 1", t->micro_batch_size, rows_T,
+                 t->micro_batch_size * rows_T);
   if (cfg->parallel.pipeline_stages > m->n_layer)
     cfg_error_at(cfg, errs, "parallel", "pipeline_stages", "every stage needs at least one layer: pipeline_stages <= n_layer",
                  "pipeline_stages = %ld is more than n_layer = %ld", cfg->parallel.pipeline_stages, m->n_layer);

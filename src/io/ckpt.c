@@ -322,6 +322,7 @@ static void share_pieces(const ckpt_state *s, int k) {
   const par_layout *lay = s->lay;
   const backend *be = s->model->be;
   size_t n = s->model->nparams, cap = be->caps.host_memory ? (size_t)1 << 28 : stage_elems(s);
+  if (cap > (size_t)1 << 28) cap = (size_t)1 << 28; /* MPI counts are ints: a large &checkpoint stage_mb goes in chunks */
   float *stage = be->caps.host_memory ? NULL : util_malloc(cap * sizeof(float), "checkpoint staging");
   for (int r = 0; r < lay->D; r++) {
     size_t lo = par_piece(n, lay->D, r), hi = par_piece(n, lay->D, r + 1);

@@ -57,3 +57,22 @@ void comm_stage_done(comm_stage *s, size_t at, void *dev, size_t n) {
   UTIL_CHECK(at + n <= s->cap, NULL, "internal: staging [%zu, %zu) beyond %zu", at, at + n, s->cap);
   s->be->to_device(s->be, dev, s->host + at * s->esize, n * s->esize);
 }
+
+int comm_chunk(size_t n, size_t i) {
+  size_t at = i * COMM_CHUNK;
+  return at >= n ? 0 : n - at < COMM_CHUNK ? (int)(n - at) : COMM_CHUNK;
+}
+
+void comm_allreduce_sum(float *buf, size_t n, MPI_Comm comm) {
+  for (size_t i = 0; i * COMM_CHUNK < n; i++)
+    MPI_Allreduce(MPI_IN_PLACE, buf + i * COMM_CHUNK, comm_chunk(n, i), MPI_FLOAT, MPI_SUM, comm);
+}
+
+void comm_send_floats(const float *buf, size_t n, int dest, int tag, MPI_Comm comm) {
+  for (size_t i = 0; i * COMM_CHUNK < n; i++) MPI_Send(buf + i * COMM_CHUNK, comm_chunk(n, i), MPI_FLOAT, dest, tag, comm);
+}
+
+void comm_recv_floats(float *buf, size_t n, int src, int tag, MPI_Comm comm) {
+  for (size_t i = 0; i * COMM_CHUNK < n; i++)
+    MPI_Recv(buf + i * COMM_CHUNK, comm_chunk(n, i), MPI_FLOAT, src, tag, comm, MPI_STATUS_IGNORE);
+}

@@ -15,6 +15,7 @@
 #ifndef GREENLM_COMM_H
 #define GREENLM_COMM_H
 
+#include <mpi.h>
 #include <stddef.h>
 
 #include "model/backend.h"
@@ -43,5 +44,16 @@ void *comm_stage_send(comm_stage *s, size_t at, const void *dev, size_t n);
 void *comm_stage_recv(comm_stage *s, size_t at, void *dev);
 /* After MPI has written the buffer: the n elements reach dev (a copy when staged). */
 void comm_stage_done(comm_stage *s, size_t at, void *dev, size_t n);
+
+/* MPI counts are ints: messages of n elements go in chunks of at most COMM_CHUNK elements, so
+ * any n (a 20B model's 80 GB buffer, a tied embedding of 300M floats) travels. */
+enum { COMM_CHUNK = 1 << 28 };
+/* Elements in chunk i of a message of n: min(COMM_CHUNK, n - i * COMM_CHUNK). */
+int comm_chunk(size_t n, size_t i);
+/* In-place sum of n floats over comm (host memory or what comm_stage_send returned), chunk by chunk. */
+void comm_allreduce_sum(float *buf, size_t n, MPI_Comm comm);
+/* n floats to rank `dest` of comm, and their receipt: chunk by chunk, all with one tag. */
+void comm_send_floats(const float *buf, size_t n, int dest, int tag, MPI_Comm comm);
+void comm_recv_floats(float *buf, size_t n, int src, int tag, MPI_Comm comm);
 
 #endif

@@ -207,7 +207,7 @@ void grad_finish(grad_exchange *g) {
   if (g->tied) {
     const gpt_tensor *w = &m->tensors[g->wte];
     float *buf = comm_stage_send(&g->gs, w->offset, m->grads + w->offset, w->numel);
-    MPI_Allreduce(MPI_IN_PLACE, buf, (int)w->numel, MPI_FLOAT, MPI_SUM, g->lay->embed);
+    comm_allreduce_sum(buf, w->numel, g->lay->embed);
     comm_stage_done(&g->gs, w->offset, m->grads + w->offset, w->numel);
     g->st.bytes += (double)w->numel * sizeof(float);
   }

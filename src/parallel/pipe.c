@@ -13,7 +13,7 @@ size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T, size_t esize)
   return part.has_embed ? 0 : (size_t)B * T * s->C * esize;
 }
 
-/* Activations and their gradients travel in the storage type, as bytes. */
+/* Activations and their gradients travel in the storage type, as rows of C elements (pipe_state.row). */
 static size_t elem_bytes(const gpt_model *m) { return backend_dtype_size(m->be->storage); }
 
 void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T) {
@@ -34,6 +34,8 @@ void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T)
   comm_stage_init(&p->fst, m->be, m->has_head ? 0 : (size_t)m->nslots * x, elem_bytes(m));
   comm_stage_init(&p->rst, m->be, m->has_embed && m->has_head ? 0 : x, elem_bytes(m));
   comm_stage_init(&p->bst, m->be, m->has_embed ? 0 : x, elem_bytes(m));
+  MPI_Type_contiguous(m->s.C * (int)elem_bytes(m), MPI_BYTE, &p->row);
+  MPI_Type_commit(&p->row);
 }
 
 void pipe_free(pipe_state *p) {
@@ -44,6 +46,7 @@ void pipe_free(pipe_state *p) {
   comm_stage_free(&p->fst);
   comm_stage_free(&p->rst);
   comm_stage_free(&p->bst);
+  MPI_Type_free(&p->row);
   memset(p, 0, sizeof *p);
 }
 
@@ -57,7 +60,8 @@ static void timed_wait(pipe_state *p, MPI_Request *r) {
 /* Micro-batch k forward: receive or read its input, run the stage, pass it on. */
 static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_batch_fn batch, void *bctx) {
   gpt_model *m = p->model;
-  const int slot = k % m->nslots, stage = p->lay->stage, n = B * T * m->s.C, bytes = n * (int)elem_bytes(m);
+  const int slot = k % m->nslots, stage = p->lay->stage, rows = B * T;
+  const size_t n = (size_t)rows * (size_t)m->s.C, bytes = n * elem_bytes(m);
   double loss = 0.0;
   timed_wait(p, &p->fsend[slot]); /* the slot's output is about to be overwritten */
   if (m->has_embed || m->has_head) {
@@ -67,9 +71,9 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   if (!m->has_embed) {
     MPI_Request r;
     void *in = gpt_input(m, slot, B, T);
-    MPI_Irecv(comm_stage_recv(&p->rst, 0, in), bytes, MPI_BYTE, stage - 1, tag(k, TAG_FWD), p->lay->pipe, &r);
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, in), rows, p->row, stage - 1, tag(k, TAG_FWD), p->lay->pipe, &r);
     timed_wait(p, &r);
-    comm_stage_done(&p->rst, 0, in, (size_t)n);
+    comm_stage_done(&p->rst, 0, in, n);
   }
   double t0 = util_now();
   gpt_forward(m, slot, B, T);
@@ -77,9 +81,9 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   m->be->sync(m->be);
   p->st.compute_s += util_now() - t0;
   if (!m->has_head) {
-    void *buf = comm_stage_send(&p->fst, (size_t)slot * p->B * p->T * m->s.C, gpt_output(m, slot, B, T), (size_t)n);
-    MPI_Isend(buf, bytes, MPI_BYTE, stage + 1, tag(k, TAG_FWD), p->lay->pipe, &p->fsend[slot]);
-    p->st.bytes += bytes;
+    void *buf = comm_stage_send(&p->fst, (size_t)slot * p->B * p->T * m->s.C, gpt_output(m, slot, B, T), n);
+    MPI_Isend(buf, rows, p->row, stage + 1, tag(k, TAG_FWD), p->lay->pipe, &p->fsend[slot]);
+    p->st.bytes += (double)bytes;
   }
   return loss;
 }
@@ -87,13 +91,14 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
 /* Micro-batch k backward: receive the output gradient, run the stage, send the input gradient. */
 static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
   gpt_model *m = p->model;
-  const int slot = k % m->nslots, stage = p->lay->stage, n = p->B * p->T * m->s.C, bytes = n * (int)elem_bytes(m);
+  const int slot = k % m->nslots, stage = p->lay->stage, rows = p->B * p->T;
+  const size_t n = (size_t)rows * (size_t)m->s.C, bytes = n * elem_bytes(m);
   if (!m->has_head) {
     MPI_Request r;
-    MPI_Irecv(comm_stage_recv(&p->rst, 0, gpt_grad_output(m)), bytes, MPI_BYTE, stage + 1, tag(k, TAG_BWD), p->lay->pipe,
+    MPI_Irecv(comm_stage_recv(&p->rst, 0, gpt_grad_output(m)), rows, p->row, stage + 1, tag(k, TAG_BWD), p->lay->pipe,
               &r);
     timed_wait(p, &r);
-    comm_stage_done(&p->rst, 0, gpt_grad_output(m), (size_t)n);
+    comm_stage_done(&p->rst, 0, gpt_grad_output(m), n);
   }
   double t0 = util_now();
   gpt_backward(m, slot, p->B, p->T, hook, hctx);
@@ -101,10 +106,10 @@ static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
   p->st.compute_s += util_now() - t0;
   if (!m->has_embed) {
     timed_wait(p, &p->bsend_req);
-    m->be->copy(m->be, p->bsend, gpt_grad_input(m), (size_t)bytes);
-    MPI_Isend(comm_stage_send(&p->bst, 0, p->bsend, (size_t)n), bytes, MPI_BYTE, stage - 1, tag(k, TAG_BWD), p->lay->pipe,
+    m->be->copy(m->be, p->bsend, gpt_grad_input(m), bytes);
+    MPI_Isend(comm_stage_send(&p->bst, 0, p->bsend, n), rows, p->row, stage - 1, tag(k, TAG_BWD), p->lay->pipe,
               &p->bsend_req);
-    p->st.bytes += bytes;
+    p->st.bytes += (double)bytes;
   }
 }
 
@@ -141,16 +146,17 @@ double pipe_eval(pipe_state *p, int n, pipe_batch_fn batch, void *bctx) {
 
 void pipe_forward_one(pipe_state *p, const int32_t *tokens, int t, float *logits) {
   gpt_model *m = p->model;
-  const int stage = p->lay->stage, n = t * m->s.C, bytes = n * (int)elem_bytes(m);
+  const int stage = p->lay->stage;
+  const size_t n = (size_t)t * (size_t)m->s.C;
   if (m->has_embed) gpt_set_batch(m, 0, tokens, NULL, 1, t);
   if (!m->has_embed) {
     void *in = gpt_input(m, 0, 1, t);
-    MPI_Recv(comm_stage_recv(&p->rst, 0, in), bytes, MPI_BYTE, stage - 1, tag(0, TAG_FWD), p->lay->pipe, MPI_STATUS_IGNORE);
-    comm_stage_done(&p->rst, 0, in, (size_t)n);
+    MPI_Recv(comm_stage_recv(&p->rst, 0, in), t, p->row, stage - 1, tag(0, TAG_FWD), p->lay->pipe, MPI_STATUS_IGNORE);
+    comm_stage_done(&p->rst, 0, in, n);
   }
   gpt_forward(m, 0, 1, t);
   if (!m->has_head)
-    MPI_Send(comm_stage_send(&p->fst, 0, gpt_output(m, 0, 1, t), (size_t)n), bytes, MPI_BYTE, stage + 1, tag(0, TAG_FWD),
+    MPI_Send(comm_stage_send(&p->fst, 0, gpt_output(m, 0, 1, t), n), t, p->row, stage + 1, tag(0, TAG_FWD),
              p->lay->pipe);
   else gpt_logits_row(m, 0, (size_t)(t - 1), logits);
 }

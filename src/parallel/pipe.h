@@ -33,6 +33,8 @@ typedef struct {
   MPI_Request *fsend;        /* (nslots) activation sends in flight */
   MPI_Request bsend_req;
   comm_stage fst, rst, bst;  /* MPI's view of the sent activations (per slot), of what is received, of bsend */
+  MPI_Datatype row;          /* one row of C elements in the storage type: messages count rows (B*T), so no
+                                byte count of B*T*C elements need fit an int */
   pipe_stats st;
 } pipe_state;
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,8 +61,9 @@ static bytebuf exchange(bytebuf *out, MPI_Comm comm) {
   int *sd = util_calloc((size_t)P, sizeof(int), "exchange"), *rd = util_calloc((size_t)P, sizeof(int), "exchange");
   bytebuf all = {0}, in = {0};
   for (int r = 0; r < P; r++) {
-    UTIL_CHECK(out[r].n < (size_t)1 << 30, "train the vocabulary on more ranks or a smaller corpus",
-               "BPE exchange of %zu bytes exceeds the 1 GiB per message limit", out[r].n);
+    UTIL_CHECK(out[r].n < (size_t)1 << 30 && all.n + out[r].n <= INT_MAX, "train the vocabulary on more ranks or a smaller corpus",
+               "BPE exchange of %zu bytes (after %zu to lower ranks) exceeds the 1 GiB per message and 2 GiB per rank limits",
+               out[r].n, all.n);
     sc[r] = (int)out[r].n;
     sd[r] = (int)all.n;
     if (out[r].n) buf_put(&all, out[r].p, out[r].n);
@@ -70,6 +72,8 @@ static bytebuf exchange(bytebuf *out, MPI_Comm comm) {
   MPI_Alltoall(sc, 1, MPI_INT, rc, 1, MPI_INT, comm);
   size_t total = 0;
   for (int r = 0; r < P; r++) {
+    UTIL_CHECK(total + (size_t)rc[r] <= INT_MAX, "train the vocabulary on more ranks or a smaller corpus",
+               "BPE exchange: %zu bytes received by one rank exceed MPI's 2 GiB per call", total + (size_t)rc[r]);
     rd[r] = (int)total;
     total += (size_t)rc[r];
   }
