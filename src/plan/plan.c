@@ -110,12 +110,14 @@ static void predict_memory(const plan_ctx *c, plan_layout *l, const par_layout *
   l->fits = l->mem <= c->m->memory;
 }
 
-/* Seconds of the pipeline: (m + P - 1) passes of the busiest stage (1F1B), the transfers of the
+/* Seconds of the pipeline: m passes of the busiest stage and, filling and draining the pipeline
+ * (1F1B), one pass of each other stage (balanced stages: (m + P - 1) passes); the transfers of the
  * warm-up and the cool-down; then the replicas' and the tied embedding's exchanges. */
 static void predict_time(const plan_ctx *c, plan_layout *l, const par_layout *lay) {
-  double tmax = 0, dp = 0;
+  double tmax = 0, tsum = 0, dp = 0;
   for (int s = 0; s < l->P; s++) {
     double t = stage_seconds(c, l, lay, s);
+    tsum += t;
     if (t > tmax) tmax = t;
   }
   for (int s = 0; s < l->P; s++) {
@@ -123,7 +125,7 @@ static void predict_time(const plan_ctx *c, plan_layout *l, const par_layout *la
     if (e > dp) dp = e;
   }
   l->t_compute = l->m * tmax;
-  l->t_bubble = (l->P - 1) * tmax;
+  l->t_bubble = tsum - tmax;
   const double es = (double)backend_dtype_size(c->be->storage);
   for (int s = 0; s + 1 < l->P; s++) {
     double bw, lat;
