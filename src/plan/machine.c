@@ -17,9 +17,10 @@
 #define NV_SRC "NVIDIA datasheet"
 
 static const machine_device table[] = {
-    {"cpu", "CPU cores, one rank each", {0, 0, 0, 0}, 0, 5, NULL, 5, 1, 0, 0.75, 0.12,
+    {"cpu", "CPU cores, one rank each", {0, 0, 0, 0}, 0, 5, NULL, 5, 1, 0, 0.75, 0.06,
      "peak: an SGEMM measured here on one core; efficiency: greenlm's CPU step at 70-80% of that peak (doc/performance.md); "
-     "5 GB/s of memory bandwidth per core; power from the hardware power table (energy/hwpower.h); "
+     "5 GB/s of memory bandwidth per core; power from the hardware power table (energy/hwpower.h); 0.06 GB per rank "
+     "outside the planned buffers (the process, MPI and libraries: 25-40 MB measured here on one rank, more beside others); "
      "shared-memory MPI at 5 GB/s, 1 us"},
     {"v100-16gb", "NVIDIA V100 SXM2 16 GB", {15.7, 0, 0, 125}, 16, 900, "V100-SXM2-16GB", 50, 3, 6, GPU_EFF_TC, 1.0,
      NV_SRC " (Tesla V100, 2020): 15.7 TFLOP/s fp32, 125 fp16 tensor, 900 GB/s HBM2, 300 W; NVLink 2.0 between the GPUs "
