@@ -147,11 +147,23 @@ static json_t *plan_json(const plan_result *r) {
   return j;
 }
 
+/* The backend whose memory plan (and, for CPU ranks, GEMM) the plan uses: the CPU's for
+ * &machine device = 'cpu', else the deck's as the dry run opens it (no device is touched). */
+static const backend *plan_backend(const cfg_config *cfg) {
+  if (strcmp(cfg->machine.device, "cpu") != 0) return backends_plan(cfg);
+  cfg_config *c = util_malloc(sizeof *c, "deck copy");
+  *c = *cfg;
+  util_strlcpy(c->system.backend, "cpu", sizeof c->system.backend);
+  const backend *be = backends_plan(c);
+  free(c);
+  return be;
+}
+
 int plan_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
   int rank, rc = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) {
-    const backend *be = backends_plan(cfg);
+    const backend *be = plan_backend(cfg);
     plan_result r;
     rc = plan_make(&r, cfg, be, errs) != 0;
     if (!rc) {
