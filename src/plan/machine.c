@@ -17,10 +17,10 @@
 #define NV_SRC "NVIDIA datasheet"
 
 static const machine_device table[] = {
-    {"cpu", "CPU cores, one rank each", {0, 0, 0, 0}, 0, 5, NULL, 5, 1, 0, 0.75, 0.06,
+    {"cpu", "CPU cores, one rank each", {0, 0, 0, 0}, 0, 5, NULL, 5, 1, 0, 0.75, 0.03,
      "peak: an SGEMM measured here on one core; efficiency: greenlm's CPU step at 70-80% of that peak (doc/performance.md); "
-     "5 GB/s of memory bandwidth per core; power from the hardware power table (energy/hwpower.h); 0.06 GB per rank "
-     "outside the planned buffers (the process, MPI and libraries: 25-40 MB measured here on one rank, more beside others); "
+     "5 GB/s of memory bandwidth per core; power from the hardware power table (energy/hwpower.h); overhead per rank: "
+     "the planning process's resident memory (this build's libraries and MPI) + 0.03 GB (a run's data, tokenizer, staging); "
      "shared-memory MPI at 5 GB/s, 1 us"},
     {"v100-16gb", "NVIDIA V100 SXM2 16 GB", {15.7, 0, 0, 125}, 16, 900, "V100-SXM2-16GB", 50, 3, 6, GPU_EFF_TC, 1.0,
      NV_SRC " (Tesla V100, 2020): 15.7 TFLOP/s fp32, 125 fp16 tensor, 900 GB/s HBM2, 300 W; NVLink 2.0 between the GPUs "
@@ -135,6 +135,7 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
   m->nodes = (int)c->nodes;
   m->per_node = c->devices_per_node > 0 ? (int)c->devices_per_node : m->cpu ? here.cores : m->dev->per_node;
   m->ranks = m->nodes * m->per_node;
+  const double libraries = util_peak_rss(); /* this process so far: the build's libraries and MPI */
   if (resolve_compute(m, cfg, be, errs)) return 1;
   const double node_mem = m->cpu ? here.memory_gib * 1073741824.0 : 0;
   m->memory = c->memory_gb > 0 ? c->memory_gb * 1e9 : m->cpu ? node_mem / m->per_node : m->dev->memory_gb * 1e9;
@@ -144,7 +145,8 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
   m->inter_bw = pick(c->inter_gbs, 25) * 1e9;
   m->inter_lat = pick(c->inter_latency_us, 2) * 1e-6;
   resolve_power(m, cfg, node_mem);
-  m->overhead = pick(c->overhead_gb, m->dev->overhead_gb) * 1e9;
+  /* a CPU rank: this build's process as it stands, plus what a run holds outside its planned buffers */
+  m->overhead = c->overhead_gb > 0 ? c->overhead_gb * 1e9 : m->dev->overhead_gb * 1e9 + (m->cpu ? libraries : 0);
   m->tokens = c->tokens > 0 ? c->tokens : 20.0 * nparams;
   util_strlcpy(m->source, c->source, sizeof m->source);
   resolve_grid(m, cfg);

@@ -21,7 +21,7 @@ typedef struct {
   double intra_gbs, intra_latency_us; /* between two ranks of a node, each way */
   int per_node;      /* usual devices per node (0 for 'cpu': this machine's cores) */
   double efficiency; /* share of the peak greenlm's step reaches there, as measured */
-  double overhead_gb; /* memory of a rank outside the planned buffers */
+  double overhead_gb; /* memory of a rank outside the planned buffers ('cpu': beyond this process's) */
   const char *source;
 } machine_device;
 
