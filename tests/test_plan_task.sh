@@ -76,4 +76,8 @@ greenlm --plan --machine "$machines/v100-4x6.nml" --set "system.precision='bf16'
 check "bf16 on a V100 is not refused with the fp16 hint: $(grep -i error "$out/bad3.out" | head -n 2)" \
   grep -q "has no bf16 arithmetic" "$out/bad3.out"
 check "bf16 on a V100 wrote a plan" [ ! -e "$out/bad3/plan.json" ]
+greenlm --plan --set machine.devices_per_node=5 --set "job.run_dir='$out/bad4'" "$deck" > "$out/bad4.out" 2>&1
+check "5 ranks with no layout is not an error" [ $? -ne 0 ]
+check "no layout: $(grep -A1 error "$out/bad4.out" | head -n 2)" grep -q "devices_per_node.*no layout of 5 ranks" "$out/bad4.out"
+check "no layout wrote a plan" [ ! -e "$out/bad4/plan.json" ]
 finish

@@ -258,9 +258,16 @@ int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list
     c.flops_per_token = gpt_flops_per_token(&c.s, c.T);
     r->T = c.T, r->G = c.G, r->flops_per_token = c.flops_per_token;
     enumerate(&c, r, r->mach.ranks);
+    if (r->n == 0) {
+      cfg_error_at(cfg, errs, "machine", "devices_per_node",
+                   "pipeline stages must divide the ranks (at most one per layer) and micro_batch_size x replicas the "
+                   "global_batch_size: choose another rank count or global batch",
+                   "no layout of %d ranks for this deck (global batch %ld sequences, %d layers)", r->mach.ranks, c.G, c.s.L);
+      rc = 1;
+    }
     r->best = fastest(r);
     r->has_deck = deck_layout(&c, cfg, r->mach.ranks, &r->deck);
-    if (r->best < 0) more_nodes(&c, r);
+    if (r->best < 0 && r->n > 0) more_nodes(&c, r);
   }
   gpt_shape_free(&c.s);
   free(c.cfg);

@@ -70,11 +70,6 @@ static void print_deck(const plan_result *r) {
 /* The recommendation, its run, and the published footprints beside it. */
 static void print_verdict(const plan_result *r) {
   char lines[512], dur[32], mem[32];
-  if (r->n == 0) {
-    printf("no layout of %d ranks: the stages must divide the ranks (at most one per layer) and micro-batch x replicas "
-           "the global batch of %ld sequences\n", r->mach.ranks, r->G);
-    return;
-  }
   const plan_layout *b = r->best >= 0 ? &r->v[r->best] : NULL;
   if (!b) {
     const plan_layout *s = &r->v[0];
