@@ -27,8 +27,9 @@ BACKEND_OPS(CPU_OP_DECLARE)
 
 /* The fp32 kernels */
 
-void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
+                   int nv);
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C, int v0, int nv);
 void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                        int C, float eps);
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
@@ -51,6 +52,8 @@ void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
 void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n);
 void cpu_accumulate(float *dst, const float *src, size_t n);
 void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale);
+void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int N, int nv, int v0);
+void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, float dscale);
 void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
 double cpu_sumsq(const float *x, size_t n);
 

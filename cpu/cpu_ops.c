@@ -5,24 +5,25 @@
 #include "cpu.h"
 #include "cpu_math.h"
 
-void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
+                   int nv) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       float *o = out + ((size_t)b * T + t) * C;
-      const float *e = wte + (size_t)tok[b * T + t] * C, *p = wpe + (size_t)t * C;
-      for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+      int r = tok[b * T + t] - v0;
+      if (r >= 0 && r < nv) memcpy(o, wte + (size_t)r * C, (size_t)C * sizeof(float));
+      else memset(o, 0, (size_t)C * sizeof(float));
+      if (wpe) cpu_accumulate(o, wpe + (size_t)t * C, (size_t)C);
     }
 }
 
-void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
+void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C, int v0, int nv) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       const float *d = dout + ((size_t)b * T + t) * C;
-      float *e = dwte + (size_t)tok[b * T + t] * C, *p = dwpe + (size_t)t * C;
-      for (int c = 0; c < C; c++) {
-        e[c] += d[c];
-        p[c] += d[c];
-      }
+      int r = tok[b * T + t] - v0;
+      if (r >= 0 && r < nv) cpu_accumulate(dwte + (size_t)r * C, d, (size_t)C);
+      if (dwpe) cpu_accumulate(dwpe + (size_t)t * C, d, (size_t)C);
     }
 }
 
@@ -119,6 +120,27 @@ void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int 
       x[targets[i]] -= dscale;
     }
     losses[i] = mx + logf(sum) - xt;
+  }
+}
+
+void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int N, int nv, int v0) {
+  for (int i = 0; i < N; i++) {
+    const float *x = logits + (size_t)i * nv;
+    float mx = cpu_max(x, (size_t)nv);
+    double sum = 0.0;
+    for (int v = 0; v < nv; v++) sum += expf(x[v] - mx);
+    int r = targets[i] - v0;
+    part[2 * i] = mx + (float)log(sum);
+    part[2 * i + 1] = r >= 0 && r < nv ? x[r] : 0.0f;
+  }
+}
+
+void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, float dscale) {
+  for (int i = 0; i < N; i++) {
+    float *x = logits + (size_t)i * nv;
+    for (int v = 0; v < nv; v++) x[v] = dscale * expf(x[v] - lse[i]);
+    int r = targets[i] - v0;
+    if (r >= 0 && r < nv) x[r] -= dscale;
   }
 }
 

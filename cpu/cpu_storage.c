@@ -148,9 +148,9 @@ size_t cpu_stage_floats(backend_dtype t, const backend_shape *sh) {
 #define SZ(n) ((size_t)(n))
 
 void cpu_op_embed_fwd(const backend *be, void *o, const int32_t *tok, const void *wte, const void *wpe, int B, int T,
-                      int C) {
+                      int C, int v0, int nv) {
   if (be->storage == BACKEND_FP32) {
-    cpu_embed_fwd(o, tok, wte, wpe, B, T, C);
+    cpu_embed_fwd(o, tok, wte, wpe, B, T, C, v0, nv);
     return;
   }
   stage s = stage_begin(be); /* row by row: only the rows the tokens pick are widened */
@@ -158,17 +158,21 @@ void cpu_op_embed_fwd(const backend *be, void *o, const int32_t *tok, const void
   float *x = take(&s, SZ(C)), *p = take(&s, SZ(C));
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
-      cpu_load(be->storage, x, (const char *)wte + SZ(tok[b * T + t]) * C * es, SZ(C));
-      cpu_load(be->storage, p, (const char *)wpe + SZ(t) * C * es, SZ(C));
-      cpu_residual_fwd(x, x, p, SZ(C));
+      int r = tok[b * T + t] - v0;
+      if (r >= 0 && r < nv) cpu_load(be->storage, x, (const char *)wte + SZ(r) * C * es, SZ(C));
+      else memset(x, 0, SZ(C) * sizeof(float));
+      if (wpe) {
+        cpu_load(be->storage, p, (const char *)wpe + SZ(t) * C * es, SZ(C));
+        cpu_residual_fwd(x, x, p, SZ(C));
+      }
       cpu_store(be->storage, (char *)o + (SZ(b) * T + t) * C * es, x, SZ(C));
     }
 }
 
 void cpu_op_embed_bwd(const backend *be, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T,
-                      int C) {
+                      int C, int v0, int nv) {
   stage s = stage_begin(be);
-  cpu_embed_bwd(dwte, dwpe, in(&s, dout, SZ(B) * T * C), tok, B, T, C);
+  cpu_embed_bwd(dwte, dwpe, in(&s, dout, SZ(B) * T * C), tok, B, T, C, v0, nv);
 }
 
 void cpu_op_layernorm_fwd(const backend *be, void *o, float *mean, float *rstd, const void *inp, const void *w,
@@ -260,6 +264,19 @@ void cpu_op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const i
   stage s = stage_begin(be);
   float *x = out(&s, logits, SZ(N) * V, 1);
   cpu_xent_fwd_bwd(losses, x, targets, N, V, dscale);
+  stage_end(&s);
+}
+
+void cpu_op_xent_part(const backend *be, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0) {
+  stage s = stage_begin(be);
+  cpu_xent_part(part, in(&s, logits, SZ(N) * nv), targets, N, nv, v0);
+}
+
+void cpu_op_xent_grad(const backend *be, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,
+                      float dscale) {
+  stage s = stage_begin(be);
+  float *x = out(&s, logits, SZ(N) * nv, 1);
+  cpu_xent_grad(x, lse, targets, N, nv, v0, dscale);
   stage_end(&s);
 }
 

@@ -113,13 +113,25 @@ static void test_embedding(void) {
   c.wpe = dcopy(wpe, (size_t)c.T * c.C);
   c.w = dcopy(w, n);
   c.y = malloc(n * sizeof(double));
-  be->embed_fwd(be, y, c.tok, wte, wpe, c.B, c.T, c.C);
+  be->embed_fwd(be, y, c.tok, wte, wpe, c.B, c.T, c.C, 0, c.V);
   emb_ref(&c);
   check_fwd("embedding", y, c.y, n);
   float *dwte = fzeros((size_t)c.V * c.C), *dwpe = fzeros((size_t)c.T * c.C);
-  be->embed_bwd(be, dwte, dwpe, w, c.tok, c.B, c.T, c.C);
+  be->embed_bwd(be, dwte, dwpe, w, c.tok, c.B, c.T, c.C, 0, c.V);
   check_grad("embedding d/dwte", emb_loss, &c, c.wte, dwte, (size_t)c.V * c.C);
   check_grad("embedding d/dwpe", emb_loss, &c, c.wpe, dwpe, (size_t)c.T * c.C);
+  /* vocabulary shards [0, 4) and [4, 7) (tensor parallelism): their outputs, the position embedding
+   * added by the first only, sum to the whole's; their row gradients are the whole's rows */
+  float *ys = fzeros(n), *y2 = fzeros(n), *dws = fzeros((size_t)c.V * c.C), *dps = fzeros((size_t)c.T * c.C);
+  be->embed_fwd(be, ys, c.tok, wte, wpe, c.B, c.T, c.C, 0, 4);
+  be->embed_fwd(be, y2, c.tok, wte + 4 * c.C, NULL, c.B, c.T, c.C, 4, 3);
+  be->accumulate(be, ys, y2, n);
+  check_fwd("embedding, two vocabulary shards", ys, c.y, n);
+  be->embed_bwd(be, dws, dps, w, c.tok, c.B, c.T, c.C, 0, 4);
+  be->embed_bwd(be, dws + 4 * c.C, NULL, w, c.tok, c.B, c.T, c.C, 4, 3);
+  T_CHECK(memcmp(dws, dwte, (size_t)c.V * c.C * sizeof(float)) == 0 && memcmp(dps, dwpe, (size_t)c.T * c.C * sizeof(float)) == 0,
+          "embedding: the shards' gradients differ from the whole's");
+  free(ys), free(y2), free(dws), free(dps);
   free(c.tok), free(wte), free(wpe), free(w), free(y), free(c.wte), free(c.wpe), free(c.w), free(c.y), free(dwte),
       free(dwpe);
 }
@@ -421,6 +433,38 @@ static double xent_total(void *p) {
   return total;
 }
 
+/* The vocabulary-parallel cross-entropy: 3 uneven shards' parts combined into each row's loss, and
+ * each shard's gradient from the combined log-sum-exp, against the double reference. */
+static void test_xent_shards(xent_ctx *c, const float *x) {
+  enum { S = 3 };
+  const int v0[S + 1] = {0, 400, 401, c->V};
+  const size_t n = (size_t)c->N * c->V;
+  float *part = fzeros((size_t)S * c->N * 2), *loss = fzeros((size_t)c->N), *lse = fzeros((size_t)c->N);
+  float *g = malloc(n * sizeof(float)), *sh = malloc(n * sizeof(float));
+  for (int k = 0; k < S; k++) { /* shard k's columns, contiguous */
+    int nv = v0[k + 1] - v0[k];
+    for (int i = 0; i < c->N; i++) memcpy(sh + (size_t)i * nv, x + (size_t)i * c->V + v0[k], (size_t)nv * sizeof(float));
+    be->xent_part(be, part + (size_t)k * c->N * 2, sh, c->tgt, c->N, nv, v0[k]);
+  }
+  for (int i = 0; i < c->N; i++) {
+    double mx = -INFINITY, s = 0, z = 0;
+    for (int k = 0; k < S; k++) mx = fmax(mx, part[((size_t)k * c->N + i) * 2]);
+    for (int k = 0; k < S; k++) s += exp(part[((size_t)k * c->N + i) * 2] - mx), z += part[((size_t)k * c->N + i) * 2 + 1];
+    lse[i] = (float)(mx + log(s));
+    loss[i] = (float)(mx + log(s) - z);
+  }
+  xent_total(c);
+  check_fwd("cross-entropy, 3 vocabulary shards", loss, c->loss, (size_t)c->N);
+  for (int k = 0; k < S; k++) {
+    int nv = v0[k + 1] - v0[k];
+    for (int i = 0; i < c->N; i++) memcpy(sh + (size_t)i * nv, x + (size_t)i * c->V + v0[k], (size_t)nv * sizeof(float));
+    be->xent_grad(be, sh, lse, c->tgt, c->N, nv, v0[k], (float)c->dscale);
+    for (int i = 0; i < c->N; i++) memcpy(g + (size_t)i * c->V + v0[k], sh + (size_t)i * nv, (size_t)nv * sizeof(float));
+  }
+  check_grad("cross-entropy shards d/dlogits", xent_total, c, c->x, g, n);
+  free(part), free(loss), free(lse), free(g), free(sh);
+}
+
 static void test_xent(void) {
   xent_ctx c = {.N = 5, .V = 1003, .dscale = 0.37};
   size_t n = (size_t)c.N * c.V;
@@ -440,6 +484,7 @@ static void test_xent(void) {
   memcpy(xg, x, n * sizeof(float));
   be->xent_fwd_bwd(be, l0, xg, c.tgt, c.N, c.V, 0.0f);
   check_fwd("cross-entropy loss (no grad)", l0, c.loss, (size_t)c.N);
+  test_xent_shards(&c, x);
   free(x), free(l), free(l0), free(xg), free(c.tgt), free(c.x), free(c.loss);
 }
 
@@ -639,9 +684,9 @@ static void storage_elementwise(void) {
   float *e = fzeros((size_t)B * T * C), *dwte = fzeros((size_t)V * C), *dwpe = fzeros((size_t)T * C);
   float *dwte16 = fzeros((size_t)V * C), *dwpe16 = fzeros((size_t)T * C);
   uint16_t *e16 = malloc((size_t)B * T * C * 2);
-  be->embed_fwd(be, e, tok, wte, wpe, B, T, C), b16->embed_fwd(b16, e16, tok, eh, ph, B, T, C);
+  be->embed_fwd(be, e, tok, wte + C, wpe, B, T, C, 1, 5), b16->embed_fwd(b16, e16, tok, (char *)eh + 2 * C, ph, B, T, C, 1, 5);
   same16("embed_fwd", e16, e, (size_t)B * T * C);
-  be->embed_bwd(be, dwte, dwpe, g, tok, B, T, C), b16->embed_bwd(b16, dwte16, dwpe16, gh, tok, B, T, C);
+  be->embed_bwd(be, dwte, dwpe, g, tok, B, T, C, 0, V), b16->embed_bwd(b16, dwte16, dwpe16, gh, tok, B, T, C, 0, V);
   same32("embed_bwd dwte", dwte, dwte16, (size_t)V * C), same32("embed_bwd dwpe", dwpe, dwpe16, (size_t)T * C);
   /* cross-entropy on 16-bit logits: fp32 losses, the gradient stored in 16 bits */
   const int N = 3, NV = 301;
@@ -650,6 +695,14 @@ static void storage_elementwise(void) {
   int32_t tgt[3] = {0, 150, 300};
   be->xent_fwd_bwd(be, loss, lg, tgt, N, NV, 0.25f), b16->xent_fwd_bwd(b16, loss16, lh, tgt, N, NV, 0.25f);
   same32("xent_fwd_bwd losses", loss, loss16, N), same16("xent_fwd_bwd dlogits", lh, lg, (size_t)N * NV);
+  /* the vocabulary-parallel pair on a shard of 100 columns from 200 */
+  void *sh16;
+  float *sh = rand16((size_t)N * 100, 3, &sh16), part[6], part16[6], lse[3] = {3.0f, 4.5f, 6.0f};
+  be->xent_part(be, part, sh, tgt, N, 100, 200), b16->xent_part(b16, part16, sh16, tgt, N, 100, 200);
+  same32("xent_part", part, part16, 6);
+  be->xent_grad(be, sh, lse, tgt, N, 100, 200, 0.25f), b16->xent_grad(b16, sh16, lse, tgt, N, 100, 200, 0.25f);
+  same16("xent_grad", sh16, sh, (size_t)N * 100);
+  free(sh), free(sh16);
   /* AdamW: the fp32 master as at fp32, and the compute copy its rounding */
   float *p = frand(n, 1), *p16 = malloc(n * sizeof(float)), *gr = frand(n, 1), *m = fzeros(n), *v = fzeros(n);
   float *m16 = fzeros(n), *v16 = fzeros(n);
@@ -700,7 +753,8 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,
     [BACKEND_OP_sumsq] = test_adamw,               [BACKEND_OP_to_storage] = test_conversions,
     [BACKEND_OP_to_fp32] = test_conversions,       [BACKEND_OP_kv_store] = test_kv_cache_all,
-    [BACKEND_OP_attention_cached] = test_kv_cache_all,
+    [BACKEND_OP_attention_cached] = test_kv_cache_all, [BACKEND_OP_xent_part] = test_xent,
+    [BACKEND_OP_xent_grad] = test_xent,
 };
 
 int main(int argc, char **argv) {

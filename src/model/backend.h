@@ -72,12 +72,19 @@ typedef struct backend backend;
  * names whose tests test_ops and test_gpu_parity must define (a missing one does not compile).
  * params start with the backend; args are the remaining parameters' names. */
 #define BACKEND_OPS(X)                                                                                                 \
-  /* out S (B,T,C) = wte[tok[b,t]] + wpe[t];  tok (B,T), wte S (V,C), wpe S (>=T,C) */                                 \
-  X(embed_fwd, (const backend *be, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C), \
-    (out, tok, wte, wpe, B, T, C))                                                                                     \
-  /* dwte F (V,C) [tok[b,t]] += dout S [b,t];  dwpe F [t] += sum_b dout[b,t] */                                        \
-  X(embed_bwd, (const backend *be, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C), \
-    (dwte, dwpe, dout, tok, B, T, C))                                                                                  \
+  /* out S (B,T,C) = wte[tok[b,t] - v0] + wpe[t];  tok (B,T), wpe S (>=T,C) (NULL: not added);                       \
+   * wte S (nv,C) holds vocabulary rows [v0, v0 + nv) (a tensor rank's shard; 0, V for the whole): a token outside    \
+   * them adds nothing */                                                                                              \
+  X(embed_fwd,                                                                                                         \
+    (const backend *be, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C, int v0,  \
+     int nv),                                                                                                          \
+    (out, tok, wte, wpe, B, T, C, v0, nv))                                                                             \
+  /* dwte F (nv,C) [tok[b,t] - v0] += dout S [b,t] for the tokens in [v0, v0 + nv);                                    \
+   * dwpe F [t] += sum_b dout[b,t] (skipped when NULL) */                                                              \
+  X(embed_bwd,                                                                                                         \
+    (const backend *be, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C, int v0,   \
+     int nv),                                                                                                          \
+    (dwte, dwpe, dout, tok, B, T, C, v0, nv))                                                                          \
   /* out S (N,C) = (inp - mean) * rstd * w + b;  inp S, w b S (C); mean, rstd F (N) saved for the backward */          \
   X(layernorm_fwd,                                                                                                     \
     (const backend *be, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,      \
@@ -124,6 +131,16 @@ typedef struct backend backend;
    * gradient of dscale * sum(losses); otherwise with scratch values. */                                               \
   X(xent_fwd_bwd, (const backend *be, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale), \
     (losses, logits, targets, N, V, dscale))                                                                           \
+  /* Vocabulary-parallel cross-entropy over logits S (N,nv), the columns [v0, v0 + nv) of the vocabulary a tensor rank \
+   * holds. xent_part: part F (N,2) = {logsumexp of row i, the logit of targets[i] when v0 <= targets[i] < v0 + nv     \
+   * else 0}; the ranks' parts combine into each row's loss = logsumexp over ranks of the first - sum of the second. */ \
+  X(xent_part, (const backend *be, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0),    \
+    (part, logits, targets, N, nv, v0))                                                                                \
+  /* logits S (N,nv) = dscale * (exp(logits - lse[i]) - onehot(targets[i] - v0)) (overwritten): the gradient of        \
+   * dscale * sum(losses), given each row's log-sum-exp over the whole vocabulary lse F (N) */                         \
+  X(xent_grad, (const backend *be, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,     \
+                float dscale),                                                                                         \
+    (logits, lse, targets, N, nv, v0, dscale))                                                                         \
   /* AdamW (PyTorch's formulation) on n master parameters p F with gradients g F and moments m, v F;                   \
    * the compute copy pc S (n) is written from the updated p (skipped when NULL: fp32 storage). */                     \
   X(adamw, (const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,                        \

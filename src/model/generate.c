@@ -176,7 +176,7 @@ static void pass_embed(gen *g, const pass_layout *a, int n) {
   for (int r0 = 0, r1; r0 < n; r0 = r1) {
     for (r1 = r0 + 1; r1 < n && g->seq_h[r1] == g->seq_h[r0] && g->pos_h[r1] == g->pos_h[r1 - 1] + 1; r1++) {}
     be->embed_fwd(be, (char *)g->acts + a->x + (size_t)r0 * row, g->io + r0, wte, wpe + (size_t)g->pos_h[r0] * row, 1,
-                  r1 - r0, m->s.C);
+                  r1 - r0, m->s.C, 0, m->s.V);
   }
 }
 

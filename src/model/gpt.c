@@ -435,7 +435,7 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
   act_layout a = layout(m);
   if (m->has_embed)
     be->embed_fwd(be, res_at(m, &a, slot, 0, (size_t)N), m->tokens + (size_t)slot * m->B * m->T,
-                  param_of(m, "transformer.wte.weight"), param_of(m, "transformer.wpe.weight"), B, T, C);
+                  param_of(m, "transformer.wte.weight"), param_of(m, "transformer.wpe.weight"), B, T, C, 0, s->V);
   for (int l = m->layer_lo; l < m->layer_hi; l++) {
     block_acts ba;
     block_acts_of(m, &a, slot, l, &ba);
@@ -531,7 +531,7 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
   }
   if (m->has_embed) {
     be->embed_bwd(be, grad_of(m, "transformer.wte.weight"), grad_of(m, "transformer.wpe.weight"), dres,
-                  m->tokens + (size_t)slot * m->B * m->T, B, T, C);
+                  m->tokens + (size_t)slot * m->B * m->T, B, T, C, 0, s->V);
     if (hook) hook(ctx, GPT_HOOK_EMBED);
   }
 }
