@@ -658,8 +658,9 @@ static void sample_cached(train_job *r, textgen_out *out, char *note, size_t len
   snprintf(note, len, "KV cache: prefill %.2f s, %.1f tokens/s; ended: %s", tm.prefill_s, tm.decode_tps, gen_end_name(out->end));
 }
 
-/* Pipeline stages: every layer is on no single rank, so the stages recompute the whole sequence for
- * every new token (pipe_forward_one; the last stage draws each token and hands it to the first). */
+/* Pipeline stages or tensor shards: the whole model is on no single rank, so the stages recompute the
+ * whole sequence for every new token (pipe_forward_one; the last stage's tensor ranks gather the logits,
+ * draw the same token and hand it to the first). */
 static void sample_pipelined(train_job *r, tok_ids *ids) {
   trainer *t = r->t;
   const cfg_sample *c = &r->cfg->sample;
@@ -684,8 +685,8 @@ static void write_sample(train_job *r) {
   const cfg_sample *c = &r->cfg->sample;
   if (c->n_tokens <= 0 || t->lay.replica != 0) return;
   textgen_out out = {0};
-  char note[160] = "pipeline, recomputed";
-  if (t->lay.P == 1) {
+  char note[160] = "pipeline or tensor shards, recomputed";
+  if (t->lay.P == 1 && t->lay.tp == 1) {
     sample_cached(r, &out, note, sizeof note);
   } else {
     tok_ids ids = {0};

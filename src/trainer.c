@@ -87,6 +87,7 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, e
   }
   gpt_shape_from_cfg(&t->shape, &cfg->model);
   gpt_init(&t->model, &t->shape, be, t->B, t->T, par_part(&t->lay), (uint64_t)cfg->job.seed);
+  tp_open(&t->tpg, &t->model, t->lay.tensor, t->B, t->T);
   long period = cfg->comm.adapt_every ? cfg->comm.adapt_every : cfg->training.max_steps / 10;
   t->gx = grad_create(&t->model, &t->lay, cfg->parallel.bucket_mb, &cfg->comm, period, (uint64_t)cfg->job.seed);
   size_t lo, hi;
@@ -104,6 +105,7 @@ void trainer_close(trainer *t) {
   pipe_free(&t->pipe);
   optim_free(&t->opt);
   grad_free(t->gx);
+  tp_close(&t->tpg);
   gpt_free(&t->model);
   gpt_shape_free(&t->shape);
   data_close(&t->data);
@@ -124,8 +126,8 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   const double scale = t->scaler.scale;
   double loss_sum = pipe_train_step(&t->pipe, t->nmicro, (float)(scale / tokens), train_batch, t, grad_hook, t->gx);
   grad_finish(t->gx);
-  /* the loss lives on the last stages, the norm's pieces everywhere */
-  double local[2] = {loss_sum, grad_sumsq(t->gx)}, global[2];
+  /* the loss lives on the last stages (tensor rank 0 counts it), the norm's pieces everywhere */
+  double local[2] = {t->lay.tp_rank == 0 ? loss_sum : 0.0, grad_sumsq(t->gx)}, global[2];
   MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, t->comm);
   info->loss = global[0] / tokens;
   info->grad_norm = sqrt(global[1]) / scale;
@@ -149,6 +151,7 @@ double trainer_eval(trainer *t) {
   long nb = t->cfg->training.eval_batches, D = t->lay.D;
   int mine = (int)(nb / D + (t->lay.replica < nb % D));
   double loss = pipe_eval(&t->pipe, mine, eval_batch, t), total;
+  if (t->lay.tp_rank != 0) loss = 0.0; /* every tensor rank has it */
   pipe_take_stats(&t->pipe); /* evaluation is not part of the steps' figures */
   MPI_Allreduce(&loss, &total, 1, MPI_DOUBLE, MPI_SUM, t->comm);
   return total / ((double)nb * t->B * t->T);

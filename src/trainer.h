@@ -17,6 +17,7 @@
 #include "parallel/par.h"
 #include "deck/nml.h"
 #include "parallel/pipe.h"
+#include "parallel/tp.h"
 
 typedef struct trainer {
   const cfg_config *cfg;
@@ -29,6 +30,7 @@ typedef struct trainer {
   optim_state opt;
   optim_scaler scaler; /* dynamic loss scaling of precision = 'fp16'; scale 1 otherwise */
   grad_exchange *gx;
+  tp_group tpg;   /* the tensor-parallel group's collectives (T > 1) */
   pipe_state pipe;
   tok_tokenizer tok;
   data_loader data;

@@ -140,7 +140,7 @@ static void test_stops(void) {
   gpt_shape s;
   shape_of(&s, "gpt-neo", 2, 32, 4, 67, 128, 8);
   gpt_model m;
-  gpt_init(&m, &s, backend_cpu(), 1, 1, (gpt_part){0, s.L, 1, 1, 1, 0, 1}, 4); /* weights only */
+  gpt_init(&m, &s, backend_cpu(), 1, 1, (gpt_part){0, s.L, 1, 1, 1, 0, 1, 1, 0}, 4); /* weights only */
   const int lens[NP] = {4, 120, 17};
   int32_t *p[NP];
   prompts_of(p, lens, s.V, 6);

@@ -38,10 +38,16 @@ static void test_memory_plan(const char *precision) {
     shape_of(&s, cases[i].arch, cases[i].L, cases[i].C, cases[i].H, cases[i].V, cases[i].maxT, 8);
     /* the whole model; a first stage with 3 activation slots; a last stage; the first stage with
      * recomputation (one block's inner activations instead of one per block and slot); the whole
-     * model for inference (weights only) */
-    gpt_part parts[5] = {gpt_whole(&s), {0, s.L - 1, 1, 0, 3, 0, 0}, {s.L - 1, s.L, 0, 1, 1, 0, 0},
-                         {0, s.L - 1, 1, 0, 3, 1, 0}, {0, s.L, 1, 1, 1, 0, 1}};
-    for (int k = 0; k < 5; k++) {
+     * model for inference (weights only); tensor rank 1 of 2 of the whole model, and of a last stage with
+     * recomputation */
+    gpt_part parts[7] = {gpt_whole(&s),
+                         {0, s.L - 1, 1, 0, 3, 0, 0, 1, 0},
+                         {s.L - 1, s.L, 0, 1, 1, 0, 0, 1, 0},
+                         {0, s.L - 1, 1, 0, 3, 1, 0, 1, 0},
+                         {0, s.L, 1, 1, 1, 0, 1, 1, 0},
+                         {0, s.L, 1, 1, 1, 0, 0, 2, 1},
+                         {s.L - 1, s.L, 0, 1, 2, 1, 0, 2, 1}};
+    for (int k = 0; k < 7; k++) {
       const backend *counting = t_counting_backend(precision, 0); /* a fresh instance: its workspace is counted */
       gpt_memory plan = gpt_plan_memory(&s, counting, cases[i].B, cases[i].T, parts[k]);
       t_counted = 0;
@@ -79,7 +85,7 @@ static void test_init(void) {
   gpt_init(&a, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
   gpt_init(&b, &s, backend_cpu(), 1, 8, gpt_whole(&s), 11);
   gpt_init(&c, &s, backend_cpu(), 1, 8, gpt_whole(&s), 12);
-  gpt_init(&part, &s, backend_cpu(), 1, 8, (gpt_part){1, 2, 0, 0, 1, 0, 0}, 11); /* block 1 only */
+  gpt_init(&part, &s, backend_cpu(), 1, 8, (gpt_part){1, 2, 0, 0, 1, 0, 0, 1, 0}, 11); /* block 1 only */
   T_CHECK(!memcmp(a.params, b.params, a.nparams * sizeof(float)), "same seed, same parameters");
   T_CHECK(memcmp(a.params, c.params, a.nparams * sizeof(float)) != 0, "another seed, other parameters");
   gpt_block_ptrs pa, pp;

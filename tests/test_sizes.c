@@ -66,7 +66,7 @@ static void check_params(const shape *s) {
   T_CHECK(t[nt - 4].numel == 4 * s->C * s->C, "%s: %s has %zu elements", s->name, t[nt - 4].name, t[nt - 4].numel);
   free(t);
   /* a middle stage of 11 blocks, without embedding or head */
-  gpt_part mid = {11, 22, 0, 0, 1, 0, 0};
+  gpt_part mid = {11, 22, 0, 0, 1, 0, 0, 1, 0};
   T_CHECK(gpt_part_params(&g, mid) == 11 * neo_block(s), "%s: blocks 11-21 hold %zu", s->name, gpt_part_params(&g, mid));
   gpt_shape_free(&g);
   shape_of(s, GPT_ARCH_GPT2, &g);

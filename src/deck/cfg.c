@@ -465,6 +465,30 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
                  "&model block_size = %ld", cfg->eval.seq_len, cfg->model.block_size);
 }
 
+/* Tensor parallelism cuts heads, MLP units and vocabulary rows into T pieces: the first two evenly. */
+static void check_tensor_parallel(cfg_config *cfg, err_list *errs) {
+  const cfg_model *m = &cfg->model;
+  const long T = cfg->parallel.tensor_parallel, F = m->n_inner ? m->n_inner : 4 * m->n_embd;
+  if (T == 1) return;
+  char hint[256];
+  int o = snprintf(hint, sizeof hint, "tensor_parallel must divide n_head = %ld and the MLP width %ld; these do:", m->n_head, F);
+  for (long d = 1; d <= m->n_head && o < (int)sizeof hint - 8; d++)
+    if (m->n_head % d == 0 && F % d == 0) o += snprintf(hint + o, sizeof hint - (size_t)o, " %ld", d);
+  if (m->n_head % T != 0)
+    cfg_error_at(cfg, errs, "parallel", "tensor_parallel", hint, "n_head = %ld heads cannot be split evenly across "
+                 "tensor_parallel = %ld ranks", m->n_head, T);
+  else if (F % T != 0)
+    cfg_error_at(cfg, errs, "parallel", "tensor_parallel", hint, "the MLP width (n_inner, or 4 x n_embd) = %ld cannot be "
+                 "split evenly across tensor_parallel = %ld ranks", F, T);
+  if (m->vocab_size < T)
+    cfg_error_at(cfg, errs, "parallel", "tensor_parallel", "every tensor rank needs vocabulary rows: tensor_parallel <= "
+                 "vocab_size", "vocab_size = %ld is smaller than tensor_parallel = %ld", m->vocab_size, T);
+  if (cfg->eval.during_training)
+    cfg_error_at(cfg, errs, "eval", "during_training", "score the benchmarks with the 'eval' task after training, or train "
+                 "with tensor_parallel = 1", "benchmarks during training need the whole model on every rank; "
+                 "tensor_parallel = %ld", T);
+}
+
 static void check_consistency(cfg_config *cfg, err_list *errs) {
   cfg_model *m = &cfg->model;
   if (m->n_embd % m->n_head != 0) {
@@ -503,6 +527,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
     cfg_error_at(cfg, errs, "training", "micro_batch_size", "lower micro_batch_size: the ops take B x T rows as a 32-bit count",
                  "micro_batch_size x seq_len = %ld x %ld = %ld rows exceeds 2^31 - 1", t->micro_batch_size, rows_T,
                  t->micro_batch_size * rows_T);
+  check_tensor_parallel(cfg, errs);
   if (cfg->parallel.pipeline_stages > m->n_layer)
     cfg_error_at(cfg, errs, "parallel", "pipeline_stages", "every stage needs at least one layer: pipeline_stages <= n_layer",
                  "pipeline_stages = %ld is more than n_layer = %ld", cfg->parallel.pipeline_stages, m->n_layer);
@@ -577,15 +602,17 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs) {
   long n0 = err_count(errs);
   cfg_parallel *p = &cfg->parallel;
   cfg_training *t = &cfg->training;
-  long P = p->pipeline_stages;
+  const long TP = p->tensor_parallel, P = p->pipeline_stages * TP; /* ranks per replica */
   char fits[256] = "";
-  int o = snprintf(fits, sizeof fits, "with %d rank%s: pipeline_stages =", nranks, nranks == 1 ? "" : "s");
-  for (long q = 1; q <= nranks && q <= cfg->model.n_layer && o < (int)sizeof fits - 8; q++)
-    if (nranks % q == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q);
+  int o = snprintf(fits, sizeof fits, "with %d rank%s and tensor_parallel = %ld: pipeline_stages =", nranks,
+                   nranks == 1 ? "" : "s", TP);
+  for (long q = 1; q * TP <= nranks && q <= cfg->model.n_layer && o < (int)sizeof fits - 8; q++)
+    if (nranks % (q * TP) == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q);
   if (nranks % P != 0) {
     cfg_error_at(cfg, errs, "parallel", "pipeline_stages", fits,
-                 "%d rank%s cannot form pipelines of %ld stages (pipeline_stages x data_parallel must equal the rank count)",
-                 nranks, nranks == 1 ? "" : "s", P);
+                 "%d rank%s cannot form pipelines of %ld stages x %ld tensor rank%s (pipeline_stages x tensor_parallel x "
+                 "data_parallel must equal the rank count)", nranks, nranks == 1 ? "" : "s", p->pipeline_stages, TP,
+                 TP == 1 ? "" : "s");
     return (int)(err_count(errs) - n0);
   }
   if (p->data_parallel == 0) {
@@ -596,8 +623,8 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs) {
     snprintf(hint, sizeof hint, "set data_parallel = %ld (or 0 to derive it), or start %ld ranks", nranks / P,
              p->data_parallel * P);
     cfg_error_at(cfg, errs, "parallel", "data_parallel", hint,
-                 "pipeline_stages x data_parallel = %ld x %ld = %ld, not the %d rank%s of the job", P, p->data_parallel,
-                 P * p->data_parallel, nranks, nranks == 1 ? "" : "s");
+                 "pipeline_stages x tensor_parallel x data_parallel = %ld x %ld x %ld = %ld, not the %d rank%s of the job",
+                 p->pipeline_stages, TP, p->data_parallel, P * p->data_parallel, nranks, nranks == 1 ? "" : "s");
     return (int)(err_count(errs) - n0);
   }
   long D = p->data_parallel, B = t->micro_batch_size, per = B * D; /* sequences per micro-batch round */

@@ -42,10 +42,21 @@ typedef struct {
   gpt_tensor *v;
   int n, cap, index;
   size_t offset;
+  int tp, tp_rank; /* the part's tensor parallelism (tp >= 1) */
 } tensor_list;
 
-static void add_tensor(tensor_list *tl, int keep, const char *name, int rows, int cols, int decay, int layer,
-                       gpt_init_kind init, float std) {
+/* Start of piece r of n things cut into T nearly equal pieces. */
+static int piece(int n, int T, int r) { return (int)((long long)n * r / T); }
+
+/* A tensor of the whole model, (rows, cols), cut as `split` (groups: row groups, for GPT_SPLIT_ROWS). */
+typedef struct {
+  const char *name;
+  int rows, cols;
+  gpt_split split;
+  int groups;
+} tensor_spec;
+
+static void add_tensor(tensor_list *tl, int keep, tensor_spec ts, int decay, int layer, gpt_init_kind init, float std) {
   int index = tl->index++;
   if (!keep) return;
   if (tl->n == tl->cap) {
@@ -54,10 +65,21 @@ static void add_tensor(tensor_list *tl, int keep, const char *name, int rows, in
   }
   gpt_tensor *t = &tl->v[tl->n++];
   memset(t, 0, sizeof *t);
-  util_strlcpy(t->name, name, sizeof t->name);
-  t->rows = rows;
-  t->cols = cols;
-  t->numel = (size_t)rows * (size_t)cols;
+  util_strlcpy(t->name, ts.name, sizeof t->name);
+  t->grows = t->rows = ts.rows;
+  t->gcols = t->cols = ts.cols;
+  t->groups = 1;
+  t->split = tl->tp > 1 ? ts.split : GPT_SPLIT_NONE;
+  if (t->split == GPT_SPLIT_ROWS) {
+    int per = ts.rows / ts.groups; /* rows of a group */
+    t->groups = ts.groups;
+    t->r0 = piece(per, tl->tp, tl->tp_rank);
+    t->rows = ts.groups * (piece(per, tl->tp, tl->tp_rank + 1) - t->r0);
+  } else if (t->split == GPT_SPLIT_COLS) {
+    t->c0 = piece(ts.cols, tl->tp, tl->tp_rank);
+    t->cols = piece(ts.cols, tl->tp, tl->tp_rank + 1) - t->c0;
+  }
+  t->numel = (size_t)t->rows * (size_t)t->cols;
   t->offset = tl->offset;
   t->decay = decay;
   t->layer = layer;
@@ -67,44 +89,75 @@ static void add_tensor(tensor_list *tl, int keep, const char *name, int rows, in
   tl->offset += t->numel;
 }
 
+size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run) {
+  size_t g, n;
+  if (t->split == GPT_SPLIT_ROWS) { /* groups of (rows / groups, cols) local elements */
+    size_t per = (size_t)(t->rows / t->groups) * (size_t)t->cols, k = e / per, j = e % per;
+    g = k * (size_t)(t->grows / t->groups) * (size_t)t->gcols + (size_t)t->r0 * (size_t)t->gcols + j;
+    n = per - j;
+  } else if (t->split == GPT_SPLIT_COLS) {
+    size_t r = e / (size_t)t->cols, c = e % (size_t)t->cols;
+    g = r * (size_t)t->gcols + (size_t)t->c0 + c;
+    n = (size_t)t->cols - c;
+  } else {
+    g = e;
+    n = t->numel - e;
+  }
+  if (run) *run = n;
+  return g;
+}
+
+gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
+  int T = part.tp > 1 ? part.tp : 1, r = part.tp > 1 ? part.tp_rank : 0;
+  gpt_dims d = {s->C / T, s->H / T, s->F / T, piece(s->V, T, r), 0};
+  d.nv = piece(s->V, T, r + 1) - d.v0;
+  return d;
+}
+
 /* The model's tensors in buffer order. Tensors outside [lo, hi) (and the embedding/head when not
  * held) are skipped but still numbered, so a tensor's index is the same in every layout. */
-static void build_tensors(const gpt_shape *s, int lo, int hi, int has_embed, int has_head, tensor_list *tl) {
-  const int C = s->C, F = s->F;
+static void build_tensors(const gpt_shape *s, gpt_part part, tensor_list *tl) {
+  const int C = s->C, F = s->F, lo = part.lo, hi = part.hi;
   const float std = s->init_std;
   /* GPT-2 scales the residual projections' init by 1/sqrt(2L) (as Hugging Face's GPT2 does) */
   const float pstd = s->arch == GPT_ARCH_GPT2 ? std / sqrtf(2.0f * (float)s->L) : std;
+  const gpt_split R = GPT_SPLIT_ROWS, K = GPT_SPLIT_COLS, W = GPT_SPLIT_NONE;
   memset(tl, 0, sizeof *tl);
-  add_tensor(tl, has_embed || has_head, "transformer.wte.weight", s->V, C, 1, -1, GPT_INIT_NORMAL, std);
-  add_tensor(tl, has_embed, "transformer.wpe.weight", s->maxT, C, 1, -1, GPT_INIT_NORMAL, std);
+  tl->tp = part.tp > 1 ? part.tp : 1;
+  tl->tp_rank = part.tp > 1 ? part.tp_rank : 0;
+  add_tensor(tl, part.has_embed || part.has_head, (tensor_spec){"transformer.wte.weight", s->V, C, R, 1}, 1, -1,
+             GPT_INIT_NORMAL, std);
+  add_tensor(tl, part.has_embed, (tensor_spec){"transformer.wpe.weight", s->maxT, C, W, 1}, 1, -1, GPT_INIT_NORMAL, std);
   char n[96];
   for (int l = 0; l < s->L; l++) {
     int k = l >= lo && l < hi;
 #define NAME(fmt) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l), n)
-    add_tensor(tl, k, NAME("ln_1.weight"), C, 1, 0, l, GPT_INIT_ONES, 0);
-    add_tensor(tl, k, NAME("ln_1.bias"), C, 1, 0, l, GPT_INIT_ZEROS, 0);
+#define SPEC(fmt, rows, cols, split, groups) ((tensor_spec){NAME(fmt), rows, cols, split, groups})
+    add_tensor(tl, k, SPEC("ln_1.weight", C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
+    add_tensor(tl, k, SPEC("ln_1.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
     if (s->arch == GPT_ARCH_NEO) {
-      add_tensor(tl, k, NAME("attn.attention.q_proj.weight"), C, C, 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, NAME("attn.attention.k_proj.weight"), C, C, 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, NAME("attn.attention.v_proj.weight"), C, C, 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, NAME("attn.attention.out_proj.weight"), C, C, 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, NAME("attn.attention.out_proj.bias"), C, 1, 0, l, GPT_INIT_ZEROS, 0);
+      add_tensor(tl, k, SPEC("attn.attention.q_proj.weight", C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+      add_tensor(tl, k, SPEC("attn.attention.k_proj.weight", C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+      add_tensor(tl, k, SPEC("attn.attention.v_proj.weight", C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+      add_tensor(tl, k, SPEC("attn.attention.out_proj.weight", C, C, K, 1), 1, l, GPT_INIT_NORMAL, std);
+      add_tensor(tl, k, SPEC("attn.attention.out_proj.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
     } else {
-      add_tensor(tl, k, NAME("attn.c_attn.weight"), 3 * C, C, 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, NAME("attn.c_attn.bias"), 3 * C, 1, 0, l, GPT_INIT_ZEROS, 0);
-      add_tensor(tl, k, NAME("attn.c_proj.weight"), C, C, 1, l, GPT_INIT_NORMAL, pstd);
-      add_tensor(tl, k, NAME("attn.c_proj.bias"), C, 1, 0, l, GPT_INIT_ZEROS, 0);
+      add_tensor(tl, k, SPEC("attn.c_attn.weight", 3 * C, C, R, 3), 1, l, GPT_INIT_NORMAL, std);
+      add_tensor(tl, k, SPEC("attn.c_attn.bias", 3 * C, 1, R, 3), 0, l, GPT_INIT_ZEROS, 0);
+      add_tensor(tl, k, SPEC("attn.c_proj.weight", C, C, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
+      add_tensor(tl, k, SPEC("attn.c_proj.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
     }
-    add_tensor(tl, k, NAME("ln_2.weight"), C, 1, 0, l, GPT_INIT_ONES, 0);
-    add_tensor(tl, k, NAME("ln_2.bias"), C, 1, 0, l, GPT_INIT_ZEROS, 0);
-    add_tensor(tl, k, NAME("mlp.c_fc.weight"), F, C, 1, l, GPT_INIT_NORMAL, std);
-    add_tensor(tl, k, NAME("mlp.c_fc.bias"), F, 1, 0, l, GPT_INIT_ZEROS, 0);
-    add_tensor(tl, k, NAME("mlp.c_proj.weight"), C, F, 1, l, GPT_INIT_NORMAL, pstd);
-    add_tensor(tl, k, NAME("mlp.c_proj.bias"), C, 1, 0, l, GPT_INIT_ZEROS, 0);
+    add_tensor(tl, k, SPEC("ln_2.weight", C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
+    add_tensor(tl, k, SPEC("ln_2.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+    add_tensor(tl, k, SPEC("mlp.c_fc.weight", F, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+    add_tensor(tl, k, SPEC("mlp.c_fc.bias", F, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
+    add_tensor(tl, k, SPEC("mlp.c_proj.weight", C, F, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
+    add_tensor(tl, k, SPEC("mlp.c_proj.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+#undef SPEC
 #undef NAME
   }
-  add_tensor(tl, has_head, "transformer.ln_f.weight", C, 1, 0, -1, GPT_INIT_ONES, 0);
-  add_tensor(tl, has_head, "transformer.ln_f.bias", C, 1, 0, -1, GPT_INIT_ZEROS, 0);
+  add_tensor(tl, part.has_head, (tensor_spec){"transformer.ln_f.weight", C, 1, W, 1}, 0, -1, GPT_INIT_ONES, 0);
+  add_tensor(tl, part.has_head, (tensor_spec){"transformer.ln_f.bias", C, 1, W, 1}, 0, -1, GPT_INIT_ZEROS, 0);
 }
 
 size_t gpt_count_params(const gpt_shape *s) { return gpt_part_params(s, gpt_whole(s)); }
@@ -128,6 +181,7 @@ typedef struct {
   size_t lnf, lnf_mean, lnf_rstd, logits;       /* head (last stage) */
   size_t slot;                                  /* size of one slot */
   size_t dres, dsmall, dbig, scratch, row;      /* shared, after the slots */
+  size_t tpw, xpart, xlse;                      /* tensor parallelism: fp32 sums, the loss's parts and lse */
   size_t total;
 } act_layout;
 
@@ -141,8 +195,10 @@ static size_t take(size_t *cursor, size_t n, size_t size) {
 static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T, gpt_part p) {
   act_layout a;
   memset(&a, 0, sizeof a);
-  const size_t N = (size_t)B * T, C = (size_t)s->C, F = (size_t)s->F, es = backend_dtype_size(be->storage),
-               f4 = sizeof(float);
+  const gpt_dims d = gpt_part_dims(s, p);
+  const int tp = p.tp > 1;
+  const size_t N = (size_t)B * T, C = (size_t)s->C, F = (size_t)d.Fl, Cl = (size_t)d.Cl,
+               es = backend_dtype_size(be->storage), f4 = sizeof(float);
   const int nl = p.hi - p.lo;
   size_t cur = 0;
   a.res = take(&cur, (size_t)(nl + 1) * N * C, es);
@@ -150,9 +206,9 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   a.ln1 = take(&b, N * C, es);
   a.ln1_mean = take(&b, N, f4);
   a.ln1_rstd = take(&b, N, f4);
-  a.qkv = take(&b, N * 3 * C, es);
-  a.att = take(&b, N * C, es);
-  a.lse = take(&b, (size_t)B * s->H * T, f4);
+  a.qkv = take(&b, N * 3 * Cl, es);
+  a.att = take(&b, N * Cl, es);
+  a.lse = take(&b, (size_t)B * d.Hl * T, f4);
   a.mid = take(&b, N * C, es);
   a.ln2 = take(&b, N * C, es);
   a.ln2_mean = take(&b, N, f4);
@@ -165,44 +221,52 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
     a.lnf = take(&cur, N * C, es);
     a.lnf_mean = take(&cur, N, f4);
     a.lnf_rstd = take(&cur, N, f4);
-    a.logits = take(&cur, N * (size_t)s->V, es);
+    a.logits = take(&cur, N * (size_t)d.nv, es);
   }
   a.slot = cur;
   cur *= (size_t)p.nslots;
   if (p.recompute) a.blk = take(&cur, b, 1); /* one block's inner activations, rebuilt as needed */
   a.dres = take(&cur, N * C, es);
   a.dsmall = take(&cur, N * C, es);
-  a.dbig = take(&cur, N * (F > 3 * C ? F : 3 * C), es);
+  a.dbig = take(&cur, N * (F > 3 * Cl ? F : 3 * Cl), es);
   a.scratch = take(&cur, be->attention_scratch(be, T), 1);
-  /* one row of logits in fp32 for sampling, when they are stored in another type */
-  if (p.has_head && be->storage != BACKEND_FP32) a.row = take(&cur, (size_t)s->V, f4);
+  /* one row of logits in fp32 for sampling, when they are stored in another type or sharded */
+  if (p.has_head && (be->storage != BACKEND_FP32 || tp))
+    a.row = take(&cur, tp ? (size_t)(s->V + p.tp - 1) / (size_t)p.tp : (size_t)d.nv, f4); /* padded to the longest shard */
+  if (tp && be->storage != BACKEND_FP32) a.tpw = take(&cur, N * C, f4); /* sums in fp32 */
+  if (tp && p.has_head) {
+    a.xpart = take(&cur, 2 * N, f4);
+    a.xlse = take(&cur, N, f4);
+  }
   a.total = cur;
   return a;
 }
 
-gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1, 0, 0}; }
+gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1, 0, 0, 1, 0}; }
 
 gpt_tensor *gpt_list_tensors(const gpt_shape *s, gpt_part part, int *n) {
   tensor_list tl;
-  build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
+  build_tensors(s, part, &tl);
   *n = tl.n;
   return tl.v;
 }
 
 size_t gpt_part_params(const gpt_shape *s, gpt_part part) {
   tensor_list tl;
-  build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
+  build_tensors(s, part, &tl);
   free(tl.v);
   return tl.offset;
 }
 
-static backend_shape op_shape(const gpt_shape *s, int B, int T) {
-  return (backend_shape){.B = B, .T = T, .C = s->C, .H = s->H, .F = s->F, .V = s->V};
+/* The ops' largest shapes: the residual stream's C, the shards' heads, MLP width and vocabulary. */
+static backend_shape op_shape(const gpt_shape *s, int B, int T, gpt_part part) {
+  gpt_dims d = gpt_part_dims(s, part);
+  return (backend_shape){.B = B, .T = T, .C = s->C, .H = d.Hl, .F = d.Fl, .V = d.nv};
 }
 
 gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, gpt_part part) {
   act_layout a = plan_acts(s, be, B, T, part);
-  backend_shape sh = op_shape(s, B, T);
+  backend_shape sh = op_shape(s, B, T, part);
   gpt_memory m;
   size_t n = gpt_part_params(s, part);
   m.params = n * sizeof(float);
@@ -217,6 +281,23 @@ gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, 
 }
 
 /* ---- init ------------------------------------------------------------------------------------ */
+
+/* A tensor's initial values (host memory, its part): the whole tensor's stream (seed, RNG_INIT, index) in
+ * row-major order, of which the part keeps its own elements, so every layout starts from the same model. */
+static void init_tensor(const gpt_tensor *t, float *p, uint64_t seed) {
+  if (t->init != GPT_INIT_NORMAL) {
+    for (size_t j = 0; j < t->numel; j++) p[j] = t->init == GPT_INIT_ONES ? 1.0f : 0.0f;
+    return;
+  }
+  rng_state r;
+  rng_seed(&r, seed, RNG_INIT, (uint64_t)t->index);
+  size_t drawn = 0; /* elements of the whole tensor drawn so far */
+  for (size_t e = 0, run; e < t->numel; e += run) {
+    size_t g = gpt_tensor_global(t, e, &run);
+    for (; drawn < g; drawn++) rng_normal(&r); /* other ranks' elements */
+    for (size_t j = 0; j < run; j++, drawn++) p[e + j] = (float)(t->init_std * rng_normal(&r));
+  }
+}
 
 void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, gpt_part part, uint64_t seed) {
   memset(m, 0, sizeof *m);
@@ -233,8 +314,11 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
   m->nslots = part.nslots;
   m->recompute = part.recompute;
   m->inference = part.inference;
+  m->tp = part.tp > 1 ? part.tp : 1;
+  m->tp_rank = part.tp > 1 ? part.tp_rank : 0;
+  m->d = gpt_part_dims(s, part);
   tensor_list tl;
-  build_tensors(s, part.lo, part.hi, part.has_embed, part.has_head, &tl);
+  build_tensors(s, part, &tl);
   m->tensors = tl.v;
   m->ntensors = tl.n;
   m->nparams = tl.offset;
@@ -243,7 +327,7 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
   m->params = be->alloc(be, pb);
   m->cparams = m->mem.compute ? be->alloc(be, m->mem.compute) : m->params;
   if (!part.inference) {
-    backend_shape sh = op_shape(s, B, T);
+    backend_shape sh = op_shape(s, B, T, part);
     be->prepare(be, &sh);
     m->grads = be->alloc(be, pb);
     m->acts = be->alloc(be, m->mem.acts);
@@ -251,18 +335,14 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
     m->targets = be->alloc(be, nio * sizeof(int32_t));
     m->losses = be->alloc(be, (size_t)B * T * sizeof(float));
     m->losses_host = util_malloc((size_t)B * T * sizeof(float), "losses");
+    if (m->tp > 1) {
+      size_t most = (size_t)(s->V + m->tp - 1) / (size_t)m->tp + 1, N2 = 2 * (size_t)B * T;
+      m->tp_host = util_malloc((size_t)m->tp * (most > N2 ? most : N2) * sizeof(float), "tensor-parallel gather");
+    }
   }
 
-  /* initialise on the host, tensor by tensor, then upload */
   float *host = util_malloc(pb ? pb : 1, "parameter staging");
-  for (int i = 0; i < m->ntensors; i++) {
-    const gpt_tensor *t = &m->tensors[i];
-    float *p = host + t->offset;
-    rng_state r;
-    rng_seed(&r, seed, RNG_INIT, (uint64_t)t->index);
-    for (size_t j = 0; j < t->numel; j++)
-      p[j] = t->init == GPT_INIT_ONES ? 1.0f : t->init == GPT_INIT_ZEROS ? 0.0f : (float)(t->init_std * rng_normal(&r));
-  }
+  for (int i = 0; i < m->ntensors; i++) init_tensor(&m->tensors[i], host + m->tensors[i].offset, seed);
   be->to_device(be, m->params, host, pb);
   free(host);
   gpt_params_changed(m, 0, m->nparams);
@@ -278,10 +358,20 @@ void gpt_free(gpt_model *m) {
   be->free(be, m->targets);
   be->free(be, m->losses);
   free(m->losses_host);
+  free(m->tp_host);
   free(m->tensors);
   free(m->s.window);
   memset(m, 0, sizeof *m);
 }
+
+gpt_part gpt_model_part(const gpt_model *m) {
+  return (gpt_part){m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute, m->inference, m->tp,
+                    m->tp_rank};
+}
+
+void gpt_set_tp_comm(gpt_model *m, const gpt_tp_comm *c) { m->tpc = *c; }
+
+int gpt_tensor_owned(const gpt_model *m, const gpt_tensor *t) { return t->split != GPT_SPLIT_NONE || m->tp_rank == 0; }
 
 void *gpt_compute_params(const gpt_model *m, size_t at) {
   if (m->cparams == m->params) return NULL;
@@ -315,19 +405,20 @@ static void block_at(const gpt_model *m, void *buf, size_t es, int l, gpt_block_
   char n[96];
   snprintf(n, sizeof n, "transformer.h.%d.ln_1.weight", l);
   char *q = tensor_at(m, buf, es, n);
-  const size_t C = (size_t)m->s.C * es, F = (size_t)m->s.F;
+  /* bytes of C elements; the shards' Cl and F elements (tensor parallelism) */
+  const size_t C = (size_t)m->s.C * es, Cl = (size_t)m->d.Cl, F = (size_t)m->d.Fl;
   memset(p, 0, sizeof *p);
   p->ln1_w = q, q += C;
   p->ln1_b = q, q += C;
-  p->qkv_w = q, q += 3 * C * (size_t)m->s.C;
-  if (m->s.qkv_bias) p->qkv_b = q, q += 3 * C;
-  p->out_w = q, q += C * (size_t)m->s.C;
+  p->qkv_w = q, q += 3 * Cl * C;      /* (3Cl, C) */
+  if (m->s.qkv_bias) p->qkv_b = q, q += 3 * Cl * es;
+  p->out_w = q, q += C * Cl;          /* (C, Cl) */
   p->out_b = q, q += C;
   p->ln2_w = q, q += C;
   p->ln2_b = q, q += C;
-  p->fc_w = q, q += F * C;
+  p->fc_w = q, q += F * C;            /* (Fl, C) */
   p->fc_b = q, q += F * es;
-  p->proj_w = q, q += C * F;
+  p->proj_w = q, q += C * F;          /* (C, Fl) */
   p->proj_b = q;
 }
 
@@ -348,8 +439,7 @@ typedef struct {
 
 static act_layout layout(const gpt_model *m) {
   UTIL_CHECK(!m->inference, NULL, "internal: a model opened for inference has no activations");
-  gpt_part p = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute, 0};
-  return plan_acts(&m->s, m->be, m->B, m->T, p);
+  return plan_acts(&m->s, m->be, m->B, m->T, gpt_model_part(m));
 }
 
 static char *arena(const gpt_model *m, size_t at) { return (char *)m->acts + at; }
@@ -405,26 +495,48 @@ void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t 
   if (targets) m->be->to_device(m->be, m->targets + at, targets, n);
 }
 
+/* Tensor parallelism: buf S (n) := its sum over the tensor ranks, taken in fp32 (Megatron's g in the
+ * forward pass after a row-parallel layer, f in the backward pass before a column-parallel layer's input
+ * gradient leaves it). Nothing without tensor parallelism. */
+static void tp_sum(gpt_model *m, const act_layout *a, void *buf, size_t n) {
+  if (m->tp == 1) return;
+  const backend *be = m->be;
+  UTIL_CHECK(m->tpc.sum, NULL, "internal: a tensor-parallel model without its group's collectives");
+  if (be->storage == BACKEND_FP32) {
+    m->tpc.sum(m->tpc.ctx, buf, n);
+    return;
+  }
+  float *w = (float *)arena(m, a->tpw);
+  be->to_fp32(be, w, buf, n);
+  m->tpc.sum(m->tpc.ctx, w, n);
+  be->to_storage(be, buf, w, n);
+}
+
 /* Block l's forward pass from its input x (N,C) into its inner activations ba, and its output
- * into y (N,C) unless y is NULL (the recomputation in the backward pass, which needs only ba). */
+ * into y (N,C) unless y is NULL (the recomputation in the backward pass, which needs only ba).
+ * With tensor parallelism the rank holds Hl of the heads (Cl = C/T channels of q, k, v) and Fl of the
+ * MLP's units; the row-parallel projections' partial outputs are summed over the tensor ranks, their
+ * biases added by tensor rank 0 only. */
 static void block_forward(gpt_model *m, const act_layout *a, int l, const block_acts *ba, const void *x, void *y, int B,
                           int T) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
-  const int C = s->C, F = s->F, N = B * T;
+  const int C = s->C, Cl = m->d.Cl, F = m->d.Fl, N = B * T, first = m->tp_rank == 0;
   void *tmp = arena(m, a->dsmall), *scratch = arena(m, a->scratch);
   gpt_block_ptrs p;
   block_at(m, m->cparams, backend_dtype_size(be->storage), l, &p);
   be->layernorm_fwd(be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
-  be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * C);                                   /* (N,3C) */
-  be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, C, s->H, s->window[l], s->attn_scale); /* (N,C) */
-  be->matmul_fwd(be, tmp, ba->att, p.out_w, p.out_b, N, C, C);
+  be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);                                   /* (N,3Cl) */
+  be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l], s->attn_scale); /* (N,Cl) */
+  be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C);                            /* (N,C) */
+  tp_sum(m, a, tmp, (size_t)N * C);
   be->residual_fwd(be, ba->mid, x, tmp, (size_t)N * C);
   be->layernorm_fwd(be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, ba->mid, p.ln2_w, p.ln2_b, N, C, s->eps);
-  be->matmul_fwd(be, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* (N,F) */
+  be->matmul_fwd(be, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* (N,Fl) */
   be->gelu_fwd(be, ba->gel, ba->fc, (size_t)N * F);
   if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
-  be->matmul_fwd(be, tmp, ba->gel, p.proj_w, p.proj_b, N, F, C);
+  be->matmul_fwd(be, tmp, ba->gel, p.proj_w, first ? p.proj_b : NULL, N, F, C);
+  tp_sum(m, a, tmp, (size_t)N * C);
   be->residual_fwd(be, y, ba->mid, tmp, (size_t)N * C);
 }
 
@@ -433,9 +545,12 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
   const gpt_shape *s = &m->s;
   const int C = s->C, N = B * T;
   act_layout a = layout(m);
-  if (m->has_embed)
-    be->embed_fwd(be, res_at(m, &a, slot, 0, (size_t)N), m->tokens + (size_t)slot * m->B * m->T,
-                  param_of(m, "transformer.wte.weight"), param_of(m, "transformer.wpe.weight"), B, T, C, 0, s->V);
+  if (m->has_embed) { /* a vocabulary shard's rows, summed over the tensor ranks; wpe added once */
+    void *x0 = res_at(m, &a, slot, 0, (size_t)N);
+    be->embed_fwd(be, x0, m->tokens + (size_t)slot * m->B * m->T, param_of(m, "transformer.wte.weight"),
+                  m->tp_rank == 0 ? param_of(m, "transformer.wpe.weight") : NULL, B, T, C, m->d.v0, m->d.nv);
+    tp_sum(m, &a, x0, (size_t)N * C);
+  }
   for (int l = m->layer_lo; l < m->layer_hi; l++) {
     block_acts ba;
     block_acts_of(m, &a, slot, l, &ba);
@@ -448,7 +563,7 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
     be->layernorm_fwd(be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x,
                       param_of(m, "transformer.ln_f.weight"), param_of(m, "transformer.ln_f.bias"), N, C, s->eps);
     be->matmul_fwd(be, base + a.logits, base + a.lnf, param_of(m, "transformer.wte.weight"), NULL, N, C,
-                   s->V); /* (N,V) */
+                   m->d.nv); /* (N,nv): the shard's columns of the vocabulary */
   }
 }
 
@@ -459,22 +574,66 @@ void *gpt_logits(const gpt_model *m, int slot) {
 
 void gpt_logits_row(const gpt_model *m, int slot, size_t row, float *host) {
   const backend *be = m->be;
-  const size_t V = (size_t)m->s.V;
-  const char *src = (const char *)gpt_logits(m, slot) + row * V * backend_dtype_size(be->storage);
-  if (be->storage == BACKEND_FP32) {
-    be->to_host(be, host, src, V * sizeof(float));
+  const size_t nv = (size_t)m->d.nv;
+  const char *src = (const char *)gpt_logits(m, slot) + row * nv * backend_dtype_size(be->storage);
+  if (be->storage == BACKEND_FP32 && m->tp == 1) {
+    be->to_host(be, host, src, nv * sizeof(float));
     return;
   }
   act_layout a = layout(m);
   float *wide = (float *)arena(m, a.row);
-  be->to_fp32(be, wide, src, V);
-  be->to_host(be, host, wide, V * sizeof(float));
+  if (be->storage == BACKEND_FP32) be->copy(be, wide, src, nv * sizeof(float));
+  else be->to_fp32(be, wide, src, nv);
+  if (m->tp == 1) {
+    be->to_host(be, host, wide, nv * sizeof(float));
+    return;
+  }
+  /* the shards' rows, each padded to the longest, gathered and laid end to end */
+  const int most = (m->s.V + m->tp - 1) / m->tp;
+  m->tpc.gather(m->tpc.ctx, m->tp_host, wide, (size_t)most);
+  for (int r = 0, v0 = 0; r < m->tp; r++) {
+    gpt_part pr = gpt_model_part(m);
+    pr.tp_rank = r;
+    gpt_dims d = gpt_part_dims(&m->s, pr);
+    memcpy(host + v0, m->tp_host + (size_t)r * most, (size_t)d.nv * sizeof(float));
+    v0 += d.nv;
+  }
+}
+
+/* The vocabulary-parallel cross-entropy: each tensor rank's part (log-sum-exp of its columns, the target's
+ * logit where it holds it) gathered, combined into each row's loss in the same order on every rank, and
+ * the rows' log-sum-exp handed back for the gradient of the shard's logits. */
+static void loss_parallel(gpt_model *m, int slot, int N, float dscale) {
+  const backend *be = m->be;
+  act_layout a = layout(m);
+  float *part = (float *)arena(m, a.xpart), *lse = (float *)arena(m, a.xlse), *all = m->tp_host;
+  void *logits = gpt_logits(m, slot);
+  const int32_t *targets = m->targets + (size_t)slot * m->B * m->T;
+  be->xent_part(be, part, logits, targets, N, m->d.nv, m->d.v0);
+  m->tpc.gather(m->tpc.ctx, all, part, 2 * (size_t)N); /* (tp, N, 2) */
+  float *lse_h = m->losses_host; /* the rows' log-sum-exp first, then their losses */
+  for (int i = 0; i < N; i++) {
+    double mx = -INFINITY, sum = 0.0, z = 0.0;
+    for (int r = 0; r < m->tp; r++) mx = fmax(mx, all[((size_t)r * N + i) * 2]);
+    for (int r = 0; r < m->tp; r++) sum += exp(all[((size_t)r * N + i) * 2] - mx), z += all[((size_t)r * N + i) * 2 + 1];
+    lse_h[i] = (float)(mx + log(sum));
+    all[i] = (float)(mx + log(sum) - z); /* row i's loss; the parts of row i are read by now */
+  }
+  if (dscale != 0.0f) {
+    be->to_device(be, lse, lse_h, (size_t)N * sizeof(float));
+    be->xent_grad(be, logits, lse, targets, N, m->d.nv, m->d.v0, dscale);
+  }
+  memcpy(m->losses_host, all, (size_t)N * sizeof(float));
 }
 
 double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale) {
   const int N = B * T;
-  m->be->xent_fwd_bwd(m->be, m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V, dscale);
-  m->be->to_host(m->be, m->losses_host, m->losses, (size_t)N * sizeof(float));
+  if (m->tp > 1) {
+    loss_parallel(m, slot, N, dscale);
+  } else {
+    m->be->xent_fwd_bwd(m->be, m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V, dscale);
+    m->be->to_host(m->be, m->losses_host, m->losses, (size_t)N * sizeof(float));
+  }
   double sum = 0.0;
   for (int i = 0; i < N; i++) sum += m->losses_host[i];
   return sum;
@@ -487,9 +646,10 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N) {
   void *x = res_at(m, a, slot, m->layer_hi - m->layer_lo, (size_t)N), *dres = arena(m, a->dres),
        *dsmall = arena(m, a->dsmall);
   char *base = slot_base(m, a, slot);
-  /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf */
+  /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf (the shard's vocabulary rows; dlnf summed over them) */
   be->matmul_bwd(be, dsmall, grad_of(m, "transformer.wte.weight"), NULL, base + a->logits, base + a->lnf,
-                 param_of(m, "transformer.wte.weight"), N, C, m->s.V);
+                 param_of(m, "transformer.wte.weight"), N, C, m->d.nv);
+  tp_sum(m, a, dsmall, (size_t)N * C);
   be->zero(be, dres, (size_t)N * C * backend_dtype_size(be->storage));
   be->layernorm_bwd(be, dres, grad_of(m, "transformer.ln_f.weight"), grad_of(m, "transformer.ln_f.bias"), dsmall, x,
                     param_of(m, "transformer.ln_f.weight"), (float *)(base + a->lnf_mean),
@@ -499,7 +659,7 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N) {
 void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
-  const int C = s->C, F = s->F, N = B * T;
+  const int C = s->C, Cl = m->d.Cl, F = m->d.Fl, N = B * T;
   const size_t es = backend_dtype_size(be->storage);
   act_layout a = layout(m);
   void *dres = arena(m, a.dres), *dsmall = arena(m, a.dsmall), *dbig = arena(m, a.dbig), *scratch = arena(m, a.scratch);
@@ -516,22 +676,24 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
     block_acts_of(m, &a, slot, l, &ba);
     void *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
-    /* MLP: dres is d(block output) */
-    be->matmul_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C); /* dgel (N,F) */
-    be->gelu_bwd(be, dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,F) */
-    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F);    /* dln2 (N,C) */
+    /* MLP: dres is d(block output), the same on every tensor rank (so are the replicated biases' gradients) */
+    be->matmul_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C); /* dgel (N,Fl) */
+    be->gelu_bwd(be, dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,Fl) */
+    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F);    /* dln2 (N,C), partial */
+    tp_sum(m, &a, dsmall, (size_t)N * C);
     be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C);
     /* attention: dres is now d(mid) */
-    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, C, C); /* datt (N,C) */
-    be->attention_bwd(be, dbig, dsmall, ba.att, ba.lse, ba.qkv, scratch, B, T, C, s->H, s->window[l],
-                      s->attn_scale);                                          /* dqkv (N,3C) */
-    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * C); /* dln1 (N,C) */
+    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, Cl, C); /* datt (N,Cl) */
+    be->attention_bwd(be, dbig, dsmall, ba.att, ba.lse, ba.qkv, scratch, B, T, Cl, m->d.Hl, s->window[l],
+                      s->attn_scale);                                           /* dqkv (N,3Cl) */
+    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * Cl); /* dln1 (N,C), partial */
+    tp_sum(m, &a, dsmall, (size_t)N * C);
     be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C);
     if (hook) hook(ctx, l);
   }
   if (m->has_embed) {
     be->embed_bwd(be, grad_of(m, "transformer.wte.weight"), grad_of(m, "transformer.wpe.weight"), dres,
-                  m->tokens + (size_t)slot * m->B * m->T, B, T, C, 0, s->V);
+                  m->tokens + (size_t)slot * m->B * m->T, B, T, C, m->d.v0, m->d.nv);
     if (hook) hook(ctx, GPT_HOOK_EMBED);
   }
 }

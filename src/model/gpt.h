@@ -40,6 +40,13 @@ typedef struct {
 
 typedef enum { GPT_INIT_NORMAL, GPT_INIT_ONES, GPT_INIT_ZEROS } gpt_init_kind;
 
+/* How a tensor is cut across the T ranks of a tensor-parallel group (Megatron's scheme):
+ *   GPT_SPLIT_NONE  every tensor rank holds all of it (LayerNorms, wpe, the biases of row-parallel layers)
+ *   GPT_SPLIT_ROWS  each holds a block of rows (column-parallel layers: q, k, v, c_fc and their biases by
+ *                   heads or hidden units; the tied embedding by vocabulary rows)
+ *   GPT_SPLIT_COLS  each holds a block of columns (row-parallel layers: out_proj, mlp.c_proj) */
+typedef enum { GPT_SPLIT_NONE, GPT_SPLIT_ROWS, GPT_SPLIT_COLS } gpt_split;
+
 typedef struct {
   char name[96];   /* Hugging Face name, e.g. transformer.h.3.attn.attention.q_proj.weight */
   size_t offset;   /* in floats, within the parameter buffer */
@@ -50,7 +57,16 @@ typedef struct {
   int index;       /* position in the whole model's tensor list (stable across layouts) */
   gpt_init_kind init;
   float init_std;
+  /* This rank's part (rows, cols, numel) of the whole tensor (grows, gcols): with GPT_SPLIT_ROWS rows
+   * [r0, r0 + rows / groups) of each of `groups` equal row groups (GPT-2's c_attn stacks q, k and v: 3
+   * groups), with GPT_SPLIT_COLS columns [c0, c0 + cols); the whole tensor without tensor parallelism. */
+  gpt_split split;
+  int grows, gcols, r0, c0, groups;
 } gpt_tensor;
+
+/* Element e of a tensor's part is element gpt_tensor_global(t, e, &run) of the whole tensor (row-major),
+ * and so are the run - 1 elements after both. */
+size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run);
 
 /* Pointers into a parameter-layout buffer for one block: the parameters' compute copy (the storage
  * type), or the master parameters and the gradients (fp32). */
@@ -82,13 +98,35 @@ typedef struct {
   int recompute;
   int inference; /* weights only: no gradients, activation arena, batch buffers or workspace (generation,
                     generate.h, plans its own); gpt_forward and gpt_backward may not run */
+  int tp, tp_rank; /* tensor parallelism: the part is tensor rank tp_rank's of tp (0 or 1: none) */
 } gpt_part;
+
+/* Sizes of a tensor rank's shards: attention channels Cl = C/T of Hl = H/T heads, MLP width Fl = F/T,
+ * vocabulary rows [v0, v0 + nv) (in T nearly equal pieces); the whole model's without tensor parallelism. */
+typedef struct {
+  int Cl, Hl, Fl, v0, nv;
+} gpt_dims;
+gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part);
+
+/* The tensor-parallel group's collectives, supplied by the caller (parallel/tp.h): the model itself has
+ * no MPI. Buffers are backend memory unless marked host. */
+typedef struct {
+  /* x F (n) := its sum over the T ranks; every rank gets the same bits */
+  void (*sum)(void *ctx, float *x, size_t n);
+  /* all F (T, n) host := every rank's mine F (n), in rank order */
+  void (*gather)(void *ctx, float *all, const float *mine, size_t n);
+  void *ctx;
+} gpt_tp_comm;
 
 typedef struct {
   gpt_shape s;
   const backend *be;
   int B, T; /* the largest micro-batch the arena is planned for */
   int layer_lo, layer_hi, has_embed, has_head, nslots, recompute, inference;
+  int tp, tp_rank;  /* tensor parallelism (gpt_part): T ranks (1: none) and this one */
+  gpt_dims d;       /* this rank's shard sizes */
+  gpt_tp_comm tpc;  /* the group's collectives (gpt_set_tp_comm); needed when tp > 1 */
+  float *tp_host;   /* host (tp, 2 max(N, Vmax)) floats: gathered loss parts and logits rows */
 
   gpt_tensor *tensors;
   int ntensors;
@@ -106,6 +144,14 @@ typedef struct {
 
 /* The whole model on one rank, one activation slot. */
 gpt_part gpt_whole(const gpt_shape *s);
+
+/* What a model holds, as gpt_init was given it. */
+gpt_part gpt_model_part(const gpt_model *m);
+/* The tensor-parallel group's collectives; before the first gpt_forward of a model with tp > 1. */
+void gpt_set_tp_comm(gpt_model *m, const gpt_tp_comm *c);
+/* Whether this rank speaks for the tensor in sums and files: every rank for its own shard, tensor rank 0
+ * for a tensor all of them hold. */
+int gpt_tensor_owned(const gpt_model *m, const gpt_tensor *t);
 
 /* Build the shape from the deck (window list expanded from attention_types). */
 void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m);

@@ -231,16 +231,27 @@ void grad_finish(grad_exchange *g) {
   g->st.wait_s += util_now() - t0;
 }
 
+/* Whether tensor i's gradients count in the norm on this rank: the first stage counts the tied
+ * embedding, tensor rank 0 the tensors every tensor rank holds. */
+static int counted(const grad_exchange *g, int i) {
+  if (g->tied && i == g->wte && g->lay->stage == g->lay->P - 1) return 0;
+  return gpt_tensor_owned(g->model, &g->model->tensors[i]);
+}
+
 double grad_sumsq(const grad_exchange *g) {
   const gpt_model *m = g->model;
-  size_t lo = g->own_lo, hi = g->own_hi;
   double s = 0.0;
-  if (g->tied && g->lay->stage == g->lay->P - 1) { /* the first stage counts the tied embedding */
-    const gpt_tensor *w = &m->tensors[g->wte];
-    size_t e = w->offset + w->numel;
-    if (lo < e) lo = e < hi ? e : hi;
+  for (int i = 0; i < m->ntensors;) { /* runs of counted tensors, clipped to this rank's own range */
+    int j = i;
+    while (j < m->ntensors && counted(g, j) == counted(g, i)) j++;
+    size_t lo = m->tensors[i].offset, hi = m->tensors[j - 1].offset + m->tensors[j - 1].numel;
+    lo = lo > g->own_lo ? lo : g->own_lo;
+    hi = hi < g->own_hi ? hi : g->own_hi;
+    double part = 0.0;
+    if (counted(g, i) && hi > lo) m->be->sumsq(m->be, &part, m->grads + lo, hi - lo);
+    s += part;
+    i = j;
   }
-  if (hi > lo) m->be->sumsq(m->be, &s, m->grads + lo, hi - lo);
   return s;
 }
 

@@ -49,7 +49,7 @@ static void balance(const gpt_shape *s, int T, int P, int *lo, double *cost) {
 
 void par_plan(par_layout *lay, const cfg_config *cfg, int nranks, int rank) {
   memset(lay, 0, sizeof *lay);
-  lay->comm = lay->pipe = lay->dp = lay->embed = lay->node = MPI_COMM_NULL;
+  lay->comm = lay->tensor = lay->pipe = lay->dp = lay->embed = lay->node = MPI_COMM_NULL;
   lay->size = nranks;
   lay->rank = rank;
   lay->P = (int)cfg->parallel.pipeline_stages;
@@ -57,13 +57,17 @@ void par_plan(par_layout *lay, const cfg_config *cfg, int nranks, int rank) {
   lay->nmicro = (int)cfg->parallel.micro_batches;
   lay->zero = (int)cfg->parallel.zero_stage;
   lay->recompute = cfg->training.recompute;
-  UTIL_CHECK(lay->P * lay->D == nranks, NULL, "internal: layout %d x %d for %d ranks", lay->P, lay->D, nranks);
+  lay->tp = (int)cfg->parallel.tensor_parallel;
+  UTIL_CHECK(lay->P * lay->tp * lay->D == nranks, NULL, "internal: layout %d x %d x %d for %d ranks", lay->P, lay->tp,
+             lay->D, nranks);
+  int group = rank / lay->tp; /* the tensor group's place among the P x D */
+  lay->tp_rank = rank % lay->tp;
   if (strcmp(cfg->parallel.rank_order, "stages_adjacent") == 0) {
-    lay->stage = rank % lay->P;
-    lay->replica = rank / lay->P;
+    lay->stage = group % lay->P;
+    lay->replica = group / lay->P;
   } else {
-    lay->stage = rank / lay->D;
-    lay->replica = rank % lay->D;
+    lay->stage = group / lay->D;
+    lay->replica = group % lay->D;
   }
   gpt_shape s;
   gpt_shape_from_cfg(&s, &cfg->model);
@@ -79,16 +83,18 @@ void par_create(par_layout *lay, const cfg_config *cfg, MPI_Comm comm) {
   MPI_Comm_size(comm, &size);
   par_plan(lay, cfg, size, rank);
   lay->comm = comm;
-  MPI_Comm_split(comm, lay->replica, lay->stage, &lay->pipe);
-  MPI_Comm_split(comm, lay->stage, lay->replica, &lay->dp);
+  const int T = lay->tp, t = lay->tp_rank;
+  MPI_Comm_split(comm, lay->stage * lay->D + lay->replica, t, &lay->tensor);
+  MPI_Comm_split(comm, lay->replica * T + t, lay->stage, &lay->pipe);
+  MPI_Comm_split(comm, lay->stage * T + t, lay->replica, &lay->dp);
   int ends = lay->P > 1 && (lay->stage == 0 || lay->stage == lay->P - 1);
-  MPI_Comm_split(comm, ends ? lay->replica : MPI_UNDEFINED, lay->stage, &lay->embed);
+  MPI_Comm_split(comm, ends ? lay->replica * T + t : MPI_UNDEFINED, lay->stage, &lay->embed);
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &lay->node);
 }
 
 void par_free(par_layout *lay) {
-  MPI_Comm *c[] = {&lay->pipe, &lay->dp, &lay->embed, &lay->node};
-  for (int i = 0; i < 4; i++)
+  MPI_Comm *c[] = {&lay->tensor, &lay->pipe, &lay->dp, &lay->embed, &lay->node};
+  for (int i = 0; i < 5; i++)
     if (*c[i] != MPI_COMM_NULL) MPI_Comm_free(c[i]);
   free(lay->lo);
   free(lay->cost);
@@ -97,7 +103,8 @@ void par_free(par_layout *lay) {
 
 gpt_part par_stage_part(const par_layout *lay, int s) {
   int inflight = lay->P - s; /* 1F1B: stage s holds at most P - s micro-batches at once */
-  return (gpt_part){lay->lo[s], lay->lo[s + 1], s == 0, s == lay->P - 1, lay->nmicro < inflight ? lay->nmicro : inflight, lay->recompute, 0};
+  return (gpt_part){lay->lo[s],  lay->lo[s + 1], s == 0, s == lay->P - 1, lay->nmicro < inflight ? lay->nmicro : inflight,
+                    lay->recompute, 0, lay->tp, lay->tp_rank};
 }
 
 gpt_part par_part(const par_layout *lay) { return par_stage_part(lay, lay->stage); }

@@ -1,17 +1,20 @@
-/* par: the MPI decomposition of a training job: P pipeline stages x D data-parallel replicas.
+/* par: the MPI decomposition of a training job: P pipeline stages x T tensor ranks x D data-parallel
+ * replicas.
  *
- * Each rank holds one stage of one replica. The layers are split into P consecutive groups
+ * Each rank holds one tensor rank's shard (gpt.h, GPT_SPLIT_*) of one stage of one replica. The layers are split into P consecutive groups
  * balanced by cost (FLOPs per token of each block; the tied head counts for the last stage); the
  * first stage also holds the embedding, the last the final LayerNorm and the head, and both hold
  * the tied token embedding, whose gradients they sum every step.
  *
  * Communicators, all split from the job's communicator:
- *   pipe   the P ranks of one replica, ranked by stage (activations go to stage +- 1)
- *   dp     the D ranks of one stage, ranked by replica (gradients are reduced here)
- *   embed  the first and the last stage of one replica (the tied embedding), when P > 1
+ *   tensor the T ranks of one stage of one replica, ranked by tensor rank (the layers' sums)
+ *   pipe   the P ranks of one replica and tensor rank, ranked by stage (activations go to stage +- 1)
+ *   dp     the D ranks of one stage and tensor rank, ranked by replica (gradients are reduced here)
+ *   embed  the first and the last stage of one replica and tensor rank (the tied embedding), when P > 1
  *   node   the ranks sharing this node's memory (MPI_COMM_TYPE_SHARED), for topology
- * Rank order: 'replicas_adjacent' puts the D replicas of a stage on consecutive ranks
- * (stage = rank / D), 'stages_adjacent' a pipeline's stages (stage = rank % P). */
+ * Rank order: the T tensor ranks of a stage are consecutive (tensor rank = rank % T, so they share a
+ * node whenever T divides the ranks per node); of the groups, 'replicas_adjacent' puts the D replicas of
+ * a stage next to each other (stage = group / D), 'stages_adjacent' a pipeline's stages (stage = group % P). */
 #ifndef GREENLM_PAR_H
 #define GREENLM_PAR_H
 
@@ -24,11 +27,12 @@
 typedef struct {
   int size, rank;  /* in the job's communicator */
   int P, D, nmicro, zero; /* stages, replicas, micro-batches per step and replica, ZeRO stage */
+  int tp, tp_rank; /* tensor ranks T per stage, this rank's place among them */
   int recompute;   /* &training recompute: blocks' inner activations recomputed in the backward pass */
   int stage, replica;
   int *lo;         /* (P + 1) layer boundaries: stage s holds blocks [lo[s], lo[s+1]) */
   double *cost;    /* (P) relative cost of each stage */
-  MPI_Comm comm, pipe, dp, embed, node;
+  MPI_Comm comm, tensor, pipe, dp, embed, node;
 } par_layout;
 
 /* The layout of a job of nranks ranks for this (resolved) deck, without communicators: sizes and

@@ -24,7 +24,7 @@ void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T)
   p->T = T;
   p->tokens = util_malloc((size_t)B * T * sizeof(int32_t), "batch tokens");
   p->targets = util_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
-  gpt_part part = {m->layer_lo, m->layer_hi, m->has_embed, m->has_head, m->nslots, m->recompute, 0};
+  gpt_part part = gpt_model_part(m);
   size_t nb = pipe_bytes(&m->s, part, B, T, elem_bytes(m));
   p->bsend = nb ? m->be->alloc(m->be, nb) : NULL;
   p->fsend = util_malloc((size_t)m->nslots * sizeof(MPI_Request), "sends");
