@@ -118,6 +118,14 @@ static void check(const char *what, const pair *p, double tol) {
   free(h), free(a), free(b);
 }
 
+/* Workspaces are planned from the largest shapes an instance will be given (the CPU at 16-bit
+ * storage widens its operands to fp32 in its own: cpu_stage_floats): each case plans its shapes on
+ * both (prepare only grows them). */
+static void plan(backend_shape sh) {
+  cpu->prepare(cpu, &sh);
+  gpu->prepare(gpu, &sh);
+}
+
 static double gemm_tol(void) {
   if (s16) return 2e-5; /* 16-bit inputs, exact products, fp32 sums: the order of the sums only */
   return !strcmp(prec, "fp32") ? 2e-5 : !strcmp(prec, "bf16") ? 3e-2 : 5e-3;
@@ -137,6 +145,7 @@ static double att_tol(int hs) {
 static void test_embed(int B, int T, int C, int V, int v0, int nv, int with_wpe) {
   char w[128];
   size_t N = (size_t)B * T;
+  plan((backend_shape){.B = B, .T = T, .C = C, .V = nv});
   int32_t *tok = irand(N, V); /* repeated tokens: the backward's atomics collide */
   int32_t *gtok = up(tok, N * sizeof(int32_t));
   pair wte = mk((size_t)nv * C, 1, 1), wpe = mk((size_t)T * C, 1, 1), dout = mk(N * C, 1, 1), out = mk(N * C, 1, 1);
@@ -157,6 +166,7 @@ static void test_embed(int B, int T, int C, int V, int v0, int nv, int with_wpe)
 static void test_layernorm(int N, int C) {
   char w[96];
   size_t n = (size_t)N * C;
+  plan((backend_shape){.B = 1, .T = N, .C = C});
   float *x = frand(n, 2);
   for (size_t i = 0; i < n; i++) x[i] += 0.5f; /* a mean to remove */
   pair inp = from(x, n, 1), lw = mk((size_t)C, 1, 1), lb = mk((size_t)C, 1, 1), dout = mk(n, 1, 1);
@@ -182,6 +192,7 @@ static void test_layernorm(int N, int C) {
 
 static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
   char w[96];
+  plan((backend_shape){.B = 1, .T = N, .C = K, .V = M});
   pair inp = mk((size_t)N * K, 1, 1), wt = mk((size_t)M * K, 0.5, 1), bias = mk((size_t)M, 1, 1);
   pair dout = mk((size_t)N * M, 1, 1), out = mk((size_t)N * M, 1, 1), dinp = mk((size_t)N * K, 1, 1);
   pair dw = mk((size_t)M * K, 1, 0), db = mk((size_t)M, 1, 0);
@@ -201,6 +212,7 @@ static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
 static void test_attention(int B, int T, int C, int H, int window, float scale) {
   char w[128];
   size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, nl = (size_t)B * H * T;
+  plan((backend_shape){.B = B, .T = T, .C = C, .H = H});
   float *x = frand(n3, 1);
   const float qk = (float)pow(C / H, -0.25); /* q, k: q.k of variance 1 */
   for (size_t r = 0; r < (size_t)B * T; r++)
@@ -230,6 +242,7 @@ static void test_kv_cache(int N, int C, int H, int ring, int window, float scale
   enum { NSEQ = 3 };
   char w[128];
   const size_t nk = (size_t)NSEQ * ring * C, n3 = (size_t)N * 3 * C;
+  plan((backend_shape){.B = 1, .T = N, .C = C, .H = H, .kv_rows = NSEQ * ring});
   const float qk = (float)pow(C / H, -0.25);
   float *x = frand(n3, 1);
   for (size_t i = 0; i < n3; i++) x[i] *= i % (3 * (size_t)C) < 2 * (size_t)C ? qk : 1.0f;
@@ -255,6 +268,7 @@ static void test_kv_cache(int N, int C, int H, int ring, int window, float scale
 
 static void test_elementwise(size_t n) {
   char w[96];
+  plan((backend_shape){.B = 1, .T = (int)n, .C = 1});
   pair x = mk(n, 2, 1), y = mk(n, 1, 1), d = mk(n, 1, 1), o = mk(n, 1, 1);
   cpu->gelu_fwd(cpu, o.c, x.c, n);
   gpu->gelu_fwd(gpu, o.g, x.g, n);
@@ -280,6 +294,7 @@ static void test_elementwise(size_t n) {
 static void test_xent(int N, int V) {
   char w[96];
   size_t n = (size_t)N * V;
+  plan((backend_shape){.B = 1, .T = N, .V = V});
   int32_t *tgt = irand((size_t)N, V);
   int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
   float *x = frand(n, 3);
@@ -303,6 +318,7 @@ static void test_xent(int N, int V) {
 static void test_xent_shards(int N, int V, int split) {
   char w[128];
   const int v0[2] = {0, split}, nv[2] = {split, V - split};
+  plan((backend_shape){.B = 1, .T = N, .V = V});
   int32_t *tgt = irand((size_t)N, V);
   int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
   float *x = frand((size_t)N * V, 3), *lse = malloc((size_t)N * sizeof(float));
