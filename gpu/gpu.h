@@ -128,8 +128,11 @@ __device__ __forceinline__ float gpu_warp_max(float x) {
 /* ---- the ops (one file per kind, as in cpu/) ---------------------------------------------------- */
 
 /* gpu_ops.cu: S arrays (void *) are in storage type t */
-void gpu_embed_fwd(backend_dtype t, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C);
-void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C);
+/* embed: wte, dwte hold the vocabulary rows [v0, v0 + nv); wpe, dwpe may be NULL (backend.h) */
+void gpu_embed_fwd(backend_dtype t, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C,
+                   int v0, int nv);
+void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C,
+                   int v0, int nv);
 void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, const void *inp, const void *w,
                        const void *b, int N, int C, float eps);
 void gpu_layernorm_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
@@ -139,6 +142,10 @@ void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);
 void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n);
 void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale);
+/* the vocabulary-parallel cross-entropy over logits (N,nv), the columns [v0, v0 + nv) (backend.h) */
+void gpu_xent_part(backend_dtype t, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0);
+void gpu_xent_grad(backend_dtype t, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,
+                   float dscale);
 /* AdamW on the fp32 master p; pc (n, storage type t) receives the rounded update unless NULL */
 void gpu_adamw(backend_dtype t, float *p, void *pc, const float *g, float *m, float *v, size_t n,
                const backend_adamw_args *a);

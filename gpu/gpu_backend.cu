@@ -207,12 +207,12 @@ static double gpu_measure_gflops(const backend *be, int n, double seconds) {
 #define CF(p) ((const float *)(p))
 
 static void op_embed_fwd(const backend *be, void *o, const int32_t *tok, const void *wte, const void *wpe, int B, int T,
-                         int C) {
-  gpu_embed_fwd(be->storage, o, tok, wte, wpe, B, T, C);
+                         int C, int v0, int nv) {
+  gpu_embed_fwd(be->storage, o, tok, wte, wpe, B, T, C, v0, nv);
 }
 static void op_embed_bwd(const backend *be, float *dwte, float *dwpe, const void *d, const int32_t *tok, int B, int T,
-                         int C) {
-  gpu_embed_bwd(be->storage, dwte, dwpe, d, tok, B, T, C);
+                         int C, int v0, int nv) {
+  gpu_embed_bwd(be->storage, dwte, dwpe, d, tok, B, T, C, v0, nv);
 }
 static void op_layernorm_fwd(const backend *be, void *o, float *mean, float *rstd, const void *x, const void *w,
                              const void *b, int N, int C, float eps) {
@@ -283,6 +283,13 @@ static void op_accumulate(const backend *be, void *dst, const void *src, size_t 
 }
 static void op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const int32_t *tgt, int N, int V, float ds) {
   gpu_xent_fwd_bwd(be->storage, losses, logits, tgt, N, V, ds);
+}
+static void op_xent_part(const backend *be, float *part, const void *logits, const int32_t *tgt, int N, int nv, int v0) {
+  gpu_xent_part(be->storage, part, logits, tgt, N, nv, v0);
+}
+static void op_xent_grad(const backend *be, void *logits, const float *lse, const int32_t *tgt, int N, int nv, int v0,
+                         float ds) {
+  gpu_xent_grad(be->storage, logits, lse, tgt, N, nv, v0, ds);
 }
 static void op_adamw(const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,
                      const backend_adamw_args *a) {

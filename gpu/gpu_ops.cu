@@ -1,29 +1,34 @@
-/* gpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy, AdamW, the sum of
- * squares and the storage conversions on the device; the formulas are cpu/cpu_ops.c's. Every
- * kernel that touches activations is a template on their storage type S (gpu.h: ld, st): fp32
- * arithmetic, one rounding on store. */
+/* gpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy (whole and
+ * vocabulary-parallel), AdamW, the sum of squares and the storage conversions on the device; the
+ * formulas are cpu/cpu_ops.c's. Every kernel that touches activations is a template on their
+ * storage type S (gpu.h: ld, st): fp32 arithmetic, one rounding on store. */
 #include "gpu.h"
 
 #include <math.h>
 
 /* ---- embedding ------------------------------------------------------------------------------- */
 
-/* out (B,T,C) = wte[tok[b,t]] + wpe[t] */
+/* out (B,T,C) = wte[tok[b,t] - v0] + wpe[t]: wte (nv,C) holds the vocabulary rows [v0, v0 + nv), a
+ * token outside them adds nothing; wpe NULL: not added */
 template <typename S>
-__global__ void embed_fwd_kernel(S *out, const int32_t *tok, const S *wte, const S *wpe, int T, int C, size_t n) {
+__global__ void embed_fwd_kernel(S *out, const int32_t *tok, const S *wte, const S *wpe, int T, int C, int v0, int nv,
+                                 size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     size_t row = i / (size_t)C; /* b*T + t */
-    int c = (int)(i % (size_t)C), t = (int)(row % (size_t)T);
-    out[i] = st<S>(ld(wte[(size_t)tok[row] * C + c]) + ld(wpe[(size_t)t * C + c]));
+    int c = (int)(i % (size_t)C), t = (int)(row % (size_t)T), r = tok[row] - v0;
+    float x = r >= 0 && r < nv ? ld(wte[(size_t)r * C + c]) : 0.0f;
+    if (wpe) x += ld(wpe[(size_t)t * C + c]);
+    out[i] = st<S>(x);
   }
 }
 
-/* dwte[tok[b,t]] += dout[b,t]: rows of repeated tokens collide, hence atomicAdd */
+/* dwte (nv,C) [tok[b,t] - v0] += dout[b,t] for the tokens of the shard: rows of repeated tokens
+ * collide, hence atomicAdd */
 template <typename S>
-__global__ void embed_bwd_wte_kernel(float *dwte, const S *dout, const int32_t *tok, int C, size_t n) {
+__global__ void embed_bwd_wte_kernel(float *dwte, const S *dout, const int32_t *tok, int C, int v0, int nv, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    size_t row = i / (size_t)C;
-    atomicAdd(&dwte[(size_t)tok[row] * C + i % (size_t)C], ld(dout[i]));
+    int r = tok[i / (size_t)C] - v0;
+    if (r >= 0 && r < nv) atomicAdd(&dwte[(size_t)r * C + i % (size_t)C], ld(dout[i]));
   }
 }
 
@@ -39,17 +44,19 @@ __global__ void embed_bwd_wpe_kernel(float *dwpe, const S *dout, int B, int T, i
 }
 
 void gpu_embed_fwd(backend_dtype t, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T,
-                   int C) {
+                   int C, int v0, int nv) {
   size_t n = (size_t)B * T * C;
-  GPU_STORAGE(t, embed_fwd_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)out, tok, (const S *)wte, (const S *)wpe, T, C, n));
+  GPU_STORAGE(t, embed_fwd_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)out, tok, (const S *)wte, (const S *)wpe, T, C,
+                                                                  v0, nv, n));
   GPU_LAUNCHED();
 }
 
 void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T,
-                   int C) {
+                   int C, int v0, int nv) {
   size_t n = (size_t)B * T * C;
-  GPU_STORAGE(t, embed_bwd_wte_kernel<S><<<gpu_blocks(n, 256), 256>>>(dwte, (const S *)dout, tok, C, n));
+  GPU_STORAGE(t, embed_bwd_wte_kernel<S><<<gpu_blocks(n, 256), 256>>>(dwte, (const S *)dout, tok, C, v0, nv, n));
   GPU_LAUNCHED();
+  if (!dwpe) return;
   GPU_STORAGE(t, embed_bwd_wpe_kernel<S><<<gpu_blocks((size_t)T * C, 256), 256>>>(dwpe, (const S *)dout, B, T, C));
   GPU_LAUNCHED();
 }
@@ -223,16 +230,12 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
   m = M;
 }
 
-/* losses (N) = logsumexp(logits[i]) - logits[i, targets[i]]; with dscale != 0 the logits (N,V)
- * become dscale * (softmax - onehot(target)). One pass finds the row's maximum and sum together
- * (online softmax); a second writes the gradient. */
+/* The log-sum-exp pair of row x (V) over the block, in every thread: M its maximum, *sum the sum of
+ * exp(x - M). One pass finds both (online softmax); every thread of the block must call it. */
 template <typename S>
-__global__ void xent_kernel(float *losses, S *logits, const int32_t *targets, int V, float dscale) {
+__device__ void xent_row_lse(const S *x, int V, float *M, float *sum) {
   __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
   __shared__ float row_m, row_s;
-  S *x = logits + (size_t)blockIdx.x * V;
-  const int tgt = targets[blockIdx.x];
-  const float xt = ld(x[tgt]); /* read before any thread overwrites the row */
   float m = -INFINITY, s = 0.0f;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
     float xv = ld(x[v]);
@@ -251,22 +254,73 @@ __global__ void xent_kernel(float *losses, S *logits, const int32_t *targets, in
   if (lane == 0) sm[warp] = m, ss[warp] = s;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float M = sm[0], sum = ss[0];
-    for (int w = 1; w < (int)blockDim.x / 32; w++) lse_merge(M, sum, sm[w], ss[w]);
-    row_m = M;
-    row_s = sum;
-    losses[blockIdx.x] = M + logf(sum) - xt;
+    float bm = sm[0], bs = ss[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) lse_merge(bm, bs, sm[w], ss[w]);
+    row_m = bm;
+    row_s = bs;
   }
   __syncthreads();
+  *M = row_m;
+  *sum = row_s;
+}
+
+/* losses (N) = logsumexp(logits[i]) - logits[i, targets[i]]; with dscale != 0 the logits (N,V)
+ * become dscale * (softmax - onehot(target)), written in a second pass. */
+template <typename S>
+__global__ void xent_kernel(float *losses, S *logits, const int32_t *targets, int V, float dscale) {
+  S *x = logits + (size_t)blockIdx.x * V;
+  const int tgt = targets[blockIdx.x];
+  const float xt = ld(x[tgt]); /* read before any thread overwrites the row */
+  float M, sum;
+  xent_row_lse(x, V, &M, &sum);
+  if (threadIdx.x == 0) losses[blockIdx.x] = M + logf(sum) - xt;
   if (dscale != 0.0f) {
-    const float M = row_m, k = dscale / row_s;
+    const float k = dscale / sum;
     for (int v = threadIdx.x; v < V; v += blockDim.x) x[v] = st<S>(expf(ld(x[v]) - M) * k - (v == tgt ? dscale : 0.0f));
   }
+}
+
+/* The vocabulary shard [v0, v0 + nv) of each row of logits (N,nv): part (N,2) = {its log-sum-exp,
+ * the target's logit when the shard holds it, else 0} */
+template <typename S>
+__global__ void xent_part_kernel(float *part, const S *logits, const int32_t *targets, int nv, int v0) {
+  const S *x = logits + (size_t)blockIdx.x * nv;
+  float M, sum;
+  xent_row_lse(x, nv, &M, &sum);
+  if (threadIdx.x == 0) {
+    int r = targets[blockIdx.x] - v0;
+    part[2 * (size_t)blockIdx.x] = M + logf(sum);
+    part[2 * (size_t)blockIdx.x + 1] = r >= 0 && r < nv ? ld(x[r]) : 0.0f;
+  }
+}
+
+/* logits (N,nv) = dscale * (exp(logits - lse[i]) - onehot(targets[i] - v0)), lse (N) the rows'
+ * log-sum-exp over the whole vocabulary */
+template <typename S>
+__global__ void xent_grad_kernel(S *logits, const float *lse, const int32_t *targets, int nv, int v0, float dscale) {
+  S *x = logits + (size_t)blockIdx.x * nv;
+  const float l = lse[blockIdx.x];
+  const int r = targets[blockIdx.x] - v0; /* outside [0, nv): no column is the target */
+  for (int v = threadIdx.x; v < nv; v += blockDim.x)
+    x[v] = st<S>(dscale * expf(ld(x[v]) - l) - (v == r ? dscale : 0.0f));
 }
 
 void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale) {
   if (N <= 0) return;
   GPU_STORAGE(t, xent_kernel<S><<<N, XENT_THREADS>>>(losses, (S *)logits, targets, V, dscale));
+  GPU_LAUNCHED();
+}
+
+void gpu_xent_part(backend_dtype t, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0) {
+  if (N <= 0) return;
+  GPU_STORAGE(t, xent_part_kernel<S><<<N, XENT_THREADS>>>(part, (const S *)logits, targets, nv, v0));
+  GPU_LAUNCHED();
+}
+
+void gpu_xent_grad(backend_dtype t, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,
+                   float dscale) {
+  if (N <= 0) return;
+  GPU_STORAGE(t, xent_grad_kernel<S><<<N, XENT_THREADS>>>((S *)logits, lse, targets, nv, v0, dscale));
   GPU_LAUNCHED();
 }
 

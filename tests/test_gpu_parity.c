@@ -9,8 +9,9 @@
  * shorter than a tile, several sequences; every head-size class of both families of attention
  * kernels). Accumulating outputs start from random values so "+=" is checked. The error of a
  * tensor is max |gpu - cpu| / max |cpu|; the bounds:
- *   elementwise, LayerNorm, embedding, softmax/cross-entropy, AdamW: 1e-4 (fp32 math in every
- *     mode; only the order of sums and the exp differ)
+ *   elementwise, LayerNorm, embedding (whole and a vocabulary shard), softmax/cross-entropy (whole
+ *     and vocabulary-parallel), AdamW: 1e-4 (fp32 math in every mode; only the order of sums and
+ *     the exp differ)
  *   GEMMs: fp32 2e-5 (K up to 512), tf32 and fp16 inputs (10-bit mantissa) 5e-3, bf16 (7-bit) 3e-2;
  *     at 16-bit storage the inputs are the same 16-bit values on both sides: 2e-5
  *   attention (att_tol): 1e-4 on the fp32 kernels (fp32 and tf32 precision; other head sizes);
@@ -117,6 +118,14 @@ static void check(const char *what, const pair *p, double tol) {
   free(h), free(a), free(b);
 }
 
+/* Workspaces are planned from the largest shapes an instance will be given (the CPU at 16-bit
+ * storage widens its operands to fp32 in its own: cpu_stage_floats): each case plans its shapes on
+ * both (prepare only grows them). */
+static void plan(backend_shape sh) {
+  cpu->prepare(cpu, &sh);
+  gpu->prepare(gpu, &sh);
+}
+
 static double gemm_tol(void) {
   if (s16) return 2e-5; /* 16-bit inputs, exact products, fp32 sums: the order of the sums only */
   return !strcmp(prec, "fp32") ? 2e-5 : !strcmp(prec, "bf16") ? 3e-2 : 5e-3;
@@ -131,23 +140,25 @@ static double att_tol(int hs) {
 
 /* ---- ops --------------------------------------------------------------------------------------- */
 
-static void test_embed(int B, int T, int C, int V) {
-  char w[96];
+/* Tokens (B,T) over a vocabulary of V; wte holds the rows [v0, v0 + nv) (0, V: the whole; else a
+ * tensor rank's shard, which tokens on both sides miss); with_wpe 0: wpe and dwpe NULL. */
+static void test_embed(int B, int T, int C, int V, int v0, int nv, int with_wpe) {
+  char w[128];
   size_t N = (size_t)B * T;
+  plan((backend_shape){.B = B, .T = T, .C = C, .V = nv});
   int32_t *tok = irand(N, V); /* repeated tokens: the backward's atomics collide */
   int32_t *gtok = up(tok, N * sizeof(int32_t));
-  pair wte = mk((size_t)V * C, 1, 1), wpe = mk((size_t)T * C, 1, 1), dout = mk(N * C, 1, 1), out = mk(N * C, 1, 1);
-  pair dwte = mk((size_t)V * C, 1, 0), dwpe = mk((size_t)T * C, 1, 0);
-  cpu->embed_fwd(cpu, out.c, tok, wte.c, wpe.c, B, T, C);
-  gpu->embed_fwd(gpu, out.g, gtok, wte.g, wpe.g, B, T, C);
-  snprintf(w, sizeof w, "embed fwd B=%d T=%d C=%d V=%d", B, T, C, V);
+  pair wte = mk((size_t)nv * C, 1, 1), wpe = mk((size_t)T * C, 1, 1), dout = mk(N * C, 1, 1), out = mk(N * C, 1, 1);
+  pair dwte = mk((size_t)nv * C, 1, 0), dwpe = mk((size_t)T * C, 1, 0);
+  cpu->embed_fwd(cpu, out.c, tok, wte.c, with_wpe ? wpe.c : NULL, B, T, C, v0, nv);
+  gpu->embed_fwd(gpu, out.g, gtok, wte.g, with_wpe ? wpe.g : NULL, B, T, C, v0, nv);
+  snprintf(w, sizeof w, "embed fwd B=%d T=%d C=%d V=%d rows %d..%d%s", B, T, C, V, v0, v0 + nv,
+           with_wpe ? "" : " (no wpe)");
   check(w, &out, TOL);
-  cpu->embed_bwd(cpu, dwte.c, dwpe.c, dout.c, tok, B, T, C);
-  gpu->embed_bwd(gpu, dwte.g, dwpe.g, dout.g, gtok, B, T, C);
-  snprintf(w, sizeof w, "embed bwd dwte += B=%d T=%d C=%d V=%d", B, T, C, V);
-  check(w, &dwte, TOL);
-  snprintf(w, sizeof w, "embed bwd dwpe += B=%d T=%d C=%d", B, T, C);
-  check(w, &dwpe, TOL);
+  cpu->embed_bwd(cpu, dwte.c, with_wpe ? dwpe.c : NULL, dout.c, tok, B, T, C, v0, nv);
+  gpu->embed_bwd(gpu, dwte.g, with_wpe ? dwpe.g : NULL, dout.g, gtok, B, T, C, v0, nv);
+  check("  bwd dwte +=", &dwte, TOL);
+  check(with_wpe ? "  bwd dwpe +=" : "  bwd dwpe (NULL: untouched)", &dwpe, with_wpe ? TOL : 0.0);
   free(tok), gpu->free(gpu, gtok);
   drop(&wte), drop(&wpe), drop(&dout), drop(&out), drop(&dwte), drop(&dwpe);
 }
@@ -155,6 +166,7 @@ static void test_embed(int B, int T, int C, int V) {
 static void test_layernorm(int N, int C) {
   char w[96];
   size_t n = (size_t)N * C;
+  plan((backend_shape){.B = 1, .T = N, .C = C});
   float *x = frand(n, 2);
   for (size_t i = 0; i < n; i++) x[i] += 0.5f; /* a mean to remove */
   pair inp = from(x, n, 1), lw = mk((size_t)C, 1, 1), lb = mk((size_t)C, 1, 1), dout = mk(n, 1, 1);
@@ -180,6 +192,7 @@ static void test_layernorm(int N, int C) {
 
 static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
   char w[96];
+  plan((backend_shape){.B = 1, .T = N, .C = K, .V = M});
   pair inp = mk((size_t)N * K, 1, 1), wt = mk((size_t)M * K, 0.5, 1), bias = mk((size_t)M, 1, 1);
   pair dout = mk((size_t)N * M, 1, 1), out = mk((size_t)N * M, 1, 1), dinp = mk((size_t)N * K, 1, 1);
   pair dw = mk((size_t)M * K, 1, 0), db = mk((size_t)M, 1, 0);
@@ -199,6 +212,7 @@ static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
 static void test_attention(int B, int T, int C, int H, int window, float scale) {
   char w[128];
   size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, nl = (size_t)B * H * T;
+  plan((backend_shape){.B = B, .T = T, .C = C, .H = H});
   float *x = frand(n3, 1);
   const float qk = (float)pow(C / H, -0.25); /* q, k: q.k of variance 1 */
   for (size_t r = 0; r < (size_t)B * T; r++)
@@ -228,6 +242,7 @@ static void test_kv_cache(int N, int C, int H, int ring, int window, float scale
   enum { NSEQ = 3 };
   char w[128];
   const size_t nk = (size_t)NSEQ * ring * C, n3 = (size_t)N * 3 * C;
+  plan((backend_shape){.B = 1, .T = N, .C = C, .H = H, .kv_rows = NSEQ * ring});
   const float qk = (float)pow(C / H, -0.25);
   float *x = frand(n3, 1);
   for (size_t i = 0; i < n3; i++) x[i] *= i % (3 * (size_t)C) < 2 * (size_t)C ? qk : 1.0f;
@@ -253,6 +268,7 @@ static void test_kv_cache(int N, int C, int H, int ring, int window, float scale
 
 static void test_elementwise(size_t n) {
   char w[96];
+  plan((backend_shape){.B = 1, .T = (int)n, .C = 1});
   pair x = mk(n, 2, 1), y = mk(n, 1, 1), d = mk(n, 1, 1), o = mk(n, 1, 1);
   cpu->gelu_fwd(cpu, o.c, x.c, n);
   gpu->gelu_fwd(gpu, o.g, x.g, n);
@@ -278,6 +294,7 @@ static void test_elementwise(size_t n) {
 static void test_xent(int N, int V) {
   char w[96];
   size_t n = (size_t)N * V;
+  plan((backend_shape){.B = 1, .T = N, .V = V});
   int32_t *tgt = irand((size_t)N, V);
   int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
   float *x = frand(n, 3);
@@ -293,6 +310,45 @@ static void test_xent(int N, int V) {
   check("  losses, forward only (dscale 0)", &losses, TOL);
   free(x), free(tgt), gpu->free(gpu, gtgt);
   drop(&logits), drop(&logits2), drop(&losses);
+}
+
+/* The vocabulary-parallel cross-entropy over logits (N,V) split into two shards at column `split`
+ * (targets fall in either): xent_part of each shard, then xent_grad of each from the rows'
+ * log-sum-exp over the whole vocabulary, combined from the CPU's parts (on both backends). */
+static void test_xent_shards(int N, int V, int split) {
+  char w[128];
+  const int v0[2] = {0, split}, nv[2] = {split, V - split};
+  plan((backend_shape){.B = 1, .T = N, .V = V});
+  int32_t *tgt = irand((size_t)N, V);
+  int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
+  float *x = frand((size_t)N * V, 3), *lse = malloc((size_t)N * sizeof(float));
+  pair logits[2], part[2];
+  for (int k = 0; k < 2; k++) {
+    float *xs = malloc((size_t)N * nv[k] * sizeof(float));
+    for (int i = 0; i < N; i++) memcpy(xs + (size_t)i * nv[k], x + (size_t)i * V + v0[k], (size_t)nv[k] * sizeof(float));
+    logits[k] = from(xs, (size_t)N * nv[k], 1), part[k] = mk(2 * (size_t)N, 1, 0);
+    free(xs);
+    cpu->xent_part(cpu, part[k].c, logits[k].c, tgt, N, nv[k], v0[k]);
+    gpu->xent_part(gpu, part[k].g, logits[k].g, gtgt, N, nv[k], v0[k]);
+    snprintf(w, sizeof w, "xent_part N=%d V=%d columns %d..%d", N, V, v0[k], v0[k] + nv[k]);
+    check(w, &part[k], TOL);
+  }
+  const float *p0 = part[0].c, *p1 = part[1].c;
+  for (int i = 0; i < N; i++) {
+    float m = fmaxf(p0[2 * i], p1[2 * i]);
+    lse[i] = m + logf(expf(p0[2 * i] - m) + expf(p1[2 * i] - m));
+  }
+  pair glse = from(lse, (size_t)N, 0);
+  const float dscale = 1.0f / (float)N;
+  for (int k = 0; k < 2; k++) {
+    cpu->xent_grad(cpu, logits[k].c, glse.c, tgt, N, nv[k], v0[k], dscale);
+    gpu->xent_grad(gpu, logits[k].g, glse.g, gtgt, N, nv[k], v0[k], dscale);
+    snprintf(w, sizeof w, "  xent_grad columns %d..%d (dscale 1/N)", v0[k], v0[k] + nv[k]);
+    check(w, &logits[k], TOL);
+    drop(&logits[k]), drop(&part[k]);
+  }
+  free(x), free(lse), free(tgt), gpu->free(gpu, gtgt);
+  drop(&glse);
 }
 
 static void test_adamw(size_t n) {
@@ -347,6 +403,7 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_gelu_fwd] = "test_elementwise",    [BACKEND_OP_gelu_bwd] = "test_elementwise",
     [BACKEND_OP_residual_fwd] = "test_elementwise", [BACKEND_OP_accumulate] = "test_elementwise",
     [BACKEND_OP_sumsq] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
+    [BACKEND_OP_xent_part] = "test_xent_shards",   [BACKEND_OP_xent_grad] = "test_xent_shards",
     [BACKEND_OP_adamw] = "test_adamw",             [BACKEND_OP_to_storage] = "test_memory",
     [BACKEND_OP_to_fp32] = "test_memory",          [BACKEND_OP_kv_store] = "test_kv_cache",
     [BACKEND_OP_attention_cached] = "test_kv_cache",
@@ -355,8 +412,9 @@ static const char *const covered_by[BACKEND_NOPS] = {
 static void test_ops(void) {
   for (int i = 0; i < BACKEND_NOPS; i++) T_CHECK(covered_by[i] != NULL, "op %s has no parity case", backend_op_names[i]);
   printf("== ops, precision %s ==\n", prec);
-  test_embed(2, 17, 24, 50);
-  test_embed(3, 64, 96, 300);
+  test_embed(2, 17, 24, 50, 0, 50, 1);
+  test_embed(3, 64, 96, 300, 0, 300, 1);
+  test_embed(3, 40, 64, 300, 97, 120, 0); /* a shard: tokens below, inside and above it */
   test_layernorm(37, 96);
   test_layernorm(130, 768);
   test_layernorm(5, 5000); /* beyond the shared-memory path of the backward */
@@ -367,6 +425,8 @@ static void test_ops(void) {
   test_elementwise(1000003);
   test_xent(5, 50257);
   test_xent(33, 1000);
+  test_xent_shards(5, 50257, 25129); /* an uneven split of GPT-2's vocabulary */
+  test_xent_shards(33, 1000, 333);
   test_adamw(100003);
   if (strcmp(prec, "fp32") == 0 || s16) test_memory(); /* no GEMM inside: once per storage type */
   /* attention in every mode: the tensor-core kernels (64-row blocks, 64-key tiles) take hs 33..128
