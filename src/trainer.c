@@ -163,83 +163,148 @@ int trainer_init_from(trainer *t, err_list *errs) {
   return any;
 }
 
+/* The tensors of this rank's stage that the whole model's buffer takes from it, whole: all of them but
+ * the last stage's copy of the tied embedding (the first stage's is the one). */
+static int stage_gives(const trainer *t, const gpt_tensor *w) {
+  return !(t->lay.P > 1 && t->lay.stage == t->lay.P - 1 && strcmp(w->name, "transformer.wte.weight") == 0);
+}
+
+/* Tensor i of this rank's stage, whole, into host memory `whole` (its gnumel floats) on tensor rank 0:
+ * every tensor rank's shard put in place (a tensor all of them hold: rank 0's). Collective over the
+ * tensor group; `shard` is host scratch of the tensor's numel floats. */
+static void whole_tensor(trainer *t, int i, float *whole, float *shard) {
+  const gpt_model *m = &t->model;
+  const gpt_tensor *w = &m->tensors[i];
+  t->be->to_host(t->be, shard, m->params + w->offset, w->numel * sizeof(float));
+  if (t->lay.tp == 1) {
+    memcpy(whole, shard, w->numel * sizeof(float));
+    return;
+  }
+  enum { TAG_WHOLE = 9 };
+  if (t->lay.tp_rank > 0) {
+    if (w->split != GPT_SPLIT_NONE) comm_send_floats(shard, w->numel, 0, TAG_WHOLE, t->lay.tensor);
+    return;
+  }
+  gpt_part part = par_part(&t->lay);
+  for (int r = 0; r < t->lay.tp; r++) {
+    if (r > 0 && w->split == GPT_SPLIT_NONE) break;
+    int nr;
+    part.tp_rank = r;
+    gpt_tensor *theirs = gpt_list_tensors(&t->shape, part, &nr), *tr = &theirs[i];
+    if (r > 0) comm_recv_floats(shard, tr->numel, r, TAG_WHOLE, t->lay.tensor);
+    for (size_t e = 0, run; e < tr->numel; e += run) {
+      size_t g = gpt_tensor_global(tr, e, &run);
+      memcpy(whole + g, shard + e, run * sizeof(float));
+    }
+    free(theirs);
+  }
+}
+
+/* Whole-tensor floats this stage gives, and the largest tensor's (whole and as this rank's shard). */
+static size_t stage_count(const trainer *t, size_t *most_whole, size_t *most_shard) {
+  const gpt_model *m = &t->model;
+  size_t c = 0;
+  *most_whole = *most_shard = 1;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *w = &m->tensors[i];
+    size_t g = (size_t)w->grows * (size_t)w->gcols;
+    if (stage_gives(t, w)) c += g;
+    if (g > *most_whole) *most_whole = g;
+    if (w->numel > *most_shard) *most_shard = w->numel;
+  }
+  return c;
+}
+
+/* Stream this rank's stage as the whole model's buffer holds it to `put` on tensor rank 0 of the stage,
+ * tensor by tensor (each whole). Collective over the tensor group. */
+typedef void (*stage_sink)(void *ctx, const float *x, size_t n);
+static void stream_stage(trainer *t, stage_sink put, void *ctx) {
+  const gpt_model *m = &t->model;
+  size_t mw, ms;
+  stage_count(t, &mw, &ms);
+  float *whole = util_malloc(mw * sizeof(float), "whole tensor"), *shard = util_malloc(ms * sizeof(float), "shard");
+  for (int i = 0; i < m->ntensors; i++) {
+    if (!stage_gives(t, &m->tensors[i])) continue;
+    whole_tensor(t, i, whole, shard);
+    if (t->lay.tp_rank == 0) put(ctx, whole, (size_t)m->tensors[i].grows * (size_t)m->tensors[i].gcols);
+  }
+  free(whole), free(shard);
+}
+
+enum { TAG_STAGE = 7, STAGE_CAP = 1 << 24 }; /* floats a message carries: 64 MiB */
+
+/* A later stage's tensor rank 0 sends its floats to stage 0 in messages of at most STAGE_CAP. */
+static void send_to_first(void *ctx, const float *x, size_t n) {
+  trainer *t = ctx;
+  for (size_t a = 0; a < n; a += STAGE_CAP)
+    MPI_Send(x + a, (int)(n - a < STAGE_CAP ? n - a : STAGE_CAP), MPI_FLOAT, 0, TAG_STAGE, t->lay.pipe);
+}
+
+/* Stage 0 receives stage s's `count` floats, handing each message to put. */
+static void recv_stage(trainer *t, int s, size_t count, float *buf, stage_sink put, void *ctx) {
+  for (size_t got = 0; got < count;) {
+    MPI_Status st;
+    int k;
+    MPI_Recv(buf, STAGE_CAP, MPI_FLOAT, s, TAG_STAGE, t->lay.pipe, &st);
+    MPI_Get_count(&st, MPI_FLOAT, &k);
+    put(ctx, buf, (size_t)k);
+    got += (size_t)k;
+  }
+}
+
+/* Stage by stage, in order, the whole model's floats to put on comm rank 0. Collective over replica 0. */
+static void stream_model(trainer *t, stage_sink put, void *ctx) {
+  size_t mw, ms, count = stage_count(t, &mw, &ms);
+  if (t->lay.stage > 0) {
+    uint64_t c = count;
+    if (t->lay.tp_rank == 0) MPI_Send(&c, 1, MPI_UINT64_T, 0, TAG_STAGE, t->lay.pipe);
+    stream_stage(t, send_to_first, t);
+    return;
+  }
+  stream_stage(t, put, ctx);
+  if (t->lay.tp_rank != 0) return;
+  float *buf = util_malloc((size_t)STAGE_CAP * sizeof(float), "stage messages");
+  for (int s = 1; s < t->lay.P; s++) {
+    uint64_t c;
+    MPI_Recv(&c, 1, MPI_UINT64_T, s, TAG_STAGE, t->lay.pipe, MPI_STATUS_IGNORE);
+    recv_stage(t, s, (size_t)c, buf, put, ctx);
+  }
+  free(buf);
+}
+
+typedef struct {
+  float *all;
+  size_t n, at;
+  uint64_t h;
+} model_sink;
+
+static void append_floats(void *ctx, const float *x, size_t n) {
+  model_sink *k = ctx;
+  UTIL_CHECK(k->at + n <= k->n, NULL, "internal: the stages give more than the model's %zu parameters", k->n);
+  memcpy(k->all + k->at, x, n * sizeof(float));
+  k->at += n;
+}
+
+static void hash_floats(void *ctx, const float *x, size_t n) {
+  model_sink *k = ctx;
+  k->h = util_hash64_more(k->h, x, n * sizeof(float));
+  k->at += n;
+}
+
 float *trainer_gather_params(trainer *t, size_t *n) {
   *n = gpt_count_params(&t->shape);
   if (t->lay.replica != 0) return NULL;
-  /* replica 0's stages, in order, give the whole model's buffer; the last stage's copy of the tied
-   * embedding (at the start of its buffer) is left out */
-  const gpt_model *m = &t->model;
-  size_t skip = 0;
-  if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
-  const size_t count = m->nparams - skip; /* floats this stage gives; whole stages pass 2^31 */
-  enum { TAG_GATHER = 7 };
-  if (t->lay.stage > 0) {
-    float *host = util_malloc((count + 1) * sizeof(float), "parameter copy");
-    t->be->to_host(t->be, host, m->params + skip, count * sizeof(float));
-    uint64_t c = count;
-    MPI_Send(&c, 1, MPI_UINT64_T, 0, TAG_GATHER, t->lay.pipe);
-    comm_send_floats(host, count, 0, TAG_GATHER, t->lay.pipe);
-    free(host);
-    return NULL;
-  }
-  float *all = util_malloc(*n * sizeof(float), "whole model");
-  t->be->to_host(t->be, all, m->params, count * sizeof(float));
-  size_t o = count;
-  for (int s = 1; s < t->lay.P; s++) { /* the stages in order, each after the one before */
-    uint64_t c;
-    MPI_Recv(&c, 1, MPI_UINT64_T, s, TAG_GATHER, t->lay.pipe, MPI_STATUS_IGNORE);
-    UTIL_CHECK(o + c <= *n, NULL, "internal: stage %d gives %llu parameters beyond the model's %zu", s,
-               (unsigned long long)c, *n);
-    comm_recv_floats(all + o, (size_t)c, s, TAG_GATHER, t->lay.pipe);
-    o += (size_t)c;
-  }
-  return all;
-}
-
-/* Floats [0, n) of backend memory p into the hash h (host memory read in place, else through buf). */
-static uint64_t hash_backend(const trainer *t, uint64_t h, const float *p, size_t n, float *buf, size_t cap) {
-  for (size_t a = 0; a < n; a += cap) {
-    size_t c = n - a < cap ? n - a : cap;
-    const float *x = p + a;
-    if (!t->be->caps.host_memory) t->be->to_host(t->be, buf, x, c * sizeof(float)), x = buf;
-    h = util_hash64_more(h, x, c * sizeof(float));
-  }
-  return h;
+  model_sink k = {t->rank == 0 ? util_malloc(*n * sizeof(float), "whole model") : NULL, *n, 0, 0};
+  stream_model(t, append_floats, &k);
+  return k.all;
 }
 
 uint64_t trainer_params_hash(trainer *t, size_t *n) {
   *n = gpt_count_params(&t->shape);
   if (t->lay.replica != 0) return 0;
-  enum { TAG_HASH = 8, CAP = 1 << 24 }; /* floats a message carries: 64 MiB */
-  const gpt_model *m = &t->model;
-  size_t skip = 0; /* the last stage's copy of the tied embedding, as in trainer_gather_params */
-  if (t->lay.P > 1 && t->lay.stage == t->lay.P - 1) skip = gpt_find_tensor(m, "transformer.wte.weight")->numel;
-  const size_t count = m->nparams - skip;
-  float *buf = util_malloc((size_t)CAP * sizeof(float), "parameter hash");
-  uint64_t h = UTIL_HASH64_EMPTY;
-  if (t->lay.stage > 0) { /* the stage's floats to stage 0, a buffer at a time */
-    uint64_t c = count;
-    MPI_Send(&c, 1, MPI_UINT64_T, 0, TAG_HASH, t->lay.pipe);
-    for (size_t a = 0; a < count; a += CAP) {
-      size_t k = count - a < CAP ? count - a : CAP;
-      t->be->to_host(t->be, buf, m->params + skip + a, k * sizeof(float));
-      MPI_Send(buf, (int)k, MPI_FLOAT, 0, TAG_HASH, t->lay.pipe);
-    }
-    free(buf);
-    return 0;
-  }
-  h = hash_backend(t, h, m->params, count, buf, CAP);
-  for (int s = 1; s < t->lay.P; s++) { /* the stages in order */
-    uint64_t c;
-    MPI_Recv(&c, 1, MPI_UINT64_T, s, TAG_HASH, t->lay.pipe, MPI_STATUS_IGNORE);
-    for (uint64_t a = 0; a < c; a += CAP) {
-      int k = (int)(c - a < CAP ? c - a : CAP);
-      MPI_Recv(buf, k, MPI_FLOAT, s, TAG_HASH, t->lay.pipe, MPI_STATUS_IGNORE);
-      h = util_hash64_more(h, buf, (size_t)k * sizeof(float));
-    }
-  }
-  free(buf);
-  return h;
+  model_sink k = {NULL, *n, 0, UTIL_HASH64_EMPTY};
+  stream_model(t, hash_floats, &k);
+  return t->rank == 0 ? k.h : 0;
 }
 
 /* The checkpoint's view of this rank. */

@@ -89,8 +89,9 @@ int trainer_init_from(trainer *t, err_list *errs);
  * copy of the whole model. */
 float *trainer_gather_params(trainer *t, size_t *n);
 /* util_hash64 of the same parameters' bytes (what hashing trainer_gather_params' buffer gives) on
- * comm rank 0, 0 elsewhere; *n receives their count. No rank holds more than its own stage and a
- * 64 MiB buffer: the whole model's copy would not fit beside a 13B stage. Collective. */
+ * comm rank 0, 0 elsewhere; *n receives their count. No rank holds more than its own stage, its
+ * largest tensor whole (tensor shards are put together on tensor rank 0) and a 64 MiB buffer: the
+ * whole model's copy would not fit beside a 13B stage. Collective. */
 uint64_t trainer_params_hash(trainer *t, size_t *n);
 
 #endif

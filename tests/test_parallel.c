@@ -43,6 +43,7 @@ static int comm_bits = 4;
 static const char *comm_exchange = "allgather";
 static int comm_ef; /* &comm error_feedback */
 static int global_batch = 8; /* &training global_batch_size (6 for 3 replicas) */
+static int tensor_par = 1; /* &parallel tensor_parallel */
 
 typedef struct {
   double loss[STEPS], val;
@@ -62,11 +63,12 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&training seq_len = 32, micro_batch_size = 2, global_batch_size = %d, max_steps = %d,\n"
            "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4, recompute = %s /\n"
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
-           "  bucket_mb = 0.01 /\n"
+           "  bucket_mb = 0.01, tensor_parallel = %d /\n"
            "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
            "&system backend = 'cpu', precision = '%s' /\n"
            "&comm method = '%s', bits = %d, min_numel = 1000, exchange = '%s', error_feedback = %s /\n",
-           dir, top ? top : ".", dir, dir, global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order, precision,
+           dir, top ? top : ".", dir, dir, global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
+           tensor_par, precision,
            comm_method, comm_bits, comm_exchange, comm_ef ? ".true." : ".false.");
   return t_load_deck(text, "parallel.nml", nranks);
 }
@@ -128,6 +130,18 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
     MPI_Allgather(&e, 1, MPI_UINT64_T, ends, 1, MPI_UINT64_T, t->lay.embed);
     T_CHECK(ends[0] == ends[1], "replica %d: the tied embedding differs between the first and the last stage",
             t->lay.replica);
+  }
+  if (t->lay.tp > 1) { /* the tensors every tensor rank holds stay the same on all of them, bit for bit */
+    uint64_t h = UTIL_HASH64_EMPTY, *hs = malloc((size_t)t->lay.tp * sizeof *hs);
+    for (int i = 0; i < t->model.ntensors; i++)
+      if (t->model.tensors[i].split == GPT_SPLIT_NONE)
+        h = util_hash64_more(h, t->model.params + t->model.tensors[i].offset, t->model.tensors[i].numel * sizeof(float));
+    MPI_Allgather(&h, 1, MPI_UINT64_T, hs, 1, MPI_UINT64_T, t->lay.tensor);
+    int agree = 1;
+    for (int i = 1; i < t->lay.tp; i++) agree &= hs[i] == hs[0];
+    T_CHECK(agree, "stage %d replica %d: the tensor ranks' copies of the replicated tensors differ", t->lay.stage,
+            t->lay.replica);
+    free(hs);
   }
   r->params = trainer_gather_params(t, &r->n);
   size_t hn; /* the verdict's streamed hash is the hash of the gathered model */
@@ -234,17 +248,22 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
     int P, D;
     const char *order;
     int staged, recompute, bf16;
-  } layouts[] = {{1, 2, "replicas_adjacent", 0, 0, 0}, {1, 4, "replicas_adjacent", 0, 0, 0},
-                 {2, 1, "replicas_adjacent", 0, 0, 0}, {4, 1, "replicas_adjacent", 0, 0, 0},
-                 {2, 2, "replicas_adjacent", 0, 0, 0}, {2, 2, "stages_adjacent", 0, 0, 0},
-                 {2, 2, "replicas_adjacent", 1, 0, 0}, {1, 1, "replicas_adjacent", 0, 1, 0},
-                 {2, 2, "replicas_adjacent", 0, 1, 0}, {2, 1, "replicas_adjacent", 0, 0, 1},
-                 {2, 2, "replicas_adjacent", 0, 0, 1},
-                 {2, 2, "replicas_adjacent", 1, 0, 1}};
+    int T; /* tensor ranks */
+  } layouts[] = {{1, 2, "replicas_adjacent", 0, 0, 0, 1}, {1, 4, "replicas_adjacent", 0, 0, 0, 1},
+                 {2, 1, "replicas_adjacent", 0, 0, 0, 1}, {4, 1, "replicas_adjacent", 0, 0, 0, 1},
+                 {2, 2, "replicas_adjacent", 0, 0, 0, 1}, {2, 2, "stages_adjacent", 0, 0, 0, 1},
+                 {2, 2, "replicas_adjacent", 1, 0, 0, 1}, {1, 1, "replicas_adjacent", 0, 1, 0, 1},
+                 {2, 2, "replicas_adjacent", 0, 1, 0, 1}, {2, 1, "replicas_adjacent", 0, 0, 1, 1},
+                 {2, 2, "replicas_adjacent", 0, 0, 1, 1}, {2, 2, "replicas_adjacent", 1, 0, 1, 1},
+                 {1, 1, "replicas_adjacent", 0, 0, 0, 2}, {2, 1, "replicas_adjacent", 0, 0, 0, 2},
+                 {1, 2, "replicas_adjacent", 0, 0, 0, 2}, {1, 2, "stages_adjacent", 0, 0, 0, 2},
+                 {1, 1, "replicas_adjacent", 0, 0, 0, 4}, {1, 2, "replicas_adjacent", 1, 1, 0, 2},
+                 {2, 1, "replicas_adjacent", 0, 0, 1, 2}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
     for (int mode = 0; mode < 4; mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
       int zero = mode & 1, resumed = mode >> 1;
-      int P = layouts[i].P, D = layouts[i].D, n = P * D;
+      int P = layouts[i].P, D = layouts[i].D, n = P * layouts[i].T * D;
+      tensor_par = layouts[i].T;
       MPI_Comm sub;
       MPI_Comm_split(MPI_COMM_WORLD, rank < n ? 0 : MPI_UNDEFINED, rank, &sub);
       run_result r = {0}, back = {0};
@@ -256,20 +275,24 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
       const char *ckpt = ckpts[layouts[i].bf16];
       /* bf16 storage: another order of the gradient sums moves a master weight by fp32 ulps, which
        * can flip the rounding of its bf16 compute copy (2^-8 relative): looser bounds */
-      const double tl = layouts[i].bf16 ? 1e-4 : 1e-5, tp = layouts[i].bf16 ? 1e-3 : 1e-5;
+      double tl = layouts[i].bf16 ? 1e-4 : 1e-5, tp = layouts[i].bf16 ? 1e-3 : 1e-5;
+      /* tensor ranks at bf16: each rank's partial projection is rounded to bf16 before the sum, where
+       * the serial run rounds the whole product once (2^-8 relative per partial) */
+      if (layouts[i].bf16 && layouts[i].T > 1) tl = 3e-4, tp = 1e-2;
       if (sub != MPI_COMM_NULL) {
         cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
         train_from(c, sub, &r, resumed ? ckpt : NULL, resumed ? NULL : mine);
         free(c);
         MPI_Comm_free(&sub);
       }
+      tensor_par = 1;
       if (!resumed && rank == 0) { /* the layout's checkpoint, continued by one rank */
         cfg_config *c = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
         train_from(c, MPI_COMM_SELF, &back, mine, NULL);
         free(c);
         double pe = back.params && back.n == r.n ? t_rel_err(back.params, r.params, r.n) : INFINITY;
-        printf("P=%d D=%d ZeRO-%d %-17s checkpoint continued by 1 rank: parameters %.2e from the layout's\n", P, D,
-               zero, layouts[i].order, pe);
+        printf("P=%d T=%d D=%d ZeRO-%d %-17s checkpoint continued by 1 rank: parameters %.2e from the layout's\n", P,
+               layouts[i].T, D, zero, layouts[i].order, pe);
         T_CHECK(pe <= tp, "P=%d D=%d ZeRO-%d: the layout's checkpoint continued on 1 rank differs by %.3g", P, D,
                 zero, pe);
         T_CHECK(back.val == back.val && fabs(back.val - r.val) <= tl * fabs(r.val),
@@ -286,10 +309,10 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
         }
         double ve = fabs(r.val - rf->val) / fabs(rf->val);
         double pe = r.params && r.n == rf->n ? t_rel_err(r.params, rf->params, r.n) : INFINITY;
-        printf("P=%d D=%d ZeRO-%d %-17s %s%s%s, %s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P, D, zero,
-               layouts[i].order, resumed ? "restarted" : "from start", staged ? ", host staging" : "",
+        printf("P=%d T=%d D=%d ZeRO-%d %-17s %s%s%s, %s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P,
+               layouts[i].T, D, zero, layouts[i].order, resumed ? "restarted" : "from start", staged ? ", host staging" : "",
                recompute ? ", recomputation" : "", precision, worst, ve, pe);
-        if (P * D == 1) /* recomputation alone repeats the same arithmetic: bitwise the serial run */
+        if (n == 1) /* recomputation alone repeats the same arithmetic: bitwise the serial run */
           T_CHECK(worst == 0 && ve == 0 && pe == 0, "recomputation on one rank differs from the serial run");
         T_CHECK(worst <= tl, "P=%d D=%d ZeRO-%d %s: a step's loss differs by %.3g relative", P, D, zero,
                 layouts[i].order, worst);

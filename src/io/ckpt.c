@@ -40,15 +40,25 @@ typedef struct {
   int counted; /* 0 for the last stage's copy of the tied embedding (the first stage's counts) */
 } ckpt_piece;
 
-/* The pieces of [lo, hi) of the stage buffer, tensor by tensor. Returns the count; *out to free(). */
+/* The pieces of [lo, hi) of the stage buffer, tensor by tensor, each contiguous in the buffer and in the
+ * whole tensor (a tensor-parallel shard's rows or row pieces). Not counted: the last stage's copy of the
+ * tied embedding, and on tensor ranks other than 0 the tensors every tensor rank holds. Returns the
+ * count; *out to free(). */
 static int pieces_of(const gpt_model *m, const par_layout *lay, size_t lo, size_t hi, ckpt_piece **out) {
-  ckpt_piece *p = util_malloc(((size_t)m->ntensors + 1) * sizeof *p, "pieces");
+  size_t cap = (size_t)m->ntensors + 1;
+  ckpt_piece *p = util_malloc(cap * sizeof *p, "pieces");
   int n = 0;
   for (int i = 0; i < m->ntensors; i++) {
     const gpt_tensor *t = &m->tensors[i];
     int copy = lay->P > 1 && lay->stage == lay->P - 1 && t->layer < 0 && strcmp(t->name, "transformer.wte.weight") == 0;
+    int counted = !copy && gpt_tensor_owned(m, t);
     size_t a = lo > t->offset ? lo : t->offset, b = hi < t->offset + t->numel ? hi : t->offset + t->numel;
-    if (b > a) p[n++] = (ckpt_piece){t->index, a - t->offset, b - t->offset, a, !copy};
+    for (size_t e = a - t->offset, run; a < b; a += run, e += run) {
+      size_t g = gpt_tensor_global(t, e, &run);
+      run = run < b - a ? run : b - a;
+      if ((size_t)n == cap) p = util_realloc(p, (cap *= 2) * sizeof *p, "pieces");
+      p[n++] = (ckpt_piece){t->index, g, g + run, a, counted};
+    }
   }
   *out = p;
   return n;
@@ -638,6 +648,7 @@ static int define(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, 
                                        "(data_epoch, data_position)");
   rc |= put_i64(nc, "writer_ranks", s->lay->size);
   rc |= put_i64(nc, "writer_pipeline_stages", s->lay->P);
+  rc |= put_i64(nc, "writer_tensor_parallel", s->lay->tp);
   rc |= put_i64(nc, "writer_data_parallel", s->lay->D);
   rc |= put_i64(nc, "writer_zero_stage", s->lay->zero);
   rc |= put_text(nc, NC_GLOBAL, "deck", deck);
