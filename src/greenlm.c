@@ -23,6 +23,7 @@
 #include "export.h"
 #include "model/optim.h"
 #include "parallel/par.h"
+#include "parallel/tp.h"
 #include "text/bpe.h"
 #include "text/prepare.h"
 #include "textgen.h"
@@ -209,13 +210,14 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
   char b[6][32], desc[4096];
   printf("! parameters: %zu (%.3f M)\n", n, (double)n / 1e6);
   printf("! FLOPs per token: %.6g (6N + 12LCT, N without wpe)\n", gpt_flops_per_token(&s, T));
-  printf("! layout: %d rank%s = %d pipeline stage%s x %d replica%s, %d micro-batch%s per step, ZeRO-%d\n", nranks,
-         nranks == 1 ? "" : "s", lay.P, lay.P == 1 ? "" : "s", lay.D, lay.D == 1 ? "" : "s", lay.nmicro, lay.nmicro == 1 ? "" : "es", lay.zero);
+  printf("! layout: %d rank%s = %d pipeline stage%s x %d tensor rank%s x %d replica%s, %d micro-batch%s per step, "
+         "ZeRO-%d\n", nranks, nranks == 1 ? "" : "s", lay.P, lay.P == 1 ? "" : "s", lay.tp, lay.tp == 1 ? "" : "s", lay.D,
+         lay.D == 1 ? "" : "s", lay.nmicro, lay.nmicro == 1 ? "" : "es", lay.zero);
   par_describe(&lay, desc, sizeof desc);
   for (char *line = strtok(desc, "\n"); line; line = strtok(NULL, "\n")) printf("! %s\n", line);
   size_t worst = 0;
   for (int st = 0; st < lay.P; st++) {
-    trainer_memory m = trainer_plan_memory(cfg, be, &lay, st, 0);
+    trainer_memory m = trainer_plan_fullest(cfg, be, &lay, st);
     if (m.total > worst) worst = m.total;
     printf("! memory per rank, stage %d: parameters %s, gradients %s, AdamW %s, activations %s (%d slot%s), "
            "buffers %s; total %zu bytes (%s)\n",
@@ -224,6 +226,13 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
            util_fmt_bytes((double)m.model.acts, b[3], 32), m.part.nslots, m.part.nslots == 1 ? "" : "s",
            util_fmt_bytes((double)(m.model.io + m.model.work + m.exchange + m.pipe), b[4], 32), m.total,
            util_fmt_bytes((double)m.total, b[5], 32));
+    if (lay.tp > 1) { /* what a tensor rank hands to its group's sums per step */
+      double f = tp_floats_per_micro(&s, m.part, (int)cfg->training.micro_batch_size * T) * lay.nmicro;
+      printf("! tensor-parallel sums per rank and step, stage %d: %s in %d all-reduces of %s among %d ranks\n", st,
+             util_fmt_bytes(f * sizeof(float), b[0], 32),
+             (int)(f / ((double)cfg->training.micro_batch_size * T * s.C) + 0.5),
+             util_fmt_bytes((double)cfg->training.micro_batch_size * T * s.C * sizeof(float), b[1], 32), lay.tp);
+    }
     if (lay.D > 1) { /* what a replica hands to the gradient collectives per step */
       int nt;
       gpt_tensor *t = gpt_list_tensors(&s, m.part, &nt);

@@ -43,6 +43,7 @@ typedef struct {
   double tokens0, tokens;              /* tokens trained before this job, by it */
   double t_start, train_time, last_loss, val_loss;
   double grad_bytes, grad_fp32;        /* rank 0: the job's gradient-exchange bytes (all ranks), their fp32 equivalent */
+  double tp_bytes, tp_s;               /* rank 0: the job's tensor-parallel sums (all ranks): bytes, rank-seconds */
   const char *status;                  /* completed, diverged, time_limit, signal, checkpoint_failed */
   eval_benchmarks bench;               /* &eval benchmarks, scored at each evaluation (one stage) */
 } train_job;
@@ -154,8 +155,10 @@ static void print_topology(train_job *r, const char *bind) {
   MPI_Comm_rank(t->lay.node, &lrank);
   MPI_Comm_size(t->lay.node, &nlocal);
   gethostname(host, sizeof host - 1);
-  util_snprintf(mine, sizeof mine, "rank %d: %s (node rank %d of %d), stage %d, replica %d, %s", t->rank, host, lrank,
-                nlocal, t->lay.stage, t->lay.replica, bind);
+  char tr[32] = "";
+  if (t->lay.tp > 1) util_snprintf(tr, sizeof tr, ", tensor rank %d", t->lay.tp_rank);
+  util_snprintf(mine, sizeof mine, "rank %d: %s (node rank %d of %d), stage %d%s, replica %d, %s", t->rank, host, lrank,
+                nlocal, t->lay.stage, tr, t->lay.replica, bind);
   char *all = t->rank == 0 ? util_malloc((size_t)t->size * LINE, "topology") : NULL;
   MPI_Gather(mine, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, t->comm);
   int leader = lrank == 0, nodes;
@@ -163,9 +166,11 @@ static void print_topology(train_job *r, const char *bind) {
   if (t->rank == 0) {
     char desc[1024], b[64];
     metrics_printf(&r->out, "== topology ==\nmachine: %s\n", topo_describe(&r->machine, desc, sizeof desc));
-    metrics_printf(&r->out, "%d rank%s on %d node%s: %d pipeline stage%s x %d data-parallel replica%s (%s), ZeRO-%d, "
+    char tl[64] = "";
+    if (t->lay.tp > 1) util_snprintf(tl, sizeof tl, " x %d tensor ranks", t->lay.tp);
+    metrics_printf(&r->out, "%d rank%s on %d node%s: %d pipeline stage%s%s x %d data-parallel replica%s (%s), ZeRO-%d, "
                             "%d micro-batch%s per step\n",
-                   t->size, t->size == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", t->lay.P, t->lay.P == 1 ? "" : "s", t->lay.D,
+                   t->size, t->size == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", t->lay.P, t->lay.P == 1 ? "" : "s", tl, t->lay.D,
                    t->lay.D == 1 ? "" : "s", r->cfg->parallel.rank_order, t->lay.zero, t->nmicro, t->nmicro == 1 ? "" : "es");
     metrics_printf(&r->out, "%s\n", par_describe(&t->lay, desc, sizeof desc));
     for (int i = 0; i < t->size; i++)
@@ -181,7 +186,7 @@ static void print_memory(train_job *r) {
   trainer *t = r->t;
   if (t->rank != 0) return;
   for (int s = 0; s < t->lay.P; s++) {
-    trainer_memory m = trainer_plan_memory(r->cfg, t->be, &t->lay, s, 0);
+    trainer_memory m = trainer_plan_fullest(r->cfg, t->be, &t->lay, s);
     char b[6][32];
     metrics_printf(&r->out, "memory, stage %d: parameters %s, gradients %s, AdamW %s%s, activations %s (%d slot%s)%s%s; "
                             "total %s per rank\n",
@@ -391,7 +396,7 @@ static void score_benchmarks(train_job *j) {
 
 /* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
 typedef struct {
-  double time, tokens, steps, compute, bubble, exchange, bytes;
+  double time, tokens, steps, compute, bubble, exchange, bytes, tensor; /* tensor: the tensor ranks' sums */
   double grad_bytes, grad_fp32, encode, decode; /* the gradient exchange: bytes, their fp32 equivalent, seconds */
   double q_measured, q_expected, q_norm2;       /* its quantization error, where measured (qexch_error) */
 } train_window;
@@ -412,6 +417,8 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
     if (j->size > 1) {
       int o = snprintf(ps, sizeof ps, " | bubble %.1f%% | exchange %.1f%%", 100.0 * w->bubble / busy,
                        100.0 * w->exchange / busy);
+      if (j->t->lay.tp > 1 && o > 0 && (size_t)o < sizeof ps)
+        o += snprintf(ps + o, sizeof ps - (size_t)o, " | tensor sums %.1f%%", 100.0 * w->tensor / busy);
       if (w->grad_fp32 > 0 && w->grad_bytes < w->grad_fp32 && o > 0 && (size_t)o < sizeof ps) /* compressed */
         o += snprintf(ps + o, sizeof ps - (size_t)o, " (%.1fx fewer bytes)", w->grad_fp32 / w->grad_bytes);
       if (w->q_norm2 > 0 && o > 0 && (size_t)o < sizeof ps) /* measured this window: relative error, its expectation */
@@ -434,13 +441,13 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
 
 /* The step's figures: the wall time is the slowest rank's, the breakdown summed over ranks. */
 static void account(train_job *j, const trainer_step_info *info, train_window *w) {
-  double mine[11] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
+  double mine[13] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
                      info->grad.bytes,     info->grad.fp32_bytes, info->grad.encode_s, info->grad.decode_s,
-                     info->grad.q_measured, info->grad.q_expected, info->grad.q_norm2},
-         sum[11];
+                     info->grad.q_measured, info->grad.q_expected, info->grad.q_norm2, info->tp_s, info->tp_bytes},
+         sum[13];
   double dt;
   MPI_Allreduce(&info->step_s, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Reduce(mine, sum, 11, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  MPI_Reduce(mine, sum, 13, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   double tokens = (double)j->t->G * j->t->T;
   j->train_time += dt;
   j->tokens += tokens;
@@ -450,6 +457,8 @@ static void account(train_job *j, const trainer_step_info *info, train_window *w
     w->grad_bytes += sum[4], w->grad_fp32 += sum[5], w->encode += sum[6], w->decode += sum[7];
     j->grad_bytes += sum[4], j->grad_fp32 += sum[5];
     w->q_measured += sum[8], w->q_expected += sum[9], w->q_norm2 += sum[10];
+    w->tensor += sum[11], w->bytes += sum[12];
+    j->tp_s += sum[11], j->tp_bytes += sum[12];
   }
 }
 
@@ -561,7 +570,14 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
   json_object_set_new(j, "engine", json_string(r->engine));
   json_object_set_new(j, "ranks", json_integer(r->t->size));
   json_object_set_new(j, "pipeline_stages", json_integer(r->t->lay.P));
+  json_object_set_new(j, "tensor_parallel", json_integer(r->t->lay.tp));
   json_object_set_new(j, "data_parallel", json_integer(r->t->lay.D));
+  if (r->t->lay.tp > 1) { /* the tensor ranks' sums over the whole job */
+    json_t *ts = json_object();
+    json_object_set_new(ts, "bytes", json_real(r->tp_bytes));
+    json_object_set_new(ts, "rank_seconds", json_real(r->tp_s));
+    json_object_set_new(j, "tensor_sums", ts);
+  }
   json_object_set_new(j, "zero_stage", json_integer(r->t->lay.zero));
   json_t *gx = json_object(); /* the gradient exchange over the whole job: bytes handed to the collectives */
   json_object_set_new(gx, "method", json_string(cfg->comm.method));
@@ -626,6 +642,9 @@ static int verdict(train_job *j, err_list *errs) {
                    util_fmt_bytes(most[0], b[0], 32), util_fmt_bytes(most[1], b[1], 32));
     json_object_set_new(v, "peak_rss_bytes", json_real(most[0]));
     json_object_set_new(v, "planned_bytes", json_real(most[1]));
+    if (j->t->lay.tp > 1)
+      metrics_printf(out, "tensor-parallel sums: %.4g GB handed to them by all ranks, %.1f%% of the ranks' time\n",
+                     j->tp_bytes / 1e9, 100.0 * j->tp_s / (j->train_time * j->size));
     if (j->grad_bytes > 0 && j->grad_bytes < j->grad_fp32) /* compressed */
       metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.1fx fewer than fp32 (%s %ld-bit, %s%s)\n",
                      j->grad_bytes / 1e9, j->grad_fp32 / j->grad_bytes, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,

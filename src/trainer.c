@@ -44,6 +44,17 @@ trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, con
   return t;
 }
 
+trainer_memory trainer_plan_fullest(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage) {
+  par_layout l = *lay; /* a copy whose tensor rank varies */
+  trainer_memory most = {0};
+  for (int r = 0; r < lay->tp; r++) {
+    l.tp_rank = r;
+    trainer_memory m = trainer_plan_memory(cfg, be, &l, stage, 0);
+    if (r == 0 || m.total > most.total) most = m;
+  }
+  return most;
+}
+
 /* Training micro-batch k of this replica: windows [replica * B * m + k * B, ... + B) of the step. */
 static void train_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
   trainer *t = ctx;
@@ -144,6 +155,8 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   info->step_s = util_now() - t0;
   info->pipe = pipe_take_stats(&t->pipe);
   info->grad = grad_take_stats(t->gx);
+  info->tp_bytes = t->tpg.bytes, info->tp_s = t->tpg.wait_s;
+  t->tpg.bytes = t->tpg.wait_s = 0.0;
   return ok < 0 ? -1 : 0;
 }
 
@@ -153,6 +166,7 @@ double trainer_eval(trainer *t) {
   double loss = pipe_eval(&t->pipe, mine, eval_batch, t), total;
   if (t->lay.tp_rank != 0) loss = 0.0; /* every tensor rank has it */
   pipe_take_stats(&t->pipe); /* evaluation is not part of the steps' figures */
+  t->tpg.bytes = t->tpg.wait_s = 0.0;
   MPI_Allreduce(&loss, &total, 1, MPI_DOUBLE, MPI_SUM, t->comm);
   return total / ((double)nb * t->B * t->T);
 }

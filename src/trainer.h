@@ -49,6 +49,8 @@ typedef struct {
 } trainer_memory;
 
 trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage, int replica);
+/* The same for stage `stage`'s fullest tensor rank of replica 0 (their vocabulary rows may differ by one). */
+trainer_memory trainer_plan_fullest(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage);
 
 typedef struct {
   double loss;      /* mean token loss of the global batch */
@@ -59,6 +61,7 @@ typedef struct {
   int skipped;       /* fp16: the gradients overflowed; no update was made and the scale was halved */
   pipe_stats pipe;  /* this rank's */
   grad_stats grad;  /* this rank's */
+  double tp_bytes, tp_s; /* this rank's tensor-parallel sums and gathers: bytes handed to them, seconds in them */
 } trainer_step_info;
 
 /* Collective over comm, whose size must be the layout's (cfg_resolve_layout). Returns NULL after

@@ -606,8 +606,11 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs) {
   char fits[256] = "";
   int o = snprintf(fits, sizeof fits, "with %d rank%s and tensor_parallel = %ld: pipeline_stages =", nranks,
                    nranks == 1 ? "" : "s", TP);
+  int any = 0;
   for (long q = 1; q * TP <= nranks && q <= cfg->model.n_layer && o < (int)sizeof fits - 8; q++)
-    if (nranks % (q * TP) == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q);
+    if (nranks % (q * TP) == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q), any = 1;
+  if (!any)
+    snprintf(fits, sizeof fits, "start a multiple of tensor_parallel = %ld ranks, or lower tensor_parallel", TP);
   if (nranks % P != 0) {
     cfg_error_at(cfg, errs, "parallel", "pipeline_stages", fits,
                  "%d rank%s cannot form pipelines of %ld stages x %ld tensor rank%s (pipeline_stages x tensor_parallel x "

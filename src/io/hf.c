@@ -347,9 +347,9 @@ static int check_extra(const hf_weights *w, const gpt_shape *s, err_list *errs) 
 /* A file tensor against the greenlm tensor it must fill: dtype and shape. */
 static int check_tensor(const safetensors_file *f, const safetensors_tensor *ft, const gpt_shape *s, const gpt_tensor *t,
                         err_list *errs) {
-  int64_t want[2] = {t->rows, t->cols};
-  int nd = t->cols == 1 ? 1 : 2;
-  if (is_conv1d(s, t->name)) want[0] = t->cols, want[1] = t->rows; /* (in, out) */
+  int64_t want[2] = {t->grows, t->gcols}; /* the whole tensor's shape, whatever part this rank holds */
+  int nd = t->gcols == 1 ? 1 : 2;
+  if (is_conv1d(s, t->name)) want[0] = t->gcols, want[1] = t->grows; /* (in, out) */
   if (ft->dtype == SAFETENSORS_OTHER) {
     err_add(errs, f->path, 0, 0, "convert the weights to float32, bfloat16 or float16 (model.to(torch.float32)) and save again",
             "tensor %s: dtype %s is not supported (greenlm reads F32, BF16 and F16)", ft->name, ft->dtype_name);
@@ -388,13 +388,19 @@ static int check_lm_head(hf_weights *w, const safetensors_tensor *wte, int wfi, 
   return rc;
 }
 
-/* Read file tensor ft into dst (numel floats), transposing a Conv1D weight (in, out) -> (out, in). */
+/* Tensor t's part (the whole, or a tensor rank's shard) into dst: the whole tensor is read into tmp (2 x
+ * its elements: GPT-2's Conv1D weights are transposed into the second half), then the part's runs copied. */
 static int read_tensor(safetensors_file *f, const safetensors_tensor *ft, const gpt_shape *s, const gpt_tensor *t, float *dst,
                        float *tmp, err_list *errs) {
-  if (!is_conv1d(s, t->name)) return safetensors_read(f, ft, dst, errs);
+  const int conv = is_conv1d(s, t->name);
+  if (!conv && t->split == GPT_SPLIT_NONE) return safetensors_read(f, ft, dst, errs);
   if (safetensors_read(f, ft, tmp, errs) != 0) return -1;
-  for (int r = 0; r < t->rows; r++) /* dst (rows=out, cols=in) <- tmp (in, out) */
-    for (int c = 0; c < t->cols; c++) dst[(size_t)r * t->cols + c] = tmp[(size_t)c * t->rows + r];
+  const size_t R = (size_t)t->grows, C = (size_t)t->gcols;
+  float *whole = conv ? tmp + R * C : tmp;
+  if (conv)
+    for (size_t r = 0; r < R; r++) /* whole (rows=out, cols=in) <- tmp (in, out) */
+      for (size_t c = 0; c < C; c++) whole[r * C + c] = tmp[c * R + r];
+  for (size_t e = 0, run; e < t->numel; e += run) memcpy(dst + e, whole + gpt_tensor_global(t, e, &run), run * sizeof(float));
   return 0;
 }
 
@@ -413,7 +419,7 @@ int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int
               "than the deck's &model", "missing tensor %s (or %s)", t[i].name, strip_prefix(t[i].name));
     else if (check_tensor(&w.f[fi[i]], ft[i], s, &t[i], errs) == 0 && strcmp(t[i].name, "transformer.wte.weight") == 0)
       check_lm_head(&w, ft[i], fi[i], errs);
-    if (t[i].numel > most) most = t[i].numel;
+    if (2 * (size_t)t[i].grows * (size_t)t[i].gcols > most) most = 2 * (size_t)t[i].grows * (size_t)t[i].gcols;
   }
   float *tmp = util_malloc(most * sizeof(float) + 1, "tensor");
   for (int i = 0; i < nt && added_since(errs, before) == 0; i++)
