@@ -111,6 +111,15 @@ val=$(awk -F, '$2 == "loss" { print $3 }' "$out/eval1/eval.csv")
 check "training from the export: first loss $first is not near the trained model's $val" \
   awk -v a="$first" -v b="$val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d < 0.5) }'
 
+# the same start on 2 tensor ranks: each reads its shards of the export's whole tensors
+run 2 finetune-tp --set "job.task='train'" --set "job.run_dir='$out/finetune-tp'" \
+  --set "checkpoint.dir='$out/finetune-tp/ckpt'" --set "model.init_from='$out/hf'" --set parallel.pipeline_stages=1 \
+  --set parallel.tensor_parallel=2 --set training.max_steps=5 --set training.lr=1e-5 --set training.min_lr=1e-6
+check "training from the export on 2 tensor ranks failed: $(tail_of finetune-tp)" [ $? -eq 0 ]
+first_tp=$(awk -F, 'NR == 2 { print $2 }' "$out/finetune-tp/metrics.csv")
+check "training from the export on 2 tensor ranks: first loss $first_tp, on one rank $first" \
+  awk -v a="$first_tp" -v b="$first" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-4 * b) }'
+
 # bad input
 echo keep > "$out/hf/extra.txt"
 run 1 again --set "job.task='export'" --set "export.dir='$out/hf'"

@@ -400,7 +400,10 @@ static int read_tensor(safetensors_file *f, const safetensors_tensor *ft, const 
   if (conv)
     for (size_t r = 0; r < R; r++) /* whole (rows=out, cols=in) <- tmp (in, out) */
       for (size_t c = 0; c < C; c++) whole[r * C + c] = tmp[c * R + r];
-  for (size_t e = 0, run; e < t->numel; e += run) memcpy(dst + e, whole + gpt_tensor_global(t, e, &run), run * sizeof(float));
+  for (size_t e = 0, run; e < t->numel; e += run) {
+    size_t g = gpt_tensor_global(t, e, &run);
+    memcpy(dst + e, whole + g, run * sizeof(float));
+  }
   return 0;
 }
 
