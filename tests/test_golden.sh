@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_golden: the whole pipeline (tests/decks/golden.nml: BPE vocabulary, datasets, training) on
 # a fixed slice of text trains to a validation loss below THRESHOLD, and a second run repeats it
-# bit for bit (same vocabulary, losses, parameter hash, sample). Also: a wall-time limit ends a run
+# bit for bit (same vocabulary, losses, parameter hash, sample). Tensor parallelism (T = 2, and
+# P = 2 x T = 2) repeats the serial run's losses over 20 steps. Also: a wall-time limit ends a run
 # with a verdict, and a finished run directory is not overwritten without &job overwrite.
 . "$(dirname "$0")/lib.sh"
 THRESHOLD=4.35   # validation loss after 80 steps (512-token BPE); 4.172 when committed (doc/performance.md)
@@ -48,6 +49,24 @@ for prec in bf16 fp16; do
     awk -v a="$v16" -v b="$val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d < 0.02) }'
   check "$prec: the run header does not name the storage" grep -q "$prec storage" "$out/$prec.out"
   echo "golden deck at $prec storage: validation loss $v16 (fp32 $val)"
+done
+
+# tensor parallelism reproduces the serial run over 20 steps: T = 2 on 2 ranks, P = 2 x T = 2 on 4
+# (oversubscribed on small machines); every step's loss within 1e-5 relative
+for lay in 1:1:1 2:1:2 4:2:2; do
+  np=${lay%%:*} rest=${lay#*:} P=${rest%%:*} T=${rest#*:}
+  deck "run-tp$np"
+  $MPIEXEC -n "$np" "$GREENLM" --set "job.task='train'" --set "tokenizer.dir='$out/run-a/tok'" \
+    --set "data.train='$out/run-a/data/train.nc'" --set "data.val='$out/run-a/data/val.nc'" --set training.max_steps=20 \
+    --set job.log_every=1 --set parallel.pipeline_stages="$P" --set parallel.tensor_parallel="$T" \
+    --set sample.n_tokens=0 "$out/run-tp$np.nml" > "$out/tp$np.out" 2>&1
+  check "P=$P T=$T run failed: $(tail -n 5 "$out/tp$np.out")" [ $? -eq 0 ]
+  [ "$np" = 1 ] && continue
+  worst=$(paste -d, "$out/run-tp1/metrics.csv" "$out/run-tp$np/metrics.csv" | awk -F, -v n="$(head -1 "$out/run-tp1/metrics.csv" | awk -F, '{ print NF }')" '
+    NR > 1 { d = ($2 - $(n + 2)) / $2; if (d < 0) d = -d; if (d > w) w = d; k++ } END { printf "%.3g %d", w, k }')
+  echo "golden deck, P=$P T=$T: 20 steps, largest relative loss difference from the serial run ${worst% *}"
+  check "P=$P T=$T: a step's loss differs from the serial run by ${worst% *} (steps compared: ${worst#* })" \
+    awk -v w="$worst" 'BEGIN { split(w, a, " "); exit !(a[2] == 20 && a[1] <= 1e-5) }'
 done
 
 # the resolved deck is itself a valid deck
