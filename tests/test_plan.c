@@ -30,12 +30,19 @@ static cfg_config *load(const char *text, const char *const *sets, int nsets) {
   return c;
 }
 
-static const plan_layout *find(const plan_result *r, int P, int D, int B, int zero, int rc, int order) {
+static const plan_layout *find_tp(const plan_result *r, int P, int T, int D, int B, int zero, int rc, int order) {
   for (int i = 0; i < r->n; i++) {
     const plan_layout *l = &r->v[i];
-    if (l->P == P && l->D == D && l->B == B && l->zero == zero && l->recompute == rc && l->stages_adjacent == order) return l;
+    if (l->P == P && l->tp == T && l->D == D && l->B == B && l->zero == zero && l->recompute == rc &&
+        l->stages_adjacent == order)
+      return l;
   }
   return NULL;
+}
+
+/* A layout without tensor parallelism. */
+static const plan_layout *find(const plan_result *r, int P, int D, int B, int zero, int rc, int order) {
+  return find_tp(r, P, 1, D, B, zero, rc, order);
 }
 
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)) + 1e-15; }
@@ -107,6 +114,82 @@ static void check_pipeline(const cfg_config *cfg, const backend *be) {
   plan_free(&r);
 }
 
+/* Two tensor ranks on the node's two cores, by hand: the passes' FLOPs halved, the 4 sums per
+ * block (5 with recomputation) and the embedding's and the head's, each a ring all-reduce of B T C
+ * fp32 between the two ranks (2 (T - 1) / T of the bytes, 2 (T - 1) latencies), not overlapped; the
+ * optimizer over tensor rank 0's shard. */
+static void check_tensor_parallel(const cfg_config *cfg, const backend *be) {
+  plan_result r;
+  err_list e = {0};
+  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  err_free(&e);
+  const double C = 64, T = 32, B = 2, m = 4, peak = 0.1e12 * 0.5;
+  const double allreduce = 2.0 * (2 - 1) / 2 * B * T * C * 4 / 1e9 + 2.0 * (2 - 1) * 1e-6;
+  for (int rc = 0; rc <= 1; rc++) {
+    const plan_layout *l = find_tp(&r, 1, 2, 1, 2, 0, rc, 0);
+    T_CHECK(l != NULL, "layout 1 x 2 x 1, B 2, recompute %d missing among %d", rc, r.n);
+    if (!l) continue;
+    const double block = 6.0 * (4 * C * C + 2 * C * 4 * C) + 12.0 * C * T;
+    const double pass = B * T * (model_cost(4, C, 256, T) + (rc ? 4 * block / 3 : 0)) / (2 * peak);
+    const double tp = m * ((rc ? 5 : 4) * 4 + 2) * allreduce;
+    T_CHECK(l->m == 4 && near(l->t_compute, m * pass) && l->t_bubble == 0, "T = 2: compute %.9g s, want %.9g", l->t_compute,
+            m * pass);
+    T_CHECK(near(l->t_tp, tp), "T = 2, recompute %d: tensor all-reduces %.9g s, want %.9g", rc, l->t_tp, tp);
+    gpt_shape s;
+    gpt_shape_from_cfg(&s, &cfg->model);
+    gpt_part part = gpt_whole(&s);
+    part.tp = 2;
+    const double own = (double)gpt_part_params(&s, part), opt = own * 28 / 10e9;
+    gpt_shape_free(&s);
+    T_CHECK(own < r.nparams * 0.6 && near(l->t_opt, opt), "T = 2: optimizer %.9g s, want %.9g", l->t_opt, opt);
+    const double step = m * pass + tp + opt;
+    T_CHECK(l->t_dp == 0 && l->t_p2p == 0 && l->t_embed == 0 && near(l->t_step, step), "T = 2: step %.9g s, want %.9g",
+            l->t_step, step);
+    /* memory: the dry run's plan of tensor rank 0 (the two hold 128 vocabulary rows each) */
+    cfg_config *c = malloc(sizeof *c);
+    *c = *cfg;
+    c->parallel.tensor_parallel = 2, c->parallel.data_parallel = 1, c->parallel.micro_batches = 4;
+    c->training.recompute = rc;
+    par_layout lay;
+    par_plan(&lay, c, 2, 0);
+    double mem = (double)trainer_plan_memory(c, be, &lay, 0, 0).total;
+    T_CHECK(near(l->mem_planned, mem), "T = 2: memory %.0f, want %.0f", l->mem_planned, mem);
+    par_free(&lay);
+    free(c);
+  }
+  /* the fastest for each T is the fastest among that T's layouts, the best the fastest of them */
+  int tps[8], n = plan_tp_values(&r, tps, 8);
+  T_CHECK(n == 2 && tps[0] == 1 && tps[1] == 2, "T values: %d", n);
+  const int b1 = plan_fastest(&r, 1), b2 = plan_fastest(&r, 2);
+  T_CHECK(b1 >= 0 && b2 >= 0 && r.v[b1].tp == 1 && r.v[b2].tp == 2 && (r.best == b1 || r.best == b2), "fastest per T: %d, %d",
+          b1, b2);
+  for (int i = 0; b1 >= 0 && b2 >= 0 && i < r.n; i++)
+    T_CHECK(!r.v[i].fits || r.v[i].t_step >= r.v[r.v[i].tp == 1 ? b1 : b2].t_step * (1 - 1e-12), "layout %d beats its T's best",
+            i);
+  plan_free(&r);
+}
+
+/* T divides the ranks per node, n_head and the MLP width: 12 cores, 4 heads, n_inner 250 leave T = 1, 2. */
+static void check_tp_divisibility(const backend *be) {
+  const char *sets[] = {"machine.devices_per_node=12", "model.n_inner=250", "training.global_batch_size=24"};
+  cfg_config *cfg = load(DECK, sets, 3);
+  plan_result r;
+  err_list e = {0};
+  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  err_free(&e);
+  int seen[13] = {0};
+  for (int i = 0; i < r.n; i++) {
+    const plan_layout *l = &r.v[i];
+    T_CHECK(l->tp >= 1 && 12 % l->tp == 0 && 4 % l->tp == 0 && 250 % l->tp == 0 && l->P * l->tp * l->D == 12,
+            "layout %d: P %d x T %d x D %d", i, l->P, l->tp, l->D);
+    if (l->tp >= 1 && l->tp <= 12) seen[l->tp] = 1;
+  }
+  T_CHECK(seen[1] && seen[2] && !seen[3] && !seen[4] && !seen[6] && !seen[12], "T values planned: 1 %d, 2 %d, 4 %d", seen[1],
+          seen[2], seen[4]);
+  plan_free(&r);
+  free(cfg);
+}
+
 /* Nothing fits on the node in a byte less than the smallest layout needs: the plan finds the node
  * count at which something would (more stages). */
 static void check_nothing_fits(const cfg_config *cfg0, const backend *be) {
@@ -123,8 +206,8 @@ static void check_nothing_fits(const cfg_config *cfg0, const backend *be) {
   plan_make(&r, cfg, be, &e);
   err_free(&e);
   T_CHECK(r.best < 0, "a layout fits in %.0f bytes", least - 1);
-  T_CHECK(r.nodes_needed == 2 && r.alt.fits && r.alt.P * r.alt.D == 4 && r.alt.mem < least,
-          "what would fit: %d nodes, layout %d x %d", r.nodes_needed, r.alt.P, r.alt.D);
+  T_CHECK(r.nodes_needed == 2 && r.alt.fits && r.alt.P * r.alt.tp * r.alt.D == 4 && r.alt.mem < least,
+          "what would fit: %d nodes, layout %d x %d x %d", r.nodes_needed, r.alt.P, r.alt.tp, r.alt.D);
   plan_free(&r);
   free(cfg);
 }
@@ -155,7 +238,7 @@ static void check_13b(const backend *be) {
   T_CHECK(plan_make(&r, cfg, be, &e) == 0, "13B plan failed");
   err_free(&e);
   T_CHECK(r.nparams > 12.8e9 && r.nparams < 12.9e9, "13B parameters %.4g", r.nparams);
-  T_CHECK(r.best >= 0 && r.v[r.best].P * r.v[r.best].D == 24 && r.v[r.best].mem < 32e9 && r.v[r.best].mem > 4e9,
+  T_CHECK(r.best >= 0 && r.v[r.best].P * r.v[r.best].tp * r.v[r.best].D == 24 && r.v[r.best].mem < 32e9 && r.v[r.best].mem > 4e9,
           "13B on 24 V100: best %d, memory %.4g", r.best, r.best >= 0 ? r.v[r.best].mem : 0);
   plan_free(&r);
   free(cfg);
@@ -167,6 +250,8 @@ int main(int argc, char **argv) {
   const backend *be = backends_plan(cfg);
   check_data_parallel(cfg, be);
   check_pipeline(cfg, be);
+  check_tensor_parallel(cfg, be);
+  check_tp_divisibility(be);
   check_nothing_fits(cfg, be);
   check_errors(be);
   check_13b(be);

@@ -9,6 +9,7 @@
 #include "model/gpt.h"
 #include "parallel/par.h"
 #include "parallel/qexch.h"
+#include "parallel/tp.h"
 #include "trainer.h"
 
 /* What a layout's prediction reads: the deck (a scratch copy that takes the layout), the model,
@@ -19,6 +20,7 @@ typedef struct {
   gpt_shape s;
   const machine_plan *m;
   int T;
+  int B0;  /* the deck's micro-batch: the largest tried (cfg's changes with each layout) */
   long G;
   double flops_per_token;
 } plan_ctx;
@@ -31,9 +33,11 @@ static const double TIME_RANGE[3] = {0.8, 1.0, 1.2};
 /* Node of rank r: ranks fill the nodes in order. */
 static int node_of(const plan_ctx *c, int r) { return r / c->m->per_node; }
 
-/* Rank of (stage, replica) in the layout's rank order. */
-static int rank_of(const plan_layout *l, int stage, int replica) {
-  return l->stages_adjacent ? replica * l->P + stage : stage * l->D + replica;
+/* Rank of tensor rank t of (stage, replica) in the layout's rank order (par.h): the T tensor ranks of
+ * a stage are consecutive, group = the (stage, replica)'s place. */
+static int rank_of(const plan_layout *l, int stage, int replica, int t) {
+  int group = l->stages_adjacent ? replica * l->P + stage : stage * l->D + replica;
+  return group * l->tp + t;
 }
 
 /* Bandwidth and latency of the link between two ranks. */
@@ -43,31 +47,39 @@ static void link(const plan_ctx *c, int a, int b, double *bw, double *lat) {
   *lat = same ? c->m->intra_lat : c->m->inter_lat;
 }
 
-/* Effective bandwidth of the ring of stage s's replicas: within a node, or across nodes where the
- * node's network is shared by every ring leaving it. */
-static double ring_bw(const plan_ctx *c, const plan_layout *l, int s, double *lat) {
-  int n0 = node_of(c, rank_of(l, s, 0)), spans = 0;
-  for (int r = 1; r < l->D; r++) spans |= node_of(c, rank_of(l, s, r)) != n0;
-  if (!spans) {
+/* Whether the ring of stage s's replicas of tensor rank t spans nodes; *here: whether it has a rank
+ * on node n. */
+static int ring_spans(const plan_ctx *c, const plan_layout *l, int s, int t, int n, int *here) {
+  const int n0 = node_of(c, rank_of(l, s, 0, t));
+  int away = 0;
+  *here = 0;
+  for (int r = 0; r < l->D; r++) {
+    int k = node_of(c, rank_of(l, s, r, t));
+    *here |= k == n, away |= k != n0;
+  }
+  return away;
+}
+
+/* Effective bandwidth of the ring of stage s's replicas of tensor rank t: within a node, or across
+ * nodes where the node's network is shared by every ring (of any stage and tensor rank) leaving it. */
+static double ring_bw(const plan_ctx *c, const plan_layout *l, int s, int t, double *lat) {
+  const int n0 = node_of(c, rank_of(l, s, 0, t));
+  int here;
+  if (!ring_spans(c, l, s, t, n0, &here)) {
     *lat = c->m->intra_lat;
     return c->m->intra_bw;
   }
-  int leaving = 0; /* rings of the stages with a rank on node n0 that leave it */
-  for (int t = 0; t < l->P; t++) {
-    int here = 0, away = 0;
-    for (int r = 0; r < l->D; r++) {
-      int n = node_of(c, rank_of(l, t, r));
-      here |= n == n0, away |= n != n0;
-    }
-    leaving += here && away;
-  }
+  int leaving = 0; /* rings with a rank on node n0 that leave it */
+  for (int u = 0; u < l->P; u++)
+    for (int v = 0; v < l->tp; v++) leaving += ring_spans(c, l, u, v, n0, &here) && here;
   *lat = c->m->inter_lat;
   double bw = c->m->inter_bw / (leaving > 0 ? leaving : 1);
   return bw < c->m->intra_bw ? bw : c->m->intra_bw;
 }
 
-/* Seconds of stage s's exchange across its replicas per step, and the part that stays exposed
- * after the backward pass of the last micro-batch (t_back) hides what it can. */
+/* Seconds of stage s's exchange across its replicas per step (each tensor rank's ring moves its shard;
+ * the slowest ring counts), and the part that stays exposed after the backward pass of the last
+ * micro-batch (t_back) hides what it can. */
 static double dp_exposed(const plan_ctx *c, const plan_layout *l, const par_layout *lay, int s, double t_back) {
   if (l->D == 1) return 0.0;
   gpt_part part = par_stage_part(lay, s);
@@ -79,66 +91,93 @@ static double dp_exposed(const plan_ctx *c, const plan_layout *l, const par_layo
   const int gather = sent < fp32 && !strcmp(c->cfg->comm.exchange, "allgather");
   const double volume = gather ? (l->D - 1) * sent : 2.0 * (l->D - 1) / l->D * sent; /* bytes in per rank */
   const double nb = ceil(fp32 / (c->cfg->parallel.bucket_mb * 1048576.0));
-  double lat, bw = ring_bw(c, l, s, &lat);
-  const double total = volume / bw + 2.0 * (l->D - 1) * lat * nb;
+  double total = 0;
+  for (int tr = 0; tr < l->tp; tr++) {
+    double lat, bw = ring_bw(c, l, s, tr, &lat);
+    total = fmax(total, volume / bw + 2.0 * (l->D - 1) * lat * nb);
+  }
   /* ZeRO-1: the reduce-scatter half overlaps, the all-gather after the optimizer step does not */
   const double overlapped = l->zero ? total / 2 : total, after = total - overlapped;
   const double hidden = overlapped - t_back;
   return (hidden > overlapped / nb ? hidden : overlapped / nb) + after;
 }
 
-/* Seconds of one micro-batch's forward and backward pass on stage s: its FLOPs per token (par's
- * stage cost), the recomputed forward of its blocks, at the machine's efficiency. */
+/* Seconds of one micro-batch's forward and backward computation on stage s: its FLOPs per token
+ * (par's stage cost), the recomputed forward of its blocks, shared by its T tensor ranks, at the
+ * machine's efficiency. */
 static double stage_seconds(const plan_ctx *c, const plan_layout *l, const par_layout *lay, int s) {
   double head = s == l->P - 1 ? 6.0 * c->s.V * (double)c->s.C : 0.0;
   double f = lay->cost[s] + (l->recompute ? (lay->cost[s] - head) / 3.0 : 0.0);
-  return (double)l->B * c->T * f / (c->m->peak * c->m->efficiency);
+  return (double)l->B * c->T * f / (l->tp * c->m->peak * c->m->efficiency);
 }
 
-/* Memory of the fullest rank, and the optimizer's time on it. */
+/* Seconds of stage s's tensor all-reduces per micro-batch, forward and backward (not overlapped with
+ * the computation): tp_floats_per_micro's sums of N x C fp32 (N = B T tokens), each a ring of the T
+ * ranks over their link: 2 (T - 1) / T of its bytes and 2 (T - 1) latencies. */
+static double tp_seconds(const plan_ctx *c, const plan_layout *l, const par_layout *lay, int s) {
+  if (l->tp == 1) return 0.0;
+  const int N = l->B * c->T, k = l->tp;
+  const double bytes = (double)N * c->s.C * sizeof(float);
+  const double sums = tp_floats_per_micro(&c->s, par_stage_part(lay, s), N) / ((double)N * c->s.C);
+  double bw, lat;
+  link(c, rank_of(l, s, 0, 0), rank_of(l, s, 0, k - 1), &bw, &lat);
+  return sums * (2.0 * (k - 1) / k * bytes / bw + 2.0 * (k - 1) * lat);
+}
+
+/* Seconds of one micro-batch's pass on stage s: its computation and its tensor all-reduces. */
+static double pass_seconds(const plan_ctx *c, const plan_layout *l, const par_layout *lay, int s) {
+  return stage_seconds(c, l, lay, s) + tp_seconds(c, l, lay, s);
+}
+
+/* Memory of the fullest rank (of every stage and tensor rank: their vocabulary pieces may differ by a
+ * row), and the optimizer's time on it. */
 static void predict_memory(const plan_ctx *c, plan_layout *l, const par_layout *lay) {
   const double es = (double)backend_dtype_size(c->be->storage);
-  for (int s = 0; s < l->P; s++) {
-    trainer_memory tm = trainer_plan_memory(c->cfg, c->be, lay, s, 0);
-    if ((double)tm.total > l->mem_planned) l->mem_planned = (double)tm.total;
-    /* AdamW reads p, g, m, v and writes p, m, v (28 bytes), plus the compute copy below fp32 */
-    double own = (double)grad_own_params(gpt_part_params(&c->s, tm.part), lay, 0);
-    double t = own * (28.0 + (es < 4 ? es : 0)) / c->m->memory_bw;
-    if (t > l->t_opt) l->t_opt = t;
-  }
+  par_layout at = *lay;
+  for (int s = 0; s < l->P; s++)
+    for (at.tp_rank = 0; at.tp_rank < l->tp; at.tp_rank++) {
+      trainer_memory tm = trainer_plan_memory(c->cfg, c->be, &at, s, 0);
+      if ((double)tm.total > l->mem_planned) l->mem_planned = (double)tm.total;
+      /* AdamW reads p, g, m, v and writes p, m, v (28 bytes), plus the compute copy below fp32 */
+      double own = (double)grad_own_params(gpt_part_params(&c->s, tm.part), &at, 0);
+      double t = own * (28.0 + (es < 4 ? es : 0)) / c->m->memory_bw;
+      if (t > l->t_opt) l->t_opt = t;
+    }
   l->mem = l->mem_planned + c->m->overhead;
   l->fits = l->mem <= c->m->memory;
 }
 
 /* Seconds of the pipeline: m passes of the busiest stage and, filling and draining the pipeline
- * (1F1B), one pass of each other stage (balanced stages: (m + P - 1) passes); the transfers of the
- * warm-up and the cool-down; then the replicas' and the tied embedding's exchanges. */
+ * (1F1B), one pass of each other stage (balanced stages: (m + P - 1) passes), their computation in
+ * t_compute and t_bubble, their tensor all-reduces in t_tp; the transfers of the warm-up and the
+ * cool-down (every tensor rank sends its whole B x T x C activations); then the replicas' and the
+ * tied embedding's exchanges (each tensor rank its vocabulary piece). */
 static void predict_time(const plan_ctx *c, plan_layout *l, const par_layout *lay) {
-  double tmax = 0, tsum = 0, dp = 0;
+  int busiest = 0;
+  for (int s = 1; s < l->P; s++)
+    if (pass_seconds(c, l, lay, s) > pass_seconds(c, l, lay, busiest)) busiest = s;
+  double dp = 0;
   for (int s = 0; s < l->P; s++) {
-    double t = stage_seconds(c, l, lay, s);
-    tsum += t;
-    if (t > tmax) tmax = t;
-  }
-  for (int s = 0; s < l->P; s++) {
-    double e = dp_exposed(c, l, lay, s, 2.0 / 3.0 * stage_seconds(c, l, lay, s));
+    const double k = s == busiest ? l->m : 1, t = stage_seconds(c, l, lay, s);
+    if (s == busiest) l->t_compute = k * t;
+    else l->t_bubble += t;
+    l->t_tp += k * tp_seconds(c, l, lay, s);
+    double e = dp_exposed(c, l, lay, s, 2.0 / 3.0 * pass_seconds(c, l, lay, s));
     if (e > dp) dp = e;
   }
-  l->t_compute = l->m * tmax;
-  l->t_bubble = tsum - tmax;
   const double es = (double)backend_dtype_size(c->be->storage);
   for (int s = 0; s + 1 < l->P; s++) {
     double bw, lat;
-    link(c, rank_of(l, s, 0), rank_of(l, s + 1, 0), &bw, &lat);
+    link(c, rank_of(l, s, 0, 0), rank_of(l, s + 1, 0, 0), &bw, &lat);
     l->t_p2p += 2.0 * (lat + (double)l->B * c->T * c->s.C * es / bw);
   }
   l->t_dp = dp;
   if (l->P > 1) {
     double bw, lat;
-    link(c, rank_of(l, 0, 0), rank_of(l, l->P - 1, 0), &bw, &lat);
-    l->t_embed = lat + (double)c->s.V * c->s.C * sizeof(float) / bw;
+    link(c, rank_of(l, 0, 0, 0), rank_of(l, l->P - 1, 0, 0), &bw, &lat);
+    l->t_embed = lat + ceil((double)c->s.V / l->tp) * c->s.C * sizeof(float) / bw;
   }
-  l->t_step = l->t_compute + l->t_bubble + l->t_p2p + l->t_dp + l->t_embed + l->t_opt;
+  l->t_step = l->t_compute + l->t_bubble + l->t_tp + l->t_p2p + l->t_dp + l->t_embed + l->t_opt;
 }
 
 /* Throughput, the run's duration, energy and CO2e with their ranges. */
@@ -154,16 +193,17 @@ static void predict_run(const plan_ctx *c, plan_layout *l) {
   }
 }
 
-/* Predict layout l (P, D, B, m, zero, recompute, order set). */
+/* Predict layout l (P, T, D, B, m, zero, recompute, order set). */
 static void predict(plan_ctx *c, plan_layout *l) {
   cfg_parallel *p = &c->cfg->parallel;
-  p->pipeline_stages = l->P, p->data_parallel = l->D, p->micro_batches = l->m, p->zero_stage = l->zero;
+  p->pipeline_stages = l->P, p->tensor_parallel = l->tp, p->data_parallel = l->D, p->micro_batches = l->m;
+  p->zero_stage = l->zero;
   util_strlcpy(p->rank_order, l->stages_adjacent ? "stages_adjacent" : "replicas_adjacent", sizeof p->rank_order);
   c->cfg->training.micro_batch_size = l->B;
   c->cfg->training.recompute = l->recompute;
   c->cfg->training.global_batch_size = c->G;
   par_layout lay;
-  par_plan(&lay, c->cfg, l->P * l->D, 0);
+  par_plan(&lay, c->cfg, l->P * l->tp * l->D, 0);
   predict_memory(c, l, &lay);
   predict_time(c, l, &lay);
   predict_run(c, l);
@@ -178,26 +218,36 @@ static void push(plan_result *r, const plan_layout *l, int *cap) {
   r->v[r->n++] = *l;
 }
 
-/* Every layout of R ranks into r->v: stages dividing R (at most one layer each), micro-batches
- * from the deck's down to 1 that divide the global batch, ZeRO-1 and the rank order where there
- * are replicas, recomputation or not. */
+/* Whether T tensor ranks split the model: heads and MLP units evenly, a vocabulary row each at
+ * least (the deck's check of &parallel tensor_parallel). */
+static int tp_splits(const gpt_shape *s, int T) { return s->H % T == 0 && s->F % T == 0 && s->V >= T; }
+
+/* The layouts of P stages x T tensor ranks x D replicas into r->v: micro-batches from the deck's down
+ * to 1 that divide the global batch, ZeRO-1 and the rank order where there are replicas,
+ * recomputation or not. */
+static void enumerate_micro(plan_ctx *c, plan_result *r, int P, int T, int D, int *cap) {
+  for (int B = c->B0; B >= 1; B /= 2) {
+    if (c->G % ((long)B * D)) continue;
+    for (int zero = 0; zero <= (D > 1); zero++)
+      for (int rc = 0; rc <= 1; rc++)
+        for (int order = 0; order <= (P > 1 && D > 1); order++) {
+          plan_layout l = {.P = P, .tp = T, .D = D, .B = B, .m = (int)(c->G / ((long)B * D)), .zero = zero,
+                           .recompute = rc, .stages_adjacent = order};
+          predict(c, &l);
+          push(r, &l, cap);
+        }
+  }
+}
+
+/* Every layout of R ranks into r->v: tensor ranks T dividing the ranks of a node (a stage's tensor
+ * ranks share it) and splitting the model, stages P (at most one layer each) with P x T dividing R,
+ * D = R / (P T) replicas. */
 static void enumerate(plan_ctx *c, plan_result *r, int R) {
   int cap = 0;
-  const int B0 = (int)c->cfg->training.micro_batch_size;
-  for (int P = 1; P <= R && P <= c->s.L; P++) {
-    if (R % P) continue;
-    const int D = R / P;
-    for (int B = B0; B >= 1; B /= 2) {
-      if (c->G % ((long)B * D)) continue;
-      for (int zero = 0; zero <= (D > 1); zero++)
-        for (int rc = 0; rc <= 1; rc++)
-          for (int order = 0; order <= (P > 1 && D > 1); order++) {
-            plan_layout l = {.P = P, .D = D, .B = B, .m = (int)(c->G / ((long)B * D)), .zero = zero, .recompute = rc,
-                             .stages_adjacent = order};
-            predict(c, &l);
-            push(r, &l, &cap);
-          }
-    }
+  for (int T = 1; T <= c->m->per_node; T++) {
+    if (c->m->per_node % T || !tp_splits(&c->s, T)) continue;
+    for (int P = 1; P * T <= R && P <= c->s.L; P++)
+      if (R % (P * T) == 0) enumerate_micro(c, r, P, T, R / (P * T), &cap);
   }
 }
 
@@ -209,20 +259,33 @@ static int better(const plan_layout *a, const plan_layout *b) {
   return a->B != b->B ? a->B > b->B : a->mem < b->mem;
 }
 
-/* Index of the best layout that fits, or -1. */
-static int fastest(const plan_result *r) {
+int plan_fastest(const plan_result *r, int tp) {
   int best = -1;
   for (int i = 0; i < r->n; i++)
-    if (r->v[i].fits && (best < 0 || better(&r->v[i], &r->v[best]))) best = i;
+    if (r->v[i].fits && (!tp || r->v[i].tp == tp) && (best < 0 || better(&r->v[i], &r->v[best]))) best = i;
   return best;
+}
+
+int plan_tp_values(const plan_result *r, int *tps, int max) {
+  int n = 0;
+  for (int i = 0; i < r->n; i++) {
+    int k = 0;
+    while (k < n && tps[k] < r->v[i].tp) k++;
+    if ((k < n && tps[k] == r->v[i].tp) || n == max) continue;
+    memmove(tps + k + 1, tps + k, (size_t)(n - k) * sizeof *tps);
+    tps[k] = r->v[i].tp, n++;
+  }
+  return n;
 }
 
 /* The deck's own layout on R ranks, predicted; 0 when it is not one. */
 static int deck_layout(plan_ctx *c, const cfg_config *cfg, int R, plan_layout *l) {
   const cfg_parallel *p = &cfg->parallel;
-  const int P = (int)p->pipeline_stages, B = (int)cfg->training.micro_batch_size;
-  if (R % P || P > c->s.L || c->G % ((long)B * (R / P))) return 0;
-  *l = (plan_layout){.P = P, .D = R / P, .B = B, .m = (int)(c->G / ((long)B * (R / P))), .zero = (int)p->zero_stage,
+  const int P = (int)p->pipeline_stages, T = (int)p->tensor_parallel, B = (int)cfg->training.micro_batch_size;
+  if (R % (P * T) || P > c->s.L || !tp_splits(&c->s, T)) return 0;
+  const int D = R / (P * T);
+  if (c->G % ((long)B * D)) return 0;
+  *l = (plan_layout){.P = P, .tp = T, .D = D, .B = B, .m = (int)(c->G / ((long)B * D)), .zero = (int)p->zero_stage,
                      .recompute = cfg->training.recompute, .stages_adjacent = !strcmp(p->rank_order, "stages_adjacent")};
   if (l->D == 1) l->zero = 0;
   predict(c, l);
@@ -238,7 +301,7 @@ static void more_nodes(plan_ctx *c, plan_result *r) {
     m.nodes = keep->nodes * k, m.ranks = m.nodes * m.per_node;
     plan_result t = {0};
     enumerate(c, &t, m.ranks);
-    int b = fastest(&t);
+    int b = plan_fastest(&t, 0);
     if (b >= 0) r->nodes_needed = m.nodes, r->alt = t.v[b];
     plan_free(&t);
   }
@@ -247,7 +310,8 @@ static void more_nodes(plan_ctx *c, plan_result *r) {
 
 int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list *errs) {
   memset(r, 0, sizeof *r);
-  plan_ctx c = {.cfg = util_malloc(sizeof *cfg, "deck copy"), .be = be, .T = (int)cfg->training.seq_len};
+  plan_ctx c = {.cfg = util_malloc(sizeof *cfg, "deck copy"), .be = be, .T = (int)cfg->training.seq_len,
+                .B0 = (int)cfg->training.micro_batch_size};
   *c.cfg = *cfg;
   gpt_shape_from_cfg(&c.s, &cfg->model);
   r->nparams = (double)gpt_count_params(&c.s);
@@ -260,12 +324,13 @@ int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list
     enumerate(&c, r, r->mach.ranks);
     if (r->n == 0) {
       cfg_error_at(cfg, errs, "machine", "devices_per_node",
-                   "pipeline stages must divide the ranks (at most one per layer) and micro_batch_size x replicas the "
-                   "global_batch_size: choose another rank count or global batch",
+                   "pipeline stages x tensor ranks must divide the ranks (at most one stage per layer, tensor ranks "
+                   "dividing a node's) and micro_batch_size x replicas the global_batch_size: choose another rank count "
+                   "or global batch",
                    "no layout of %d ranks for this deck (global batch %ld sequences, %d layers)", r->mach.ranks, c.G, c.s.L);
       rc = 1;
     }
-    r->best = fastest(r);
+    r->best = plan_fastest(r, 0);
     r->has_deck = deck_layout(&c, cfg, r->mach.ranks, &r->deck);
     if (r->best < 0 && r->n > 0) more_nodes(&c, r);
   }
@@ -282,9 +347,10 @@ void plan_free(plan_result *r) {
 
 const char *plan_deck_lines(const plan_result *r, const plan_layout *l, char *buf, size_t len) {
   util_snprintf(buf, len,
-                "&parallel pipeline_stages = %d, data_parallel = %d, micro_batches = %d, zero_stage = %d, "
-                "rank_order = '%s' /\n&training micro_batch_size = %d, global_batch_size = %ld, recompute = %s /",
-                l->P, l->D, l->m, l->zero, l->stages_adjacent ? "stages_adjacent" : "replicas_adjacent", l->B, r->G,
+                "&parallel pipeline_stages = %d, tensor_parallel = %d, data_parallel = %d, micro_batches = %d, "
+                "zero_stage = %d, rank_order = '%s' /\n&training micro_batch_size = %d, global_batch_size = %ld, "
+                "recompute = %s /",
+                l->P, l->tp, l->D, l->m, l->zero, l->stages_adjacent ? "stages_adjacent" : "replicas_adjacent", l->B, r->G,
                 l->recompute ? ".true." : ".false.");
   return buf;
 }

@@ -1,12 +1,13 @@
 /* plan: a training run predicted before launch, for every layout of the machine of &machine.
  *
- * A layout is pipeline stages P x replicas D, micro-batch B (m micro-batches per step and replica
- * for the deck's global batch), ZeRO-1 or not, recomputation or not, and the rank order. For each:
- * memory per rank from the same code as the dry run (trainer_plan_memory) plus the rank's
- * overhead; a step's time from the FLOPs of the busiest stage at the machine's efficiency, the
- * 1F1B bubble, the pipeline's and the replicas' exchanges over alpha-beta links, the tied
- * embedding's exchange and the optimizer's memory traffic; then tokens/s, MFU, the time to the
- * token budget, energy and CO2e with their ranges. doc/planning.md has the formulas. */
+ * A layout is pipeline stages P x tensor ranks T x replicas D, micro-batch B (m micro-batches per
+ * step and replica for the deck's global batch), ZeRO-1 or not, recomputation or not, and the rank
+ * order. For each: memory per rank from the same code as the dry run (trainer_plan_memory) plus the
+ * rank's overhead; a step's time from the FLOPs of the busiest stage shared by its T tensor ranks at
+ * the machine's efficiency, the tensor ranks' all-reduces, the 1F1B bubble, the pipeline's and the
+ * replicas' exchanges over alpha-beta links, the tied embedding's exchange and the optimizer's
+ * memory traffic; then tokens/s, MFU, the time to the token budget, energy and CO2e with their
+ * ranges. doc/planning.md has the formulas. */
 #ifndef GREENLM_PLAN_H
 #define GREENLM_PLAN_H
 
@@ -18,13 +19,14 @@
 #include "plan/machine.h"
 
 typedef struct {
-  int P, D, B, m, zero, recompute, stages_adjacent;
+  int P, tp, D, B, m, zero, recompute, stages_adjacent; /* tp: tensor ranks T per stage */
   double mem;          /* bytes of the fullest rank: planned buffers + overhead */
   double mem_planned;  /* the planned buffers alone (the dry run's figure) */
   int fits;
-  /* seconds per step: passes of the busiest stage (m of them), the bubble, the pipeline's
-   * transfers outside the steady state, exposed replica exchange, tied embedding, optimizer */
-  double t_compute, t_bubble, t_p2p, t_dp, t_embed, t_opt, t_step;
+  /* seconds per step: computing passes of the busiest stage (m of them), the bubble, the tensor
+   * ranks' all-reduces inside those passes, the pipeline's transfers outside the steady state,
+   * exposed replica exchange, tied embedding, optimizer */
+  double t_compute, t_bubble, t_tp, t_p2p, t_dp, t_embed, t_opt, t_step;
   double tokens_per_s, mfu;
   double seconds;             /* to the token budget */
   double kwh[3], co2_kg[3];   /* facility energy and CO2e: low, central, high */
@@ -33,7 +35,7 @@ typedef struct {
 typedef struct {
   machine_plan mach;
   double nparams, flops_per_token;
-  int T;
+  int T;             /* tokens per sequence */
   long G;            /* sequences per step */
   plan_layout *v;
   int n, best;       /* best: index of the fastest layout that fits, or -1 */
@@ -46,6 +48,10 @@ typedef struct {
 /* Plan every layout of the resolved machine for cfg (on a copy). Returns the number of errors. */
 int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list *errs);
 void plan_free(plan_result *r);
+/* Index of the fastest layout that fits with tp tensor ranks (0: any), or -1. */
+int plan_fastest(const plan_result *r, int tp);
+/* The tensor-rank counts among the layouts, ascending, into tps (at most max); returns how many. */
+int plan_tp_values(const plan_result *r, int *tps, int max);
 
 /* The layout's deck lines (&parallel and &training) into buf. */
 const char *plan_deck_lines(const plan_result *r, const plan_layout *l, char *buf, size_t len);

@@ -22,7 +22,8 @@ static const char *fmt_duration(double s, char *buf, size_t len) {
 
 static void print_row(const plan_layout *l, int mark) {
   char mem[32], dur[32];
-  printf("%c %4d %4d %3d %5d %4d %9s %-9s %10s %5s %9.4g %10.4g %5.1f%% %10s %9.4g %9.4g\n", mark ? '*' : ' ', l->P, l->D, l->B,
+  printf("%c %4d %3d %4d %3d %5d %4d %9s %-9s %10s %5s %9.4g %10.4g %5.1f%% %10s %9.4g %9.4g\n", mark ? '*' : ' ', l->P, l->tp,
+         l->D, l->B,
          l->m, l->zero, l->recompute ? "yes" : "no", l->P > 1 && l->D > 1 ? (l->stages_adjacent ? "stages" : "replicas") : "-",
          util_fmt_bytes(l->mem, mem, sizeof mem), l->fits ? "yes" : "no", l->t_step, l->tokens_per_s, 100 * l->mfu,
          fmt_duration(l->seconds, dur, sizeof dur), l->kwh[1] / 1e3, l->co2_kg[1] / 1e3);
@@ -41,13 +42,25 @@ static void print_table(const plan_result *r) {
   char mem[32];
   printf("layouts: %d planned, %d fit in %s per rank; %s:\n", r->n, fit, util_fmt_bytes(r->mach.memory, mem, sizeof mem),
          fit ? "the fastest" : "none fits, the smallest");
-  printf("  %4s %4s %3s %5s %4s %9s %-9s %10s %5s %9s %10s %6s %10s %9s %9s\n", "P", "D", "B", "m", "ZeRO", "recompute",
+  printf("  %4s %3s %4s %3s %5s %4s %9s %-9s %10s %5s %9s %10s %6s %10s %9s %9s\n", "P", "T", "D", "B", "m", "ZeRO", "recompute",
          "adjacent", "mem/rank", "fits", "step s", "tokens/s", "MFU", "duration", "MWh", "tCO2e");
   plan_layout *v = util_malloc((size_t)r->n * sizeof *v, "layouts");
   memcpy(v, r->v, (size_t)r->n * sizeof *v);
   qsort(v, (size_t)r->n, sizeof *v, by_time);
   for (int i = 0; i < r->n && i < TABLE_ROWS; i++) print_row(&v[i], r->best >= 0 && !memcmp(&v[i], &r->v[r->best], sizeof *v));
   free(v);
+}
+
+/* The fastest layout that fits for each tensor-rank count T (T = 1: pipeline stages and replicas only). */
+static void print_by_tp(const plan_result *r) {
+  int tps[64];
+  const int n = plan_tp_values(r, tps, 64);
+  printf("the fastest that fits for each T (tensor ranks per stage):\n");
+  for (int i = 0; i < n; i++) {
+    int b = plan_fastest(r, tps[i]);
+    if (b >= 0) print_row(&r->v[b], b == r->best);
+    else printf("  %4s %3d   none fits\n", "-", tps[i]);
+  }
 }
 
 /* The deck's own layout: its row, and a line of key=value pairs for scripts (run/calibrate). */
@@ -60,11 +73,11 @@ static void print_deck(const plan_result *r) {
   const plan_layout *l = &r->deck;
   printf("the deck's layout:\n");
   print_row(l, 0);
-  printf("result: P=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d memory_bytes=%.0f planned_bytes=%.0f "
-         "fits=%d step_s=%.6g compute_s=%.6g bubble_s=%.6g pipeline_transfer_s=%.6g replica_exchange_s=%.6g "
-         "embedding_exchange_s=%.6g optimizer_s=%.6g tokens_per_s=%.6g peak_flops=%.6g\n", l->P, l->D, l->B, l->m, l->zero,
-         l->recompute, l->stages_adjacent, l->mem, l->mem_planned, l->fits, l->t_step, l->t_compute, l->t_bubble, l->t_p2p,
-         l->t_dp, l->t_embed, l->t_opt, l->tokens_per_s, r->mach.peak);
+  printf("result: P=%d T=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d memory_bytes=%.0f planned_bytes=%.0f "
+         "fits=%d step_s=%.6g compute_s=%.6g bubble_s=%.6g tensor_allreduce_s=%.6g pipeline_transfer_s=%.6g "
+         "replica_exchange_s=%.6g embedding_exchange_s=%.6g optimizer_s=%.6g tokens_per_s=%.6g peak_flops=%.6g\n", l->P,
+         l->tp, l->D, l->B, l->m, l->zero, l->recompute, l->stages_adjacent, l->mem, l->mem_planned, l->fits, l->t_step,
+         l->t_compute, l->t_bubble, l->t_tp, l->t_p2p, l->t_dp, l->t_embed, l->t_opt, l->tokens_per_s, r->mach.peak);
 }
 
 /* The recommendation, its run, and the published footprints beside it. */
@@ -88,9 +101,9 @@ static void print_verdict(const plan_result *r) {
   } else {
     printf("recommended (the fastest that fits, marked *):\n%s\n", plan_deck_lines(r, b, lines, sizeof lines));
   }
-  printf("recommended: nodes=%d ranks=%d P=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d\n",
-         r->best >= 0 ? r->mach.nodes : r->nodes_needed, b->P * b->D, b->P, b->D, b->B, b->m, b->zero, b->recompute,
-         b->stages_adjacent);
+  printf("recommended: nodes=%d ranks=%d P=%d T=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d\n",
+         r->best >= 0 ? r->mach.nodes : r->nodes_needed, b->P * b->tp * b->D, b->P, b->tp, b->D, b->B, b->m, b->zero,
+         b->recompute, b->stages_adjacent);
   printf("predicted: %.4g tokens/s, MFU %.1f%%, %s for %.4g tokens (%.0f per parameter); peak memory %s per rank\n",
          b->tokens_per_s, 100 * b->mfu, fmt_duration(b->seconds, dur, sizeof dur), r->mach.tokens,
          r->mach.tokens / r->nparams, util_fmt_bytes(b->mem, mem, sizeof mem));
@@ -106,13 +119,15 @@ static void print_verdict(const plan_result *r) {
 }
 
 static json_t *layout_json(const plan_layout *l) {
-  json_t *o = json_pack("{si si si si si sb sb sf sf sb}", "pipeline_stages", l->P, "data_parallel", l->D, "micro_batch_size",
-                        l->B, "micro_batches", l->m, "zero_stage", l->zero, "recompute", l->recompute, "stages_adjacent",
-                        l->stages_adjacent, "memory_bytes", l->mem, "planned_bytes", l->mem_planned, "fits", l->fits);
-  json_object_update_new(o, json_pack("{sf sf sf sf sf sf sf sf sf sf}", "compute_s", l->t_compute, "bubble_s", l->t_bubble,
-                                      "pipeline_transfer_s", l->t_p2p, "replica_exchange_s", l->t_dp, "embedding_exchange_s",
-                                      l->t_embed, "optimizer_s", l->t_opt, "step_s", l->t_step, "tokens_per_s",
-                                      l->tokens_per_s, "mfu", l->mfu, "seconds", l->seconds));
+  json_t *o = json_pack("{si si si si si si sb sb sf sf sb}", "pipeline_stages", l->P, "tensor_parallel", l->tp,
+                        "data_parallel", l->D, "micro_batch_size", l->B, "micro_batches", l->m, "zero_stage", l->zero,
+                        "recompute", l->recompute, "stages_adjacent", l->stages_adjacent, "memory_bytes", l->mem,
+                        "planned_bytes", l->mem_planned, "fits", l->fits);
+  json_object_update_new(o, json_pack("{sf sf sf sf sf sf sf sf sf sf sf}", "compute_s", l->t_compute, "bubble_s",
+                                      l->t_bubble, "tensor_allreduce_s", l->t_tp, "pipeline_transfer_s", l->t_p2p,
+                                      "replica_exchange_s", l->t_dp, "embedding_exchange_s", l->t_embed, "optimizer_s",
+                                      l->t_opt, "step_s", l->t_step, "tokens_per_s", l->tokens_per_s, "mfu", l->mfu,
+                                      "seconds", l->seconds));
   json_object_set_new(o, "facility_kwh", json_pack("[fff]", l->kwh[0], l->kwh[1], l->kwh[2]));
   json_object_set_new(o, "co2e_kg", json_pack("[fff]", l->co2_kg[0], l->co2_kg[1], l->co2_kg[2]));
   return o;
@@ -134,6 +149,14 @@ static json_t *plan_json(const plan_result *r) {
   json_t *a = json_array();
   for (int i = 0; i < r->n; i++) json_array_append_new(a, layout_json(&r->v[i]));
   json_object_set_new(j, "layouts", a);
+  json_t *by = json_array(); /* the fastest that fits for each T, ascending */
+  int tps[64];
+  for (int i = 0, n = plan_tp_values(r, tps, 64); i < n; i++) {
+    int k = plan_fastest(r, tps[i]);
+    json_t *l = k >= 0 ? layout_json(&r->v[k]) : json_null();
+    json_array_append_new(by, json_pack("{si so}", "tensor_parallel", tps[i], "layout", l));
+  }
+  json_object_set_new(j, "fastest_by_tensor_parallel", by);
   const plan_layout *b = r->best >= 0 ? &r->v[r->best] : r->nodes_needed ? &r->alt : NULL;
   json_object_set_new(j, "recommended", b ? layout_json(b) : json_null());
   json_object_set_new(j, "deck_layout", r->has_deck ? layout_json(&r->deck) : json_null());
@@ -163,9 +186,10 @@ int plan_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
     rc = plan_make(&r, cfg, be, errs) != 0;
     if (!rc) {
       char desc[2048];
-      printf("plan: %.4g parameters, T %d, %ld sequences per step (%.4g tokens), %.4g FLOPs per token\n%s\n", r.nparams, r.T,
-             r.G, (double)r.G * r.T, r.flops_per_token, machine_describe(&r.mach, desc, sizeof desc));
+      printf("plan: %.4g parameters, seq_len %d, %ld sequences per step (%.4g tokens), %.4g FLOPs per token\n%s\n", r.nparams,
+             r.T, r.G, (double)r.G * r.T, r.flops_per_token, machine_describe(&r.mach, desc, sizeof desc));
       print_table(&r);
+      print_by_tp(&r);
       print_deck(&r);
       print_verdict(&r);
       json_t *j = plan_json(&r);
