@@ -183,29 +183,25 @@ static int stage_gives(const trainer *t, const gpt_tensor *w) {
   return !(t->lay.P > 1 && t->lay.stage == t->lay.P - 1 && strcmp(w->name, "transformer.wte.weight") == 0);
 }
 
-/* Tensor i of this rank's stage, whole, into host memory `whole` (its gnumel floats) on tensor rank 0:
- * every tensor rank's shard put in place (a tensor all of them hold: rank 0's). Collective over the
- * tensor group; `shard` is host scratch of the tensor's numel floats. */
+/* Split tensor i of this rank's stage, whole, into host memory `whole` (its grows x gcols floats) on
+ * tensor rank 0: every tensor rank's shard put in place. Collective over the tensor group (T > 1);
+ * `shard` is host scratch of the largest shard's floats. */
 static void whole_tensor(trainer *t, int i, float *whole, float *shard) {
   const gpt_model *m = &t->model;
   const gpt_tensor *w = &m->tensors[i];
-  t->be->to_host(t->be, shard, m->params + w->offset, w->numel * sizeof(float));
-  if (t->lay.tp == 1) {
-    memcpy(whole, shard, w->numel * sizeof(float));
-    return;
-  }
   enum { TAG_WHOLE = 9 };
   if (t->lay.tp_rank > 0) {
-    if (w->split != GPT_SPLIT_NONE) comm_send_floats(shard, w->numel, 0, TAG_WHOLE, t->lay.tensor);
+    t->be->to_host(t->be, shard, m->params + w->offset, w->numel * sizeof(float));
+    comm_send_floats(shard, w->numel, 0, TAG_WHOLE, t->lay.tensor);
     return;
   }
   gpt_part part = par_part(&t->lay);
   for (int r = 0; r < t->lay.tp; r++) {
-    if (r > 0 && w->split == GPT_SPLIT_NONE) break;
     int nr;
     part.tp_rank = r;
     gpt_tensor *theirs = gpt_list_tensors(&t->shape, part, &nr), *tr = &theirs[i];
     if (r > 0) comm_recv_floats(shard, tr->numel, r, TAG_WHOLE, t->lay.tensor);
+    else t->be->to_host(t->be, shard, m->params + w->offset, w->numel * sizeof(float));
     for (size_t e = 0, run; e < tr->numel; e += run) {
       size_t g = gpt_tensor_global(tr, e, &run);
       memcpy(whole + g, shard + e, run * sizeof(float));
@@ -214,7 +210,15 @@ static void whole_tensor(trainer *t, int i, float *whole, float *shard) {
   }
 }
 
-/* Whole-tensor floats this stage gives, and the largest tensor's (whole and as this rank's shard). */
+/* Where streamed floats go (host memory, n of them). */
+typedef void (*stage_sink)(void *ctx, const float *x, size_t n);
+
+/* Whether tensor w is put together by appending the tensor ranks' shards in order (blocks of whole rows,
+ * one group): no whole copy is needed. */
+static int appended(const gpt_tensor *w) { return w->split == GPT_SPLIT_ROWS && w->groups == 1; }
+
+/* Whole-tensor floats this stage gives, the largest tensor put together whole (a column block or
+ * grouped rows) and the largest shard of such a tensor on any tensor rank. */
 static size_t stage_count(const trainer *t, size_t *most_whole, size_t *most_shard) {
   const gpt_model *m = &t->model;
   size_t c = 0;
@@ -223,29 +227,81 @@ static size_t stage_count(const trainer *t, size_t *most_whole, size_t *most_sha
     const gpt_tensor *w = &m->tensors[i];
     size_t g = (size_t)w->grows * (size_t)w->gcols;
     if (stage_gives(t, w)) c += g;
+    if (w->split == GPT_SPLIT_NONE || appended(w)) continue;
     if (g > *most_whole) *most_whole = g;
     if (w->numel > *most_shard) *most_shard = w->numel;
   }
   return c;
 }
 
+enum { TAG_STAGE = 7, TAG_ROWS = 10, STAGE_CAP = 1 << 24, ROWS_CAP = 1 << 20 }; /* floats a message carries */
+
+/* Floats [0, n) of backend memory p to put in pieces of at most `cap` (host memory read in place, else
+ * through buf). */
+static void put_backend(const trainer *t, const float *p, size_t n, float *buf, size_t cap, stage_sink put, void *ctx) {
+  for (size_t a = 0; a < n; a += cap) {
+    size_t k = n - a < cap ? n - a : cap;
+    const float *x = p + a;
+    if (!t->be->caps.host_memory) t->be->to_host(t->be, buf, x, k * sizeof(float)), x = buf;
+    put(ctx, x, k);
+  }
+}
+
+static void send_rows(void *ctx, const float *x, size_t n) {
+  trainer *t = ctx;
+  MPI_Send(x, (int)n, MPI_FLOAT, 0, TAG_ROWS, t->lay.tensor);
+}
+
+/* A tensor cut into blocks of rows, streamed whole: tensor rank 0 puts its rows, then every other
+ * rank's as they arrive, in pieces of ROWS_CAP floats. Collective over the tensor group. */
+static void stream_rows(trainer *t, int i, float *buf, stage_sink put, void *ctx) {
+  const gpt_tensor *w = &t->model.tensors[i];
+  if (t->lay.tp_rank > 0) {
+    put_backend(t, t->model.params + w->offset, w->numel, buf, ROWS_CAP, send_rows, t);
+    return;
+  }
+  put_backend(t, t->model.params + w->offset, w->numel, buf, ROWS_CAP, put, ctx);
+  gpt_part part = par_part(&t->lay);
+  for (int r = 1; r < t->lay.tp; r++) {
+    int nr;
+    part.tp_rank = r;
+    gpt_tensor *theirs = gpt_list_tensors(&t->shape, part, &nr);
+    for (size_t a = 0, n = theirs[i].numel; a < n; a += ROWS_CAP) {
+      int k = (int)(n - a < ROWS_CAP ? n - a : ROWS_CAP);
+      MPI_Recv(buf, k, MPI_FLOAT, r, TAG_ROWS, t->lay.tensor, MPI_STATUS_IGNORE);
+      put(ctx, buf, (size_t)k);
+    }
+    free(theirs);
+  }
+}
+
 /* Stream this rank's stage as the whole model's buffer holds it to `put` on tensor rank 0 of the stage,
- * tensor by tensor (each whole). Collective over the tensor group. */
-typedef void (*stage_sink)(void *ctx, const float *x, size_t n);
+ * tensor by tensor: straight from the stage's buffer without tensor parallelism (host memory read in
+ * place, else through STAGE_CAP floats); with it, blocks of rows appended rank after rank, the other
+ * split tensors put together whole on tensor rank 0. Collective over the tensor group. */
 static void stream_stage(trainer *t, stage_sink put, void *ctx) {
   const gpt_model *m = &t->model;
   size_t mw, ms;
   stage_count(t, &mw, &ms);
-  float *whole = util_malloc(mw * sizeof(float), "whole tensor"), *shard = util_malloc(ms * sizeof(float), "shard");
+  const int T = t->lay.tp, first = t->lay.tp_rank == 0;
+  float *whole = T > 1 && first ? util_malloc(mw * sizeof(float), "whole tensor") : NULL;
+  float *shard = T > 1 ? util_malloc(ms * sizeof(float), "shard") : NULL;
+  size_t cap = T > 1 ? ROWS_CAP : STAGE_CAP;
+  float *buf = T > 1 || !t->be->caps.host_memory ? util_malloc(cap * sizeof(float), "parameter staging") : NULL;
   for (int i = 0; i < m->ntensors; i++) {
-    if (!stage_gives(t, &m->tensors[i])) continue;
-    whole_tensor(t, i, whole, shard);
-    if (t->lay.tp_rank == 0) put(ctx, whole, (size_t)m->tensors[i].grows * (size_t)m->tensors[i].gcols);
+    const gpt_tensor *w = &m->tensors[i];
+    if (!stage_gives(t, w)) continue;
+    if (T > 1 && appended(w)) {
+      stream_rows(t, i, buf, put, ctx);
+    } else if (T > 1 && w->split != GPT_SPLIT_NONE) {
+      whole_tensor(t, i, whole, shard);
+      if (whole) put(ctx, whole, (size_t)w->grows * (size_t)w->gcols);
+    } else if (first) { /* whole on this rank */
+      put_backend(t, m->params + w->offset, w->numel, buf, cap, put, ctx);
+    }
   }
-  free(whole), free(shard);
+  free(whole), free(shard), free(buf);
 }
-
-enum { TAG_STAGE = 7, STAGE_CAP = 1 << 24 }; /* floats a message carries: 64 MiB */
 
 /* A later stage's tensor rank 0 sends its floats to stage 0 in messages of at most STAGE_CAP. */
 static void send_to_first(void *ctx, const float *x, size_t n) {
@@ -276,7 +332,7 @@ static void stream_model(trainer *t, stage_sink put, void *ctx) {
     return;
   }
   stream_stage(t, put, ctx);
-  if (t->lay.tp_rank != 0) return;
+  if (t->lay.tp_rank != 0 || t->lay.P == 1) return;
   float *buf = util_malloc((size_t)STAGE_CAP * sizeof(float), "stage messages");
   for (int s = 1; s < t->lay.P; s++) {
     uint64_t c;
