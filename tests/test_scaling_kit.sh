@@ -39,20 +39,20 @@ for r in np1-p1-d1 np2-p1-d2; do
 done
 table="$res/table.md"
 check "table.md: not 2 layouts: $(cat "$table" 2> /dev/null)" [ "$(grep -c '^| [0-9]' "$table" 2> /dev/null)" = 2 ]
-# | ranks | P | D | global batch | tokens/s | MFU | bubble | exchange | efficiency | predicted | measured / predicted |
+# | ranks | P | T | D | global batch | tokens/s | MFU | bubble | exchange | efficiency | predicted | measured / predicted |
 row() { grep "^| $1 |" "$table" | tr -d ' ' | cut -d'|' -f"$2"; }
-check "1 rank: not P = 1, D = 1, global batch 8" [ "$(row 1 3-5)" = "1|1|8" ]
-check "2 ranks (weak): not P = 1, D = 2, global batch 16" [ "$(row 2 3-5)" = "1|2|16" ]
+check "1 rank: not P = 1, T = 1, D = 1, global batch 8" [ "$(row 1 3-6)" = "1|1|1|8" ]
+check "2 ranks (weak): not P = 1, T = 1, D = 2, global batch 16" [ "$(row 2 3-6)" = "1|1|2|16" ]
 for n in 1 2; do
-  check "$n rank(s): tokens/s '$(row $n 6)' is not a positive number" awk -v t="$(row $n 6)" 'BEGIN { exit !(t + 0 > 0) }'
+  check "$n rank(s): tokens/s '$(row $n 7)' is not a positive number" awk -v t="$(row $n 7)" 'BEGIN { exit !(t + 0 > 0) }'
 done
-check "1 rank: efficiency not 100.0%" [ "$(row 1 10)" = "100.0%" ]
-check "1 rank: the prediction is not joined" [ "$(row 1 11)" = 1000 ]
-check "1 rank: measured / predicted '$(row 1 12)' is not tokens/s / 1000" \
-  awk -v t="$(row 1 6)" -v r="$(row 1 12)" 'BEGIN { exit !(r != "" && (t / 1000 - r) ^ 2 < 0.006 ^ 2) }'
-check "2 ranks: a prediction where none was given" [ "$(row 2 11)|$(row 2 12)" = "-|-" ]
+check "1 rank: efficiency not 100.0%" [ "$(row 1 11)" = "100.0%" ]
+check "1 rank: the prediction is not joined" [ "$(row 1 12)" = 1000 ]
+check "1 rank: measured / predicted '$(row 1 13)' is not tokens/s / 1000" \
+  awk -v t="$(row 1 7)" -v r="$(row 1 13)" 'BEGIN { exit !(r != "" && (t / 1000 - r) ^ 2 < 0.006 ^ 2) }'
+check "2 ranks: a prediction where none was given" [ "$(row 2 12)|$(row 2 13)" = "-|-" ]
 check "scaling.csv lacks the predicted columns" \
-  grep -q '^np,P,D,global_batch,tokens_per_s,mfu,bubble,exchange,efficiency,predicted_tokens_per_s,measured_over_predicted$' "$res/scaling.csv"
+  grep -q '^np,P,D,global_batch,tokens_per_s,mfu,bubble,exchange,efficiency,predicted_tokens_per_s,measured_over_predicted,T$' "$res/scaling.csv"
 if command -v gnuplot > /dev/null; then
   check "no scaling.png: $(cat "$res/gnuplot.log" 2> /dev/null)" [ -s "$res/scaling.png" ]
 fi
@@ -65,7 +65,7 @@ rc=$?
 check "run/scaling --plan exited $rc: $(tail -n 15 "$out/planned.out")" [ $rc -eq 0 ]
 table="$clone/runs/scaling/planned/table.md"
 for n in 1 2; do
-  check "--plan: $n rank(s): no predicted tokens/s: $(row $n 11)" awk -v t="$(row $n 11)" 'BEGIN { exit !(t + 0 > 0) }'
-  check "--plan: $n rank(s): no measured / predicted: $(row $n 12)" awk -v t="$(row $n 12)" 'BEGIN { exit !(t + 0 > 0) }'
+  check "--plan: $n rank(s): no predicted tokens/s: $(row $n 12)" awk -v t="$(row $n 12)" 'BEGIN { exit !(t + 0 > 0) }'
+  check "--plan: $n rank(s): no measured / predicted: $(row $n 13)" awk -v t="$(row $n 13)" 'BEGIN { exit !(t + 0 > 0) }'
 done
 finish
