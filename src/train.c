@@ -146,6 +146,21 @@ static int open_outputs(train_job *j, int set_aside, const char *header, err_lis
 
 /* ---- the job's header -------------------------------------------------------------------------- */
 
+/* Tensor groups whose ranks are not on one node sum their activations across the network, four
+ * times per block and micro-batch: a warning on rank 0 with how many do. Collective. */
+static void tensor_groups_on_nodes(train_job *r) {
+  const trainer *t = r->t;
+  int node, lo, hi, split, nsplit; /* a node's id: the lowest job rank on it */
+  MPI_Allreduce(&t->rank, &node, 1, MPI_INT, MPI_MIN, t->lay.node);
+  MPI_Allreduce(&node, &lo, 1, MPI_INT, MPI_MIN, t->lay.tensor);
+  MPI_Allreduce(&node, &hi, 1, MPI_INT, MPI_MAX, t->lay.tensor);
+  split = t->lay.tp_rank == 0 && lo != hi;
+  MPI_Reduce(&split, &nsplit, 1, MPI_INT, MPI_SUM, 0, t->comm);
+  if (t->rank == 0 && nsplit > 0)
+    metrics_printf(&r->out, "warning: %d of %d tensor groups span nodes: their sums cross the network (tensor_parallel = %d "
+                            "should divide the ranks per node)\n", nsplit, t->size / t->lay.tp, t->lay.tp);
+}
+
 /* Topology: every rank's host, node rank, binding and place in the layout, printed by rank 0. */
 static void print_topology(train_job *r, const char *bind) {
   trainer *t = r->t;
@@ -179,6 +194,7 @@ static void print_topology(train_job *r, const char *bind) {
     (void)b;
   }
   free(all);
+  tensor_groups_on_nodes(r);
 }
 
 /* Memory per rank of each stage (replica 0), as planned; trainer_open allocated exactly this. */

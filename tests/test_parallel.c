@@ -18,7 +18,8 @@
  * host staging reproduce the serial bf16 run within 1e-4 (losses) and 1e-3 (parameters): a
  * different order of gradient sums can flip the rounding of a weight's bf16 copy. The serial bf16
  * run's validation loss is within 0.02 of the fp32 run's. In every run the replicas of a stage end
- * with bit-identical parameters. Then the compressed exchange (&comm, test_compressed). */
+ * with bit-identical parameters. Checkpoints pass between the three decompositions (T = 2 to P = 2 and
+ * to D = 2, and back). Then the compressed exchange (&comm, test_compressed). */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -324,6 +325,44 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
     }
 }
 
+/* Checkpoints across the three decompositions: written by T = 2 and continued by P = 2 and by D = 2,
+ * written by P = 2 and by D = 2 (ZeRO-1) and continued by T = 2; each continuation within 1e-5 of the
+ * writer's own (parameters and validation). */
+static void test_tensor_restarts(const char *dir, int rank) {
+  static const struct {
+    int P, T, D; /* the writer */
+    int cP, cT, cD; /* the continuation */
+  } cases[] = {{1, 2, 1, 2, 1, 1}, {1, 2, 1, 1, 1, 2}, {2, 1, 1, 1, 2, 1}, {1, 1, 2, 1, 2, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    run_result w = {0}, c = {0};
+    char mine[CFG_STR_LEN] = "";
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : MPI_UNDEFINED, rank, &sub);
+    if (sub != MPI_COMM_NULL) {
+      tensor_par = cases[k].T;
+      cfg_config *cw = deck(dir, cases[k].P, cases[k].D, cases[k].D > 1, "replicas_adjacent", 2);
+      train_from(cw, sub, &w, NULL, mine);
+      free(cw);
+      tensor_par = cases[k].cT;
+      cfg_config *cc = deck(dir, cases[k].cP, cases[k].cD, 0, "replicas_adjacent", 2);
+      train_from(cc, sub, &c, mine, NULL);
+      free(cc);
+      MPI_Comm_free(&sub);
+    }
+    tensor_par = 1;
+    if (rank == 0) {
+      double pe = c.params && c.n == w.n ? t_rel_err(c.params, w.params, w.n) : INFINITY;
+      printf("checkpoint of P=%d T=%d D=%d continued by P=%d T=%d D=%d: parameters %.2e, val %.6g (writer %.6g)\n",
+             cases[k].P, cases[k].T, cases[k].D, cases[k].cP, cases[k].cT, cases[k].cD, pe, c.val, w.val);
+      T_CHECK(pe <= 1e-5 && fabs(c.val - w.val) <= 1e-5 * fabs(w.val),
+              "the checkpoint of P=%d T=%d D=%d continued by P=%d T=%d D=%d differs: parameters %.3g", cases[k].P,
+              cases[k].T, cases[k].D, cases[k].cP, cases[k].cT, cases[k].cD, pe);
+    }
+    free(w.params), free(c.params);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   int rank, size;
@@ -359,7 +398,8 @@ int main(int argc, char **argv) {
     free(c);
   }
   test_layouts(dir, refs, ckpts, rank);
-  precision = "fp32";
+  precision = "fp32", staged = 0, recompute = 0;
+  test_tensor_restarts(dir, rank);
   test_compressed(dir, &refs[0], rank);
   for (int k = 0; k < 2 && rank == 0; k++)
     printf("serial, %s: losses %.5f ... %.5f, validation %.5f\n", precisions[k], refs[k].loss[0], refs[k].loss[STEPS - 1],
