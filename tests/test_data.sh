@@ -3,6 +3,9 @@
 #   - the BPE vocabulary learned is the same file on every rank count;
 #   - the token variables of the datasets are identical on every rank count (ncmpidiff), for
 #     documents per file, per line, separated by lines, and one document cut across ranks;
+#   - JSON Lines (a text field per record) and gzip/zstd-compressed inputs, told by their first bytes,
+#     give the plain text's tokens on 1 to 3 ranks; bad records are skipped and counted, or fatal
+#     with file and line; a cut-off gzip file is an error;
 #   - ncdump -h shows the datasets' attributes;
 #   - a prepare into a place that cannot be written fails cleanly and leaves no file behind.
 . "$(dirname "$0")/lib.sh"
@@ -70,6 +73,63 @@ if [ -n "${NCDUMP:-}" ] && [ -x "$NCDUMP" ]; then
 else
   echo "ncdump not found: attribute listing not checked"
 fi
+
+# JSON Lines and compressed inputs: the sep corpus's documents as JSON Lines records in three files
+# (gzip, zstd, plain) give the separator-line text's tokens exactly, on 1, 2 and 3 ranks; the same
+# text gzip- and zstd-compressed under names that do not say so is read by its first bytes
+mkdir -p "$out/jsonl"
+awk -v d="$out/jsonl" 'function flush() { if (doc != "") print "{\"text\": \"" doc "\", \"id\": " n++ "}" > (d "/part" int(n / 4) ".jsonl"); doc = "" }
+  $0 == "@@@" { flush(); next } { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); doc = doc $0 "\\n" } END { flush() }' "$out/sep/genesis.txt"
+have_zstd=0
+command -v zstd > /dev/null && have_zstd=1
+gzip -n "$out/jsonl/part0.jsonl"
+[ $have_zstd = 1 ] && zstd -q --rm "$out/jsonl/part1.jsonl"
+gzip -n -c "$out/sep/genesis.txt" > "$out/sep-gz.txt"
+[ $have_zstd = 1 ] && zstd -q -c "$out/sep/genesis.txt" > "$out/sep-zst.txt"
+for case in "jsonl:'$out/jsonl/*':file:1 2 3" "gz:'$out/sep-gz.txt':separator_line:2" "zst:'$out/sep-zst.txt':separator_line:2"; do
+  IFS=: read -r name input docs ranks <<EOC
+$case
+EOC
+  [ "$name" = zst ] && [ $have_zstd = 0 ] && { echo "zstd not found: zstd input not checked"; continue; }
+  for np in $ranks; do
+    deck "$name-$np" "'prepare'" 300 "$input" "$docs" 0.1
+    sed -i "s|dir = '$out/$name-$np/tok'|dir = '$out/sep-1/tok'|" "$out/$name-$np.nml"
+    run_ranks "$name-$np" "$np"
+    check "$name input on $np ranks failed: $(tail -n 5 "$out/$name-$np.out")" [ $? -eq 0 ]
+    for s in train val; do
+      "$NCMPIDIFF" -q -v tokens,doc_start "$out/sep-1/$s.nc" "$out/$name-$np/$s.nc" > "$out/$name-$np-$s.diff" 2>&1
+      check "$name input on $np ranks: $s tokens differ from the separator-line text's: $(head -n 5 "$out/$name-$np-$s.diff")" [ $? -eq 0 ]
+    done
+  done
+done
+check "the JSON Lines report does not name the kinds: $(grep 'prepare: ' "$out/jsonl-3.out" | head -n 2)" \
+  grep -q "prepare: 4 files, plain 2, gzip 1, zstd 1, JSON Lines; whole files per rank" "$out/jsonl-3.out"
+
+# bad records: counted, the first named, skipped; with bad_records = 'fatal' each reported with its
+# file and line and nothing written
+printf '%s\n' '{"text": "In the beginning"}' 'not json' '[1, 2]' '{"title": "x"}' '{"text": 5}' \
+  '{"text": "and the earth"}' > "$out/bad.jsonl"
+printf '{"text": "bad \377 byte"}\n' >> "$out/bad.jsonl"
+deck bad "'prepare'" 300 "'$out/bad.jsonl', '$out/jsonl/part2.jsonl'" file 0.1
+sed -i "s|dir = '$out/bad/tok'|dir = '$out/sep-1/tok'|" "$out/bad.nml"
+run_ranks bad 1
+check "bad records skipped: the run failed: $(tail -n 5 "$out/bad.out")" [ $? -eq 0 ]
+check "bad records: no count and first one: $(grep 'JSON Lines:' "$out/bad.out")" \
+  grep -q "records, 5 bad and skipped (bad_records = 'skip'); the first: $out/bad.jsonl:2: not JSON" "$out/bad.out"
+$MPIEXEC -n 2 "$GREENLM" --set "prepare.bad_records='fatal'" --set "prepare.train_out='$out/bad-fatal/train.nc'" \
+  --set "prepare.val_out='$out/bad-fatal/val.nc'" "$out/bad.nml" > "$out/bad-fatal.out" 2>&1
+check "bad records with bad_records = 'fatal' succeeded" [ $? -ne 0 ]
+for w in "bad.jsonl:2: error: bad JSON Lines record: not JSON" "bad.jsonl:3: error: bad JSON Lines record: not a JSON object" \
+         "bad.jsonl:4: error: bad JSON Lines record: no field 'text'" "bad.jsonl:5: error: bad JSON Lines record: the field 'text' is not a string" \
+         "bad.jsonl:7: error: bad JSON Lines record: invalid UTF-8"; do
+  check "fatal bad records: no '$w'" grep -q "$w" "$out/bad-fatal.out"
+done
+check "fatal bad records: a dataset was written" [ ! -e "$out/bad-fatal" ]
+head -c 2000 "$out/jsonl/part0.jsonl.gz" > "$out/cut.jsonl.gz"
+$MPIEXEC -n 1 "$GREENLM" --set "prepare.input='$out/cut.jsonl.gz'" --set "prepare.train_out='$out/cut/train.nc'" \
+  --set "prepare.val_out='$out/cut/val.nc'" "$out/bad.nml" > "$out/cut.out" 2>&1
+check "a cut-off gzip file was read without complaint" [ $? -ne 0 ]
+check "cut-off gzip: no error naming it: $(tail -n 3 "$out/cut.out")" grep -q "cut.jsonl.gz: error: cannot read: the gzip stream is cut off" "$out/cut.out"
 
 # an output that cannot be written (its directory is a file): a clear error, nothing half-written
 echo "not a directory" > "$out/blocker"

@@ -77,6 +77,9 @@ typedef struct {
   X(g, STRLIST, input, "", "", "Text to turn into token datasets: files, directories (their files) or glob patterns") \
   X(g, STR, documents, "'file'", "file|line|blank_line|separator_line", "How the text divides into documents: one per 'file', one per 'line', separated by blank lines ('blank_line') or by lines equal to separator ('separator_line')") \
   X(g, STR, separator, "'<|endoftext|>'", "", "The separator line of documents = 'separator_line'") \
+  X(g, STR, format, "'auto'", "auto|text|jsonl", "What the input files hold: 'text', or 'jsonl' (JSON Lines: one document per line, its text in the field text_field, as The Pile and exported Hugging Face datasets have it); 'auto' takes JSON Lines for names ending in .jsonl, .ndjson or .json (before a .gz or .zst) and text otherwise. gzip and zstd compression is recognised by the files' first bytes, whatever their names") \
+  X(g, STR, text_field, "'text'", "", "The field of each JSON Lines record that holds its document's text") \
+  X(g, STR, bad_records, "'skip'", "skip|fatal", "A JSON Lines record that is not a JSON object, lacks text_field, has a non-string there or invalid UTF-8: 'skip' counts it, names the first one, and goes on; 'fatal' reports each (file and line) and writes nothing") \
   X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of the documents held out for validation (chosen by a seeded shuffle)") \
   X(g, STR, train_out, "''", "", "Training dataset to write (NetCDF)")                             \
   X(g, STR, val_out, "''", "", "Validation dataset to write (NetCDF)")

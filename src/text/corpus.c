@@ -10,7 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "base/util.h"
+#include "text/reader.h"
 
 #define CORPUS_BLOCK ((int64_t)32 << 20) /* bytes read and handed on at a time */
 
@@ -207,6 +210,77 @@ static int64_t find_cut(const corpus_set *c, int64_t pos, int *is_boundary) {
   return f + 1 < c->nfiles ? c->start[f + 1] : c->total;
 }
 
+/* ---- compressed and JSON Lines inputs ------------------------------------------------------------ */
+
+/* Whether a file's name says JSON Lines: .jsonl, .ndjson or .json, before a .gz or .zst. */
+static int jsonl_name(const char *path) {
+  char b[UTIL_PATH_MAX];
+  util_strlcpy(b, path, sizeof b);
+  size_t n = strlen(b);
+  if (n > 3 && !strcmp(b + n - 3, ".gz")) b[n -= 3] = '\0';
+  else if (n > 4 && !strcmp(b + n - 4, ".zst")) b[n -= 4] = '\0';
+  const char *dot = strrchr(b, '.');
+  return dot && (!strcmp(dot, ".jsonl") || !strcmp(dot, ".ndjson") || !strcmp(dot, ".json"));
+}
+
+/* Each file's compression (by its first bytes, on rank 0) and format, shared; whole files per rank
+ * when any is compressed or JSON Lines. Returns the error count (the same on every rank). */
+static int detect_kinds(corpus_set *c, const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
+  int rank, bad = 0;
+  MPI_Comm_rank(comm, &rank);
+  const cfg_prepare *pc = &cfg->prepare;
+  c->kind = util_calloc((size_t)c->nfiles + 1, 1, "input kinds");
+  c->jsonl = util_calloc((size_t)c->nfiles + 1, 1, "input kinds");
+  util_strlcpy(c->text_field, pc->text_field, sizeof c->text_field);
+  c->bad_fatal = !strcmp(pc->bad_records, "fatal");
+  for (int i = 0; rank == 0 && i < c->nfiles; i++) {
+    int k = reader_detect(c->path[i]);
+    if (k < 0 && ++bad) err_add(errs, c->path[i], 0, 0, "check the file's permissions", "cannot read: %s", strerror(errno));
+    c->kind[i] = (unsigned char)(k < 0 ? READER_PLAIN : k);
+    c->jsonl[i] = !strcmp(pc->format, "jsonl") || (!strcmp(pc->format, "auto") && jsonl_name(c->path[i]));
+  }
+  MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
+  MPI_Bcast(c->kind, c->nfiles, MPI_UNSIGNED_CHAR, 0, comm);
+  MPI_Bcast(c->jsonl, c->nfiles, MPI_UNSIGNED_CHAR, 0, comm);
+  for (int i = 0; i < c->nfiles; i++) c->whole_files |= c->kind[i] != READER_PLAIN || c->jsonl[i];
+  return bad;
+}
+
+/* Rank r takes the files that start in [r total / P, (r + 1) total / P) of the stream: contiguous,
+ * in order, balanced by size on disk. */
+static void whole_file_shares(corpus_set *c, int rank, int P) {
+  c->flo = c->fhi = 0;
+  for (int i = 0; i < c->nfiles; i++) {
+    int r = (int)((double)c->start[i] * P / (double)(c->total > 0 ? c->total : 1));
+    if (r < rank) c->flo = i + 1;
+    if (r <= rank) c->fhi = i + 1;
+  }
+  if (c->fhi < c->flo) c->fhi = c->flo;
+  c->lo = c->start[c->flo], c->hi = c->start[c->fhi];
+}
+
+const char *corpus_describe(const corpus_set *c, int nranks, char *buf, size_t len) {
+  int n[3] = {0, 0, 0}, nj = 0, busy = 0;
+  for (int i = 0; i < c->nfiles; i++) n[c->kind[i] < 3 ? c->kind[i] : 0]++, nj += c->jsonl[i];
+  int o = util_snprintf(buf, len, "%d file%s", c->nfiles, c->nfiles == 1 ? "" : "s");
+  for (int k = 0; k < 3 && o >= 0; k++)
+    if (n[k] && n[k] < c->nfiles) o += util_snprintf(buf + o, len - (size_t)o, ", %s %d", reader_kind_name((reader_kind)k), n[k]);
+    else if (n[k]) o += util_snprintf(buf + o, len - (size_t)o, ", %s", reader_kind_name((reader_kind)k));
+  if (nj && o >= 0) o += util_snprintf(buf + o, len - (size_t)o, nj == c->nfiles ? ", JSON Lines" : ", JSON Lines %d", nj);
+  if (!c->whole_files || o < 0) return buf;
+  for (int r = 0; r < nranks; r++) { /* ranks that take at least one file */
+    int first = -1;
+    for (int i = 0; i < c->nfiles && first < 0; i++)
+      if ((int)((double)c->start[i] * nranks / (double)(c->total > 0 ? c->total : 1)) == r) first = i;
+    busy += first >= 0;
+  }
+  util_snprintf(buf + o, len - (size_t)o, "; whole files per rank");
+  if (busy < nranks)
+    util_snprintf(buf + strlen(buf), len - strlen(buf), " (%d of %d ranks have none: give at least as many files as ranks)",
+                  nranks - busy, nranks);
+  return buf;
+}
+
 /* ---- open / close ------------------------------------------------------------------------------ */
 
 int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const char *key, const cfg_strlist *inputs,
@@ -257,6 +331,11 @@ int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const c
   c->total = c->start[nf];
   for (int i = 0; i < l.n; i++) free(l.path[i]);
   free(l.path), free(l.bytes);
+  if (detect_kinds(c, cfg, comm, errs) != 0) return 1;
+  if (c->whole_files) {
+    whole_file_shares(c, rank, P);
+    return 0;
+  }
   /* shares: from the first cut point at or after r * total / P */
   int isb;
   int64_t lo = rank == 0 ? 0 : find_cut(c, (int64_t)((double)c->total * rank / P), &isb);
@@ -271,7 +350,7 @@ int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const c
 
 void corpus_close(corpus_set *c) {
   for (int i = 0; i < c->nfiles; i++) free(c->path[i]);
-  free(c->path), free(c->bytes), free(c->start);
+  free(c->path), free(c->bytes), free(c->start), free(c->kind), free(c->jsonl);
   memset(c, 0, sizeof *c);
 }
 
@@ -309,7 +388,110 @@ static void split_block(const corpus_set *c, const char *buf, int64_t b0, int64_
   if (c->mode != CORPUS_DOC_LINE && doc < n) fn(buf + doc, n - doc, doc_begins, ends_at_b1, ctx);
 }
 
-int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, err_list *errs) {
+/* The last cut point q in (lo, n) of buf (decompressed bytes of one file, buf[i] its byte base + i)
+ * with the look-back boundary_in needs inside buf: 0 when there is none. */
+static size_t last_cut(const corpus_set *c, const char *buf, size_t n, size_t lo, int64_t base, int *is_boundary) {
+  const size_t look = strlen(c->separator) + 2;
+  for (size_t q = n - 1; q > look && q > lo; q--) {
+    if (buf[q - 1] != '\n') continue;
+    if ((*is_boundary = boundary_in(c, buf, base, base + (int64_t)q))) return q;
+    if (printable((unsigned char)buf[q - 2]) && printable((unsigned char)buf[q])) return q;
+  }
+  return 0;
+}
+
+/* A bad JSON Lines record at path:line: counted; the first named; with bad_records = 'fatal' an error. */
+static void bad_record(corpus_set *c, const char *path, long line, err_list *errs, const char *why) {
+  if (c->bad++ == 0) snprintf(c->first_bad, sizeof c->first_bad, "%s:%ld: %s", path, line, why);
+  if (c->bad_fatal)
+    err_add(errs, path, (int)(line < INT32_MAX ? line : 0), 0, "fix or drop the record, or set &prepare bad_records = 'skip'",
+            "bad JSON Lines record: %s", why);
+}
+
+/* One JSON Lines record (a line without its newline) to fn as a document. */
+static void json_record(corpus_set *c, const char *path, long line, const char *rec, size_t n, corpus_fn fn, void *ctx,
+                        err_list *errs) {
+  while (n && (rec[n - 1] == '\r' || rec[n - 1] == ' ' || rec[n - 1] == '\t')) n--;
+  size_t i = 0;
+  while (i < n && (rec[i] == ' ' || rec[i] == '\t')) i++;
+  if (i == n) return; /* a blank line is no record */
+  c->records++;
+  json_error_t je;
+  json_t *o = json_loadb(rec + i, n - i, 0, &je);
+  json_t *v = json_is_object(o) ? json_object_get(o, c->text_field) : NULL;
+  char why[400];
+  if (!o && (strstr(je.text, "UTF-8") || strstr(je.text, "decode")))
+    snprintf(why, sizeof why, "invalid UTF-8 (column %d)", je.column);
+  else if (!o) snprintf(why, sizeof why, "not JSON (column %d: %s)", je.column, je.text);
+  else if (!json_is_object(o)) snprintf(why, sizeof why, "not a JSON object");
+  else if (!v) snprintf(why, sizeof why, "no field '%.300s'", c->text_field);
+  else if (!json_is_string(v)) snprintf(why, sizeof why, "the field '%.300s' is not a string", c->text_field);
+  if (!json_is_string(v)) bad_record(c, path, line, errs, why);
+  else if (json_string_length(v)) fn(json_string_value(v), json_string_length(v), 1, 1, ctx);
+  json_decref(o);
+}
+
+/* Whole lines of buf [0, n) as records (all of it at the stream's end); returns the bytes used. */
+static size_t json_lines(corpus_set *c, const char *path, long *line, const char *buf, size_t n, int end, corpus_fn fn,
+                         void *ctx, err_list *errs) {
+  size_t at = 0;
+  for (;;) {
+    const char *nl = memchr(buf + at, '\n', n - at);
+    if (!nl && !(end && at < n)) return at;
+    size_t e = nl ? (size_t)(nl - buf) : n;
+    ++*line;
+    json_record(c, path, *line, buf + at, e - at, fn, ctx, errs);
+    at = nl ? e + 1 : n;
+  }
+}
+
+/* File f whole, through its reader: JSON Lines records, or text cut into pieces at cut points. */
+static int stream_file(corpus_set *c, int f, corpus_fn fn, void *ctx, err_list *errs) {
+  char why[256];
+  reader *r = reader_open(c->path[f], why, sizeof why);
+  if (!r) return err_add(errs, c->path[f], 0, 0, "check the file's permissions", "cannot read: %s", why), -1;
+  size_t cap = (size_t)CORPUS_BLOCK, n = 0;
+  char *buf = util_malloc(cap, "input block");
+  int64_t base = 0; /* file offset (decompressed) of buf[0] */
+  int begins = 1, rc = 0;
+  long line = 0;
+  for (;;) {
+    if (cap - n < (size_t)CORPUS_BLOCK / 2) buf = util_realloc(buf, cap *= 2, "input block");
+    ssize_t got = reader_read(r, buf + n, cap - n, why, sizeof why);
+    if (got < 0) {
+      err_add(errs, c->path[f], 0, 0, "the file is damaged or cut off; fetch it again", "cannot read: %s", why);
+      rc = -1;
+      break;
+    }
+    size_t old = n, used;
+    int isb = 1, end = got == 0;
+    n += (size_t)got;
+    if (c->jsonl[f]) {
+      used = json_lines(c, c->path[f], &line, buf, n, end, fn, ctx, errs);
+    } else {
+      used = end ? n : last_cut(c, buf, n, old > 2 ? old - 2 : 0, base, &isb);
+      if (used) split_block(c, buf, base, base + (int64_t)used, begins, end || isb, fn, ctx), begins = end || isb;
+    }
+    memmove(buf, buf + used, n - used);
+    n -= used, base += (int64_t)used;
+    if (end) break;
+  }
+  free(buf);
+  reader_close(r);
+  return rc;
+}
+
+/* Whole files [flo, fhi): every one read to its end, whatever its records hold. */
+static int each_whole_file(corpus_set *c, corpus_fn fn, void *ctx, err_list *errs) {
+  int rc = 0;
+  c->records = c->bad = 0;
+  c->first_bad[0] = '\0';
+  for (int f = c->flo; f < c->fhi && rc == 0; f++) rc = stream_file(c, f, fn, ctx, errs);
+  return rc == 0 && c->bad_fatal && c->bad ? -1 : rc;
+}
+
+int corpus_each(corpus_set *c, corpus_fn fn, void *ctx, err_list *errs) {
+  if (c->whole_files) return each_whole_file(c, fn, ctx, errs);
   int64_t pos = c->lo;
   int begins = 1;
   if (pos < c->hi) {

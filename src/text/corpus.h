@@ -9,7 +9,15 @@
  * boundary, or a line start where GPT-2's pre-tokenization is known to cut the same way as in the
  * whole text (the byte before the newline and the first byte of the line are both printable,
  * non-space ASCII). So tokenizing the shares separately gives exactly the tokens of the whole, for
- * any number of ranks. A document may be split across ranks; its parts arrive in rank order. */
+ * any number of ranks. A document may be split across ranks; its parts arrive in rank order.
+ *
+ * Compressed files (gzip, zstd: reader.h) and JSON Lines (&prepare format) cannot be entered in the
+ * middle: when the inputs hold any, each rank takes whole files instead, a contiguous run of them
+ * balanced by their sizes on disk (with fewer files than ranks, the ranks beyond them have nothing
+ * to do: the report says so). Files are decompressed as they are read and cut into pieces at the
+ * same cut points. In JSON Lines every line is a record and its text field one document; a record
+ * that is not a JSON object with that field as a string (jansson checks its UTF-8) is bad: counted
+ * and skipped, or reported with its file and line (&prepare bad_records). */
 #ifndef GREENLM_CORPUS_H
 #define GREENLM_CORPUS_H
 
@@ -32,6 +40,15 @@ typedef struct {
   char separator[CFG_STR_LEN];
   /* this rank's share [lo, hi) of the stream */
   int64_t lo, hi;
+  /* whole files per rank (compressed or JSON Lines inputs): this rank's files [flo, fhi) */
+  int whole_files, flo, fhi;
+  unsigned char *kind;  /* (nfiles) reader_kind */
+  unsigned char *jsonl; /* (nfiles) 1: JSON Lines */
+  char text_field[CFG_STR_LEN];
+  int bad_fatal;        /* &prepare bad_records = 'fatal' */
+  /* after corpus_each: this rank's JSON Lines records, those skipped as bad, the first bad one */
+  int64_t records, bad;
+  char first_bad[640];
 } corpus_set;
 
 /* Expand the inputs on rank 0 (every input must name at least one non-empty regular file; a
@@ -47,7 +64,10 @@ void corpus_close(corpus_set *c);
 typedef void (*corpus_fn)(const char *text, size_t len, int begins, int ends, void *ctx);
 
 /* Read this rank's share and call fn for its document pieces. Returns 0, or -1 after adding an
- * error when a file cannot be read (this rank only). */
-int corpus_each(const corpus_set *c, corpus_fn fn, void *ctx, err_list *errs);
+ * error when a file cannot be read or (bad_records = 'fatal') holds bad records (this rank only). */
+int corpus_each(corpus_set *c, corpus_fn fn, void *ctx, err_list *errs);
+/* "N files: gzip 3, zstd 2, plain 1; JSON Lines 5; whole files per rank (2 of 4 ranks have none)" into
+ * buf, for the reports. */
+const char *corpus_describe(const corpus_set *c, int nranks, char *buf, size_t len);
 
 #endif

@@ -319,6 +319,16 @@ static int write_splits(prep_job *j, err_list *errs) {
   return 0;
 }
 
+/* The job's JSON Lines records and bad ones (rec_all, from every rank's rec) and the first bad record
+ * of the lowest rank that met one (first). Collective. */
+static void first_bad_record(const prep_job *j, char *first, const int64_t rec[2], int64_t rec_all[2]) {
+  int who = rec[1] > 0 ? j->rank : j->P, lowest;
+  MPI_Allreduce(rec, rec_all, 2, MPI_INT64_T, MPI_SUM, j->comm);
+  MPI_Allreduce(&who, &lowest, 1, MPI_INT, MPI_MIN, j->comm);
+  memcpy(first, j->cs.first_bad, sizeof j->cs.first_bad);
+  if (lowest < j->P) MPI_Bcast(first, (int)sizeof j->cs.first_bad, MPI_CHAR, lowest, j->comm);
+}
+
 /* Throughput: bytes encoded per second of encoding, per rank and for the job (printed by rank 0). */
 static void report(const prep_job *j) {
   const prep_ctx *c = &j->c;
@@ -327,12 +337,18 @@ static void report(const prep_job *j) {
   MPI_Reduce(sec, sec_out, 1, MPI_DOUBLE, MPI_MAX, 0, j->comm);
   MPI_Reduce(sec + 1, sec_out + 1, 1, MPI_DOUBLE, MPI_SUM, 0, j->comm);
   MPI_Reduce(&bytes, &bytes_all, 1, MPI_INT64_T, MPI_SUM, 0, j->comm);
+  char first[sizeof j->cs.first_bad];
+  int64_t rec[2] = {j->cs.records, j->cs.bad}, rec_all[2];
+  first_bad_record(j, first, rec, rec_all);
   if (j->rank != 0) return;
-  char b1[32];
+  char b1[32], kinds[256];
   int P = j->P;
-  printf("prepare: %d file%s, %s, %lld document%s (%lld train, %lld validation), tokenizer %s\n", j->cs.nfiles,
-         j->cs.nfiles == 1 ? "" : "s", util_fmt_bytes((double)j->cs.total, b1, sizeof b1), (long long)j->ndocs,
-         j->ndocs == 1 ? "" : "s", (long long)(j->ndocs - j->nval), (long long)j->nval, j->tok.desc);
+  printf("prepare: %s, %s, %lld document%s (%lld train, %lld validation), tokenizer %s\n",
+         corpus_describe(&j->cs, P, kinds, sizeof kinds), util_fmt_bytes((double)j->cs.total, b1, sizeof b1),
+         (long long)j->ndocs, j->ndocs == 1 ? "" : "s", (long long)(j->ndocs - j->nval), (long long)j->nval, j->tok.desc);
+  if (rec_all[0] > 0)
+    printf("prepare: JSON Lines: %lld records, %lld bad and skipped%s%s\n", (long long)rec_all[0], (long long)rec_all[1],
+           rec_all[1] ? " (bad_records = 'skip'); the first: " : "", rec_all[1] ? first : "");
   printf("prepare: %s: %lld tokens; %s: %lld tokens\n", j->sp[0].path, (long long)j->sp[0].ntok,
          j->nval ? j->sp[1].path : "(no validation split)", (long long)j->sp[1].ntok);
   printf("prepare: encoded %.2f MB in %.2f s on %d rank%s: %.2f MB/s per rank, %.2f MB/s in all "
