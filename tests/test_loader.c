@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
   T_CHECK(data_open(&d, cfg, &tok, 32, &errs) == 0 && data_open(&e, cfg, &tok, 32, &errs) == 0, "reopen");
   uint64_t a[5], b[5];
   for (int s = 0; s < 30; s++) data_next_windows(&d, 5, a); /* run 30 steps, "checkpoint" the cursor */
-  data_seek(&e, d.epoch, d.pos);
+  data_seek(&e, 0, d.set[0].epoch, d.set[0].pos);
   int same = 1;
   for (int s = 0; s < 60; s++) { /* past an epoch boundary */
     data_next_windows(&d, 5, a);
