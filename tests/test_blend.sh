@@ -6,7 +6,9 @@
 #   - a run restarted from its step-6 checkpoint ends with bitwise the parameters of the run
 #     that went straight through, and has drawn the same windows from each dataset;
 #   - the end-of-run lines and verdict.json give each dataset's windows and realised share;
-#   - the blend's checkpoint is refused by a run on one of its datasets alone.
+#   - the blend's checkpoint is refused by a run on one of its datasets alone;
+#   - a weight count that is not the dataset count, a zero weight and a dataset listed twice are
+#     deck errors.
 . "$(dirname "$0")/lib.sh"
 out="$TEST_OUT/blend"
 rm -rf "$out"
@@ -63,4 +65,13 @@ greenlm --set "job.run_dir=$out/alone" --set checkpoint.restart=latest --set "da
   --set "data.train_weights=1" "$deck" > "$out/alone.out" 2>&1
 check "a run on one dataset of the blend took its checkpoint" [ $? -ne 0 ]
 check "no reason given for refusing the blend's checkpoint: $(tail -n 3 "$out/alone.out")" grep -q "trained on another dataset" "$out/alone.out"
+
+deck_error() { # deck_error MESSAGE --set ...: the deck with these overrides is refused with MESSAGE
+  msg=$1; shift
+  greenlm "$@" --set "job.run_dir=$out/bad" "$deck" > "$out/bad.out" 2>&1
+  check "not refused with '$msg': $(grep error "$out/bad.out" | head -n 2)" grep -q "$msg" "$out/bad.out"
+}
+deck_error "3 weights for 2 training datasets" --set data.train_weights=0.5,0.2,0.3
+deck_error "train_weights = 0 is out of range" --set data.train_weights=0,1
+deck_error "is listed twice (entries 1 and 2)" --set "data.train=$out/val.nc,$out/val.nc"
 finish
