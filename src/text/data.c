@@ -203,10 +203,13 @@ int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, i
   d->nsets = cfg->data.train.n;
   d->set = util_calloc((size_t)d->nsets, sizeof *d->set, "datasets");
   d->cum = util_calloc((size_t)d->nsets, sizeof *d->cum, "blend weights");
+  if (d->nsets == 0)
+    cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
+                 "no training dataset");
   for (int s = 0; s < d->nsets; s++) /* every dataset of a blend against the tokenizer, by name */
     open_checked(&d->set[s].file, cfg->data.train.v[s], cfg, tok, T, "train", errs);
   open_checked(&d->val, cfg->data.val, cfg, tok, T, "val", errs);
-  if (d->nsets == 0 || err_count(errs) > n0) {
+  if (err_count(errs) > n0) {
     close_files(d);
     return (int)(err_count(errs) - n0);
   }
