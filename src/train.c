@@ -237,10 +237,17 @@ static void print_header(train_job *j) {
   metrics_printf(out, "MFU basis: %.4g GFLOP per token (6N + 12LCT), peak %.1f GFLOP/s for the job (%s)\n",
                  j->flops_per_token / 1e9, j->peak_gflops, cfg->system.peak_gflops > 0 ? "from the deck" : "measured SGEMM, all ranks");
   const data_loader *d = &t->data;
-  metrics_printf(out, "data: %s: %lld tokens (%llu windows of %d+1); %s: %lld tokens; tokenizer %s; %s\n", cfg->data.train,
-                 (long long)d->train.ntokens, (unsigned long long)d->nwin, t->T, cfg->data.val, (long long)d->val.ntokens,
+  char names[2048] = "";
+  int v1 = d->val.sum_var < 0;
+  for (int s = 0, o = 0; s < d->nsets && o < (int)sizeof names - 1; s++) { /* a blend: each dataset with its weight */
+    o += snprintf(names + o, sizeof names - (size_t)o, d->nsets > 1 ? "%s%s x %.4g" : "%s%s", s ? " + " : "",
+                  d->set[s].file.path, d->set[s].weight);
+    v1 |= d->set[s].file.sum_var < 0;
+  }
+  metrics_printf(out, "data: %s: %lld tokens (%llu windows of %d+1); %s: %lld tokens; tokenizer %s; %s\n", names,
+                 (long long)data_train_tokens(d), (unsigned long long)d->nwin, t->T, cfg->data.val, (long long)d->val.ntokens,
                  t->tok.desc, !cfg->data.verify ? "headers checked (&data verify = .false.)"
-                 : d->train.sum_var >= 0 && d->val.sum_var >= 0 ? "every token id and checksum verified"
+                 : !v1 ? "every token id and checksum verified"
                  : "every token id verified (a dataset of format 1 has no checksums: prepare it again to add them)");
   for (int k = 0; k < ENERGY_NCOMP; k++)
     metrics_printf(out, "energy: %-4s %s, %s: %s\n", energy_component_name(k), energy_status_name(j->energy.src[k].status),
@@ -628,6 +635,27 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
 
 /* ---- the verdict ----------------------------------------------------------------------------------- */
 
+/* The windows drawn from each training dataset since step 0 against its weight: a line each, and
+ * verdict.json's "data_blend". */
+static void print_blend(train_job *j, json_t *v) {
+  const data_loader *d = &j->t->data;
+  double all = (double)data_drawn_all(d);
+  json_t *a = json_array();
+  for (int s = 0; s < d->nsets; s++) {
+    double n = (double)data_drawn(d, s), share = all > 0 ? n / all : 0.0;
+    metrics_printf(&j->out, "data: %s: %.0f windows since step 0 (%.2f epochs), share %.4f of weight %.4f\n",
+                   d->set[s].file.path, n, n / (double)d->set[s].nwin, share, d->set[s].weight);
+    json_t *e = json_object();
+    json_object_set_new(e, "path", json_string(d->set[s].file.path));
+    json_object_set_new(e, "weight", json_real(d->set[s].weight));
+    json_object_set_new(e, "windows", json_integer((json_int_t)n));
+    json_object_set_new(e, "epochs", json_real(n / (double)d->set[s].nwin));
+    json_object_set_new(e, "share", json_real(share));
+    json_array_append_new(a, e);
+  }
+  json_object_set_new(v, "data_blend", a);
+}
+
 /* The end-of-run verdict: lines, verdict.json and report.json (rank 0), after the collective
  * gather of the parameters (their hash) and the last energy sample. Returns 0, or -1 when a file
  * could not be written (an error added). */
@@ -656,6 +684,7 @@ static int verdict(train_job *j, err_list *errs) {
     char b[2][32];
     metrics_printf(out, "memory: peak resident %s on the fullest rank; planned buffers %s on the fullest rank\n",
                    util_fmt_bytes(most[0], b[0], 32), util_fmt_bytes(most[1], b[1], 32));
+    print_blend(j, v);
     json_object_set_new(v, "peak_rss_bytes", json_real(most[0]));
     json_object_set_new(v, "planned_bytes", json_real(most[1]));
     if (j->t->lay.tp > 1)

@@ -146,6 +146,7 @@ static const char *type_name(cfg_type t) {
   case CFG_T_BOOL: return "logical";
   case CFG_T_STR: return "string";
   case CFG_T_STRLIST: return "list of strings";
+  case CFG_T_REALLIST: return "list of reals";
   }
   return "?";
 }
@@ -190,7 +191,8 @@ typedef struct {
             (a)->key->name, q_, __VA_ARGS__);                                                      \
   } while (0)
 
-static void assign_number(assign_ctx *a, const nml_value *v) {
+/* One number checked against the key's type and range into out (a long or a double). Returns 0 or -1. */
+static int number_value(assign_ctx *a, const nml_value *v, void *out) {
   cfg_interval iv;
   int has_iv = parse_interval(a->key->range, &iv) == 0, is_int = a->key->type == CFG_T_INT;
   if (is_int && (v->kind == NML_BOOL || v->kind == NML_STR ||
@@ -200,10 +202,12 @@ static void assign_number(assign_ctx *a, const nml_value *v) {
     assign_error(a, v, ": expected a real number, got '%s'%s", "");
   else if (has_iv && !in_interval(v->r, &iv))
     assign_error(a, v, " = %s is out of range %s", a->key->range);
-  else if (is_int)
-    *(long *)field(a->cfg, a->k) = v->kind == NML_INT ? (long)v->i : (long)v->r;
-  else
-    *(double *)field(a->cfg, a->k) = v->r;
+  else {
+    if (is_int) *(long *)out = v->kind == NML_INT ? (long)v->i : (long)v->r;
+    else *(double *)out = v->r;
+    return 0;
+  }
+  return -1;
 }
 
 /* One string value (of a string, or an entry of a list) checked and canonicalised into out. */
@@ -236,9 +240,17 @@ static void assign_list(assign_ctx *a) {
             CFG_LIST_MAX, e->nvals);
     return;
   }
+  int bad = 0;
+  if (a->key->type == CFG_T_REALLIST) {
+    cfg_reallist tmp = {0};
+    for (int i = 0; i < e->nvals; i++)
+      if (number_value(a, &e->vals[i], &tmp.v[tmp.n]) == 0) tmp.n++;
+      else bad = 1;
+    if (!bad) *(cfg_reallist *)field(a->cfg, a->k) = tmp;
+    return;
+  }
   cfg_strlist tmp;
   memset(&tmp, 0, sizeof tmp);
-  int bad = 0;
   for (int i = 0; i < e->nvals; i++)
     if (string_value(a, &e->vals[i], 1, tmp.v[tmp.n]) == 0) tmp.n++;
     else bad = 1;
@@ -251,10 +263,11 @@ static int assign(cfg_config *cfg, int k, const nml_entry *e, const char *group,
   key_hint(k, a.hint, sizeof a.hint);
   long n0 = err_count(errs);
   const nml_value *v = &e->vals[0];
-  if (a.key->type != CFG_T_STRLIST && e->nvals != 1)
+  int list = a.key->type == CFG_T_STRLIST || a.key->type == CFG_T_REALLIST;
+  if (!list && e->nvals != 1)
     err_add(errs, e->file, e->line, e->col, a.hint, "&%s %s: takes one value, got %d", group, a.key->name, e->nvals);
   else if (a.key->type == CFG_T_INT || a.key->type == CFG_T_REAL)
-    assign_number(&a, v);
+    number_value(&a, v, field(cfg, k));
   else if (a.key->type == CFG_T_BOOL && v->kind != NML_BOOL)
     assign_error(&a, v, ": expected .true. or .false., got '%s'%s", "");
   else if (a.key->type == CFG_T_BOOL)
@@ -446,7 +459,7 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
                    "documents = 'separator_line' needs a separator");
   }
   if (cfg_has_task(cfg, "train")) {
-    if (!cfg->data.train[0] && !cfg->prepare.train_out[0])
+    if (!cfg->data.train.n && !cfg->prepare.train_out[0])
       cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
                    "task 'train' needs a training dataset");
     if (!cfg->data.val[0] && !cfg->prepare.val_out[0])
@@ -487,6 +500,20 @@ static void check_tensor_parallel(cfg_config *cfg, err_list *errs) {
     cfg_error_at(cfg, errs, "eval", "during_training", "score the benchmarks with the 'eval' task after training, or train "
                  "with tensor_parallel = 1", "benchmarks during training need the whole model on every rank; "
                  "tensor_parallel = %ld", T);
+}
+
+/* A blend of training datasets: one weight per dataset when weights are given, no dataset twice. */
+static void check_data(const cfg_config *cfg, err_list *errs) {
+  const cfg_data *d = &cfg->data;
+  if (d->train_weights.n && d->train_weights.n != (d->train.n ? d->train.n : 1))
+    cfg_error_at(cfg, errs, "data", "train_weights", "give one weight per dataset of &data train, or none to weight "
+                 "each by its size", "%d weights for %d training dataset%s", d->train_weights.n,
+                 d->train.n ? d->train.n : 1, d->train.n > 1 ? "s" : "");
+  for (int i = 0; i < d->train.n; i++)
+    for (int j = 0; j < i; j++)
+      if (strcmp(d->train.v[i], d->train.v[j]) == 0)
+        cfg_error_at(cfg, errs, "data", "train", "list each dataset once; its weight sets how often it is drawn",
+                     "'%s' is listed twice (entries %d and %d)", d->train.v[i], j + 1, i + 1);
 }
 
 static void check_consistency(cfg_config *cfg, err_list *errs) {
@@ -541,6 +568,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
     cfg_error_at(cfg, errs, "model", "vocab_size", "the 'bytes' tokenizer needs vocab_size >= 256",
                  "vocab_size = %ld is smaller than the 256 byte tokens of &tokenizer kind = 'bytes'", m->vocab_size);
   check_tasks(cfg, errs);
+  check_data(cfg, errs);
   if (cfg->sample.top_k > m->vocab_size)
     cfg_error_at(cfg, errs, "sample", "top_k", "top_k must not exceed &model vocab_size (0 means all tokens)",
                  "top_k = %ld exceeds vocab_size = %ld", cfg->sample.top_k, m->vocab_size);
@@ -570,8 +598,9 @@ static void derive(cfg_config *cfg) {
     cfg->model.n_inner = 4 * cfg->model.n_embd;
     set_derived(cfg, "model", "n_inner", "model", "n_embd");
   }
-  if (!cfg->data.train[0] && cfg->prepare.train_out[0]) {
-    util_strlcpy(cfg->data.train, cfg->prepare.train_out, sizeof cfg->data.train);
+  if (!cfg->data.train.n && cfg->prepare.train_out[0]) {
+    util_strlcpy(cfg->data.train.v[0], cfg->prepare.train_out, sizeof cfg->data.train.v[0]);
+    cfg->data.train.n = 1;
     set_derived(cfg, "data", "train", "prepare", "train_out");
   }
   if (!cfg->data.val[0] && cfg->prepare.val_out[0]) {
@@ -812,6 +841,17 @@ static void format_value(const cfg_config *cfg, int k, char *out, int len) {
     }
     break;
   }
+  case CFG_T_REALLIST: {
+    const cfg_reallist *l = p;
+    int o = 0;
+    out[0] = '\0';
+    for (int i = 0; i < l->n && o < len - 40; i++) {
+      char w[64];
+      nml_format_real(l->v[i], w, sizeof w);
+      o += snprintf(out + o, (size_t)(len - o), "%s%s", i ? ", " : "", w);
+    }
+    break;
+  }
   }
 }
 
@@ -838,7 +878,8 @@ void cfg_write_deck(const cfg_config *cfg, FILE *fp, const char *header) {
       format_value(cfg, k, v, sizeof v);
       const cfg_origin *o = &cfg->origin[k];
       const char *mark = o->derived ? "  ! derived" : !o->file[0] ? "  ! default" : "";
-      if (cfg_key_table[k].type == CFG_T_STRLIST && ((const cfg_strlist *)cfield(cfg, k))->n == 0)
+      if ((cfg_key_table[k].type == CFG_T_STRLIST && ((const cfg_strlist *)cfield(cfg, k))->n == 0) ||
+          (cfg_key_table[k].type == CFG_T_REALLIST && ((const cfg_reallist *)cfield(cfg, k))->n == 0))
         fprintf(fp, "  ! %-*s   (empty list)%s\n", w, cfg_key_table[k].name, mark); /* a namelist cannot say "empty" */
       else
         fprintf(fp, "  %-*s = %s%s\n", w, cfg_key_table[k].name, v, mark);

@@ -22,6 +22,11 @@ typedef struct {
   char v[CFG_LIST_MAX][CFG_ITEM_LEN];
 } cfg_strlist;
 
+typedef struct {
+  int n;
+  double v[CFG_LIST_MAX];
+} cfg_reallist;
+
 /* ---- the groups ------------------------------------------------------------------------------ */
 
 #define CFG_GROUP_JOB(X, g)                                                                           \
@@ -85,7 +90,8 @@ typedef struct {
   X(g, STR, val_out, "''", "", "Validation dataset to write (NetCDF)")
 
 #define CFG_GROUP_DATA(X, g)                                                                       \
-  X(g, STR, train, "''", "", "Training dataset (NetCDF, from the 'prepare' task); empty means &prepare train_out") \
+  X(g, STRLIST, train, "", "", "Training datasets (NetCDF, from the 'prepare' task); several make a blend, each drawn with its share train_weights (doc/data.md); empty means &prepare train_out") \
+  X(g, REALLIST, train_weights, "", "(0, inf)", "Share of the training windows drawn from each dataset of train, in its order (normalised to sum 1); empty weights each dataset by its size (its windows of seq_len + 1 tokens)") \
   X(g, STR, val, "''", "", "Validation dataset; empty means &prepare val_out")                       \
   X(g, BOOL, verify, ".true.", "", "Read the datasets once at start-up, shared among the ranks, and check every token id against the vocabulary and every block of 2^20 tokens against its checksum; .false. checks the headers and the file sizes only")
 
@@ -208,6 +214,7 @@ typedef struct {
 #define CFG_FIELD_BOOL(n) int n;
 #define CFG_FIELD_STR(n) char n[CFG_STR_LEN];
 #define CFG_FIELD_STRLIST(n) cfg_strlist n;
+#define CFG_FIELD_REALLIST(n) cfg_reallist n;
 #define CFG_FIELD(g, type, n, def, range, doc) CFG_FIELD_##type(n)
 #define CFG_STRUCT(gname, GMACRO, gdoc) typedef struct { GMACRO(CFG_FIELD, gname) } cfg_##gname;
 CFG_GROUPS(CFG_STRUCT)
@@ -218,7 +225,7 @@ CFG_GROUPS(CFG_STRUCT)
 enum { CFG_NKEYS = 0 CFG_GROUPS(CFG_GROUP_COUNT) };
 #undef CFG_GROUP_COUNT
 
-typedef enum { CFG_T_INT, CFG_T_REAL, CFG_T_BOOL, CFG_T_STR, CFG_T_STRLIST } cfg_type;
+typedef enum { CFG_T_INT, CFG_T_REAL, CFG_T_BOOL, CFG_T_STR, CFG_T_STRLIST, CFG_T_REALLIST } cfg_type;
 
 typedef struct {
   const char *name;

@@ -13,7 +13,9 @@
 static int open_dataset(data_loader *d, const infer_model *im, const char *path, int T, err_list *errs) {
   cfg_config *c = util_malloc(sizeof *c, "configuration");
   memcpy(c, im->cfg, sizeof *c);
-  util_strlcpy(c->data.train, path, sizeof c->data.train);
+  util_strlcpy(c->data.train.v[0], path, sizeof c->data.train.v[0]);
+  c->data.train.n = 1;
+  c->data.train_weights.n = 0;
   util_strlcpy(c->data.val, path, sizeof c->data.val);
   int e0 = errs->n, n = data_open(d, c, &im->tok, T, errs);
   cfg_relocate(im->cfg, errs, e0, "eval", "val");

@@ -462,21 +462,30 @@ typedef struct {
   char tokenizer_hash[32], dataset[32]; /* dataset: the training dataset's identity (data.h), hex */
   int comm_nlevels;                     /* the compressed exchange's adaptive levels, when it has them */
   float comm_levels[128];
+  int nblend;                           /* a blend: windows drawn from each dataset (position: their sum) */
+  long long blend[CFG_LIST_MAX];
 } run_state;
 
 static void state_of(const ckpt_state *s, run_state *r) {
   memset(r, 0, sizeof *r);
   r->step = s->step;
   r->tokens = s->tokens;
-  r->epoch = s->data ? s->data->epoch : 0;
-  r->position = s->data ? (long long)s->data->pos : 0;
+  const data_loader *d = s->data;
+  if (d && d->nsets > 1) { /* a blend: its datasets' cursors, the position their sum */
+    r->nblend = d->nsets;
+    for (int k = 0; k < d->nsets; k++) r->blend[k] = (long long)data_drawn(d, k);
+    r->position = (long long)data_drawn_all(d);
+  } else if (d) {
+    r->epoch = d->set[0].epoch;
+    r->position = (long long)d->set[0].pos;
+  }
   r->seed = s->cfg->job.seed;
   r->loss_scale = s->loss_scale;
   util_strlcpy(r->tokenizer_hash, s->tokenizer_hash ? s->tokenizer_hash : "", sizeof r->tokenizer_hash);
-  r->dataset_tokens = s->data ? s->data->train.ntokens : 0;
+  r->dataset_tokens = d ? data_train_tokens(d) : 0;
   r->comm_nlevels = s->comm_nlevels;
   memcpy(r->comm_levels, s->comm_levels, sizeof r->comm_levels);
-  util_snprintf(r->dataset, sizeof r->dataset, "%016llx", s->data ? (unsigned long long)s->data->train.identity : 0ULL);
+  util_snprintf(r->dataset, sizeof r->dataset, "%016llx", d ? (unsigned long long)data_identity(d) : 0ULL);
 }
 
 /* FNV-1a over the fields in a fixed order (the doubles by their bits), so one flipped bit in any of
@@ -488,6 +497,7 @@ static uint64_t state_checksum(const run_state *r) {
   h = util_hash64(reals, sizeof reals, h);
   h = util_hash64(r->tokenizer_hash, strlen(r->tokenizer_hash), h);
   if (r->comm_nlevels > 0) h = util_hash64(r->comm_levels, (size_t)r->comm_nlevels * sizeof(float), h);
+  if (r->nblend > 0) h = util_hash64(r->blend, (size_t)r->nblend * sizeof r->blend[0], h);
   return util_hash64(r->dataset, strlen(r->dataset), h);
 }
 
@@ -505,6 +515,8 @@ static int put_state(int nc, const run_state *r) {
   rc |= put_i64(nc, "train_dataset_tokens", r->dataset_tokens);
   if (r->comm_nlevels > 0)
     rc |= ncmpi_put_att_float(nc, NC_GLOBAL, "comm_levels", NC_FLOAT, r->comm_nlevels, r->comm_levels);
+  if (r->nblend > 0)
+    rc |= ncmpi_put_att_longlong(nc, NC_GLOBAL, "data_blend_windows", NC_INT64, r->nblend, r->blend);
   rc |= put_text(nc, NC_GLOBAL, "state_checksum", sum);
   return rc;
 }
@@ -531,6 +543,11 @@ static int get_state(int nc, run_state *r, char *sum, size_t len) {
     bad |= type != NC_FLOAT || n < 2 || n > 128;
     if (!bad) bad |= ncmpi_get_att_float(nc, NC_GLOBAL, "comm_levels", r->comm_levels) != NC_NOERR;
     r->comm_nlevels = bad ? 0 : (int)n;
+  }
+  if (ncmpi_inq_att(nc, NC_GLOBAL, "data_blend_windows", &type, &n) == NC_NOERR) { /* a blend's cursors */
+    bad |= type != NC_INT64 || n < 2 || n > CFG_LIST_MAX;
+    if (!bad) bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_blend_windows", r->blend) != NC_NOERR;
+    r->nblend = bad ? 0 : (int)n;
   }
   return bad ? -1 : 0;
 }
@@ -921,6 +938,26 @@ static const char DAMAGED_HINT[] = "the file is damaged; restart from an older c
 static const char MISMATCH_HINT[] = "restart with the deck, tokenizer and datasets that made the checkpoint, or start a "
                                     "new run without &checkpoint restart";
 
+/* A blend's cursors that cannot be: negative, or not summing to the position. */
+static int blend_damaged(const run_state *r) {
+  long long sum = 0;
+  for (int k = 0; k < r->nblend; k++) {
+    if (r->blend[k] < 0) return 1;
+    sum += r->blend[k];
+  }
+  return r->nblend > 0 && (sum != r->position || r->epoch != 0);
+}
+
+/* The loader moved to the state's cursor: the dataset's, or each of a blend's. */
+static void seek_state(data_loader *d, const run_state *r) {
+  if (r->nblend == 0) {
+    data_seek(d, 0, (long)r->epoch, (uint64_t)r->position);
+    return;
+  }
+  for (int k = 0; k < d->nsets; k++)
+    data_seek(d, k, (long)((uint64_t)r->blend[k] / d->set[k].nwin), (uint64_t)r->blend[k] % d->set[k].nwin);
+}
+
 /* The run state against its checksum, its bounds and this run's deck, tokenizer and data. Every
  * problem is an error at the file; *damaged says whether the file itself is at fault. */
 static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, err_list *errs) {
@@ -932,16 +969,17 @@ static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, e
     return;
   }
   util_snprintf(want, sizeof want, "%016llx", (unsigned long long)state_checksum(&r));
-  uint64_t nwin = s->data ? s->data->nwin : 0;
+  uint64_t nwin = s->data ? s->data->set[0].nwin : 0;
+  int single = s->data && s->data->nsets == 1 && r.nblend == 0;
   if (sum[0] && strcmp(sum, want) != 0) {
     err_add(errs, path, 0, 0, DAMAGED_HINT, "the run state does not match its checksum (%s, computed %s)", sum, want);
     *damaged = 1;
   } else if (r.step < 0 || r.step > (1LL << 53) || !(r.tokens >= 0 && r.tokens < 1e300) || r.epoch < 0 ||
-             r.position < 0 || (s->data && (uint64_t)r.position > nwin) || !(r.loss_scale > 0 && r.loss_scale <= 1e300)) {
+             r.position < 0 || (single && (uint64_t)r.position > nwin) || blend_damaged(&r) || !(r.loss_scale > 0 && r.loss_scale <= 1e300)) {
     err_add(errs, path, 0, 0, MISMATCH_HINT, "the run state is out of bounds: step %lld, tokens %g, loader at window %lld "
             "of epoch %lld (the dataset has %llu windows), loss scale %g", r.step, r.tokens, r.position, r.epoch,
             (unsigned long long)nwin, r.loss_scale);
-    *damaged = !s->data || r.dataset_tokens == s->data->train.ntokens; /* same data: the numbers are damaged */
+    *damaged = !s->data || r.dataset_tokens == data_train_tokens(s->data); /* same data: the numbers are damaged */
   }
   if (*damaged) return;
   run_state now;
@@ -954,14 +992,17 @@ static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, e
             "follows it)", r.seed, now.seed);
   if (r.dataset[0] && s->data && (r.dataset_tokens != now.dataset_tokens || strcmp(r.dataset, now.dataset) != 0))
     err_add(errs, path, 0, 0, MISMATCH_HINT, "the checkpoint was trained on another dataset (%lld tokens, identity %s); "
-            "&data train '%s' has %lld tokens, identity %s", r.dataset_tokens, r.dataset, s->cfg->data.train,
-            now.dataset_tokens, now.dataset);
+            "&data train '%s'%s has %lld tokens, identity %s", r.dataset_tokens, r.dataset, s->cfg->data.train.v[0],
+            s->cfg->data.train.n > 1 ? " and the rest of its blend" : "", now.dataset_tokens, now.dataset);
+  if (s->data && r.nblend != now.nblend)
+    err_add(errs, path, 0, 0, MISMATCH_HINT, "the checkpoint was trained on %d dataset%s; &data train lists %d",
+            r.nblend ? r.nblend : 1, r.nblend ? "s" : "", s->data->nsets);
   s->step = (long)r.step;
   s->tokens = r.tokens;
   s->loss_scale = r.loss_scale;
   s->comm_nlevels = r.comm_nlevels;
   memcpy(s->comm_levels, r.comm_levels, sizeof s->comm_levels);
-  if (s->data) data_seek(s->data, (long)r.epoch, (uint64_t)r.position);
+  if (s->data && r.nblend == now.nblend) seek_state(s->data, &r);
 }
 
 /* Open the file and check that it is a greenlm checkpoint of a format this greenlm reads. */

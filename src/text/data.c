@@ -123,14 +123,16 @@ static int open_file(data_file *f, const char *path, err_list *errs) {
   return 0;
 }
 
-static void shuffle_epoch(data_loader *d) {
+/* Dataset s's order of its epoch: the stream (seed, RNG_DATA, epoch + s 2^32), the first dataset's
+ * that of the loader without a blend. */
+static void shuffle_epoch(data_set *b, int s, uint64_t seed) {
   rng_state r;
-  rng_seed(&r, d->seed, RNG_DATA, (uint64_t)d->epoch);
-  for (uint64_t i = 0; i < d->nwin; i++) d->perm[i] = i;
-  for (uint64_t i = d->nwin; i > 1; i--) {
-    uint64_t j = rng_below(&r, i), t = d->perm[i - 1];
-    d->perm[i - 1] = d->perm[j];
-    d->perm[j] = t;
+  rng_seed(&r, seed, RNG_DATA, (uint64_t)b->epoch + ((uint64_t)s << 32));
+  for (uint64_t i = 0; i < b->nwin; i++) b->perm[i] = i;
+  for (uint64_t i = b->nwin; i > 1; i--) {
+    uint64_t j = rng_below(&r, i), t = b->perm[i - 1];
+    b->perm[i - 1] = b->perm[j];
+    b->perm[j] = t;
   }
 }
 
@@ -151,33 +153,69 @@ static void check_fit(const data_file *f, const cfg_config *cfg, const tok_token
                  "'%s' has %lld tokens, fewer than one window of seq_len + 1 = %d", f->path, (long long)f->ntokens, T + 1);
 }
 
+/* Close what data_open opened and forget it. */
+static void close_files(data_loader *d) {
+  for (int s = 0; s < d->nsets; s++)
+    if (d->set[s].file.path[0]) ncmpi_close(d->set[s].file.ncid);
+  if (d->val.path[0]) ncmpi_close(d->val.ncid);
+  for (int s = 0; s < d->nsets; s++) free(d->set[s].perm);
+  free(d->set);
+  free(d->cum);
+  memset(d, 0, sizeof *d);
+}
+
+/* Open dataset path as f, checked against the tokenizer and the model; errors at &data key. */
+static int open_checked(data_file *f, const char *path, const cfg_config *cfg, const tok_tokenizer *tok, int T,
+                        const char *key, err_list *errs) {
+  int e0 = errs->n;
+  if (open_file(f, path, errs) != 0) {
+    memset(f, 0, sizeof *f);
+    cfg_relocate(cfg, errs, e0, "data", key);
+    return -1;
+  }
+  check_fit(f, cfg, tok, T, key, errs);
+  return 0;
+}
+
+/* The sets' windows, numbering, normalised weights (the deck's, or their windows) and first epoch. */
+static void blend_weights(data_loader *d, const cfg_data *c) {
+  double sum = 0, acc = 0;
+  for (int s = 0; s < d->nsets; s++) {
+    data_set *b = &d->set[s];
+    b->nwin = (uint64_t)(b->file.ntokens - 1) / (uint64_t)d->T;
+    b->first = d->nwin;
+    d->nwin += b->nwin;
+    b->weight = c->train_weights.n ? c->train_weights.v[s] : (double)b->nwin;
+    sum += b->weight;
+    b->perm = util_malloc(b->nwin * sizeof *b->perm, "window order");
+    shuffle_epoch(b, s, d->seed);
+  }
+  for (int s = 0; s < d->nsets; s++) {
+    d->set[s].weight /= sum;
+    acc += d->set[s].weight;
+    d->cum[s] = s == d->nsets - 1 ? 1.0 : acc;
+  }
+}
+
 int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, err_list *errs) {
   memset(d, 0, sizeof *d);
   long n0 = err_count(errs);
-  const char *key[2] = {"train", "val"};
-  data_file *f[2] = {&d->train, &d->val};
-  const char *path[2] = {cfg->data.train, cfg->data.val};
-  int opened[2] = {0, 0};
-  for (int s = 0; s < 2; s++) {
-    int e0 = errs->n;
-    if (open_file(f[s], path[s], errs) != 0) {
-      cfg_relocate(cfg, errs, e0, "data", key[s]);
-      continue;
-    }
-    opened[s] = 1;
-    check_fit(f[s], cfg, tok, T, key[s], errs);
-  }
+  d->nsets = cfg->data.train.n;
+  d->set = util_calloc((size_t)d->nsets, sizeof *d->set, "datasets");
+  d->cum = util_calloc((size_t)d->nsets, sizeof *d->cum, "blend weights");
+  if (d->nsets == 0)
+    cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
+                 "no training dataset");
+  for (int s = 0; s < d->nsets; s++) /* every dataset of a blend against the tokenizer, by name */
+    open_checked(&d->set[s].file, cfg->data.train.v[s], cfg, tok, T, "train", errs);
+  open_checked(&d->val, cfg->data.val, cfg, tok, T, "val", errs);
   if (err_count(errs) > n0) {
-    for (int s = 0; s < 2; s++)
-      if (opened[s]) ncmpi_close(f[s]->ncid);
-    memset(d, 0, sizeof *d);
+    close_files(d);
     return (int)(err_count(errs) - n0);
   }
   d->T = T;
   d->seed = (uint64_t)cfg->job.seed;
-  d->nwin = (uint64_t)(d->train.ntokens - 1) / (uint64_t)T;
-  d->perm = util_malloc(d->nwin * sizeof *d->perm, "window order");
-  shuffle_epoch(d);
+  blend_weights(d, &cfg->data);
   return 0;
 }
 
@@ -257,38 +295,74 @@ int data_verify(data_loader *d, MPI_Comm comm, err_list *errs) {
   int rank, P, bad = 0, any;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
-  data_file *f[2] = {&d->train, &d->val};
-  for (int s = 0; s < 2; s++) {
-    bad += verify_blocks(f[s], rank, P, errs);
-    bad += verify_docs(f[s], rank, P, comm, errs);
+  for (int s = 0; s <= d->nsets; s++) {
+    data_file *f = s < d->nsets ? &d->set[s].file : &d->val;
+    bad += verify_blocks(f, rank, P, errs);
+    bad += verify_docs(f, rank, P, comm, errs);
   }
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_SUM, comm);
   return any;
 }
 
-void data_close(data_loader *d) {
-  if (d->perm) {
-    ncmpi_close(d->train.ncid);
-    ncmpi_close(d->val.ncid);
-  }
-  free(d->perm);
-  memset(d, 0, sizeof *d);
+void data_close(data_loader *d) { close_files(d); }
+
+void data_seek(data_loader *d, int s, long epoch, uint64_t pos) {
+  data_set *b = &d->set[s];
+  b->epoch = epoch;
+  b->pos = pos;
+  shuffle_epoch(b, s, d->seed);
 }
 
-void data_seek(data_loader *d, long epoch, uint64_t pos) {
-  d->epoch = epoch;
-  d->pos = pos;
-  shuffle_epoch(d);
+uint64_t data_drawn(const data_loader *d, int s) {
+  return (uint64_t)d->set[s].epoch * d->set[s].nwin + d->set[s].pos;
+}
+
+uint64_t data_drawn_all(const data_loader *d) {
+  uint64_t n = 0;
+  for (int s = 0; s < d->nsets; s++) n += data_drawn(d, s);
+  return n;
+}
+
+uint64_t data_identity(const data_loader *d) {
+  if (d->nsets == 1) return d->set[0].file.identity;
+  uint64_t h = 0x626c656e64ULL; /* "blend" */
+  for (int s = 0; s < d->nsets; s++) {
+    h = util_hash64(&d->set[s].file.identity, sizeof d->set[s].file.identity, h);
+    h = util_hash64(&d->set[s].weight, sizeof d->set[s].weight, h);
+  }
+  return h;
+}
+
+int64_t data_train_tokens(const data_loader *d) {
+  int64_t n = 0;
+  for (int s = 0; s < d->nsets; s++) n += d->set[s].file.ntokens;
+  return n;
+}
+
+/* The dataset window n of the run comes from: where u_n falls among the cumulative weights. */
+static int blend_pick(const data_loader *d, uint64_t n) {
+  if (d->nsets == 1) return 0;
+  double u = (double)(rng_hash(rng_hash(d->seed, 0x626c656e64ULL), n) >> 11) * 0x1p-53;
+  int lo = 0, hi = d->nsets - 1;
+  while (lo < hi) { /* the first s with u < cum[s] */
+    int mid = (lo + hi) / 2;
+    if (u < d->cum[mid]) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }
 
 void data_next_windows(data_loader *d, long G, uint64_t *win) {
+  uint64_t n = data_drawn_all(d);
   for (long i = 0; i < G; i++) {
-    if (d->pos == d->nwin) {
-      d->epoch++;
-      d->pos = 0;
-      shuffle_epoch(d);
+    int s = blend_pick(d, n + (uint64_t)i);
+    data_set *b = &d->set[s];
+    if (b->pos == b->nwin) {
+      b->epoch++;
+      b->pos = 0;
+      shuffle_epoch(b, s, d->seed);
     }
-    win[i] = d->perm[d->pos++];
+    win[i] = b->first + b->perm[b->pos++];
   }
 }
 
@@ -318,7 +392,13 @@ static void read_windows(data_file *f, const uint64_t *w, int n, int T, int32_t 
 }
 
 void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens, int32_t *targets) {
-  read_windows(&d->train, win, n, d->T, tokens, targets);
+  uint64_t w;
+  for (int i = 0; i < n; i++) { /* window by window: a step's windows come from any of the datasets */
+    int s = d->nsets - 1;
+    while (s > 0 && win[i] < d->set[s].first) s--;
+    w = win[i] - d->set[s].first;
+    read_windows(&d->set[s].file, &w, 1, d->T, tokens + (size_t)i * d->T, targets + (size_t)i * d->T);
+  }
 }
 
 uint64_t data_val_windows(const data_loader *d) { return (uint64_t)(d->val.ntokens - 1) / (uint64_t)d->T; }

@@ -21,6 +21,14 @@
  * sequences per global batch); a rank reads only the windows it is given, from the file. The
  * cursor (epoch, position) is all the state there is, so a restarted run continues exactly.
  *
+ * A blend of several training datasets (doc/data.md): window n of the run (counted from step 0)
+ * comes from the dataset s whose interval [c_s-1, c_s) of the cumulative normalised weights holds
+ * u_n = rng_hash(seed, n) / 2^64, and is that dataset's next window in its own shuffle (seed, its
+ * index, epoch). So the choice depends on (seed, n) only, the same on every rank for any layout,
+ * and the windows drawn from each dataset (data_set.drawn) are all the state there is. One dataset
+ * is never hashed: its windows are exactly those of the loader without a blend. Window ids number
+ * the datasets' windows one dataset after the other (set s's first is data_set.first).
+ *
  * Nothing read from a dataset is trusted: the header is checked against the file's length, the
  * tokenizer and the model; data_verify reads every token once (shared among the ranks) against
  * the vocabulary and the block checksums; every window read is checked against the vocabulary. */
@@ -54,16 +62,25 @@ typedef struct {
   uint64_t identity; /* hash of the token count and the block checksums: which data this is */
 } data_file;
 
+/* One training dataset of the blend, with its own shuffle and cursor. */
 typedef struct {
-  data_file train, val;
+  data_file file;
+  double weight;     /* normalised share of the windows drawn from it */
+  uint64_t nwin;     /* its windows of T+1 tokens */
+  uint64_t first;    /* id of its first window in the blend's numbering */
+  long epoch;        /* cursor: its epoch and position in that epoch's order */
+  uint64_t pos;
+  uint64_t *perm;    /* its windows in this epoch's order (nwin) */
+} data_set;
+
+typedef struct {
+  data_set *set; /* the training datasets (nsets), in the deck's order */
+  int nsets;
+  data_file val;
   int T;
   uint64_t seed;
-  /* cursor */
-  long epoch;
-  uint64_t pos;
-  /* windows of the current epoch, shuffled */
-  uint64_t nwin;
-  uint64_t *perm;
+  uint64_t nwin;  /* all datasets' windows */
+  double *cum;    /* cumulative weights (nsets), the last 1 */
 } data_loader;
 
 /* Open the deck's datasets for windows of T+1 tokens and check their headers against the file
@@ -82,8 +99,15 @@ int data_verify(data_loader *d, MPI_Comm comm, err_list *errs);
 uint64_t data_checksum(const int32_t *v, size_t n, uint64_t first);
 uint64_t data_checksum64(const int64_t *v, size_t n, uint64_t first);
 
-/* Move the cursor to (epoch, pos): the state a checkpoint keeps. */
-void data_seek(data_loader *d, long epoch, uint64_t pos);
+/* Move dataset s's cursor to (epoch, pos): the state a checkpoint keeps. */
+void data_seek(data_loader *d, int s, long epoch, uint64_t pos);
+/* Windows drawn from dataset s since step 0 (epoch x its windows + position), and from all. */
+uint64_t data_drawn(const data_loader *d, int s);
+uint64_t data_drawn_all(const data_loader *d);
+/* Which training data this is: the dataset's identity, or for a blend a hash of every dataset's
+ * identity and weight; and the training tokens of all datasets. */
+uint64_t data_identity(const data_loader *d);
+int64_t data_train_tokens(const data_loader *d);
 
 /* The ids of the next G training windows (the whole global batch of a step), advancing the cursor
  * into the next epoch when this one runs out. */

@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ckpt_stats st;
   err_list errs = {0};
   if (trainer_restore(t, path, &step, &tokens, &st, &errs) == 0) {
-    FUZZ_ASSERT(step >= 0 && tokens >= 0 && t->data.pos <= t->data.nwin, "an accepted run state is within its bounds");
+    FUZZ_ASSERT(step >= 0 && tokens >= 0 && t->data.set[0].pos <= t->data.set[0].nwin, "an accepted run state is within its bounds");
   } else {
     for (int i = 0; i < errs.n; i++) FUZZ_ASSERT(errs.v[i].msg[0], "errors carry a message");
     FUZZ_ASSERT(errs.n > 0 && errs.v[0].hint[0], "the first error has a hint");

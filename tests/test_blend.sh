@@ -1,0 +1,77 @@
+#!/bin/sh
+# test_blend: training on a blend of two datasets (the training and validation splits of the
+# Genesis slice, weights 0.7 and 0.3; doc/data.md).
+#   - the loader's windows of a blend are the same on 1, 2 and 3 ranks (test_loader prints their
+#     hash on each rank count);
+#   - a run restarted from its step-6 checkpoint ends with bitwise the parameters of the run
+#     that went straight through, and has drawn the same windows from each dataset;
+#   - the end-of-run lines and verdict.json give each dataset's windows and realised share;
+#   - the blend's checkpoint is refused by a run on one of its datasets alone;
+#   - a weight count that is not the dataset count, a zero weight and a dataset listed twice are
+#     deck errors.
+. "$(dirname "$0")/lib.sh"
+out="$TEST_OUT/blend"
+rm -rf "$out"
+mkdir -p "$out"
+loader="$(dirname "$GREENLM")/../tests/test_loader"
+
+for np in 1 2 3; do
+  mkdir -p "$out/loader-$np"
+  TEST_OUT="$out/loader-$np" $MPIEXEC -n $np "$loader" > "$out/loader-$np.out" 2>&1
+  check "test_loader on $np ranks failed: $(tail -n 3 "$out/loader-$np.out")" [ $? -eq 0 ]
+  h=$(sed -n 's/^blend windows hash //p' "$out/loader-$np.out" | sort -u)
+  check "the $np ranks drew other windows: '$h'" [ "$(echo "$h" | wc -l)" -eq 1 ] && [ -n "$h" ]
+  [ $np = 1 ] && h1=$h
+  check "$np ranks draw other windows than 1 ($h, $h1)" [ "$h" = "$h1" ]
+done
+
+deck="$out/deck.nml"
+cat > "$deck" <<EOD
+&job task = 'train', seed = 5, log_every = 4 /
+&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
+  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+&data train = '$out/train.nc', '$out/val.nc', train_weights = 0.7, 0.3 /
+&model vocab_size = 256, block_size = 32, n_layer = 2, n_embd = 32, n_head = 2 /
+&training seq_len = 32, micro_batch_size = 4, global_batch_size = 8, max_steps = 12, warmup_steps = 2,
+  eval_every = 0, eval_batches = 1 /
+&checkpoint every_steps = 6, keep = 3 /
+&sample n_tokens = 0 /
+&system peak_gflops = 100 /
+EOD
+hash_of() { sed -n 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/p' "$out/$1/verdict.json" 2>/dev/null; }
+blend_of() { tr -d ' \n' < "$out/$1/verdict.json" | sed -n 's/.*"data_blend":\(\[[^]]*\]\).*/\1/p'; }
+
+greenlm --set job.task=prepare "$deck" > "$out/prepare.out" 2>&1
+check "prepare failed: $(tail -n 3 "$out/prepare.out")" [ $? -eq 0 ]
+greenlm --set "job.run_dir=$out/ref" "$deck" > "$out/ref.out" 2>&1
+check "the blend run failed: $(tail -n 5 "$out/ref.out")" [ $? -eq 0 ]
+check "no line of the blend's shares" grep -q "^data: $out/val.nc: [0-9]* windows since step 0 .*share 0\.[0-9]* of weight 0\.3000" "$out/ref.out"
+b=$(blend_of ref)
+check "verdict.json has no data_blend: $b" [ -n "$b" ]
+check "data_blend does not sum to 12 steps x 8 windows: $b" [ "$(echo "$b" | grep -o '"windows":[0-9]*' | cut -d: -f2 | paste -sd+ | bc)" = 96 ]
+
+mkdir -p "$out/again/checkpoints"
+cp "$out/ref/checkpoints/ckpt-00000006.nc" "$out/again/checkpoints/"
+greenlm --set "job.run_dir=$out/again" --set checkpoint.restart=latest "$deck" > "$out/again.out" 2>&1
+check "the restarted blend run failed: $(tail -n 5 "$out/again.out")" [ $? -eq 0 ]
+check "the restart did not begin at step 6" grep -q "step 6" "$out/again.out"
+check "the restart ends with other parameters ($(hash_of again), straight through $(hash_of ref))" \
+  [ -n "$(hash_of ref)" ] && [ "$(hash_of again)" = "$(hash_of ref)" ]
+check "the restart drew other windows: $(blend_of again) against $b" [ "$(blend_of again)" = "$b" ]
+
+mkdir -p "$out/alone/checkpoints"
+cp "$out/ref/checkpoints/ckpt-00000006.nc" "$out/alone/checkpoints/"
+greenlm --set "job.run_dir=$out/alone" --set checkpoint.restart=latest --set "data.train=$out/train.nc" \
+  --set "data.train_weights=1" "$deck" > "$out/alone.out" 2>&1
+check "a run on one dataset of the blend took its checkpoint" [ $? -ne 0 ]
+check "no reason given for refusing the blend's checkpoint: $(tail -n 3 "$out/alone.out")" grep -q "trained on another dataset" "$out/alone.out"
+
+deck_error() { # deck_error MESSAGE --set ...: the deck with these overrides is refused with MESSAGE
+  msg=$1; shift
+  greenlm "$@" --set "job.run_dir=$out/bad" "$deck" > "$out/bad.out" 2>&1
+  check "not refused with '$msg': $(grep error "$out/bad.out" | head -n 2)" grep -q "$msg" "$out/bad.out"
+}
+deck_error "3 weights for 2 training datasets" --set data.train_weights=0.5,0.2,0.3
+deck_error "train_weights = 0 is out of range" --set data.train_weights=0,1
+deck_error "is listed twice (entries 1 and 2)" --set "data.train=$out/val.nc,$out/val.nc"
+finish
