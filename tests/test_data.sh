@@ -6,6 +6,7 @@
 #   - JSON Lines (a text field per record) and gzip/zstd-compressed inputs, told by their first bytes,
 #     give the plain text's tokens on 1 to 3 ranks; bad records are skipped and counted, or fatal
 #     with file and line; a cut-off gzip file is an error;
+#   - a buffer smaller than a rank's tokens (spill files, rounds of writes) gives the same datasets;
 #   - ncdump -h shows the datasets' attributes;
 #   - a prepare into a place that cannot be written fails cleanly and leaves no file behind.
 . "$(dirname "$0")/lib.sh"
@@ -58,6 +59,20 @@ EOC
       check "$name: $s tokens differ between 1 rank and $other: $(head -n 5 "$out/$other-$s.diff")" [ $? -eq 0 ]
     done
   done
+done
+
+# a buffer of 0.01 MiB (1024 tokens, the least): every rank spills its tokens and writes them in
+# rounds of 512; the datasets are the same
+for np in 1 2; do
+  deck "spill-$np" "'prepare'" 300 "'$src'" line 0.1
+  sed -i "s|dir = '$out/spill-$np/tok'|dir = '$out/lines-1/tok'|" "$out/spill-$np.nml"
+  $MPIEXEC -n "$np" "$GREENLM" --set prepare.buffer_mb=0.01 "$out/spill-$np.nml" > "$out/spill-$np.out" 2>&1
+  check "prepare with a 0.01 MiB buffer on $np ranks failed: $(tail -n 5 "$out/spill-$np.out")" [ $? -eq 0 ]
+  for s in train val; do
+    "$NCMPIDIFF" -q -v tokens,doc_start "$out/lines-1/$s.nc" "$out/spill-$np/$s.nc" > "$out/spill-$np-$s.diff" 2>&1
+    check "a 0.01 MiB buffer on $np ranks: $s tokens differ: $(head -n 5 "$out/spill-$np-$s.diff")" [ $? -eq 0 ]
+  done
+  check "spill files left behind: $(ls "$out/spill-$np")" [ -z "$(ls "$out/spill-$np" | grep spill)" ]
 done
 
 # the 3-rank vocabulary of 300 equals the first merges of the 1-rank one

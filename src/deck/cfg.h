@@ -86,6 +86,7 @@ typedef struct {
   X(g, STR, text_field, "'text'", "", "The field of each JSON Lines record that holds its document's text") \
   X(g, STR, bad_records, "'skip'", "skip|fatal", "A JSON Lines record that is not a JSON object, lacks text_field, has a non-string there or invalid UTF-8: 'skip' counts it, names the first one, and goes on; 'fatal' reports each (file and line) and writes nothing") \
   X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of the documents held out for validation (chosen by a seeded shuffle)") \
+  X(g, REAL, buffer_mb, "1024", "(0, 1e9]", "MiB of tokens a rank holds while preparing; beyond them its tokens wait in a spill file beside train_out (about the datasets' size on disk, removed at the end), and the datasets are written in rounds of this size, so memory does not grow with the corpus") \
   X(g, STR, train_out, "''", "", "Training dataset to write (NetCDF)")                             \
   X(g, STR, val_out, "''", "", "Validation dataset to write (NetCDF)")
 

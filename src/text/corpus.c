@@ -15,7 +15,7 @@
 #include "base/util.h"
 #include "text/reader.h"
 
-#define CORPUS_BLOCK ((int64_t)32 << 20) /* bytes read and handed on at a time */
+#define CORPUS_BLOCK ((int64_t)CORPUS_PIECE_TOKENS) /* bytes read and handed on at a time */
 
 /* ---- input expansion (rank 0) ------------------------------------------------------------------ */
 

@@ -28,6 +28,10 @@
 #include "deck/cfg.h"
 #include "deck/nml.h"
 
+/* Text is handed on in pieces of at most about this many bytes (more only where no cut point comes
+ * sooner): a piece is at most this many tokens. */
+enum { CORPUS_PIECE_TOKENS = 32 << 20 };
+
 typedef enum { CORPUS_DOC_FILE, CORPUS_DOC_LINE, CORPUS_DOC_BLANK_LINE, CORPUS_DOC_SEPARATOR_LINE } corpus_doc_mode;
 
 typedef struct {

@@ -1,4 +1,5 @@
-/* prepare: tokenize a corpus in parallel and write the train/validation token datasets. */
+/* prepare: tokenize a corpus in parallel and write the train/validation token datasets, holding at
+ * most &prepare buffer_mb of tokens per rank (the rest waits in a spill file beside the output). */
 #include "text/prepare.h"
 
 #include <errno.h>
@@ -13,19 +14,58 @@
 #include "text/corpus.h"
 #include "text/data.h"
 #include "base/ncfile.h"
+#include "base/hmap.h"
 #include "base/rng.h"
 #include "text/tok.h"
 #include "base/util.h"
 
+/* One rank's tokens, in the order of its share: positions [0, spilled) in the spill file (es bytes a
+ * token), [spilled, spilled + ids.n) in memory. */
 typedef struct {
   tok_tokenizer *tok;
-  tok_ids ids;       /* this rank's tokens, document after document */
-  int64_t *doc_at;   /* (ndoc + 1) token offset of each local document in ids */
+  tok_ids ids;       /* the tokens not spilled yet */
+  int64_t spilled;   /* tokens in the spill file */
+  size_t budget;     /* tokens held in memory before they are spilled */
+  int es;            /* bytes of a token in the spill file and the datasets: 2 or 4 */
+  int fd;            /* the spill file, or -1 */
+  char spill_path[UTIL_PATH_MAX + 32];
+  int spill_errno;   /* a failed spill write: its errno (0: none) */
+  int64_t *doc_at;   /* (ndoc + 1) position of each local document in the rank's tokens */
   int *doc_begins;   /* 1: the document begins on this rank; 0: it continues the previous rank's last */
   size_t ndoc, cap;
   double seconds;    /* spent encoding */
   int64_t bytes;     /* encoded */
 } prep_ctx;
+
+/* Tokens as the datasets store them (es bytes each) from int32 ids. */
+static void narrow(void *dst, const int32_t *v, size_t n, int es) {
+  for (size_t i = 0; i < n; i++)
+    if (es == 2) ((unsigned short *)dst)[i] = (unsigned short)v[i];
+    else ((unsigned int *)dst)[i] = (unsigned int)v[i];
+}
+
+/* The tokens held in memory to the end of the spill file (opened on the first spill). */
+static void spill(prep_ctx *c) {
+  if (c->ids.n == 0 || c->spill_errno) return;
+  if (c->fd < 0 && (c->fd = open(c->spill_path, O_RDWR | O_CREAT | O_TRUNC, 0600)) < 0) {
+    c->spill_errno = errno;
+    return;
+  }
+  void *b = util_malloc(c->ids.n * (size_t)c->es, "spill");
+  narrow(b, c->ids.v, c->ids.n, c->es);
+  size_t n = c->ids.n * (size_t)c->es, done = 0;
+  while (done < n) {
+    ssize_t w = pwrite(c->fd, (char *)b + done, n - done, (off_t)(c->spilled * c->es + (int64_t)done));
+    if (w <= 0) {
+      c->spill_errno = w < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += (size_t)w;
+  }
+  free(b);
+  c->spilled += (int64_t)c->ids.n;
+  c->ids.n = 0;
+}
 
 static void on_piece(const char *text, size_t len, int begins, int ends, void *p) {
   prep_ctx *c = p;
@@ -35,7 +75,7 @@ static void on_piece(const char *text, size_t len, int begins, int ends, void *p
       c->doc_at = util_realloc(c->doc_at, c->cap * sizeof *c->doc_at, "documents");
       c->doc_begins = util_realloc(c->doc_begins, c->cap * sizeof *c->doc_begins, "documents");
     }
-    c->doc_at[c->ndoc] = (int64_t)c->ids.n;
+    c->doc_at[c->ndoc] = c->spilled + (int64_t)c->ids.n;
     c->doc_begins[c->ndoc++] = begins;
   }
   double t0 = util_now();
@@ -43,32 +83,68 @@ static void on_piece(const char *text, size_t len, int begins, int ends, void *p
   if (ends && c->tok->eot >= 0) tok_ids_push(&c->ids, c->tok->eot);
   c->seconds += util_now() - t0;
   c->bytes += (int64_t)len;
+  if (c->ids.n >= c->budget) spill(c);
 }
 
-/* Which documents go to validation: the first nval of a seeded shuffle of all ndocs. */
-static unsigned char *val_flags(int64_t ndocs, int64_t nval, uint64_t seed) {
-  unsigned char *is_val = util_calloc((size_t)ndocs ? (size_t)ndocs : 1, 1, "split");
-  int64_t *perm = util_malloc((size_t)(ndocs ? ndocs : 1) * sizeof *perm, "split");
-  for (int64_t i = 0; i < ndocs; i++) perm[i] = i;
+/* Tokens [a, a + n) of the rank's stream into v (from the spill file and memory). Returns 0 or errno. */
+static int read_tokens(const prep_ctx *c, int64_t a, size_t n, int32_t *v, void *tmp) {
+  size_t from_file = a < c->spilled ? (size_t)(c->spilled - a < (int64_t)n ? c->spilled - a : (int64_t)n) : 0;
+  size_t bytes = from_file * (size_t)c->es, got = 0;
+  while (got < bytes) {
+    ssize_t r = pread(c->fd, (char *)tmp + got, bytes - got, (off_t)(a * c->es + (int64_t)got));
+    if (r <= 0) return r < 0 ? errno : EIO;
+    got += (size_t)r;
+  }
+  for (size_t i = 0; i < from_file; i++) v[i] = c->es == 2 ? ((unsigned short *)tmp)[i] : (int32_t)((unsigned int *)tmp)[i];
+  if (n > from_file) memcpy(v + from_file, c->ids.v + (a + (int64_t)from_file - c->spilled), (n - from_file) * sizeof *v);
+  return 0;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Which documents go to validation: the first nval of a seeded shuffle of all ndocs (a partial
+ * Fisher-Yates whose touched places live in a hash map: memory for nval documents, not ndocs),
+ * ascending in *val. */
+static int64_t *val_docs(int64_t ndocs, int64_t nval, uint64_t seed) {
+  int64_t *val = util_malloc((size_t)(nval ? nval : 1) * sizeof *val, "split");
+  hmap_u64 perm; /* place -> document, where it differs from the place itself */
+  hmap_u64_init(&perm, (size_t)(2 * nval + 16));
   rng_state r;
   rng_seed(&r, seed, RNG_DATA, 0x5e11c7ULL); /* a stream of its own, apart from the epochs' */
-  for (int64_t i = 0; i < nval; i++) { /* partial Fisher-Yates: the first nval places */
-    int64_t j = i + (int64_t)rng_below(&r, (uint64_t)(ndocs - i)), t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-    is_val[perm[i]] = 1;
+  for (int64_t i = 0; i < nval; i++) {
+    int64_t j = i + (int64_t)rng_below(&r, (uint64_t)(ndocs - i));
+    uint64_t *pi = hmap_u64_get(&perm, (uint64_t)i), *pj = hmap_u64_get(&perm, (uint64_t)j);
+    int64_t vi = pi ? (int64_t)*pi : i, vj = pj ? (int64_t)*pj : j;
+    *hmap_u64_put(&perm, (uint64_t)j, 0, NULL) = (uint64_t)vi;
+    *hmap_u64_put(&perm, (uint64_t)i, 0, NULL) = (uint64_t)vj;
+    val[i] = vj;
   }
-  free(perm);
-  return is_val;
+  hmap_u64_free(&perm);
+  qsort(val, (size_t)nval, sizeof *val, cmp_i64);
+  return val;
+}
+
+/* Whether document g is among the ascending val[0, n). */
+static int is_val_doc(const int64_t *val, int64_t n, int64_t g) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (val[mid] < g) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && val[lo] == g;
 }
 
 typedef struct {
   const char *name, *path;
   int64_t ntok, ndoc;       /* totals */
   int64_t tok_off, doc_off; /* this rank's offsets */
-  int32_t *tok;             /* (my_tok) this rank's tokens of the split */
   int64_t *doc_start;       /* (my_doc) this rank's document starts (global token indices) */
-  size_t my_tok, my_doc;
+  int64_t my_tok;
+  size_t my_doc;
 } split_out;
 
 /* The whole job of the task on one rank. */
@@ -82,6 +158,7 @@ typedef struct {
   prep_ctx c;
   double t_tok, t_write;    /* reading and encoding, writing */
   int64_t ndocs, nval;
+  unsigned char *doc_split; /* (c.ndoc) the split of each local document: 0 train, 1 val */
   split_out sp[2];          /* train, val */
 } prep_job;
 
@@ -151,42 +228,69 @@ static int define_split(int nc, const split_out *s, const prep_job *j, int64_t n
   return rc;
 }
 
-/* Checksums of the split: each block's tokens and the document starts, summed over the ranks. */
-static void split_checksums(const split_out *s, int64_t nblocks, uint64_t *blocks, uint64_t *docs, MPI_Comm comm) {
-  uint64_t *mine = util_calloc((size_t)(nblocks ? nblocks : 1), sizeof *mine, "block checksums");
-  for (size_t i = 0; i < s->my_tok;) { /* this rank's tokens, block piece by block piece */
-    uint64_t g = (uint64_t)s->tok_off + i, b = g / DATA_BLOCK_TOKENS, end = (b + 1) * DATA_BLOCK_TOKENS - (uint64_t)s->tok_off;
-    size_t n = (end < s->my_tok ? end : s->my_tok) - i;
-    mine[b] += data_checksum(s->tok + i, n, g);
-    i += n;
+/* The next tokens of split `which` in this rank's stream order into v (at most cap), from the document
+ * cursor (*d, *in: a document and the tokens of it taken). Returns the count; *err an errno or 0. */
+static size_t next_tokens(const prep_job *j, int which, size_t *d, int64_t *in, int32_t *v, size_t cap, void *tmp,
+                          int *err) {
+  const prep_ctx *c = &j->c;
+  size_t n = 0;
+  while (n < cap && *d < c->ndoc && !*err) {
+    int64_t len = c->doc_at[*d + 1] - c->doc_at[*d];
+    if (j->doc_split[*d] != which || *in == len) {
+      ++*d, *in = 0;
+      continue;
+    }
+    size_t k = (size_t)(len - *in) < cap - n ? (size_t)(len - *in) : cap - n;
+    *err = read_tokens(c, c->doc_at[*d] + *in, k, v + n, tmp);
+    n += k, *in += (int64_t)k;
   }
-  MPI_Allreduce(mine, blocks, (int)nblocks, MPI_UINT64_T, MPI_SUM, comm);
-  uint64_t d = data_checksum64(s->doc_start, s->my_doc, (uint64_t)s->doc_off);
-  MPI_Allreduce(&d, docs, 1, MPI_UINT64_T, MPI_SUM, comm);
-  free(mine);
+  return n;
 }
 
-/* The tokens and document starts (every rank its part), the block checksums (rank 0). */
-static int write_split_data(int nc, const split_out *s, const tok_tokenizer *tok, int vtok, int vdoc, int vsum,
-                            int64_t nblocks, const uint64_t *blocks, MPI_Comm comm, err_list *errs) {
-  int rank, rc = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Offset start = s->tok_off, count = (MPI_Offset)s->my_tok;
-  if (tok->vocab_size <= 65536) {
-    unsigned short *u = util_malloc((s->my_tok ? s->my_tok : 1) * sizeof *u, "tokens");
-    for (size_t i = 0; i < s->my_tok; i++) u[i] = (unsigned short)s->tok[i];
-    rc |= nc_fail(ncmpi_put_vara_ushort_all(nc, vtok, &start, &count, u), "tokens", s->path, errs);
-    free(u);
-  } else {
-    unsigned int *u = util_malloc((s->my_tok ? s->my_tok : 1) * sizeof *u, "tokens");
-    for (size_t i = 0; i < s->my_tok; i++) u[i] = (unsigned int)s->tok[i];
-    rc |= nc_fail(ncmpi_put_vara_uint_all(nc, vtok, &start, &count, u), "tokens", s->path, errs);
-    free(u);
+/* Block checksums of tokens v (n) at global index g, added into mine (per block). */
+static void add_checksums(uint64_t *mine, const int32_t *v, size_t n, uint64_t g) {
+  for (size_t i = 0; i < n;) {
+    uint64_t b = (g + i) / DATA_BLOCK_TOKENS, end = (b + 1) * DATA_BLOCK_TOKENS - g;
+    size_t k = (end < n ? (size_t)end : n) - i;
+    mine[b] += data_checksum(v + i, k, g + i);
+    i += k;
   }
-  start = s->doc_off;
-  count = (MPI_Offset)s->my_doc;
-  rc |= nc_fail(ncmpi_put_vara_longlong_all(nc, vdoc, &start, &count, (const long long *)s->doc_start), "doc_start",
-                s->path, errs);
+}
+
+/* The split's tokens, this rank's in stream order, in rounds of collective writes of at most the
+ * buffer's worth; every rank takes part in every round (an empty part once its tokens are out). The
+ * block checksums are summed in *mine as the tokens pass. Returns 0, or -1 after adding an error. */
+static int write_tokens(int nc, int vtok, const split_out *s, int which, const prep_job *j, uint64_t *mine, err_list *errs) {
+  const prep_ctx *c = &j->c;
+  const size_t cap = c->budget * 4 / (4 + 2 * (size_t)c->es); /* int32, spill and dataset copies within the budget */
+  int32_t *v = util_malloc(cap * sizeof *v, "token round");
+  void *tmp = util_malloc(cap * (size_t)c->es, "token round"), *out = util_malloc(cap * (size_t)c->es, "token round");
+  int64_t rounds = (s->my_tok + (int64_t)cap - 1) / (int64_t)cap, most, written = 0;
+  MPI_Allreduce(&rounds, &most, 1, MPI_INT64_T, MPI_MAX, j->comm);
+  size_t d = 0;
+  int64_t in = 0;
+  int rc = 0, err = 0;
+  for (int64_t r = 0; r < most; r++) {
+    size_t n = next_tokens(j, which, &d, &in, v, cap, tmp, &err);
+    add_checksums(mine, v, n, (uint64_t)(s->tok_off + written));
+    narrow(out, v, n, c->es);
+    MPI_Offset start = s->tok_off + written, count = (MPI_Offset)n;
+    int nrc = c->es == 2 ? ncmpi_put_vara_ushort_all(nc, vtok, &start, &count, out)
+                         : ncmpi_put_vara_uint_all(nc, vtok, &start, &count, out);
+    rc |= nc_fail(nrc, "tokens", s->path, errs);
+    written += (int64_t)n;
+  }
+  if (err) err_add(errs, c->spill_path, 0, 0, PREP_WRITE_HINT, "cannot read the spilled tokens back: %s", strerror(err));
+  free(v), free(tmp), free(out);
+  return rc || err || written != s->my_tok ? -1 : 0;
+}
+
+/* The document starts (every rank its part) and the block checksums (rank 0), after the tokens. */
+static int write_split_tail(int nc, const split_out *s, int vdoc, int vsum, int64_t nblocks, const uint64_t *blocks,
+                            int rank, err_list *errs) {
+  MPI_Offset start = s->doc_off, count = (MPI_Offset)s->my_doc;
+  int rc = nc_fail(ncmpi_put_vara_longlong_all(nc, vdoc, &start, &count, (const long long *)s->doc_start), "doc_start",
+                   s->path, errs);
   start = 0;
   count = rank == 0 ? nblocks : 0;
   rc |= nc_fail(ncmpi_put_vara_ulonglong_all(nc, vsum, &start, &count, (const unsigned long long *)blocks),
@@ -194,34 +298,33 @@ static int write_split_data(int nc, const split_out *s, const tok_tokenizer *tok
   return rc;
 }
 
-/* Write one split collectively into path.tmp, synced, then renamed to path (rank 0). Returns 0 or
+/* Write split `which` collectively into path.tmp, synced, then renamed to path (rank 0). Returns 0 or
  * -1 on every rank, the failing ranks having added their errors. */
-static int write_split(const split_out *s, const prep_job *j, err_list *errs) {
+static int write_split(const split_out *s, int which, const prep_job *j, err_list *errs) {
   MPI_Comm comm = j->comm;
   char tmp[UTIL_PATH_MAX + 8];
   util_snprintf(tmp, sizeof tmp, "%s.tmp", s->path);
-  int rc = 0;
-  if (j->rank == 0 && util_mkdir_parent(s->path) != 0) {
-    err_add(errs, s->path, 0, 0, PREP_WRITE_HINT, "cannot create the dataset's directory: %s", strerror(errno));
-    rc = -1;
-  }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
-  if (rc != 0) return -1;
-  int nc, vtok, vdoc, vsum;
+  int nc, vtok, vdoc, vsum, rc;
   int64_t nblocks = (s->ntok + DATA_BLOCK_TOKENS - 1) / DATA_BLOCK_TOKENS;
   split_out named = *s;
   named.path = tmp; /* errors name the file being written */
+  uint64_t *mine = util_calloc((size_t)(nblocks ? nblocks : 1), sizeof *mine, "block checksums");
   uint64_t *blocks = util_malloc((size_t)(nblocks ? nblocks : 1) * sizeof *blocks, "block checksums"), doc_sum;
-  split_checksums(s, nblocks, blocks, &doc_sum, comm);
+  uint64_t dmine = data_checksum64(s->doc_start, s->my_doc, (uint64_t)s->doc_off);
+  MPI_Allreduce(&dmine, &doc_sum, 1, MPI_UINT64_T, MPI_SUM, comm);
   rc = nc_fail(ncmpi_create(comm, tmp, NC_CLOBBER | NC_64BIT_DATA, MPI_INFO_NULL, &nc), "create", tmp, errs);
   if (rc == 0) {
     rc |= define_split(nc, &named, j, nblocks, doc_sum, &vtok, &vdoc, &vsum, errs);
     rc |= nc_fail(ncmpi_enddef(nc), "header", tmp, errs);
-    if (rc == 0) rc = write_split_data(nc, &named, &j->tok, vtok, vdoc, vsum, nblocks, blocks, comm, errs);
+    int bad = rc != 0, any; /* every rank or none goes on to the collective writes */
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
+    if (!any) rc = write_tokens(nc, vtok, &named, which, j, mine, errs);
+    MPI_Allreduce(mine, blocks, (int)nblocks, MPI_UINT64_T, MPI_SUM, comm);
+    if (!any) rc |= write_split_tail(nc, &named, vdoc, vsum, nblocks, blocks, j->rank, errs);
     rc |= nc_fail(ncmpi_sync(nc), "sync", tmp, errs); /* every rank flushes what it wrote */
     rc |= nc_fail(ncmpi_close(nc), "close", tmp, errs);
   }
-  free(blocks);
+  free(blocks), free(mine);
   /* all ranks agree; then rank 0 gives the file its name */
   return ncfile_commit(comm, rc != 0, tmp, s->path, "dataset", PREP_WRITE_HINT, errs) ? -1 : 0;
 }
@@ -238,22 +341,42 @@ static int open_inputs(prep_job *j, err_list *errs) {
   if (any) return 1;
   if (corpus_open(&j->cs, cfg, "prepare", "input", &pc->input, pc->documents, pc->separator, j->comm, errs)) return 1;
   j->have_cs = 1;
-  return 0;
+  int bad_dir = 0; /* the outputs' directories, where the spill files go too */
+  for (int s = 0; s < 2 && j->rank == 0; s++)
+    if (j->sp[s].path[0] && util_mkdir_parent(j->sp[s].path) != 0 && ++bad_dir) {
+      int e0 = errs->n;
+      err_add(errs, j->sp[s].path, 0, 0, PREP_WRITE_HINT, "cannot create the dataset's directory: %s", strerror(errno));
+      cfg_relocate(cfg, errs, e0, "prepare", s ? "val_out" : "train_out");
+    }
+  MPI_Bcast(&bad_dir, 1, MPI_INT, 0, j->comm);
+  return bad_dir != 0;
 }
 
-/* This rank's share of the text into tokens, document by document. */
+/* This rank's share of the text into tokens, document by document; beyond the buffer into the spill
+ * file beside train_out (its room for the tokens is reserved once: no reallocation past the budget). */
 static int encode_share(prep_job *j, err_list *errs) {
   double t0 = util_now();
   prep_ctx *c = &j->c;
   c->tok = &j->tok;
+  c->es = j->tok.vocab_size <= 65536 ? 2 : 4;
+  c->budget = (size_t)(j->cfg->prepare.buffer_mb * 1048576.0 / sizeof(int32_t));
+  if (c->budget < 1024) c->budget = 1024;
+  c->ids.cap = c->budget + CORPUS_PIECE_TOKENS + 1; /* a piece's tokens on top of a full buffer */
+  c->ids.v = util_malloc(c->ids.cap * sizeof *c->ids.v, "token buffer");
+  util_snprintf(c->spill_path, sizeof c->spill_path, "%s.spill-%d", j->sp[0].path, j->rank);
   int rc = corpus_each(&j->cs, on_piece, c, errs), any;
+  if (rc == 0 && c->spill_errno) {
+    err_add(errs, c->spill_path, 0, 0, "the spill files need about the datasets' size of free space beside train_out; "
+            "free some or raise &prepare buffer_mb", "cannot spill tokens: %s", strerror(c->spill_errno));
+    rc = -1;
+  }
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, j->comm);
   if (any != 0) return 1;
   if (c->ndoc == 0 || c->doc_at == NULL) { /* an empty share */
     c->doc_at = util_realloc(c->doc_at, sizeof *c->doc_at, "documents");
     c->doc_begins = util_realloc(c->doc_begins, sizeof *c->doc_begins, "documents");
   }
-  c->doc_at[c->ndoc] = (int64_t)c->ids.n;
+  c->doc_at[c->ndoc] = c->spilled + (int64_t)c->ids.n;
   j->t_tok = util_now() - t0;
   return 0;
 }
@@ -278,24 +401,21 @@ static int split_documents(prep_job *j, err_list *errs) {
                  ndocs == 1 ? "" : "s");
     return 1;
   }
-  unsigned char *is_val = val_flags(ndocs, nval, (uint64_t)j->cfg->job.seed);
+  int64_t *val = val_docs(ndocs, nval, (uint64_t)j->cfg->job.seed);
   split_out *sp = j->sp;
-  for (int s = 0; s < 2; s++) {
-    sp[s].tok = util_malloc((c->ids.n ? c->ids.n : 1) * sizeof(int32_t), "split tokens");
-    sp[s].doc_start = util_malloc((c->ndoc ? c->ndoc : 1) * sizeof(int64_t), "split documents");
-  }
+  j->doc_split = util_malloc(c->ndoc ? c->ndoc : 1, "document splits");
+  for (int s = 0; s < 2; s++) sp[s].doc_start = util_malloc((c->ndoc ? c->ndoc : 1) * sizeof(int64_t), "split documents");
   int64_t next = first;
   for (size_t i = 0; i < c->ndoc; i++) {
     int64_t g = c->doc_begins[i] ? next++ : first - 1; /* a continued document is the previous rank's last */
-    split_out *s = &sp[is_val[g]];
-    size_t n = (size_t)(c->doc_at[i + 1] - c->doc_at[i]);
-    if (c->doc_begins[i]) s->doc_start[s->my_doc++] = (int64_t)s->my_tok; /* local for now */
-    memcpy(s->tok + s->my_tok, c->ids.v + c->doc_at[i], n * sizeof(int32_t));
-    s->my_tok += n;
+    int which = j->doc_split[i] = (unsigned char)is_val_doc(val, nval, g);
+    split_out *s = &sp[which];
+    if (c->doc_begins[i]) s->doc_start[s->my_doc++] = s->my_tok; /* local for now */
+    s->my_tok += c->doc_at[i + 1] - c->doc_at[i];
   }
-  free(is_val);
+  free(val);
   for (int s = 0; s < 2; s++) {
-    int64_t mine[2] = {(int64_t)sp[s].my_tok, (int64_t)sp[s].my_doc}, off[2] = {0, 0}, tot[2];
+    int64_t mine[2] = {sp[s].my_tok, (int64_t)sp[s].my_doc}, off[2] = {0, 0}, tot[2];
     MPI_Exscan(mine, off, 2, MPI_INT64_T, MPI_SUM, j->comm);
     if (j->rank == 0) off[0] = off[1] = 0;
     MPI_Allreduce(mine, tot, 2, MPI_INT64_T, MPI_SUM, j->comm);
@@ -310,7 +430,7 @@ static int write_splits(prep_job *j, err_list *errs) {
   for (int s = 0; s < 2; s++) {
     if (s == 1 && j->nval == 0) break; /* no validation split asked for */
     int e0 = errs->n;
-    if (write_split(&j->sp[s], j, errs) != 0) {
+    if (write_split(&j->sp[s], s, j, errs) != 0) {
       cfg_relocate(j->cfg, errs, e0, "prepare", s ? "val_out" : "train_out");
       return 1;
     }
@@ -360,7 +480,9 @@ static void report(const prep_job *j) {
 }
 
 static void close_job(prep_job *j) {
-  for (int s = 0; s < 2; s++) free(j->sp[s].tok), free(j->sp[s].doc_start);
+  for (int s = 0; s < 2; s++) free(j->sp[s].doc_start);
+  free(j->doc_split);
+  if (j->c.fd >= 0) close(j->c.fd), unlink(j->c.spill_path);
   free(j->c.doc_at), free(j->c.doc_begins);
   tok_ids_free(&j->c.ids);
   if (j->have_cs) corpus_close(&j->cs);
@@ -368,7 +490,7 @@ static void close_job(prep_job *j) {
 }
 
 int prepare_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
-  prep_job j = {.cfg = cfg, .comm = comm};
+  prep_job j = {.cfg = cfg, .comm = comm, .c = {.fd = -1}};
   MPI_Comm_rank(comm, &j.rank);
   MPI_Comm_size(comm, &j.P);
   j.sp[0] = (split_out){.name = "train", .path = cfg->prepare.train_out};
