@@ -47,7 +47,8 @@ static void narrow(void *dst, const int32_t *v, size_t n, int es) {
 /* The tokens held in memory to the end of the spill file (opened on the first spill). */
 static void spill(prep_ctx *c) {
   if (c->ids.n == 0 || c->spill_errno) return;
-  if (c->fd < 0 && (c->fd = open(c->spill_path, O_RDWR | O_CREAT | O_TRUNC, 0600)) < 0) {
+  if (c->fd < 0 && (util_mkdir_parent(c->spill_path) != 0 ||
+                    (c->fd = open(c->spill_path, O_RDWR | O_CREAT | O_TRUNC, 0600)) < 0)) {
     c->spill_errno = errno;
     return;
   }
@@ -304,7 +305,13 @@ static int write_split(const split_out *s, int which, const prep_job *j, err_lis
   MPI_Comm comm = j->comm;
   char tmp[UTIL_PATH_MAX + 8];
   util_snprintf(tmp, sizeof tmp, "%s.tmp", s->path);
-  int nc, vtok, vdoc, vsum, rc;
+  int nc, vtok, vdoc, vsum, rc = 0;
+  if (j->rank == 0 && util_mkdir_parent(s->path) != 0) {
+    err_add(errs, s->path, 0, 0, PREP_WRITE_HINT, "cannot create the dataset's directory: %s", strerror(errno));
+    rc = -1;
+  }
+  MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
+  if (rc != 0) return -1;
   int64_t nblocks = (s->ntok + DATA_BLOCK_TOKENS - 1) / DATA_BLOCK_TOKENS;
   split_out named = *s;
   named.path = tmp; /* errors name the file being written */
@@ -341,15 +348,7 @@ static int open_inputs(prep_job *j, err_list *errs) {
   if (any) return 1;
   if (corpus_open(&j->cs, cfg, "prepare", "input", &pc->input, pc->documents, pc->separator, j->comm, errs)) return 1;
   j->have_cs = 1;
-  int bad_dir = 0; /* the outputs' directories, where the spill files go too */
-  for (int s = 0; s < 2 && j->rank == 0; s++)
-    if (j->sp[s].path[0] && util_mkdir_parent(j->sp[s].path) != 0 && ++bad_dir) {
-      int e0 = errs->n;
-      err_add(errs, j->sp[s].path, 0, 0, PREP_WRITE_HINT, "cannot create the dataset's directory: %s", strerror(errno));
-      cfg_relocate(cfg, errs, e0, "prepare", s ? "val_out" : "train_out");
-    }
-  MPI_Bcast(&bad_dir, 1, MPI_INT, 0, j->comm);
-  return bad_dir != 0;
+  return 0;
 }
 
 /* This rank's share of the text into tokens, document by document; beyond the buffer into the spill
