@@ -52,16 +52,16 @@ static void spill(prep_ctx *c) {
     c->spill_errno = errno;
     return;
   }
-  void *b = util_malloc(c->ids.n * (size_t)c->es, "spill");
-  narrow(b, c->ids.v, c->ids.n, c->es);
-  size_t n = c->ids.n * (size_t)c->es, done = 0;
-  while (done < n) {
-    ssize_t w = pwrite(c->fd, (char *)b + done, n - done, (off_t)(c->spilled * c->es + (int64_t)done));
-    if (w <= 0) {
-      c->spill_errno = w < 0 ? errno : ENOSPC;
-      break;
+  enum { CHUNK = 1 << 20 }; /* tokens narrowed and written at a time */
+  void *b = util_malloc((size_t)CHUNK * (size_t)c->es, "spill");
+  for (size_t t = 0; t < c->ids.n && !c->spill_errno; t += CHUNK) {
+    size_t k = c->ids.n - t < CHUNK ? c->ids.n - t : CHUNK, n = k * (size_t)c->es, done = 0;
+    narrow(b, c->ids.v + t, k, c->es);
+    while (done < n && !c->spill_errno) {
+      ssize_t w = pwrite(c->fd, (char *)b + done, n - done, (off_t)((c->spilled + (int64_t)t) * c->es + (int64_t)done));
+      if (w <= 0) c->spill_errno = w < 0 ? errno : ENOSPC;
+      else done += (size_t)w;
     }
-    done += (size_t)w;
   }
   free(b);
   c->spilled += (int64_t)c->ids.n;
@@ -85,6 +85,13 @@ static void on_piece(const char *text, size_t len, int begins, int ends, void *p
   c->seconds += util_now() - t0;
   c->bytes += (int64_t)len;
   if (c->ids.n >= c->budget) spill(c);
+}
+
+/* Tokens a writing round takes for n tokens of a split: the buffer's worth as int32, as read back and as
+ * stored, or n when fewer (at least 1). */
+static size_t round_tokens(const prep_ctx *c, int64_t n) {
+  size_t cap = c->budget * sizeof(int32_t) / (4 + 2 * (size_t)c->es);
+  return n < (int64_t)cap ? (size_t)(n > 0 ? n : 1) : cap;
 }
 
 /* Tokens [a, a + n) of the rank's stream into v (from the spill file and memory). Returns 0 or errno. */
@@ -263,7 +270,7 @@ static void add_checksums(uint64_t *mine, const int32_t *v, size_t n, uint64_t g
  * block checksums are summed in *mine as the tokens pass. Returns 0, or -1 after adding an error. */
 static int write_tokens(int nc, int vtok, const split_out *s, int which, const prep_job *j, uint64_t *mine, err_list *errs) {
   const prep_ctx *c = &j->c;
-  const size_t cap = c->budget * 4 / (4 + 2 * (size_t)c->es); /* int32, spill and dataset copies within the budget */
+  const size_t cap = round_tokens(c, s->my_tok);
   int32_t *v = util_malloc(cap * sizeof *v, "token round");
   void *tmp = util_malloc(cap * (size_t)c->es, "token round"), *out = util_malloc(cap * (size_t)c->es, "token round");
   int64_t rounds = (s->my_tok + (int64_t)cap - 1) / (int64_t)cap, most, written = 0;
@@ -376,8 +383,22 @@ static int encode_share(prep_job *j, err_list *errs) {
     c->doc_begins = util_realloc(c->doc_begins, sizeof *c->doc_begins, "documents");
   }
   c->doc_at[c->ndoc] = c->spilled + (int64_t)c->ids.n;
+  /* the writing rounds' buffers come on top: when both would pass the budget, the rest is spilled too */
+  if (c->ids.n * sizeof(int32_t) + round_tokens(c, c->spilled + (int64_t)c->ids.n) * (4 + 2 * (size_t)c->es) >
+      c->budget * sizeof(int32_t)) {
+    int64_t n = c->spilled + (int64_t)c->ids.n;
+    spill(c);
+    tok_ids_free(&c->ids);
+    c->spilled = n;
+  }
   j->t_tok = util_now() - t0;
-  return 0;
+  if (c->spill_errno) { /* a late spill failed */
+    err_add(errs, c->spill_path, 0, 0, "free some space beside train_out or raise &prepare buffer_mb",
+            "cannot spill tokens: %s", strerror(c->spill_errno));
+    rc = -1;
+  }
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, j->comm);
+  return any != 0;
 }
 
 /* Global document indices, the validation documents, and each split's part on this rank. */
