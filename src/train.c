@@ -42,6 +42,7 @@ typedef struct {
   long start, steps_done;              /* the step the job began at, the steps done */
   double tokens0, tokens;              /* tokens trained before this job, by it */
   double t_start, train_time, last_loss, val_loss;
+  double *val_losses;                  /* the last evaluation's loss of each validation dataset (nval) */
   double grad_bytes, grad_fp32;        /* rank 0: the job's gradient-exchange bytes (all ranks), their fp32 equivalent */
   double tp_bytes, tp_s;               /* rank 0: the job's tensor-parallel sums (all ranks): bytes, rank-seconds */
   const char *status;                  /* completed, diverged, time_limit, signal, checkpoint_failed */
@@ -126,6 +127,12 @@ static int open_outputs(train_job *j, int set_aside, const char *header, err_lis
   if (set_aside && ckpt_set_aside_dir(cfg, moved, sizeof moved, errs) != 0) return -1;
   if (metrics_open(&j->out, cfg->job.run_dir, j->resuming, errs) != 0) return -1;
   j->out_opened = 1;
+  static const char *const appended[] = {"val.csv", "bench.csv"}; /* rows added at each evaluation */
+  for (int i = 0; i < 2 && !j->resuming; i++) { /* a fresh start (overwrite): the earlier run's rows go */
+    char path[UTIL_PATH_MAX];
+    util_snprintf(path, sizeof path, "%s/%s", cfg->job.run_dir, appended[i]);
+    unlink(path);
+  }
   if (write_resolved_deck(cfg, header) != 0) {
     err_add(errs, cfg->job.run_dir, 0, 0, "check that the directory is writable and the disk is not full",
             "cannot write deck.resolved.nml: %s", strerror(errno));
@@ -222,6 +229,19 @@ static size_t planned_bytes(const train_job *j) {
   return trainer_plan_memory(j->cfg, t->be, &t->lay, t->lay.stage, t->lay.replica).total;
 }
 
+/* The datasets of a blend, each with its weight ("a.nc x 0.7 + b.nc x 0.3"; one: its path) into
+ * buf. Returns 1 when one of them is of format 1 (no checksums). */
+static int blend_names(const data_set *set, int n, char *buf, size_t size) {
+  int v1 = 0;
+  buf[0] = '\0';
+  for (int s = 0, o = 0; s < n && o < (int)size - 1; s++) {
+    o += snprintf(buf + o, size - (size_t)o, n > 1 ? "%s%s x %.4g" : "%s%s", s ? " + " : "", set[s].file.path,
+                  set[s].weight);
+    v1 |= set[s].file.sum_var < 0;
+  }
+  return v1;
+}
+
 /* Rank 0: the model, batch, compute, data and energy lines. */
 static void print_header(train_job *j) {
   const cfg_config *cfg = j->cfg;
@@ -237,15 +257,12 @@ static void print_header(train_job *j) {
   metrics_printf(out, "MFU basis: %.4g GFLOP per token (6N + 12LCT), peak %.1f GFLOP/s for the job (%s)\n",
                  j->flops_per_token / 1e9, j->peak_gflops, cfg->system.peak_gflops > 0 ? "from the deck" : "measured SGEMM, all ranks");
   const data_loader *d = &t->data;
-  char names[2048] = "";
-  int v1 = d->val.sum_var < 0;
-  for (int s = 0, o = 0; s < d->nsets && o < (int)sizeof names - 1; s++) { /* a blend: each dataset with its weight */
-    o += snprintf(names + o, sizeof names - (size_t)o, d->nsets > 1 ? "%s%s x %.4g" : "%s%s", s ? " + " : "",
-                  d->set[s].file.path, d->set[s].weight);
-    v1 |= d->set[s].file.sum_var < 0;
-  }
+  char names[2048], vnames[2048];
+  int v1 = blend_names(d->set, d->nsets, names, sizeof names) | blend_names(d->val, d->nval, vnames, sizeof vnames);
+  int64_t vtokens = 0;
+  for (int v = 0; v < d->nval; v++) vtokens += d->val[v].file.ntokens;
   metrics_printf(out, "data: %s: %lld tokens (%llu windows of %d+1); %s: %lld tokens; tokenizer %s; %s\n", names,
-                 (long long)data_train_tokens(d), (unsigned long long)d->nwin, t->T, cfg->data.val, (long long)d->val.ntokens,
+                 (long long)data_train_tokens(d), (unsigned long long)d->nwin, t->T, vnames, (long long)vtokens,
                  t->tok.desc, !cfg->data.verify ? "headers checked (&data verify = .false.)"
                  : !v1 ? "every token id and checksum verified"
                  : "every token id verified (a dataset of format 1 has no checksums: prepare it again to add them)");
@@ -415,6 +432,29 @@ static void score_benchmarks(train_job *j) {
   }
 }
 
+/* ---- validation --------------------------------------------------------------------------------- */
+
+/* Rank 0, after an evaluation: rows of val.csv (step, dataset, weight, loss), and for a blend of
+ * validation datasets a line with each one's loss. */
+static void log_validation(train_job *j) {
+  const data_loader *d = &j->t->data;
+  if (j->rank != 0) return;
+  if (d->nval > 1) {
+    metrics_printf(&j->out, "val: step %ld | loss %.4f =", j->steps_done, j->val_loss);
+    for (int v = 0; v < d->nval; v++)
+      metrics_printf(&j->out, "%s %.4g x %.4f (%s)", v ? " +" : "", d->val[v].weight, j->val_losses[v], d->val[v].file.path);
+    metrics_printf(&j->out, "\n");
+  }
+  char path[UTIL_PATH_MAX];
+  util_snprintf(path, sizeof path, "%s/val.csv", j->cfg->job.run_dir);
+  FILE *fp = fopen(path, "a");
+  if (!fp) return; /* metrics.csv and the log have the loss */
+  if (ftell(fp) == 0) fprintf(fp, "step,dataset,weight,loss\n");
+  for (int v = 0; v < d->nval; v++)
+    fprintf(fp, "%ld,%s,%.10g,%.10g\n", j->steps_done, d->val[v].file.path, d->val[v].weight, j->val_losses[v]);
+  fclose(fp);
+}
+
 /* ---- the step loop ------------------------------------------------------------------------------- */
 
 /* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
@@ -539,7 +579,8 @@ static int step_loop(train_job *j, err_list *errs) {
     out_of_time = out_of_time && !last;
     int evaluate = last || out_of_time || (tc->eval_every > 0 && j->steps_done % tc->eval_every == 0);
     double vl = NAN;
-    if (evaluate) vl = j->val_loss = trainer_eval(t);
+    if (evaluate) vl = j->val_loss = trainer_eval(t, j->val_losses);
+    if (evaluate) log_validation(j);
     if (evaluate && j->bench.n) score_benchmarks(j);
     if (j->steps_done % j->cfg->job.log_every == 0 || evaluate) progress(j, &info, vl, evaluate, &w);
     int sig = train_signal, any_sig;
@@ -636,7 +677,8 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
 /* ---- the verdict ----------------------------------------------------------------------------------- */
 
 /* The windows drawn from each training dataset since step 0 against its weight: a line each, and
- * verdict.json's "data_blend". */
+ * verdict.json's "data_blend"; for a blend of validation datasets each one's last loss, a line each and
+ * "val_blend". */
 static void print_blend(train_job *j, json_t *v) {
   const data_loader *d = &j->t->data;
   double all = (double)data_drawn_all(d);
@@ -654,6 +696,18 @@ static void print_blend(train_job *j, json_t *v) {
     json_array_append_new(a, e);
   }
   json_object_set_new(v, "data_blend", a);
+  if (d->nval < 2 || !isfinite(j->val_loss)) return;
+  a = json_array();
+  for (int s = 0; s < d->nval; s++) {
+    metrics_printf(&j->out, "validation: %s: loss %.4f, weight %.4f\n", d->val[s].file.path, j->val_losses[s],
+                   d->val[s].weight);
+    json_t *e = json_object();
+    json_object_set_new(e, "path", json_string(d->val[s].file.path));
+    json_object_set_new(e, "weight", json_real(d->val[s].weight));
+    json_object_set_new(e, "loss", json_real(j->val_losses[s]));
+    json_array_append_new(a, e);
+  }
+  json_object_set_new(v, "val_blend", a);
 }
 
 /* The end-of-run verdict: lines, verdict.json and report.json (rank 0), after the collective
@@ -788,6 +842,7 @@ static int set_up(train_job *j, const char *header, err_list *errs) {
   if (bad) return 1;
   j->t = trainer_open(cfg, j->be, MPI_COMM_WORLD, errs);
   if (!j->t) return 1;
+  j->val_losses = util_calloc((size_t)j->t->data.nval, sizeof *j->val_losses, "validation losses");
   if (cfg->eval.during_training && j->t->lay.P == 1 && eval_benchmarks_load(&j->bench, cfg, MPI_COMM_WORLD, errs)) return 1;
   bad = j->rank == 0 && open_outputs(j, set_aside, header, errs) != 0;
   MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -807,6 +862,7 @@ static int clean_up(train_job *j, err_list *errs) {
   if (j->energy_opened) energy_close(&j->energy);
   eval_benchmarks_free(&j->bench);
   trainer_close(j->t);
+  free(j->val_losses);
   return rc;
 }
 

@@ -64,7 +64,7 @@ static void train_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
 /* Validation: replica r takes batches r, r + D, r + 2D, ... of the eval_batches. */
 static void eval_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
   trainer *t = ctx;
-  data_val_batch(&t->data, t->lay.replica + k * t->lay.D, t->B, tokens, targets);
+  data_val_batch(&t->data, t->eval_set, t->lay.replica + k * t->lay.D, t->B, tokens, targets);
 }
 
 trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *errs) {
@@ -160,15 +160,24 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   return ok < 0 ? -1 : 0;
 }
 
-double trainer_eval(trainer *t) {
+double trainer_eval(trainer *t, double *losses) {
   long nb = t->cfg->training.eval_batches, D = t->lay.D;
-  int mine = (int)(nb / D + (t->lay.replica < nb % D));
-  double loss = pipe_eval(&t->pipe, mine, eval_batch, t), total;
-  if (t->lay.tp_rank != 0) loss = 0.0; /* every tensor rank has it */
+  int mine = (int)(nb / D + (t->lay.replica < nb % D)), n = t->data.nval;
+  double *loss = util_calloc((size_t)n, sizeof *loss, "validation losses"), mean = 0.0;
+  for (t->eval_set = 0; t->eval_set < n; t->eval_set++) {
+    double l = pipe_eval(&t->pipe, mine, eval_batch, t);
+    loss[t->eval_set] = t->lay.tp_rank == 0 ? l : 0.0; /* every tensor rank has it */
+  }
   pipe_take_stats(&t->pipe); /* evaluation is not part of the steps' figures */
   t->tpg.bytes = t->tpg.wait_s = 0.0;
-  MPI_Allreduce(&loss, &total, 1, MPI_DOUBLE, MPI_SUM, t->comm);
-  return total / ((double)nb * t->B * t->T);
+  MPI_Allreduce(MPI_IN_PLACE, loss, n, MPI_DOUBLE, MPI_SUM, t->comm);
+  for (int v = 0; v < n; v++) {
+    loss[v] /= (double)nb * t->B * t->T;
+    mean += t->data.val[v].weight * loss[v];
+    if (losses) losses[v] = loss[v];
+  }
+  free(loss);
+  return mean; /* one dataset: its weight is exactly 1 */
 }
 
 int trainer_init_from(trainer *t, err_list *errs) {

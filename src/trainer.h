@@ -37,6 +37,7 @@ typedef struct trainer {
   int B, T, nmicro; /* sequences per micro-batch, tokens per sequence, micro-batches per step */
   long G;        /* sequences (windows) per global batch: B x m x D */
   uint64_t *win; /* (G) the windows of the current step */
+  int eval_set;  /* the validation dataset being scored */
 } trainer;
 
 /* Backend memory of one rank of a layout (replica 0 of stage `stage`): the model, the AdamW
@@ -73,8 +74,10 @@ void trainer_close(trainer *t);
  * (then no update was made); with fp16 loss scaling an overflow instead skips the update
  * (info->skipped) and returns 0 until the scale would fall below 1. The same on every rank. */
 int trainer_step(trainer *t, long step, trainer_step_info *info);
-/* Mean validation loss over &training eval_batches micro-batches (the same on every rank). */
-double trainer_eval(trainer *t);
+/* The validation loss: each validation dataset's mean over &training eval_batches micro-batches of
+ * it into losses (nval; may be NULL), and their mean weighted by the datasets' weights returned.
+ * The same on every rank. */
+double trainer_eval(trainer *t, double *losses);
 /* Write a checkpoint of the run at `step` (steps done) after `tokens` tokens (ckpt.c). Collective.
  * Returns 0, or -1 (on every rank) after adding errors where they happened. */
 int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err_list *errs);

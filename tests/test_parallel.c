@@ -3,7 +3,8 @@
  * A tiny GPT-Neo (4 layers) trains for 10 steps on a dataset this test prepares, with the same
  * global batch, serially (rank 0 alone) and laid out as D=2, D=4, P=2, P=4, P=2 x D=2 (both rank
  * orders), each with ZeRO 0 and 1. Every step's loss must be within 1e-5 relative of the serial
- * run's, the final validation loss too, and the final parameters within 1e-5 (largest difference
+ * run's, the final validation loss too (a blend of the validation split and the training split,
+ * weights 3 and 2: the blend's loss is exactly 0.6 and 0.4 of the two, each checked), and the final parameters within 1e-5 (largest difference
  * over the largest parameter). Every rank allocates exactly the backend memory the dry run plans
  * for its stage. Each layout also continues the serial run from a checkpoint written after half
  * the steps (another layout, ZeRO on or off): the same bounds hold for the second half. The layout
@@ -47,7 +48,7 @@ static int global_batch = 8; /* &training global_batch_size (6 for 3 replicas) *
 static int tensor_par = 1; /* &parallel tensor_parallel */
 
 typedef struct {
-  double loss[STEPS], val;
+  double loss[STEPS], val, vals[2]; /* the validation loss: the blend's, each dataset's */
   float *params; /* on rank 0 */
   size_t n;
 } run_result;
@@ -59,6 +60,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&job task = 'prepare', 'train', seed = 5, run_dir = '%s/run' /\n"
            "&prepare input = '%s/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,\n"
            "  train_out = '%s/train.nc', val_out = '%s/val.nc' /\n"
+           "&data val = '%s/val.nc', '%s/train.nc', val_weights = 3, 2 /\n"
            "&model vocab_size = 256, block_size = 32, n_layer = 4, n_embd = 32, n_head = 4,\n"
            "  attention_types = 'global', 'local', window_size = 8 /\n"
            "&training seq_len = 32, micro_batch_size = 2, global_batch_size = %d, max_steps = %d,\n"
@@ -68,7 +70,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
            "&system backend = 'cpu', precision = '%s' /\n"
            "&comm method = '%s', bits = %d, min_numel = 1000, exchange = '%s', error_feedback = %s /\n",
-           dir, top ? top : ".", dir, dir, global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
+           dir, top ? top : ".", dir, dir, dir, dir, global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
            tensor_par, precision,
            comm_method, comm_bits, comm_exchange, comm_ef ? ".true." : ".false.");
   return t_load_deck(text, "parallel.nml", nranks);
@@ -115,7 +117,9 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
       util_strlcpy((char *)save, st.path, CFG_STR_LEN);
     }
   }
-  r->val = trainer_eval(t);
+  r->val = trainer_eval(t, r->vals); /* a blend of validation datasets, weights 0.6 and 0.4 */
+  T_CHECK(t->data.nval == 2 && r->val == 0.6 * r->vals[0] + 0.4 * r->vals[1] && r->vals[0] != r->vals[1],
+          "validation blend: %.9g is not 0.6 x %.9g + 0.4 x %.9g", r->val, r->vals[0], r->vals[1]);
   /* every replica of a stage holds the same parameters, bit for bit */
   uint64_t h = 1469598103934665603ULL, *all = malloc((size_t)t->lay.D * sizeof *all);
   const unsigned char *p = (const unsigned char *)t->model.params;
@@ -309,6 +313,7 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
           if (e > worst) worst = e;
         }
         double ve = fabs(r.val - rf->val) / fabs(rf->val);
+        for (int v = 0; v < 2; v++) ve = fmax(ve, fabs(r.vals[v] - rf->vals[v]) / fabs(rf->vals[v]));
         double pe = r.params && r.n == rf->n ? t_rel_err(r.params, rf->params, r.n) : INFINITY;
         printf("P=%d T=%d D=%d ZeRO-%d %-17s %s%s%s, %s: step losses rel err %.2e, val %.2e, parameters %.2e\n", P,
                layouts[i].T, D, zero, layouts[i].order, resumed ? "restarted" : "from start", staged ? ", host staging" : "",

@@ -413,6 +413,10 @@ int cfg_has_task(const cfg_config *cfg, const char *task) {
   return 0;
 }
 
+int cfg_eval_skips_val(const cfg_config *cfg) {
+  return cfg->eval.val.n == 1 && strcmp(cfg->eval.val.v[0], "none") == 0;
+}
+
 /* The tasks' order and what each task needs. */
 static void check_tasks(const cfg_config *cfg, err_list *errs) {
   static const char *order[] = {"tokenizer", "prepare", "plan", "train", "eval", "sample", "export"};
@@ -462,11 +466,11 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
     if (!cfg->data.train.n && !cfg->prepare.train_out[0])
       cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
                    "task 'train' needs a training dataset");
-    if (!cfg->data.val[0] && !cfg->prepare.val_out[0])
+    if (!cfg->data.val.n && !cfg->prepare.val_out[0])
       cfg_error_at(cfg, errs, "data", "val", "give a validation dataset, e.g. val = 'runs/data/val.nc'",
                    "task 'train' needs a validation dataset");
   }
-  if (cfg_has_task(cfg, "eval") && !cfg->eval.benchmarks.n && (!strcmp(cfg->eval.val, "none") || (!cfg->eval.val[0] && !cfg->data.val[0] && !cfg->prepare.val_out[0])))
+  if (cfg_has_task(cfg, "eval") && !cfg->eval.benchmarks.n && (cfg_eval_skips_val(cfg) || (!cfg->eval.val.n && !cfg->data.val.n && !cfg->prepare.val_out[0])))
     cfg_error_at(cfg, errs, "eval", "benchmarks", "give a dataset (&eval val or &data val) or benchmarks, e.g. benchmarks = "
                  "'lambada:data/lambada_test.jsonl'", "task 'eval' has nothing to score");
   if (cfg->eval.during_training && cfg->parallel.pipeline_stages > 1)
@@ -502,18 +506,25 @@ static void check_tensor_parallel(cfg_config *cfg, err_list *errs) {
                  "tensor_parallel = %ld", T);
 }
 
-/* A blend of training datasets: one weight per dataset when weights are given, no dataset twice. */
-static void check_data(const cfg_config *cfg, err_list *errs) {
-  const cfg_data *d = &cfg->data;
-  if (d->train_weights.n && d->train_weights.n != (d->train.n ? d->train.n : 1))
-    cfg_error_at(cfg, errs, "data", "train_weights", "give one weight per dataset of &data train, or none to weight "
-                 "each by its size", "%d weights for %d training dataset%s", d->train_weights.n,
-                 d->train.n ? d->train.n : 1, d->train.n > 1 ? "s" : "");
-  for (int i = 0; i < d->train.n; i++)
+/* A blend (&data `key`, with weights `wkey`): one weight per dataset when weights are given, no dataset
+ * twice. `what` names the datasets in messages. */
+static void check_blend(const cfg_config *cfg, const cfg_strlist *sets, const cfg_reallist *w, const char *key,
+                        const char *wkey, const char *what, err_list *errs) {
+  int n = sets->n ? sets->n : 1;
+  char hint[128];
+  snprintf(hint, sizeof hint, "give one weight per dataset of &data %s, or none to weight each by its size", key);
+  if (w->n && w->n != n)
+    cfg_error_at(cfg, errs, "data", wkey, hint, "%d weights for %d %s dataset%s", w->n, n, what, n > 1 ? "s" : "");
+  for (int i = 0; i < sets->n; i++)
     for (int j = 0; j < i; j++)
-      if (strcmp(d->train.v[i], d->train.v[j]) == 0)
-        cfg_error_at(cfg, errs, "data", "train", "list each dataset once; its weight sets how often it is drawn",
-                     "'%s' is listed twice (entries %d and %d)", d->train.v[i], j + 1, i + 1);
+      if (strcmp(sets->v[i], sets->v[j]) == 0)
+        cfg_error_at(cfg, errs, "data", key, "list each dataset once; its weight sets its share",
+                     "'%s' is listed twice (entries %d and %d)", sets->v[i], j + 1, i + 1);
+}
+
+static void check_data(const cfg_config *cfg, err_list *errs) {
+  check_blend(cfg, &cfg->data.train, &cfg->data.train_weights, "train", "train_weights", "training", errs);
+  check_blend(cfg, &cfg->data.val, &cfg->data.val_weights, "val", "val_weights", "validation", errs);
 }
 
 static void check_consistency(cfg_config *cfg, err_list *errs) {
@@ -603,16 +614,17 @@ static void derive(cfg_config *cfg) {
     cfg->data.train.n = 1;
     set_derived(cfg, "data", "train", "prepare", "train_out");
   }
-  if (!cfg->data.val[0] && cfg->prepare.val_out[0]) {
-    util_strlcpy(cfg->data.val, cfg->prepare.val_out, sizeof cfg->data.val);
+  if (!cfg->data.val.n && cfg->prepare.val_out[0]) {
+    util_strlcpy(cfg->data.val.v[0], cfg->prepare.val_out, sizeof cfg->data.val.v[0]);
+    cfg->data.val.n = 1;
     set_derived(cfg, "data", "val", "prepare", "val_out");
   }
   if (!strcmp(cfg->tokenizer.kind, "bpe") && !cfg->tokenizer.dir[0] && cfg->model.init_from[0]) {
     util_strlcpy(cfg->tokenizer.dir, cfg->model.init_from, sizeof cfg->tokenizer.dir); /* vocab.json, merges.txt */
     set_derived(cfg, "tokenizer", "dir", "model", "init_from");
   }
-  if (!cfg->eval.val[0] && cfg->data.val[0]) {
-    util_strlcpy(cfg->eval.val, cfg->data.val, sizeof cfg->eval.val);
+  if (!cfg->eval.val.n && cfg->data.val.n) {
+    cfg->eval.val = cfg->data.val;
     set_derived(cfg, "eval", "val", "data", "val");
   }
   if (cfg->eval.seq_len == 0) {

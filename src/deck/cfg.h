@@ -93,7 +93,8 @@ typedef struct {
 #define CFG_GROUP_DATA(X, g)                                                                       \
   X(g, STRLIST, train, "", "", "Training datasets (NetCDF, from the 'prepare' task); several make a blend, each drawn with its share train_weights (doc/data.md); empty means &prepare train_out") \
   X(g, REALLIST, train_weights, "", "(0, inf)", "Share of the training windows drawn from each dataset of train, in its order (normalised to sum 1); empty weights each dataset by its size (its windows of seq_len + 1 tokens)") \
-  X(g, STR, val, "''", "", "Validation dataset; empty means &prepare val_out")                       \
+  X(g, STRLIST, val, "", "", "Validation datasets; several make a blend: each evaluation scores eval_batches micro-batches of every one, and the validation loss is their mean weighted by val_weights (doc/data.md); empty means &prepare val_out") \
+  X(g, REALLIST, val_weights, "", "(0, inf)", "Weight of each dataset of val in the validation loss, in its order (normalised to sum 1): the loss is that of a window drawn from the blend; empty weights each dataset by its size (its windows of seq_len + 1 tokens)") \
   X(g, BOOL, verify, ".true.", "", "Read the datasets once at start-up, shared among the ranks, and check every token id against the vocabulary and every block of 2^20 tokens against its checksum; .false. checks the headers and the file sizes only")
 
 #define CFG_GROUP_PARALLEL(X, g)                                                                   \
@@ -131,7 +132,7 @@ typedef struct {
   X(g, BOOL, fallback, ".true.", "", "With restart = 'latest': a damaged newest checkpoint is set aside (renamed .damaged) with a warning and the next older one is read; .false. stops with the errors instead")
 
 #define CFG_GROUP_EVAL(X, g)                                                                          \
-  X(g, STR, val, "''", "", "Token dataset scored window by window, every window (loss, perplexity, bits per byte); empty means &data val; 'none' skips it") \
+  X(g, STRLIST, val, "", "", "Token datasets scored window by window, every window of each (loss, perplexity, bits per byte); empty means &data val; 'none' skips them") \
   X(g, INT, seq_len, "0", "[0, 1048576]", "Tokens per window of that score (at most &model block_size); 0 means &training seq_len") \
   X(g, STRLIST, benchmarks, "", "", "Benchmark files as 'kind:path', kind one of lambada, hellaswag, piqa, arc, winogrande, mc (the generic {\"context\", \"choices\", \"label\"} form), e.g. 'lambada:data/lambada_test.jsonl' (doc/evaluation.md)") \
   X(g, INT, num_fewshot, "0", "[0, 64]", "Solved examples placed before each benchmark item (drawn with the seed from the same file, never the item itself)") \
@@ -288,6 +289,8 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs);
 
 /* Whether the deck's &job task list has this task. */
 int cfg_has_task(const cfg_config *cfg, const char *task);
+/* Whether &eval val is 'none': the eval task scores no dataset. */
+int cfg_eval_skips_val(const cfg_config *cfg);
 
 /* Report an error at the place where group.key was set (or "default"). */
 void cfg_error_at(const cfg_config *cfg, err_list *errs, const char *group, const char *key, const char *hint,

@@ -87,21 +87,21 @@ static int longest_request(eval_job *j) {
   return most < j->im.shape.maxT ? most : j->im.shape.maxT;
 }
 
-/* The dataset score (&eval val), into the report. Returns 1 (every rank) after errors. */
-static int run_dataset(eval_job *j, err_list *errs) {
+/* The score of dataset `path` (of &eval val), into the report. Returns 1 (every rank) after errors. */
+static int run_dataset(eval_job *j, const char *path, err_list *errs) {
   const cfg_eval *c = &j->cfg->eval;
   score_dataset d;
-  if (score_dataset_run(&j->im, c->val, (int)j->cfg->training.micro_batch_size, (int)c->seq_len, &d, errs)) return 1;
+  if (score_dataset_run(&j->im, path, (int)j->cfg->training.micro_batch_size, (int)c->seq_len, &d, errs)) return 1;
   if (j->rank == 0) {
     char task[CFG_STR_LEN + 16];
-    util_snprintf(task, sizeof task, "dataset:%s", c->val);
+    util_snprintf(task, sizeof task, "dataset:%s", path);
     evalrep_add(&j->rep, task, "loss", d.loss, NAN, (long)d.windows);
     evalrep_add(&j->rep, task, "perplexity", d.ppl, NAN, (long)d.windows);
     evalrep_add(&j->rep, task, "bits_per_byte", d.bpb, NAN, (long)d.windows);
     evalrep_add(&j->rep, task, "tokens", d.tokens, NAN, (long)d.windows);
     j->tokens += d.tokens;
     printf("eval: %s: %llu windows of %ld tokens, loss %.6f, perplexity %.4f, %.4f bits per byte (%.0f tokens/s)\n",
-           c->val, (unsigned long long)d.windows, c->seq_len, d.loss, d.ppl, d.bpb, d.tokens / d.seconds);
+           path, (unsigned long long)d.windows, c->seq_len, d.loss, d.ppl, d.bpb, d.tokens / d.seconds);
     fflush(stdout);
   }
   return 0;
@@ -153,7 +153,7 @@ int eval_run(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *
   int any, bad = infer_open(&j.im, cfg, be, comm, errs) != 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
   if (!any) any = eval_benchmarks_load(&j.b, cfg, comm, errs);
-  int dataset = cfg->eval.val[0] && strcmp(cfg->eval.val, "none") != 0;
+  int dataset = cfg->eval.val.n > 0 && !cfg_eval_skips_val(cfg);
   if (!any) {
     int T = j.b.n ? longest_request(&j) : 1;
     if ((int)cfg->eval.seq_len > T && dataset) T = (int)cfg->eval.seq_len;
@@ -161,7 +161,7 @@ int eval_run(const cfg_config *cfg, const backend *be, MPI_Comm comm, err_list *
     if (!any) any = infer_meter(&j.im, errs);
   }
   if (!any && j.rank == 0) printf("eval: the model from the %s\n", j.im.source), fflush(stdout);
-  if (!any && dataset) any = run_dataset(&j, errs);
+  for (int v = 0; !any && dataset && v < cfg->eval.val.n; v++) any = run_dataset(&j, cfg->eval.val.v[v], errs);
   for (int s = 0; !any && s < j.b.n; s++) run_benchmark(&j, &j.b.sets[s]);
   if (!any) any = report(&j, errs);
   eval_benchmarks_free(&j.b);

@@ -16,7 +16,9 @@ static int open_dataset(data_loader *d, const infer_model *im, const char *path,
   util_strlcpy(c->data.train.v[0], path, sizeof c->data.train.v[0]);
   c->data.train.n = 1;
   c->data.train_weights.n = 0;
-  util_strlcpy(c->data.val, path, sizeof c->data.val);
+  util_strlcpy(c->data.val.v[0], path, sizeof c->data.val.v[0]);
+  c->data.val.n = 1;
+  c->data.val_weights.n = 0;
   int e0 = errs->n, n = data_open(d, c, &im->tok, T, errs);
   cfg_relocate(im->cfg, errs, e0, "eval", "val");
   free(c);
@@ -39,7 +41,7 @@ static void score_windows(infer_model *im, data_loader *d, uint64_t lo, uint64_t
   int32_t *tok = util_malloc((size_t)B * T * sizeof *tok, "tokens"), *tgt = util_malloc((size_t)B * T * sizeof *tgt, "targets");
   for (uint64_t w = lo; w < hi; w += (uint64_t)B) {
     int b = hi - w < (uint64_t)B ? (int)(hi - w) : B;
-    for (int i = 0; i < b; i++) data_val_batch(d, (int)(w + (uint64_t)i), 1, tok + (size_t)i * T, tgt + (size_t)i * T);
+    for (int i = 0; i < b; i++) data_val_batch(d, 0, (int)(w + (uint64_t)i), 1, tok + (size_t)i * T, tgt + (size_t)i * T);
     gpt_set_batch(m, 0, tok, tgt, b, T);
     gpt_forward(m, 0, b, T);
     gpt_loss(m, 0, b, T, 0.0f);
@@ -63,7 +65,7 @@ int score_dataset_run(infer_model *im, const char *path, int B, int T, score_dat
     if (!bad) data_close(&d);
     return 1;
   }
-  uint64_t nw = data_val_windows(&d), lo = nw * (uint64_t)im->rank / (uint64_t)im->size,
+  uint64_t nw = data_val_windows(&d, 0), lo = nw * (uint64_t)im->rank / (uint64_t)im->size,
            hi = nw * (uint64_t)(im->rank + 1) / (uint64_t)im->size;
   double *mine = util_malloc((hi - lo + 1) * sizeof *mine, "window losses"), bytes = 0;
   score_windows(im, &d, lo, hi, B, T, mine, &bytes);

@@ -157,9 +157,11 @@ static void check_fit(const data_file *f, const cfg_config *cfg, const tok_token
 static void close_files(data_loader *d) {
   for (int s = 0; s < d->nsets; s++)
     if (d->set[s].file.path[0]) ncmpi_close(d->set[s].file.ncid);
-  if (d->val.path[0]) ncmpi_close(d->val.ncid);
+  for (int v = 0; v < d->nval; v++)
+    if (d->val[v].file.path[0]) ncmpi_close(d->val[v].file.ncid);
   for (int s = 0; s < d->nsets; s++) free(d->set[s].perm);
   free(d->set);
+  free(d->val);
   free(d->cum);
   memset(d, 0, sizeof *d);
 }
@@ -177,45 +179,60 @@ static int open_checked(data_file *f, const char *path, const cfg_config *cfg, c
   return 0;
 }
 
-/* The sets' windows, numbering, normalised weights (the deck's, or their windows) and first epoch. */
-static void blend_weights(data_loader *d, const cfg_data *c) {
+/* A blend's windows of T+1 tokens, numbering and normalised weights (the deck's w, or their windows);
+ * cum (n) gets the cumulative weights when not NULL. Returns all their windows. */
+static uint64_t set_weights(data_set *set, int n, int T, const cfg_reallist *w, double *cum) {
   double sum = 0, acc = 0;
-  for (int s = 0; s < d->nsets; s++) {
-    data_set *b = &d->set[s];
-    b->nwin = (uint64_t)(b->file.ntokens - 1) / (uint64_t)d->T;
-    b->first = d->nwin;
-    d->nwin += b->nwin;
-    b->weight = c->train_weights.n ? c->train_weights.v[s] : (double)b->nwin;
-    sum += b->weight;
-    b->perm = util_malloc(b->nwin * sizeof *b->perm, "window order");
-    shuffle_epoch(b, s, d->seed);
+  uint64_t all = 0;
+  for (int s = 0; s < n; s++) {
+    set[s].nwin = (uint64_t)(set[s].file.ntokens - 1) / (uint64_t)T;
+    set[s].first = all;
+    all += set[s].nwin;
+    set[s].weight = w->n ? w->v[s] : (double)set[s].nwin;
+    sum += set[s].weight;
   }
-  for (int s = 0; s < d->nsets; s++) {
-    d->set[s].weight /= sum;
-    acc += d->set[s].weight;
-    d->cum[s] = s == d->nsets - 1 ? 1.0 : acc;
+  for (int s = 0; s < n; s++) {
+    set[s].weight /= sum;
+    acc += set[s].weight;
+    if (cum) cum[s] = s == n - 1 ? 1.0 : acc;
   }
+  return all;
+}
+
+/* The list of datasets at &data key into set (list->n), each checked; the errors are counted in errs. */
+static data_set *open_list(const cfg_strlist *list, const cfg_config *cfg, const tok_tokenizer *tok, int T,
+                           const char *key, err_list *errs) {
+  data_set *set = util_calloc((size_t)list->n + 1, sizeof *set, "datasets");
+  for (int s = 0; s < list->n; s++) /* every dataset of a blend against the tokenizer, by name */
+    open_checked(&set[s].file, list->v[s], cfg, tok, T, key, errs);
+  return set;
 }
 
 int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, err_list *errs) {
   memset(d, 0, sizeof *d);
   long n0 = err_count(errs);
   d->nsets = cfg->data.train.n;
-  d->set = util_calloc((size_t)d->nsets, sizeof *d->set, "datasets");
-  d->cum = util_calloc((size_t)d->nsets, sizeof *d->cum, "blend weights");
+  d->nval = cfg->data.val.n;
+  d->cum = util_calloc((size_t)d->nsets + 1, sizeof *d->cum, "blend weights");
   if (d->nsets == 0)
     cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
                  "no training dataset");
-  for (int s = 0; s < d->nsets; s++) /* every dataset of a blend against the tokenizer, by name */
-    open_checked(&d->set[s].file, cfg->data.train.v[s], cfg, tok, T, "train", errs);
-  open_checked(&d->val, cfg->data.val, cfg, tok, T, "val", errs);
+  if (d->nval == 0)
+    cfg_error_at(cfg, errs, "data", "val", "give a validation dataset, e.g. val = 'runs/data/val.nc'", "no validation dataset");
+  d->set = open_list(&cfg->data.train, cfg, tok, T, "train", errs);
+  d->val = open_list(&cfg->data.val, cfg, tok, T, "val", errs);
   if (err_count(errs) > n0) {
     close_files(d);
     return (int)(err_count(errs) - n0);
   }
   d->T = T;
   d->seed = (uint64_t)cfg->job.seed;
-  blend_weights(d, &cfg->data);
+  d->nwin = set_weights(d->set, d->nsets, T, &cfg->data.train_weights, d->cum);
+  set_weights(d->val, d->nval, T, &cfg->data.val_weights, NULL);
+  for (int s = 0; s < d->nsets; s++) {
+    d->set[s].perm = util_malloc(d->set[s].nwin * sizeof *d->set[s].perm, "window order");
+    shuffle_epoch(&d->set[s], s, d->seed);
+  }
   return 0;
 }
 
@@ -295,8 +312,8 @@ int data_verify(data_loader *d, MPI_Comm comm, err_list *errs) {
   int rank, P, bad = 0, any;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
-  for (int s = 0; s <= d->nsets; s++) {
-    data_file *f = s < d->nsets ? &d->set[s].file : &d->val;
+  for (int s = 0; s < d->nsets + d->nval; s++) {
+    data_file *f = s < d->nsets ? &d->set[s].file : &d->val[s - d->nsets].file;
     bad += verify_blocks(f, rank, P, errs);
     bad += verify_docs(f, rank, P, comm, errs);
   }
@@ -401,12 +418,12 @@ void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens
   }
 }
 
-uint64_t data_val_windows(const data_loader *d) { return (uint64_t)(d->val.ntokens - 1) / (uint64_t)d->T; }
+uint64_t data_val_windows(const data_loader *d, int v) { return d->val[v].nwin; }
 
-void data_val_batch(data_loader *d, int k, int B, int32_t *tokens, int32_t *targets) {
-  uint64_t nw = data_val_windows(d);
+void data_val_batch(data_loader *d, int v, int k, int B, int32_t *tokens, int32_t *targets) {
+  uint64_t nw = data_val_windows(d, v);
   uint64_t *w = util_malloc((size_t)B * sizeof *w, "windows");
   for (int b = 0; b < B; b++) w[b] = ((uint64_t)k * (uint64_t)B + (uint64_t)b) % nw;
-  read_windows(&d->val, w, B, d->T, tokens, targets);
+  read_windows(&d->val[v].file, w, B, d->T, tokens, targets);
   free(w);
 }

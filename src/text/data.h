@@ -27,7 +27,9 @@
  * index, epoch). So the choice depends on (seed, n) only, the same on every rank for any layout,
  * and the windows drawn from each dataset (data_set.drawn) are all the state there is. One dataset
  * is never hashed: its windows are exactly those of the loader without a blend. Window ids number
- * the datasets' windows one dataset after the other (set s's first is data_set.first).
+ * the datasets' windows one dataset after the other (set s's first is data_set.first). Several
+ * validation datasets are each scored on their own; the validation loss is the mean of theirs
+ * weighted by their normalised weights: the expected loss of a window drawn from that blend.
  *
  * Nothing read from a dataset is trusted: the header is checked against the file's length, the
  * tokenizer and the model; data_verify reads every token once (shared among the ranks) against
@@ -62,21 +64,22 @@ typedef struct {
   uint64_t identity; /* hash of the token count and the block checksums: which data this is */
 } data_file;
 
-/* One training dataset of the blend, with its own shuffle and cursor. */
+/* One dataset of a blend; a training dataset with its own shuffle and cursor. */
 typedef struct {
   data_file file;
-  double weight;     /* normalised share of the windows drawn from it */
+  double weight;     /* normalised share of the windows drawn from it (validation: of the loss) */
   uint64_t nwin;     /* its windows of T+1 tokens */
   uint64_t first;    /* id of its first window in the blend's numbering */
   long epoch;        /* cursor: its epoch and position in that epoch's order */
   uint64_t pos;
-  uint64_t *perm;    /* its windows in this epoch's order (nwin) */
+  uint64_t *perm;    /* its windows in this epoch's order (nwin); NULL for validation */
 } data_set;
 
 typedef struct {
   data_set *set; /* the training datasets (nsets), in the deck's order */
   int nsets;
-  data_file val;
+  data_set *val; /* the validation datasets (nval), in the deck's order */
+  int nval;
   int T;
   uint64_t seed;
   uint64_t nwin;  /* all datasets' windows */
@@ -114,8 +117,8 @@ int64_t data_train_tokens(const data_loader *d);
 void data_next_windows(data_loader *d, long G, uint64_t *win);
 /* Read n training windows: tokens and targets (n, T), host memory. */
 void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens, int32_t *targets);
-/* Validation batch k (0-based) of B windows, in order, wrapping around the split. */
-void data_val_batch(data_loader *d, int k, int B, int32_t *tokens, int32_t *targets);
-uint64_t data_val_windows(const data_loader *d);
+/* Batch k (0-based) of B windows of validation dataset v, in order, wrapping around it. */
+void data_val_batch(data_loader *d, int v, int k, int B, int32_t *tokens, int32_t *targets);
+uint64_t data_val_windows(const data_loader *d, int v);
 
 #endif

@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       int32_t x[4 * 8], y[4 * 8];
       data_next_windows(&d, 4, win);
       data_read_train(&d, win, 4, x, y);
-      data_val_batch(&d, 1, 4, x, y);
+      data_val_batch(&d, 0, 1, 4, x, y);
       for (int i = 0; i < 32; i++) FUZZ_ASSERT(x[i] >= 0 && x[i] < 512 && y[i] >= 0 && y[i] < 512, "ids in the vocabulary");
     }
     data_close(&d);
