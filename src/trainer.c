@@ -61,6 +61,14 @@ static void train_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
   data_read_train(&t->data, t->win + ((size_t)t->lay.replica * t->nmicro + (size_t)k) * t->B, t->B, tokens, targets);
 }
 
+/* The next step's windows of this replica read ahead into the page cache while this step runs, on
+ * the ranks that read windows (the first and last stages). */
+static void prefetch_next(trainer *t) {
+  if (!t->cfg->data.prefetch || !(t->model.has_embed || t->model.has_head)) return;
+  long per = (long)t->B * t->nmicro;
+  data_prefetch_next(&t->data, t->G, t->lay.replica * per, per, t->next);
+}
+
 /* Validation: replica r takes batches r, r + D, r + 2D, ... of the eval_batches. */
 static void eval_batch(void *ctx, int k, int32_t *tokens, int32_t *targets) {
   trainer *t = ctx;
@@ -108,6 +116,7 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, e
                     cfg->system.loss_scale_window);
   pipe_init(&t->pipe, &t->lay, &t->model, t->B, t->T);
   t->win = util_malloc((size_t)t->G * sizeof *t->win, "step windows");
+  t->next = util_malloc((size_t)t->G * sizeof *t->next, "step windows");
   return t;
 }
 
@@ -123,6 +132,7 @@ void trainer_close(trainer *t) {
   tok_free(&t->tok);
   par_free(&t->lay);
   free(t->win);
+  free(t->next);
   free(t);
 }
 
@@ -131,6 +141,7 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   double t0 = util_now();
   const double tokens = (double)t->G * t->T;
   data_next_windows(&t->data, t->G, t->win);
+  prefetch_next(t);
   gpt_zero_grad(&t->model);
   grad_begin(t->gx, step);
   /* fp16: the loss gradient is multiplied by the loss scale, so the gradients carry it (optim.h) */

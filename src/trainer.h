@@ -37,6 +37,7 @@ typedef struct trainer {
   int B, T, nmicro; /* sequences per micro-batch, tokens per sequence, micro-batches per step */
   long G;        /* sequences (windows) per global batch: B x m x D */
   uint64_t *win; /* (G) the windows of the current step */
+  uint64_t *next; /* (G) the next step's, for the read-ahead hints (&data prefetch) */
   int eval_set;  /* the validation dataset being scored */
 } trainer;
 

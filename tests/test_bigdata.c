@@ -6,7 +6,8 @@
  * a few KiB on disk): the header as prepare writes it, and tokens only at the start, around 2^32 and at
  * the end, each with a value of its position. The loader opens it (&data verify = .false.: the blocks
  * in between are holes) and reads windows at the start, straddling 2^32 and at the very end: every
- * token must be the one written at its position. */
+ * token must be the one written at its position. With windows of 1 + 1 tokens the dataset has more
+ * than 2^32 - 1 windows, which the loader refuses (its window order keeps 32-bit indices). */
 #include <pnetcdf.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -112,6 +113,13 @@ int main(int argc, char **argv) {
     check_window(&d, last, "the end");
     data_close(&d);
   }
+  /* windows of 2 tokens: more than 2^32 - 1 of them, more than the window order indexes */
+  err_list e2 = {0};
+  rc = data_open(&d, c, &tok, 1, &e2);
+  T_CHECK(rc > 0 && e2.n && strstr(e2.v[0].msg, "more than 2^32 - 1 in one dataset"),
+          "a dataset of more than 2^32 - 1 windows is not refused: %s", e2.n ? e2.v[0].msg : "no error");
+  if (rc == 0) data_close(&d);
+  err_free(&e2);
   tok_free(&tok);
   free(c);
   err_free(&e);

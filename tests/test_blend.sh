@@ -10,6 +10,7 @@
 #   - validation on a blend of two datasets (weights 1 and 3): each evaluation's log line and val.csv
 #     give each one's loss, the validation loss is their weighted mean, verdict.json has val_blend,
 #     and the restarted run evaluates the same losses;
+#   - greenlm-loadbench runs on the blend (2 ranks) and reports each phase; a bad option is refused;
 #   - the eval task scores each dataset of &eval val (by default &data val's);
 #   - a weight count that is not the dataset count, a zero weight and a dataset listed twice are
 #     deck errors, for training and validation.
@@ -93,6 +94,15 @@ greenlm --set "job.run_dir=$out/alone" --set checkpoint.restart=latest --set "da
   --set "data.train_weights=1" "$deck" > "$out/alone.out" 2>&1
 check "a run on one dataset of the blend took its checkpoint" [ $? -ne 0 ]
 check "no reason given for refusing the blend's checkpoint: $(tail -n 3 "$out/alone.out")" grep -q "trained on another dataset" "$out/alone.out"
+
+# the loader benchmark on the blend: it runs on 2 ranks and reports every phase
+bench="$(dirname "$GREENLM")/greenlm-loadbench"
+$MPIEXEC -n 2 "$bench" --steps 5 --step-ms 1 "$deck" > "$out/loadbench.out" 2>&1
+check "greenlm-loadbench failed: $(tail -n 3 "$out/loadbench.out")" [ $? -eq 0 ]
+check "greenlm-loadbench's result line lacks a phase: $(grep result "$out/loadbench.out")" \
+  grep -q "^result: ranks=2 T=32 windows_per_step=4 cold_wps=[0-9.]* warm_wps=[0-9.]* warm_ms_1=[0-9.]* cold_ms_1=[0-9.]* ahead_ms_1=[0-9.]*$" "$out/loadbench.out"
+$MPIEXEC -n 1 "$bench" --step-ms 0 "$deck" > "$out/loadbench-bad.out" 2>&1
+check "greenlm-loadbench took --step-ms 0 (status $?)" grep -q "bad option or value '--step-ms 0'" "$out/loadbench-bad.out"
 
 deck_error() { # deck_error MESSAGE --set ...: the deck with these overrides is refused with MESSAGE
   msg=$1; shift

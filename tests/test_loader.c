@@ -15,11 +15,20 @@
  *   - a loader moved to the datasets' cursors continues with the same windows;
  *   - every rank draws the same windows (the hash of the first ones is printed: tests/test_blend.sh
  *     compares it across 1, 2 and 3 ranks);
- *   - a dataset of another tokenizer in a blend is refused, the file named. */
+ *   - a dataset of another tokenizer in a blend is refused, the file named.
+ * Read-ahead (&data prefetch): the windows data_peek_windows gives are always the next ones drawn,
+ * all of a step unless a dataset's epoch ends within it; data_prefetch brings a window's pages
+ * into the page cache (checked with mincore where the file system lets them be dropped first). */
+#define _DEFAULT_SOURCE /* mincore */
+#include <fcntl.h>
 #include <mpi.h>
 #include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "deck/cfg.h"
 #include "text/data.h"
@@ -146,6 +155,56 @@ static void test_blend(const char *deck, const char *dir, const tok_tokenizer *t
   free(w), free(first0), free(seen1);
 }
 
+/* Pages of window w of d's dataset 0 resident in the page cache (map: the whole file, mapped). */
+static int window_resident(const data_loader *d, const unsigned char *map, uint64_t w) {
+  const data_file *f = &d->set[0].file;
+  long pg = sysconf(_SC_PAGESIZE);
+  off_t a = (off_t)f->tok_off + (off_t)(w * (uint64_t)d->T) * f->tok_bytes, b = a + (off_t)(d->T + 1) * f->tok_bytes;
+  off_t first = a / pg * pg;
+  unsigned char vec[64] = {0};
+  size_t npg = (size_t)((b - first + pg - 1) / pg);
+  if (npg > sizeof vec || mincore((void *)(map + first), (size_t)(b - first), vec) != 0) return 0;
+  int all = 1;
+  for (size_t i = 0; i < npg; i++) all &= vec[i] & 1;
+  return all;
+}
+
+/* Read-ahead: peeks against draws over several epochs of a blend; a hinted window's pages resident. */
+static void test_read_ahead(const char *deck, const char *dir, const tok_tokenizer *tok) {
+  data_loader d;
+  char extra[9000], msg[512];
+  snprintf(extra, sizeof extra, "&data train = '%s/train.nc', '%s/val.nc', train_weights = 0.7, 0.3 /\n", dir, dir);
+  T_CHECK(open_deck(&d, deck, extra, tok, msg, sizeof msg) == 0, "blend does not open: %s", msg);
+  enum { G = 37 };
+  uint64_t peek[G], next[G];
+  int prefix = 1, short_ok = 1, shorts = 0;
+  for (int step = 0; step < 300; step++) { /* about 6 epochs of the smaller dataset */
+    long e0 = d.set[0].epoch + d.set[1].epoch, n = data_peek_windows(&d, G, peek);
+    data_next_windows(&d, G, next);
+    prefix &= memcmp(peek, next, (size_t)n * sizeof *peek) == 0;
+    if (n < G) shorts++, short_ok &= d.set[0].epoch + d.set[1].epoch > e0; /* an epoch ended within the step */
+  }
+  T_CHECK(prefix, "data_peek_windows does not give the windows drawn next");
+  T_CHECK(short_ok && shorts > 0, "a peek fell short %d times, not only where an epoch ended", shorts);
+  /* the hint reads the window into the page cache */
+  int fd = open(d.set[0].file.path, O_RDONLY);
+  struct stat sb;
+  T_CHECK(fd >= 0 && fstat(fd, &sb) == 0 && d.set[0].file.fd >= 0, "cannot open %s", d.set[0].file.path);
+  unsigned char *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  uint64_t w = d.set[0].nwin / 2;
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (map != MAP_FAILED && !window_resident(&d, map, w)) {
+    data_prefetch(&d, &w, 1);
+    int in = 0;
+    for (int k = 0; k < 200 && !(in = window_resident(&d, map, w)); k++) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    T_CHECK(in, "window %llu is not in the page cache 1 s after its read-ahead hint", (unsigned long long)w);
+  } else
+    printf("read-ahead: the file system keeps %s in memory; residency not checked\n", d.set[0].file.path);
+  if (map != MAP_FAILED) munmap(map, (size_t)sb.st_size);
+  close(fd);
+  data_close(&d);
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   const char *top = getenv("TOP_SRCDIR"), *out = getenv("TEST_OUT");
@@ -234,6 +293,7 @@ int main(int argc, char **argv) {
   data_close(&d);
   data_close(&e);
   test_blend(deck, dir, &tok, ep0);
+  test_read_ahead(deck, dir, &tok);
   tok_free(&tok);
   free(seen), free(ep0), free(ep1), free(big), free(cfg);
   err_free(&errs);

@@ -95,6 +95,7 @@ typedef struct {
   X(g, REALLIST, train_weights, "", "(0, inf)", "Share of the training windows drawn from each dataset of train, in its order (normalised to sum 1); empty weights each dataset by its size (its windows of seq_len + 1 tokens)") \
   X(g, STRLIST, val, "", "", "Validation datasets; several make a blend: each evaluation scores eval_batches micro-batches of every one, and the validation loss is their mean weighted by val_weights (doc/data.md); empty means &prepare val_out") \
   X(g, REALLIST, val_weights, "", "(0, inf)", "Weight of each dataset of val in the validation loss, in its order (normalised to sum 1): the loss is that of a window drawn from the blend; empty weights each dataset by its size (its windows of seq_len + 1 tokens)") \
+  X(g, BOOL, prefetch, ".true.", "", "While a step runs, ask the operating system to read the next step's training windows of this rank into the page cache (posix_fadvise WILLNEED), so that its reads come from memory; .false. reads each window from the file when its micro-batch needs it (doc/data.md)") \
   X(g, BOOL, verify, ".true.", "", "Read the datasets once at start-up, shared among the ranks, and check every token id against the vocabulary and every block of 2^20 tokens against its checksum; .false. checks the headers and the file sizes only")
 
 #define CFG_GROUP_PARALLEL(X, g)                                                                   \

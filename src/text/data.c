@@ -1,10 +1,12 @@
 /* data: PnetCDF token datasets and the shuffled window loader. */
 #include "text/data.h"
 
+#include <fcntl.h>
 #include <mpi.h>
 #include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/ncfile.h"
 #include "base/rng.h"
@@ -79,6 +81,7 @@ static int read_header(data_file *f, err_list *errs) {
   }
   f->vocab_size = (int)v;
   f->eot = (int)eot;
+  f->tok_bytes = type == NC_USHORT ? 2 : 4;
   f->sum_var = -1;
   if (f->version >= 2) {
     f->nblocks = dim_len(nc, DATA_DIM_BLOCK);
@@ -120,6 +123,9 @@ static int open_file(data_file *f, const char *path, err_list *errs) {
   }
   ncmpi_begin_indep_data(f->ncid);
   read_identity(f);
+  MPI_Offset off;
+  f->fd = ncmpi_inq_varoffset(f->ncid, f->varid, &off) == NC_NOERR ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+  f->tok_off = (int64_t)off;
   return 0;
 }
 
@@ -128,9 +134,10 @@ static int open_file(data_file *f, const char *path, err_list *errs) {
 static void shuffle_epoch(data_set *b, int s, uint64_t seed) {
   rng_state r;
   rng_seed(&r, seed, RNG_DATA, (uint64_t)b->epoch + ((uint64_t)s << 32));
-  for (uint64_t i = 0; i < b->nwin; i++) b->perm[i] = i;
+  for (uint64_t i = 0; i < b->nwin; i++) b->perm[i] = (uint32_t)i;
   for (uint64_t i = b->nwin; i > 1; i--) {
-    uint64_t j = rng_below(&r, i), t = b->perm[i - 1];
+    uint64_t j = rng_below(&r, i);
+    uint32_t t = b->perm[i - 1];
     b->perm[i - 1] = b->perm[j];
     b->perm[j] = t;
   }
@@ -151,14 +158,22 @@ static void check_fit(const data_file *f, const cfg_config *cfg, const tok_token
   else if (f->ntokens < (int64_t)T + 1)
     cfg_error_at(cfg, errs, "data", key, "give more text or lower &training seq_len",
                  "'%s' has %lld tokens, fewer than one window of seq_len + 1 = %d", f->path, (long long)f->ntokens, T + 1);
+  else if ((uint64_t)(f->ntokens - 1) / (uint64_t)T > UINT32_MAX) /* the window order keeps 32-bit indices */
+    cfg_error_at(cfg, errs, "data", key, "prepare the text as several datasets and train on their blend, or raise "
+                 "&training seq_len", "'%s' has %llu windows of seq_len + 1 = %d tokens, more than 2^32 - 1 in one dataset",
+                 f->path, (unsigned long long)((uint64_t)(f->ntokens - 1) / (uint64_t)T), T + 1);
 }
 
 /* Close what data_open opened and forget it. */
+static void close_file(data_file *f) {
+  if (!f->path[0]) return; /* it did not open */
+  ncmpi_close(f->ncid);
+  if (f->fd >= 0) close(f->fd);
+}
+
 static void close_files(data_loader *d) {
-  for (int s = 0; s < d->nsets; s++)
-    if (d->set[s].file.path[0]) ncmpi_close(d->set[s].file.ncid);
-  for (int v = 0; v < d->nval; v++)
-    if (d->val[v].file.path[0]) ncmpi_close(d->val[v].file.ncid);
+  for (int s = 0; s < d->nsets; s++) close_file(&d->set[s].file);
+  for (int v = 0; v < d->nval; v++) close_file(&d->val[v].file);
   for (int s = 0; s < d->nsets; s++) free(d->set[s].perm);
   free(d->set);
   free(d->val);
@@ -383,6 +398,41 @@ void data_next_windows(data_loader *d, long G, uint64_t *win) {
   }
 }
 
+long data_peek_windows(const data_loader *d, long G, uint64_t *win) {
+  uint64_t n = data_drawn_all(d), *pos = util_malloc((size_t)d->nsets * sizeof *pos, "cursors");
+  for (int s = 0; s < d->nsets; s++) pos[s] = d->set[s].pos;
+  long i = 0;
+  for (; i < G; i++) {
+    int s = blend_pick(d, n + (uint64_t)i);
+    if (pos[s] == d->set[s].nwin) break; /* its next epoch's order is not drawn yet */
+    win[i] = d->set[s].first + d->set[s].perm[pos[s]++];
+  }
+  free(pos);
+  return i;
+}
+
+/* The dataset window id w (the blend's numbering) belongs to. */
+static int set_of(const data_loader *d, uint64_t w) {
+  int s = d->nsets - 1;
+  while (s > 0 && w < d->set[s].first) s--;
+  return s;
+}
+
+void data_prefetch(const data_loader *d, const uint64_t *win, long n) {
+  for (long i = 0; i < n; i++) {
+    const data_set *b = &d->set[set_of(d, win[i])];
+    const data_file *f = &b->file;
+    if (f->fd < 0) continue;
+    off_t at = (off_t)f->tok_off + (off_t)((win[i] - b->first) * (uint64_t)d->T) * f->tok_bytes;
+    posix_fadvise(f->fd, at, (off_t)(d->T + 1) * f->tok_bytes, POSIX_FADV_WILLNEED);
+  }
+}
+
+void data_prefetch_next(const data_loader *d, long G, long lo, long n, uint64_t *scratch) {
+  long got = data_peek_windows(d, G, scratch);
+  if (got > lo) data_prefetch(d, scratch + lo, (got < lo + n ? got : lo + n) - lo);
+}
+
 /* Read windows w[0..n) of f: T+1 tokens from token w*T each, split into inputs and targets. One
  * independent read per window: windows overlap by a token, and PnetCDF 1.12 mis-reads overlapping
  * nonblocking requests gathered into one wait. */
@@ -411,8 +461,7 @@ static void read_windows(data_file *f, const uint64_t *w, int n, int T, int32_t 
 void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens, int32_t *targets) {
   uint64_t w;
   for (int i = 0; i < n; i++) { /* window by window: a step's windows come from any of the datasets */
-    int s = d->nsets - 1;
-    while (s > 0 && win[i] < d->set[s].first) s--;
+    int s = set_of(d, win[i]);
     w = win[i] - d->set[s].first;
     read_windows(&d->set[s].file, &w, 1, d->T, tokens + (size_t)i * d->T, targets + (size_t)i * d->T);
   }

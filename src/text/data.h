@@ -62,6 +62,9 @@ typedef struct {
   int vocab_size, eot, version;
   char tokenizer_hash[32];
   uint64_t identity; /* hash of the token count and the block checksums: which data this is */
+  int fd;            /* the file again, for read-ahead hints (data_prefetch), or -1 */
+  int64_t tok_off;   /* byte offset of the tokens in the file, and bytes per token (2 or 4) */
+  int tok_bytes;
 } data_file;
 
 /* One dataset of a blend; a training dataset with its own shuffle and cursor. */
@@ -72,7 +75,7 @@ typedef struct {
   uint64_t first;    /* id of its first window in the blend's numbering */
   long epoch;        /* cursor: its epoch and position in that epoch's order */
   uint64_t pos;
-  uint64_t *perm;    /* its windows in this epoch's order (nwin); NULL for validation */
+  uint32_t *perm;    /* its windows in this epoch's order (nwin < 2^32: 4 bytes a window); NULL for validation */
 } data_set;
 
 typedef struct {
@@ -115,6 +118,16 @@ int64_t data_train_tokens(const data_loader *d);
 /* The ids of the next G training windows (the whole global batch of a step), advancing the cursor
  * into the next epoch when this one runs out. */
 void data_next_windows(data_loader *d, long G, uint64_t *win);
+/* The ids of the next G training windows without drawing them (the cursors stay): as many as the
+ * datasets' current epochs still hold. Returns that count (G, unless an epoch ends within them). */
+long data_peek_windows(const data_loader *d, long G, uint64_t *win);
+/* Ask the operating system to read training windows win[0..n) into the page cache now, in the
+ * background (posix_fadvise WILLNEED on their bytes), so that data_read_train finds them there. A
+ * hint only: nothing is read into the loader, and a file system that ignores it changes nothing. */
+void data_prefetch(const data_loader *d, const uint64_t *win, long n);
+/* The read-ahead of one rank: the next G windows peeked into scratch (G), and those of them in
+ * [lo, lo + n) (the rank's share of the step) handed to data_prefetch. */
+void data_prefetch_next(const data_loader *d, long G, long lo, long n, uint64_t *scratch);
 /* Read n training windows: tokens and targets (n, T), host memory. */
 void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens, int32_t *targets);
 /* Batch k (0-based) of B windows of validation dataset v, in order, wrapping around it. */
