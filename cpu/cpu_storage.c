@@ -312,3 +312,15 @@ void cpu_op_attention_cached(const backend *be, void *o, const void *qkv, const 
   cpu_attention_cached(y, x, k, v, seq, pos, N, C, H, ring, window, scale);
   stage_end(&s);
 }
+
+void cpu_op_quant_encode(const backend *be, uint8_t *msg, float *v, float *ef, const quant_seg *seg, int nseg,
+                         const quant_scheme *q, uint64_t key) {
+  (void)be;
+  quant_encode_segs(q, seg, nseg, v, ef, key, msg);
+}
+
+void cpu_op_quant_decode(const backend *be, float *out, const uint8_t *msg, size_t base, const quant_seg *seg, int nseg,
+                         const quant_scheme *q, int add) {
+  (void)be;
+  quant_decode_segs(q, seg, nseg, msg, base, out, add);
+}

@@ -149,6 +149,11 @@ void gpu_xent_grad(backend_dtype t, void *logits, const float *lse, const int32_
 /* AdamW on the fp32 master p; pc (n, storage type t) receives the rounded update unless NULL */
 void gpu_adamw(backend_dtype t, float *p, void *pc, const float *g, float *m, float *v, size_t n,
                const backend_adamw_args *a);
+/* The compressed exchange's ops (gpu_quant.cu): see quant_encode and quant_decode in backend.h. */
+void gpu_quant_encode(uint8_t *msg, float *v, float *ef, const quant_seg *seg, int nseg, const quant_scheme *q,
+                      uint64_t key);
+void gpu_quant_decode(float *out, const uint8_t *msg, size_t base, const quant_seg *seg, int nseg, const quant_scheme *q,
+                      int add);
 size_t gpu_sumsq_workspace(void);
 double gpu_sumsq(gpu_ctx *g, const float *x, size_t n);
 /* dst (n, type t) = src (fp32) rounded; dst (fp32) = src (n, type t) */

@@ -296,6 +296,16 @@ static void op_adamw(const backend *be, float *p, void *pc, const float *g, floa
   gpu_adamw(be->storage, p, pc, g, m, v, n, a);
 }
 static void op_sumsq(const backend *be, double *out, const float *x, size_t n) { *out = gpu_sumsq(gpu_of(be), x, n); }
+static void op_quant_encode(const backend *be, uint8_t *msg, float *v, float *ef, const quant_seg *seg, int nseg,
+                            const quant_scheme *q, uint64_t key) {
+  (void)be;
+  gpu_quant_encode(msg, v, ef, seg, nseg, q, key);
+}
+static void op_quant_decode(const backend *be, float *out, const uint8_t *msg, size_t base, const quant_seg *seg,
+                            int nseg, const quant_scheme *q, int add) {
+  (void)be;
+  gpu_quant_decode(out, msg, base, seg, nseg, q, add);
+}
 static void op_to_storage(const backend *be, void *dst, const float *src, size_t n) {
   gpu_to_storage(be->storage, dst, src, n);
 }

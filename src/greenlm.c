@@ -240,7 +240,8 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
       printf("! gradient exchange per replica and step, stage %d: %s (fp32: %s, %.1fx fewer)\n", st,
              util_fmt_bytes((double)sent, b[0], 32), util_fmt_bytes((double)fp32, b[1], 32), (double)fp32 / sent);
       size_t ef = qexch_plan_residual_bytes(&cfg->comm, gpt_part_params(&s, m.part), lay.D);
-      if (ef) printf("! error-feedback residual per rank, stage %d: %s of host memory\n", st, util_fmt_bytes((double)ef, b[0], 32));
+      if (ef) printf("! error-feedback residual per rank, stage %d: %s of %s memory\n", st, util_fmt_bytes((double)ef, b[0], 32),
+                     be->caps.host_memory || !strcmp(cfg->comm.exchange, "intsum") ? "host" : "device (in the total above)");
       free(t);
     }
   }

@@ -485,21 +485,46 @@ static int quant_bench(void) {
  * job's ranks: fp32 MPI_Allreduce, and the compressed exchanges of qexch.h at 4 bits (QSGDinf
  * all-gather, integer sum, reduce-scatter/all-gather; NUQSGD all-gather), each timed from the start
  * of encoding to the end of decoding (the median of a few exchanges, after one unmeasured). Rank 0
- * prints milliseconds per exchange, the ratio to the all-reduce and the bytes each rank sends. */
-static double exchange_once(qexch *x, gpt_model *m, long step) {
+ * prints milliseconds per exchange, the ratio to the all-reduce, the bytes each rank sends, and the
+ * encoding's and decoding's shares. On a device backend (--backend cuda) the gradient is in device
+ * memory: the compressed exchanges encode and decode there, and the all-reduce goes through the host
+ * (copied down and up, as the trainer stages it where MPI cannot read the device). */
+static double exchange_once(qexch *x, gpt_model *m, float *host, long step, double *enc, double *dec) {
+  const backend *be = m->be;
+  const size_t bytes = m->nparams * sizeof(float);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = util_now();
   if (x) {
     MPI_Request req;
     qexch_launch(x, 0, step, &req);
     MPI_Wait(&req, MPI_STATUS_IGNORE);
-    qexch_finish(x, 0);
+    *dec += qexch_finish(x, 0);
+    *enc += qexch_take_encode_s(x);
+  } else if (host) {
+    be->to_host(be, host, m->grads, bytes);
+    MPI_Allreduce(MPI_IN_PLACE, host, (int)m->nparams, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    be->to_device(be, m->grads, host, bytes);
   } else {
     MPI_Allreduce(MPI_IN_PLACE, m->grads, (int)m->nparams, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }
+  be->sync(be);
   double t = util_now() - t0, most;
   MPI_Allreduce(&t, &most, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return most;
+}
+
+/* One kind of exchange of the gradient of m, timed: the median ms; the encoding's and decoding's
+ * ms per exchange (rank 0's) into enc and dec. */
+static double time_exchange(qexch *x, gpt_model *m, float *host, double mb, double *enc, double *dec) {
+  enum { REPS = 5 };
+  double ms[REPS], e = 0, d = 0;
+  int reps = mb >= 256 ? 3 : REPS;
+  exchange_once(x, m, host, 0, &e, &d);
+  e = d = 0;
+  for (int r = 0; r < reps; r++) ms[r] = 1e3 * exchange_once(x, m, host, r + 1, &e, &d);
+  qsort(ms, (size_t)reps, sizeof ms[0], cmp_double);
+  *enc = 1e3 * e / reps, *dec = 1e3 * d / reps;
+  return ms[reps / 2];
 }
 
 static int exchange_bench(const bench_args *a) {
@@ -511,14 +536,16 @@ static int exchange_bench(const bench_args *a) {
   MPI_Comm_size(MPI_COMM_WORLD, &D);
   backend *be = open_backend(a);
   if (!be) return 1;
-  if (rank == 0) printf("exchange across %d ranks\n%8s  %-8s %-9s %10s %8s %12s\n", D, "MB", "method", "exchange", "ms", "ratio",
-                        "bytes sent");
+  if (rank == 0) printf("exchange across %d ranks (%s backend)\n%8s  %-8s %-9s %10s %8s %12s %10s %10s\n", D, be->name, "MB",
+                        "method", "exchange", "ms", "ratio", "bytes sent", "encode ms", "decode ms");
   for (double mb = 1; mb <= a->exchange_mb; mb *= 4) {
     size_t n = (size_t)(mb * (1 << 20)) / sizeof(float);
     gpt_tensor t = {.name = "gradient", .offset = 0, .numel = n, .rows = (int)n, .cols = 1};
     gpt_model m = {.be = be, .tensors = &t, .ntensors = 1, .nparams = n};
-    m.grads = util_malloc(n * sizeof(float), "gradient");
-    for (size_t i = 0; i < n; i++) m.grads[i] = (float)((double)rng_hash(7, i) / 1.8446744073709552e19 - 0.5);
+    float *host = util_malloc(n * sizeof(float), "gradient");
+    for (size_t i = 0; i < n; i++) host[i] = (float)((double)rng_hash(7, i) / 1.8446744073709552e19 - 0.5);
+    m.grads = be->caps.host_memory ? host : be->alloc(be, n * sizeof(float));
+    if (!be->caps.host_memory) be->to_device(be, m.grads, host, n * sizeof(float));
     double base = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
       cfg_comm c = {.bits = 4, .min_numel = 0, .error_every = 0};
@@ -527,20 +554,15 @@ static int exchange_bench(const bench_args *a) {
       size_t b0 = 0, b1 = n;
       int t0 = 0, t1 = 1;
       qexch *x = qexch_create(&c, 0, 1, &m, 1, &b0, &b1, &t0, &t1, MPI_COMM_WORLD, MPI_COMM_WORLD);
-      enum { REPS = 5 };
-      double ms[REPS];
-      int reps = mb >= 256 ? 3 : REPS;
-      exchange_once(x, &m, 0);
-      for (int r = 0; r < reps; r++) ms[r] = 1e3 * exchange_once(x, &m, r + 1);
-      qsort(ms, (size_t)reps, sizeof ms[0], cmp_double);
-      double med = ms[reps / 2];
+      double enc, dec, med = time_exchange(x, &m, be->caps.host_memory ? NULL : host, mb, &enc, &dec);
       if (!x) base = med;
       size_t sent = x ? qexch_message_bytes(x, 0) : n * sizeof(float);
-      if (rank == 0) printf("%8.0f  %-8s %-9s %10.2f %8.2f %12zu\n", mb, kinds[k].method, x ? kinds[k].exchange : "allreduce", med,
-                            med / base, sent);
+      if (rank == 0) printf("%8.0f  %-8s %-9s %10.2f %8.2f %12zu %10.2f %10.2f\n", mb, kinds[k].method,
+                            x ? kinds[k].exchange : "allreduce", med, med / base, sent, enc, dec);
       qexch_free(x);
     }
-    free(m.grads);
+    if (!be->caps.host_memory) be->free(be, m.grads);
+    free(host);
   }
   backend_close(be);
   return 0;

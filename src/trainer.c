@@ -21,6 +21,7 @@
 #include "model/optim.h"
 #include "parallel/comm.h"
 #include "parallel/par.h"
+#include "parallel/qexch.h"
 #include "model/sample.h"
 #include "text/tok.h"
 #include "parallel/topo.h"
@@ -37,7 +38,10 @@ trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, con
   t.model = gpt_plan_memory(&s, be, B, T, t.part);
   size_t n = gpt_part_params(&s, t.part);
   t.adam = optim_bytes(grad_own_params(n, lay, replica));
-  t.exchange = grad_exchange_bytes(n, lay);
+  int nt;
+  gpt_tensor *ts = gpt_list_tensors(&s, t.part, &nt);
+  t.exchange = grad_exchange_bytes(n, lay) + qexch_plan_device_bytes(&cfg->comm, ts, nt, lay->D, be, n);
+  free(ts);
   t.pipe = pipe_bytes(&s, t.part, B, T, backend_dtype_size(be->storage));
   t.total = t.model.total + t.adam + t.exchange + t.pipe;
   gpt_shape_free(&s);
@@ -406,6 +410,7 @@ static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
 }
 
 int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err_list *errs) {
+  grad_residual_sync(t->gx, 1);
   ckpt_state cs = ckpt_view(t, step, tokens);
   return ckpt_write(&cs, st, errs);
 }
@@ -415,6 +420,7 @@ int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ck
   int n = ckpt_read(&cs, path, st, errs);
   if (n == 0) gpt_params_changed(&t->model, 0, t->model.nparams);
   if (n == 0 && cs.comm_nlevels > 0) grad_set_levels(t->gx, cs.comm_levels, cs.comm_nlevels);
+  if (n == 0) grad_residual_sync(t->gx, 0);
   /* fp16 continues with the saved loss scale; a checkpoint without scaling (1) keeps the deck's */
   if (n == 0 && t->scaler.enabled && cs.loss_scale != 1.0) t->scaler.scale = cs.loss_scale;
   *step = cs.step;

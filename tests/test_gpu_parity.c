@@ -20,6 +20,8 @@
  *     deviation hs^-1/4, so that q.k has variance 1 as in a trained model: with N(0,1) entries the
  *     softmax is all but one-hot, which hides a wrong mask and magnifies the rounding of bf16
  *   a result stored in 16 bits: at least 8e-3 (bf16) or 1e-3 (fp16), half an ulp either way
+ *   the compressed exchange's encoder and decoder (quant_encode, quant_decode): bit for bit, for
+ *     every level set, with and without error feedback (messages, values, residuals, decoded sums)
  * Then a tiny GPT-Neo (global and local layers) trains 4 steps on each backend from the same
  * initialisation and data in each mode (fp16 with dynamic loss scaling): losses within 1e-4
  * (fp32) or 3e-2 relative, parameters within 1e-3 (fp32) or 5e-2 of the largest.
@@ -38,6 +40,7 @@
 #include "base/rng.h"
 #include "testing.h"
 #include "testdeck.h"
+#include "testquant.h"
 #include "trainer.h"
 #include "base/util.h"
 
@@ -394,6 +397,40 @@ static void test_memory(void) {
   gpu->free(gpu, a), gpu->free(gpu, b);
 }
 
+/* The compressed exchange's ops on both backends from the same values: every byte of the messages and
+ * every bit of the values, residuals and decoded sums the same (quant_core.h is the arithmetic of both). */
+static void test_quant(void) {
+  for (int k = 0; k < TQ_NSCHEMES; k++) {
+    quant_scheme q;
+    const char *name = tq_scheme(k, &q);
+    quant_seg seg[TQ_NSEG];
+    size_t n, bytes;
+    tq_segments(&q, seg, &n, &bytes);
+    void *dseg = up(seg, sizeof seg);
+    uint8_t *mc = malloc(bytes), *mg = malloc(bytes), *dmsg = gpu->alloc(gpu, bytes);
+    float *back = malloc(n * sizeof *back);
+    for (int fb = 0; fb < 2; fb++) {
+      pair v = mk(n, 1.0, 0), e = mk(n, 0.1, 0), out = mk(n, 1.0, 0);
+      cpu->quant_encode(cpu, mc, v.c, fb ? e.c : NULL, seg, TQ_NSEG, &q, 7 + (uint64_t)k);
+      gpu->quant_encode(gpu, dmsg, v.g, fb ? e.g : NULL, dseg, TQ_NSEG, &q, 7 + (uint64_t)k);
+      gpu->to_host(gpu, mg, dmsg, bytes);
+      T_CHECK(memcmp(mc, mg, bytes) == 0, "quant_encode %s%s: the messages differ", name, fb ? " with feedback" : "");
+      gpu->to_host(gpu, back, v.g, n * sizeof *back);
+      T_CHECK(memcmp(back, v.c, n * sizeof *back) == 0, "quant_encode %s: the values differ", name);
+      gpu->to_host(gpu, back, e.g, n * sizeof *back);
+      T_CHECK(memcmp(back, e.c, n * sizeof *back) == 0, "quant_encode %s: the residuals differ", name);
+      cpu->quant_decode(cpu, out.c, mc, 0, seg, TQ_NSEG, &q, fb); /* fb: added to random values */
+      gpu->quant_decode(gpu, out.g, dmsg, 0, dseg, TQ_NSEG, &q, fb);
+      gpu->to_host(gpu, back, out.g, n * sizeof *back);
+      T_CHECK(memcmp(back, out.c, n * sizeof *back) == 0, "quant_decode %s (%s): the values differ", name, fb ? "add" : "set");
+      drop(&v), drop(&e), drop(&out);
+    }
+    printf("  %-44s %-4s bitwise equal (messages of %zu bytes)\n", name, prec, bytes);
+    free(mc), free(mg), free(back);
+    gpu->free(gpu, dmsg), gpu->free(gpu, dseg);
+  }
+}
+
 /* Which case covers each op of the list; a new op without one fails the test. */
 static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_embed_fwd] = "test_embed",         [BACKEND_OP_embed_bwd] = "test_embed",
@@ -406,7 +443,8 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_xent_part] = "test_xent_shards",   [BACKEND_OP_xent_grad] = "test_xent_shards",
     [BACKEND_OP_adamw] = "test_adamw",             [BACKEND_OP_to_storage] = "test_memory",
     [BACKEND_OP_to_fp32] = "test_memory",          [BACKEND_OP_kv_store] = "test_kv_cache",
-    [BACKEND_OP_attention_cached] = "test_kv_cache",
+    [BACKEND_OP_attention_cached] = "test_kv_cache", [BACKEND_OP_quant_encode] = "test_quant",
+    [BACKEND_OP_quant_decode] = "test_quant",
 };
 
 static void test_ops(void) {
@@ -428,6 +466,7 @@ static void test_ops(void) {
   test_xent_shards(5, 50257, 25129); /* an uneven split of GPT-2's vocabulary */
   test_xent_shards(33, 1000, 333);
   test_adamw(100003);
+  if (strcmp(prec, "fp32") == 0) test_quant(); /* fp32 gradients whatever the precision: once */
   if (strcmp(prec, "fp32") == 0 || s16) test_memory(); /* no GEMM inside: once per storage type */
   /* attention in every mode: the tensor-core kernels (64-row blocks, 64-key tiles) take hs 33..128
    * at bf16 and fp16, the fp32 kernels (16-row blocks, 32-key tiles) the rest */

@@ -25,6 +25,7 @@
 #include "model/backend.h"
 #include "base/rng.h"
 #include "testing.h"
+#include "testquant.h"
 #include "base/util.h"
 
 static const backend *be;
@@ -519,6 +520,71 @@ static void test_adamw(void) {
   free(p), free(g), free(m), free(v), free(pd), free(md), free(vd), free(x);
 }
 
+/* ---- the compressed exchange's ops against the quantizer bucket by bucket ---------------------- */
+
+/* The reference message of v under q (tq_segments' layout), each segment by itself; with ef, the
+ * feedback of quant.h: v += ef, the contracted message, ef = v - Q(v). */
+static void quant_reference(const quant_scheme *q, const quant_seg *seg, float *v, float *ef, uint64_t key, uint8_t *msg) {
+  for (int s = 0; s < TQ_NSEG; s++) {
+    const quant_seg *g = &seg[s];
+    float *x = v + g->at;
+    if (!g->quantized) {
+      memcpy(msg + g->off, x, g->n * sizeof(float));
+      continue;
+    }
+    if (!ef) {
+      quant_encode(q, x, g->n, rng_hash(key, g->id), msg + g->off);
+      continue;
+    }
+    for (size_t i = 0; i < g->n; i++) x[i] += ef[g->at + i];
+    quant_encode_contract(q, x, g->n, rng_hash(key, g->id), msg + g->off);
+    quant_decode(q, msg + g->off, g->n, ef + g->at, 0);
+    for (size_t i = 0; i < g->n; i++) ef[g->at + i] = x[i] - ef[g->at + i];
+  }
+}
+
+/* quant_encode and quant_decode bit for bit the quantizer's own encode and decode of each segment:
+ * messages, the residual of error feedback (raw segments untouched), decoding, adding, and a part of
+ * the message decoded from its own offset (base). */
+static void test_quant_ops(void) {
+  for (int k = 0; k < TQ_NSCHEMES; k++) {
+    quant_scheme q;
+    const char *name = tq_scheme(k, &q);
+    quant_seg seg[TQ_NSEG];
+    size_t n, bytes;
+    tq_segments(&q, seg, &n, &bytes);
+    float *v = frand(n, 1), *w = malloc(n * sizeof *w), *e = frand(n, 0.1), *f = malloc(n * sizeof *f);
+    float *out = frand(n, 1), *ref = malloc(n * sizeof *ref);
+    uint8_t *msg = malloc(bytes), *want = malloc(bytes);
+    for (size_t i = 0; i < n; i += 11) v[i] = 0.0f;
+    for (int fb = 0; fb < 2; fb++) {
+      memcpy(w, v, n * sizeof *w), memcpy(f, e, n * sizeof *f);
+      be->quant_encode(be, msg, v, fb ? e : NULL, seg, TQ_NSEG, &q, 99 + (uint64_t)k);
+      quant_reference(&q, seg, w, fb ? f : NULL, 99 + (uint64_t)k, want);
+      T_CHECK(memcmp(msg, want, bytes) == 0, "quant_encode %s%s: the message differs", name, fb ? " with feedback" : "");
+      T_CHECK(memcmp(v, w, n * sizeof *v) == 0 && memcmp(e, f, n * sizeof *e) == 0,
+              "quant_encode %s%s: the values or the residual differ", name, fb ? " with feedback" : "");
+      T_CHECK(!fb || e[seg[1].at] == f[seg[1].at], "quant_encode %s: a raw segment's residual changed", name);
+    }
+    for (int add = 0; add < 2; add++) {
+      memcpy(ref, out, n * sizeof *ref);
+      be->quant_decode(be, out, msg, 0, seg, TQ_NSEG, &q, add);
+      for (int s = 0; s < TQ_NSEG; s++) {
+        float *y = w; /* scratch: the segment's values by itself */
+        if (seg[s].quantized) quant_decode(&q, msg + seg[s].off, seg[s].n, y, 0);
+        else memcpy(y, msg + seg[s].off, seg[s].n * sizeof(float));
+        for (size_t i = 0; i < seg[s].n; i++) ref[seg[s].at + i] = add ? ref[seg[s].at + i] + y[i] : y[i];
+      }
+      T_CHECK(memcmp(out, ref, n * sizeof *out) == 0, "quant_decode %s (%s): the values differ", name, add ? "add" : "set");
+    }
+    memcpy(ref, out, n * sizeof *ref);
+    be->quant_decode(be, out, msg + seg[2].off, seg[2].off, seg + 2, TQ_NSEG - 2, &q, 1); /* a part, from its offset */
+    be->quant_decode(be, ref, msg, 0, seg + 2, TQ_NSEG - 2, &q, 1);
+    T_CHECK(memcmp(out, ref, n * sizeof *out) == 0, "quant_decode %s: a part decoded from its offset differs", name);
+    free(v), free(w), free(e), free(f), free(out), free(ref), free(msg), free(want);
+  }
+}
+
 /* ---- the storage types --------------------------------------------------------------------------- */
 
 static const backend *b16; /* a CPU instance at bf16 or fp16 storage */
@@ -754,7 +820,8 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_sumsq] = test_adamw,               [BACKEND_OP_to_storage] = test_conversions,
     [BACKEND_OP_to_fp32] = test_conversions,       [BACKEND_OP_kv_store] = test_kv_cache_all,
     [BACKEND_OP_attention_cached] = test_kv_cache_all, [BACKEND_OP_xent_part] = test_xent,
-    [BACKEND_OP_xent_grad] = test_xent,
+    [BACKEND_OP_xent_grad] = test_xent,            [BACKEND_OP_quant_encode] = test_quant_ops,
+    [BACKEND_OP_quant_decode] = test_quant_ops,
 };
 
 int main(int argc, char **argv) {

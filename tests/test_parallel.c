@@ -163,7 +163,10 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
  * layout's own checkpoint continues it bit for bit (the rounding is keyed by the step; ALQ's and
  * AMQ's levels, refitted after every step of these 10-step runs, and the error-feedback residuals
  * come from the checkpoint); bits = 32 is the fp32 exchange bit for bit. The replicas' agreement is train_from's. The
- * bounds against the serial run are loose: quantization noise moves a 10-step run (NUQSGD's L2
+ * cases marked dev run again with the gradients in "device" memory (the counting backend poses as
+ * one): encoded and decoded by the backend's ops there, the messages staged through the host, the
+ * residual copied to and from checkpoints: bit for bit the host path's run and restart, with the
+ * exact memory plan that train_from checks. The bounds against the serial run are loose: quantization noise moves a 10-step run (NUQSGD's L2
  * buckets of 8192 the most); doc/compression.md measures what it costs a full run. */
 static void test_compressed(const char *dir, const run_result *ref, int rank) {
   static const struct {
@@ -172,16 +175,17 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
     double tl, tp; /* bounds against the serial fp32 run: losses, parameters */
     const char *exchange;
     int ef, P;
-  } cases[] = {{"qsgdinf", 8, 2, 0, 2e-3, 2e-2, "allgather", 0, 1}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "allgather", 0, 1},
-               {"nuqsgd", 4, 2, 1, 6e-2, 1e-1, "allgather", 0, 1},  {"minmax", 4, 2, 0, 2e-2, 1e-1, "allgather", 0, 1},
-               {"qsgd", 8, 4, 0, 2e-2, 1e-1, "allgather", 0, 1},    {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum", 0, 1},
-               {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum", 0, 1},    {"alq", 4, 2, 0, 6e-2, 1e-1, "allgather", 0, 1},
-               {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather", 0, 1},     {"qsgdinf", 4, 4, 1, 6e-2, 1e-1, "sra", 0, 1},
-               {"alq", 4, 2, 0, 6e-2, 1e-1, "sra", 0, 1},           {"qsgdinf", 2, 2, 0, 6e-2, 1e-1, "allgather", 1, 1},
-               {"qsgd", 4, 4, 1, 1.5e-1, 1e-1, "sra", 1, 1},          {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "intsum", 1, 1},
-               {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2},     {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "intsum", 0, 2},
-               {"qsgdinf", 4, 3, 1, 1e-1, 2e-1, "allgather", 0, 1}, {"nuqsgd", 4, 3, 1, 1e-1, 2e-1, "sra", 1, 1},
-               {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1}};
+    int dev; /* also with the gradients in "device" memory: the exchange through the backend's ops there */
+  } cases[] = {{"qsgdinf", 8, 2, 0, 2e-3, 2e-2, "allgather", 0, 1, 0}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "allgather", 0, 1, 1},
+               {"nuqsgd", 4, 2, 1, 6e-2, 1e-1, "allgather", 0, 1, 0},  {"minmax", 4, 2, 0, 2e-2, 1e-1, "allgather", 0, 1, 0},
+               {"qsgd", 8, 4, 0, 2e-2, 1e-1, "allgather", 0, 1, 0},    {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum", 0, 1, 0},
+               {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum", 0, 1, 0},    {"alq", 4, 2, 0, 6e-2, 1e-1, "allgather", 0, 1, 0},
+               {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather", 0, 1, 0},     {"qsgdinf", 4, 4, 1, 6e-2, 1e-1, "sra", 0, 1, 1},
+               {"alq", 4, 2, 0, 6e-2, 1e-1, "sra", 0, 1, 0},           {"qsgdinf", 2, 2, 0, 6e-2, 1e-1, "allgather", 1, 1, 0},
+               {"qsgd", 4, 4, 1, 1.5e-1, 1e-1, "sra", 1, 1, 1},          {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "intsum", 1, 1, 1},
+               {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1},     {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "intsum", 0, 2, 0},
+               {"qsgdinf", 4, 3, 1, 1e-1, 2e-1, "allgather", 0, 1, 0}, {"nuqsgd", 4, 3, 1, 1e-1, 2e-1, "sra", 1, 1, 1},
+               {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1, 0}};
   /* QSGD's L2 levels at 4 bits on buckets of 1000-8192 have a relative variance near 10: with error
    * feedback the messages are scaled by about 1/11 (a contraction), and the first steps lag. Three
    * replicas take batches of 6, not the serial run's 8: the bounds only say they train alike; their
@@ -190,7 +194,7 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
     const int D = cases[k].D, P = cases[k].P;
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, rank < P * D ? 0 : MPI_UNDEFINED, rank, &sub);
-    run_result r = {0}, again = {0};
+    run_result r = {0}, again = {0}, dev = {0}, dev_again = {0};
     char mine[CFG_STR_LEN] = "";
     comm_method = cases[k].method, comm_bits = cases[k].bits, comm_exchange = cases[k].exchange, comm_ef = cases[k].ef;
     global_batch = D == 3 ? 6 : 8;
@@ -198,6 +202,12 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
       cfg_config *c = deck(dir, P, D, cases[k].zero, "replicas_adjacent", P * D);
       train_from(c, sub, &r, NULL, mine);
       train_from(c, sub, &again, mine, NULL);
+      if (cases[k].dev) { /* the same run with the gradients in "device" memory, restart included */
+        staged = 1;
+        train_from(c, sub, &dev, NULL, mine);
+        train_from(c, sub, &dev_again, mine, NULL);
+        staged = 0;
+      }
       free(c);
       MPI_Comm_free(&sub);
     }
@@ -216,8 +226,18 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
       T_CHECK(pe <= cases[k].tp, "%s %d-bit D=%d: parameters differ by %.3g", cases[k].method, cases[k].bits, D, pe);
       T_CHECK(bitwise, "%s %d-bit D=%d: the restart from step %d does not continue bit for bit", cases[k].method,
               cases[k].bits, D, STEPS / 2);
+      if (cases[k].dev) {
+        int same = dev.params && dev_again.params && dev.n == r.n && !memcmp(dev.params, r.params, r.n * sizeof(float)) &&
+                   !memcmp(dev.loss, r.loss, sizeof r.loss) && dev.val == r.val && dev_again.n == r.n &&
+                   !memcmp(dev_again.params, r.params, r.n * sizeof(float));
+        printf("compressed %s %d-bit %s%s, P=%d D=%d: on \"device\" memory (the ops there, messages staged) %s\n",
+               cases[k].method, cases[k].bits, cases[k].exchange, cases[k].ef ? " + error feedback" : "", P, D,
+               same ? "bit for bit the host path's, restart included" : "DIFFERS");
+        T_CHECK(same, "%s %d-bit %s D=%d: the device path differs from the host path", cases[k].method, cases[k].bits,
+                cases[k].exchange, D);
+      }
     }
-    free(r.params), free(again.params);
+    free(r.params), free(again.params), free(dev.params), free(dev_again.params);
     MPI_Barrier(MPI_COMM_WORLD);
   }
   global_batch = 8;

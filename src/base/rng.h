@@ -27,7 +27,12 @@ double rng_normal(rng_state *r);
 /* Counter-based: 64 random bits that depend only on (key, counter), so that any rank, thread or
  * order of work draws the same bits for the same element (splitmix64's finaliser of a mix). Inline:
  * the quantizer draws one per gradient value. */
-static inline uint64_t rng_hash(uint64_t key, uint64_t counter) {
+#ifdef __CUDACC__
+#define RNG_HD __host__ __device__ /* the GPU's quantizer draws the same bits (gpu/gpu_quant.cu) */
+#else
+#define RNG_HD
+#endif
+static inline RNG_HD uint64_t rng_hash(uint64_t key, uint64_t counter) {
   uint64_t x = key ^ (counter * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;

@@ -25,6 +25,8 @@
 extern "C" { /* gpu/ is CUDA C++ */
 #endif
 
+#include "parallel/quant.h" /* quant_scheme, quant_seg: the compressed exchange's ops */
+
 /* Storage types of activations; the values index bit masks (backend_caps.storage). */
 typedef enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1, BACKEND_FP16 = 2 } backend_dtype;
 enum { BACKEND_NDTYPES = 3 };
@@ -164,7 +166,18 @@ typedef struct backend backend;
   X(attention_cached,                                                                                                  \
     (const backend *be, void *out, const void *qkv, const void *kc, const void *vc, const int32_t *seq,                \
      const int32_t *pos, int N, int C, int H, int ring, int window, float scale),                                      \
-    (out, qkv, kc, vc, seq, pos, N, C, H, ring, window, scale))
+    (out, qkv, kc, vc, seq, pos, N, C, H, ring, window, scale))                                                      \
+  /* The compressed gradient exchange (src/parallel/quant.h), on backend memory: seg (nseg) a table of segments in     \
+   * backend memory, q the scheme (host). quant_encode: the segments of v F encoded into msg (bytes, each segment at    \
+   * its off) with the random bits of rng_hash(key, seg.id); with ef F (indexed as v; NULL: none) v += ef first on the  \
+   * quantized segments, the messages contracted, and ef = v - Q(v) after (quant_encode_segs, bit for bit) */          \
+  X(quant_encode, (const backend *be, uint8_t *msg, float *v, float *ef, const quant_seg *seg, int nseg,              \
+                   const quant_scheme *q, uint64_t key),                                                              \
+    (msg, v, ef, seg, nseg, q, key))                                                                                   \
+  /* out F (indexed as v) = the segments decoded from msg, whose byte 0 is the message's byte base (+= when add) */     \
+  X(quant_decode, (const backend *be, float *out, const uint8_t *msg, size_t base, const quant_seg *seg, int nseg,     \
+                   const quant_scheme *q, int add),                                                                   \
+    (out, msg, base, seg, nseg, q, add))
 
 /* One enumerator per op: BACKEND_OP_embed_fwd, ...; BACKEND_NOPS of them. */
 #define BACKEND_OP_ENUM(name, params, args) BACKEND_OP_##name,

@@ -288,6 +288,7 @@ grad_stats grad_take_stats(grad_exchange *g) {
 }
 
 float *grad_residual(grad_exchange *g) { return qexch_residual(g->qx); }
+void grad_residual_sync(grad_exchange *g, int to_host) { qexch_residual_sync(g->qx, to_host); }
 
 int grad_levels(const grad_exchange *g, float *level) { return g->qx ? qexch_levels(g->qx, level) : 0; }
 

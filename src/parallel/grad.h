@@ -66,6 +66,9 @@ void grad_set_levels(grad_exchange *g, const float *level, int n);
 /* The compressed exchange's error-feedback residual (checkpoints): host memory indexed as the
  * stage's parameter buffer, or NULL. */
 float *grad_residual(grad_exchange *g);
+/* Where the residual lives on a device: its host copy brought up to date (to_host, before a checkpoint
+ * is written), or copied back (after one is read). Nothing otherwise. */
+void grad_residual_sync(grad_exchange *g, int to_host);
 /* Statistics since the last call. */
 grad_stats grad_take_stats(grad_exchange *g);
 

@@ -7,19 +7,18 @@
 #include "base/rng.h"
 #include "base/util.h"
 
-typedef struct {
-  size_t at, n;  /* values [at, at + n) of the bucket */
-  size_t off;    /* where its bytes start in the message */
-  int quantized; /* else n fp32 values */
-  uint64_t id;   /* its tensor's place in the whole model and its first value's in the tensor: the key of its
-                    random bits, the same on every stage that holds the tensor (the tied embedding) */
-} qseg;
-
+/* A bucket's segments (quant_seg) are its tensors' quantization buckets and small tensors: values at
+ * of the bucket, their random bits' id the tensor's place in the whole model and the first value's in
+ * the tensor, the same on every stage that holds the tensor (the tied embedding). */
 typedef struct {
   size_t b0, b1, bytes;
-  qseg *seg;
+  quant_seg *seg;
   int nseg;
   uint8_t *send, *recv; /* all-gather: (bytes), (D x bytes) */
+  /* where the backend's ops read and write: backend memory (the segments, a message, D + 1 messages)
+   * when the gradients live on a device, else the host buffers above */
+  quant_seg *dseg;
+  uint8_t *dsend, *drecv;
   /* integer sum: the shared scale of each quantized segment, the integers of the quantized values,
    * the raw values; their counts; the raw values' all-reduce (the integers' is the caller's) */
   float *scale, *raw;
@@ -56,6 +55,8 @@ struct qexch {
   float *scratch; /* a quantization bucket decoded, for the error */
   size_t scratch_n;
   float *ef;      /* error feedback: this replica's residual, (nparams) of the stage's buffer, or NULL */
+  int dev;        /* the gradients are on a device: encoded and decoded there (not the integer sum) */
+  float *ef_host; /* dev: the residual's host copy, for checkpoints */
 };
 
 static void scheme_of(const cfg_comm *c, quant_scheme *q) {
@@ -69,24 +70,42 @@ static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
   return c->bucket ? (size_t)c->bucket : q->norm == QUANT_L2 ? 8192 : 512;
 }
 
-size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D) {
+/* The message of tensors t (n) under &comm c: its bytes (the all-gather's; its fp32 bytes when c
+ * compresses nothing) and its segments into *nseg. */
+static size_t plan_message(const cfg_comm *c, const gpt_tensor *t, int n, int D, size_t *nseg) {
   size_t bytes = 0;
   int on = strcmp(c->method, "none") != 0 && c->bits != 32, intsum = !strcmp(c->exchange, "intsum");
   quant_scheme q;
   if (on) scheme_of(c, &q);
+  *nseg = 0;
   for (int i = 0; i < n; i++) {
     if (!on || t[i].numel < (size_t)c->min_numel) {
       bytes += t[i].numel * sizeof(float);
+      ++*nseg;
       continue;
     }
     size_t qb = bucket_size(c, &q), full = t[i].numel / qb, rest = t[i].numel % qb, nb = full + (rest > 0);
+    *nseg += nb;
     if (intsum) /* a scale per bucket, an integer per value */
       bytes += nb * sizeof(float) + t[i].numel * ((long)D * (q.nlevels - 1) <= 127 ? 1 : 2);
     else
       bytes += full * quant_bytes(&q, qb) + (rest ? quant_bytes(&q, rest) : 0);
   }
+  return bytes;
+}
+
+size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D) {
+  size_t nseg, bytes = plan_message(c, t, n, D, &nseg);
+  int on = strcmp(c->method, "none") != 0 && c->bits != 32;
   if (on && !strcmp(c->exchange, "sra") && D > 0) bytes += bytes / (size_t)D; /* and a D-th of it, the sums */
   return bytes;
+}
+
+size_t qexch_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D, const backend *be, size_t nparams) {
+  if (be->caps.host_memory || D < 2 || !strcmp(c->method, "none") || c->bits == 32 || !strcmp(c->exchange, "intsum"))
+    return 0;
+  size_t nseg, bytes = plan_message(c, t, n, D, &nseg); /* the buckets' together: segments, a message, D + 1 */
+  return nseg * sizeof(quant_seg) + bytes * (size_t)(D + 2) + (c->error_feedback ? (nparams ? nparams : 1) * sizeof(float) : 0);
 }
 
 /* Reduce-scatter/all-gather: the segments cut into D contiguous ranges of about equal values, one
@@ -124,13 +143,13 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
     const gpt_tensor *w = &m->tensors[t];
     size_t at = w->offset - k->b0;
     if (w->numel < min_numel) {
-      k->seg[k->nseg++] = (qseg){.at = at, .n = w->numel, .off = k->bytes, .quantized = 0};
+      k->seg[k->nseg++] = (quant_seg){.at = at, .n = w->numel, .off = k->bytes, .quantized = 0};
       k->bytes += w->numel * sizeof(float);
       continue;
     }
     for (size_t i = 0; i < w->numel; i += qb) {
       size_t n = w->numel - i < qb ? w->numel - i : qb;
-      k->seg[k->nseg++] = (qseg){.at = at + i, .n = n, .off = k->bytes, .quantized = 1, .id = (uint64_t)w->index << 40 | i};
+      k->seg[k->nseg++] = (quant_seg){.at = at + i, .n = n, .off = k->bytes, .quantized = 1, .id = (uint64_t)w->index << 40 | i};
       k->bytes += quant_bytes(&x->q, n);
     }
   }
@@ -146,7 +165,7 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
     return;
   }
   for (int s = 0; s < k->nseg; s++) {
-    const qseg *g = &k->seg[s];
+    const quant_seg *g = &k->seg[s];
     if (g->quantized) k->nscale++, k->nint += g->n;
     else k->nraw += g->n;
   }
@@ -156,6 +175,21 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
   k->ints = util_malloc(k->nint * sizeof(int16_t) + 2, "integer codes");
   k->ints8 = util_malloc(k->nint + 1, "integer codes");
   k->raw_req = MPI_REQUEST_NULL;
+}
+
+/* Where the backend's ops work on bucket k: with the gradients on a device, backend memory for its
+ * segments, a message and D + 1 messages (the all-gather's D, or the reduce-scatter's parts and sums);
+ * else the host buffers themselves. */
+static void device_buffers(qexch *x, qbucket *k) {
+  const backend *be = x->m->be;
+  if (!x->dev) {
+    k->dseg = k->seg, k->dsend = k->send, k->drecv = k->recv;
+    return;
+  }
+  k->dseg = be->alloc(be, (size_t)k->nseg * sizeof *k->seg);
+  be->to_device(be, k->dseg, k->seg, (size_t)k->nseg * sizeof *k->seg);
+  k->dsend = be->alloc(be, k->bytes);
+  k->drecv = be->alloc(be, k->bytes * (size_t)(x->D + 1));
 }
 
 qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
@@ -182,31 +216,40 @@ qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const g
                "&comm exchange = 'intsum': %d replicas x %d levels overflow 16-bit sums", x->D, x->q.nlevels - 1);
     x->narrow = most <= 127;
   }
+  const backend *be = m->be;
+  x->dev = !be->caps.host_memory && !x->intsum;
   x->b = util_calloc((size_t)nb, sizeof *x->b, "compressed buckets");
   size_t qb = bucket_size(c, &x->q);
   for (int i = 0; i < nb; i++) {
     x->b[i].b0 = b0[i], x->b[i].b1 = b1[i];
     plan_bucket(x, &x->b[i], m, t0[i], t1[i], qb, (size_t)c->min_numel);
+    device_buffers(x, &x->b[i]);
     if (b1[i] - b0[i] > x->host_n) x->host_n = b1[i] - b0[i];
   }
-  if (!m->be->caps.host_memory) x->host = util_malloc(x->host_n * sizeof(float) + 1, "bucket on the host");
+  if (!be->caps.host_memory) x->host = util_malloc(x->host_n * sizeof(float) + 1, "bucket on the host");
   x->scratch_n = bucket_size(c, &x->q);
   x->scratch = util_malloc(x->scratch_n * sizeof(float), "decoded bucket");
-  if (c->error_feedback) x->ef = util_calloc(m->nparams ? m->nparams : 1, sizeof(float), "error-feedback residual");
+  size_t np = m->nparams ? m->nparams : 1;
+  if (c->error_feedback && x->dev) x->ef = be->alloc(be, np * sizeof(float)), x->ef_host = util_calloc(np, sizeof(float), "residual");
+  else if (c->error_feedback) x->ef = util_calloc(np, sizeof(float), "error-feedback residual");
   return x;
 }
 
 void qexch_free(qexch *x) {
   if (!x) return;
+  const backend *be = x->m->be;
   for (int i = 0; i < x->nb; i++) {
     qbucket *k = &x->b[i];
+    if (x->dev) be->free(be, k->dseg), be->free(be, k->dsend), be->free(be, k->drecv);
     free(k->seg), free(k->send), free(k->recv), free(k->scale), free(k->raw), free(k->ints), free(k->ints8);
     free(k->own), free(k->cnt), free(k->off), free(k->rcnt), free(k->rdis);
   }
   free(x->b);
   free(x->host);
   free(x->scratch);
-  free(x->ef);
+  if (x->dev && x->ef) be->free(be, x->ef);
+  else free(x->ef);
+  free(x->ef_host);
   free(x->hist);
   free(x);
 }
@@ -238,7 +281,7 @@ static float *host_values(qexch *x, const qbucket *k, int fetch) {
 static void measure_error(qexch *x, const qbucket *k, const float *v) {
   if (x->intsum) return; /* the shared scale is known only after the agreement: not measured */
   for (int s = 0; s < k->nseg; s++) {
-    const qseg *g = &k->seg[s];
+    const quant_seg *g = &k->seg[s];
     if (!g->quantized) continue;
     quant_decode(&x->q, k->send + g->off, g->n, x->scratch, 0);
     for (size_t j = 0; j < g->n; j++) {
@@ -265,7 +308,7 @@ static void launch_intsum(qexch *x, qbucket *k, const float *v, uint64_t key, MP
   MPI_Allreduce(MPI_IN_PLACE, k->scale, (int)k->nscale, MPI_FLOAT, MPI_MAX, x->dp);
   a = 0;
   for (int s = 0; s < k->nseg; s++) {
-    const qseg *g = &k->seg[s];
+    const quant_seg *g = &k->seg[s];
     if (!g->quantized) {
       memcpy(k->raw + c, v + g->at, g->n * sizeof(float)), c += g->n;
       continue;
@@ -287,7 +330,7 @@ static void finish_intsum(qexch *x, qbucket *k, float *out) {
   const float s = (float)(x->q.nlevels - 1);
   size_t a = 0, b = 0, c = 0;
   for (int g = 0; g < k->nseg; g++) {
-    const qseg *e = &k->seg[g];
+    const quant_seg *e = &k->seg[g];
     if (!e->quantized) {
       memcpy(out + e->at, k->raw + c, e->n * sizeof(float)), c += e->n;
       continue;
@@ -298,44 +341,22 @@ static void finish_intsum(qexch *x, qbucket *k, float *out) {
   }
 }
 
-/* Segments [s0, s1) of values v encoded into buf, whose byte 0 is the message's byte `base`; with
- * contract, scaled to a contraction for error feedback (quant_encode_contract). */
-static void encode_segs(qexch *x, const qbucket *k, const float *v, int s0, int s1, uint64_t key, uint8_t *buf,
-                        size_t base, int contract) {
-  for (int s = s0; s < s1; s++) {
-    const qseg *g = &k->seg[s];
-    if (g->quantized && contract) quant_encode_contract(&x->q, v + g->at, g->n, rng_hash(key, g->id), buf + g->off - base);
-    else if (g->quantized) quant_encode(&x->q, v + g->at, g->n, rng_hash(key, g->id), buf + g->off - base);
-    else memcpy(buf + g->off - base, v + g->at, g->n * sizeof(float));
-  }
-}
-
-/* Segments [s0, s1) of a message (byte 0 of buf is its byte `base`) decoded into out, or added to it. */
-static void decode_segs(qexch *x, const qbucket *k, const uint8_t *buf, size_t base, int s0, int s1, float *out, int add) {
-  for (int s = s0; s < s1; s++) {
-    const qseg *g = &k->seg[s];
-    if (g->quantized) {
-      quant_decode(&x->q, buf + g->off - base, g->n, out + g->at, add);
-      continue;
-    }
-    for (size_t j = 0; j < g->n; j++) {
-      float y;
-      memcpy(&y, buf + g->off - base + j * sizeof(float), sizeof y);
-      out[g->at + j] = add ? out[g->at + j] + y : y;
-    }
-  }
-}
-
 /* Reduce-scatter/all-gather, second half: the owner sums the D parts of its range in rank order,
- * quantizes the sum again (its own random bits) and all-gathers it; every replica decodes the sums. */
+ * quantizes the sum again (its own random bits) and all-gathers it; every replica decodes the sums.
+ * out: the bucket's values where the backend's ops work. */
 static void finish_sra(qexch *x, qbucket *k, float *out, uint64_t key) {
+  const backend *be = x->m->be;
   const int me = x->rank, s0 = k->own[me], s1 = k->own[me + 1];
   const size_t mine = (size_t)k->cnt[me], base = (size_t)k->off[me];
-  for (int r = 0; r < x->D; r++) decode_segs(x, k, k->recv + (size_t)r * mine, base, s0, s1, out, r > 0);
+  if (x->dev) be->to_device(be, k->drecv, k->recv, mine * (size_t)x->D);
+  for (int r = 0; r < x->D; r++) be->quant_decode(be, out, k->drecv + (size_t)r * mine, base, k->dseg + s0, s1 - s0, &x->q, r > 0);
+  /* into its place in the message buffer, free again */
+  be->quant_encode(be, k->dsend, out, NULL, k->dseg + s0, s1 - s0, &x->q, rng_hash(key, 0x5eedULL));
+  if (x->dev) be->to_host(be, k->send + base, k->dsend + base, mine);
   uint8_t *sums = k->recv + mine * (size_t)x->D;
-  encode_segs(x, k, out, s0, s1, rng_hash(key, 0x5eedULL), k->send, 0, 0); /* into its place in k->send, free again */
   MPI_Allgatherv(k->send + base, (int)mine, MPI_BYTE, sums, k->cnt, k->off, MPI_BYTE, x->dp);
-  decode_segs(x, k, sums, 0, 0, k->nseg, out, 0);
+  if (x->dev) be->to_device(be, k->drecv + mine * (size_t)x->D, sums, k->bytes);
+  be->quant_decode(be, out, k->drecv + mine * (size_t)x->D, 0, k->dseg, k->nseg, &x->q, 0);
 }
 
 /* Whether the adaptive levels are fitted to this step's gradients (after steps 0, 100, 2000 and
@@ -368,37 +389,49 @@ int qexch_set_levels(qexch *x, const float *level, int n) {
   return quant_levels(&x->q, x->q.bits, QUANT_L2, level, n);
 }
 
-/* Error feedback: the residual added to the quantized segments' values (p = g + e), and after
- * encoding, what the messages dropped of them (e = p - Q(p)). The integer sum takes its own. */
-static void feedback_add(qexch *x, const qbucket *k, float *v) {
+/* Error feedback of the integer sum: the residual added to the quantized segments' values. */
+static void feedback_add(const qbucket *k, float *v, const float *e) {
   for (int s = 0; s < k->nseg; s++)
-    if (k->seg[s].quantized) quant_feedback_add(v + k->seg[s].at, x->ef + k->b0 + k->seg[s].at, k->seg[s].n);
+    if (k->seg[s].quantized) quant_feedback_add(v + k->seg[s].at, e + k->seg[s].at, k->seg[s].n);
 }
-static void feedback_take(qexch *x, const qbucket *k, const float *v) {
-  for (int s = 0; s < k->nseg; s++) {
-    const qseg *g = &k->seg[s];
-    if (g->quantized) quant_feedback_take(&x->q, k->send + g->off, v + g->at, g->n, x->ef + k->b0 + g->at);
+
+/* The key of replica r's random bits at step `step`. */
+static uint64_t step_key(const qexch *x, long step) {
+  return rng_hash(rng_hash(x->seed ^ 0x51ed270b2f7d4c3bULL, (uint64_t)x->rank), (uint64_t)step);
+}
+
+/* The statistics and the error, which the host computes: from the values v (where the ops work) and
+ * the message on the host. */
+static void host_statistics(qexch *x, const qbucket *k, const float *v, long step) {
+  int fit = fitting(x, step), measure = x->error_every > 0 && step % x->error_every == 0;
+  if (!fit && !measure) return;
+  const float *h = v;
+  if (x->dev) { /* the values, as encoded (with the residual added) */
+    x->m->be->to_host(x->m->be, x->host, v, (k->b1 - k->b0) * sizeof(float));
+    h = x->host;
   }
+  for (int s = 0; fit && s < k->nseg; s++)
+    if (k->seg[s].quantized) quant_hist_add(x->hist, h + k->seg[s].at, k->seg[s].n);
+  if (measure) measure_error(x, k, h);
 }
 
 void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
   qbucket *k = &x->b[i];
+  const backend *be = x->m->be;
   double t0 = util_now();
-  float *v = host_values(x, k, 1);
-  uint64_t key = rng_hash(rng_hash(x->seed ^ 0x51ed270b2f7d4c3bULL, (uint64_t)x->rank), (uint64_t)step);
-  if (x->ef) feedback_add(x, k, v);
+  uint64_t key = step_key(x, step);
   if (x->intsum) {
+    float *v = host_values(x, k, 1);
+    if (x->ef) feedback_add(k, v, x->ef + k->b0);
     launch_intsum(x, k, v, key, req);
     x->encode_s += util_now() - t0;
     return;
   }
-  if (fitting(x, step))
-    for (int s = 0; s < k->nseg; s++)
-      if (k->seg[s].quantized) quant_hist_add(x->hist, v + k->seg[s].at, k->seg[s].n);
-  encode_segs(x, k, v, 0, k->nseg, key, k->send, 0, x->ef != NULL);
-  if (x->ef) feedback_take(x, k, v);
+  float *v = x->dev ? x->m->grads + k->b0 : host_values(x, k, 1);
+  be->quant_encode(be, k->dsend, v, x->ef ? x->ef + k->b0 : NULL, k->dseg, k->nseg, &x->q, key);
+  if (x->dev) be->to_host(be, k->send, k->dsend, k->bytes);
   x->encode_s += util_now() - t0;
-  if (x->error_every > 0 && step % x->error_every == 0) measure_error(x, k, v);
+  host_statistics(x, k, v, step);
   k->step = step;
   if (x->sra) { /* each owner receives every replica's part of its range */
     MPI_Ialltoallv(k->send, k->cnt, k->off, MPI_BYTE, k->recv, k->rcnt, k->rdis, MPI_BYTE, x->dp, req);
@@ -409,19 +442,30 @@ void qexch_launch(qexch *x, int i, long step, MPI_Request *req) {
 
 double qexch_finish(qexch *x, int i) {
   qbucket *k = &x->b[i];
-  double t0 = util_now();
-  float *out = host_values(x, k, 0);
-  if (x->intsum) finish_intsum(x, k, out);
-  else if (x->sra)
-    finish_sra(x, k, out, rng_hash(rng_hash(x->seed ^ 0x51ed270b2f7d4c3bULL, (uint64_t)x->rank), (uint64_t)k->step));
-  else /* in rank order: the same sum on every replica */
-    for (int r = 0; r < x->D; r++) decode_segs(x, k, k->recv + (size_t)r * k->bytes, 0, 0, k->nseg, out, r > 0);
   const backend *be = x->m->be;
-  if (!be->caps.host_memory) be->to_device(be, x->m->grads + k->b0, out, (k->b1 - k->b0) * sizeof(float));
+  double t0 = util_now();
+  float *out = x->dev ? x->m->grads + k->b0 : host_values(x, k, 0);
+  if (x->intsum) {
+    finish_intsum(x, k, out);
+  } else if (x->sra) {
+    finish_sra(x, k, out, step_key(x, k->step));
+  } else { /* in rank order: the same sum on every replica */
+    if (x->dev) be->to_device(be, k->drecv, k->recv, k->bytes * (size_t)x->D);
+    for (int r = 0; r < x->D; r++) be->quant_decode(be, out, k->drecv + (size_t)r * k->bytes, 0, k->dseg, k->nseg, &x->q, r > 0);
+  }
+  if (!be->caps.host_memory && !x->dev) be->to_device(be, x->m->grads + k->b0, out, (k->b1 - k->b0) * sizeof(float));
   return util_now() - t0;
 }
 
-float *qexch_residual(qexch *x) { return x ? x->ef : NULL; }
+float *qexch_residual(qexch *x) { return !x ? NULL : x->dev ? x->ef_host : x->ef; }
+
+void qexch_residual_sync(qexch *x, int to_host) {
+  if (!x || !x->dev || !x->ef) return;
+  const backend *be = x->m->be;
+  size_t bytes = (x->m->nparams ? x->m->nparams : 1) * sizeof(float);
+  if (to_host) be->to_host(be, x->ef_host, x->ef, bytes);
+  else be->to_device(be, x->ef, x->ef_host, bytes);
+}
 
 size_t qexch_plan_residual_bytes(const cfg_comm *c, size_t nparams, int D) {
   int on = strcmp(c->method, "none") != 0 && c->bits != 32 && D > 1;

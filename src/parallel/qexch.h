@@ -14,8 +14,10 @@
  * 'intsum' (uniform levels) the replicas first agree on each quantization bucket's scale (the
  * largest of theirs, a small MPI_Allreduce MAX), round to integers in [-s, s] and sum them with
  * MPI_Iallreduce in int8 (when D s <= 127) or int16 containers: no decoding of D messages, fewer
- * bytes received, a container of 8 or 16 bits per value instead of b. Encoding and decoding run on
- * the host: device gradients are copied to host memory first and the sum back.
+ * bytes received, a container of 8 or 16 bits per value instead of b. Encoding and decoding run
+ * through the backend's ops (quant_encode, quant_decode) where the gradients are: on a device only
+ * the messages cross the bus (the integer sum, the error measurement and the adaptive levels'
+ * statistics still copy the values to the host, the last two on their steps only).
  *
  * The rounding of replica r at step s draws its random bits from a key made of (&job seed, r, s)
  * and the quantization bucket's place in the whole model (tensor, offset): reproducible runs,
@@ -50,6 +52,10 @@ void qexch_free(qexch *x);
  * hands to the collectives for them per step (their fp32 bytes when c compresses nothing). For the
  * dry run. */
 size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D);
+/* Backend memory the exchange of those tensors (a stage of nparams) allocates on backend be: with
+ * the gradients on a device, the segment tables, a message and D + 1 messages per bucket, and the
+ * error-feedback residual; 0 where they are host memory or for the integer sum (host buffers). */
+size_t qexch_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D, const backend *be, size_t nparams);
 
 /* Bytes of bucket i's message (what one replica sends), and of its fp32 equivalent. */
 size_t qexch_message_bytes(const qexch *x, int i);
@@ -79,8 +85,11 @@ int qexch_levels(const qexch *x, float *level);
 int qexch_set_levels(qexch *x, const float *level, int n);
 
 /* Error feedback (&comm error_feedback): this replica's residual, host memory indexed as the stage's
- * gradient buffer (nparams floats; zero outside the quantized tensors), or NULL without it. */
+ * gradient buffer (nparams floats; zero outside the quantized tensors), or NULL without it. With the
+ * gradients on a device the residual lives there, and this is its host copy: qexch_residual_sync
+ * copies it there (to_host, before a checkpoint is written) or back (after one is read). */
 float *qexch_residual(qexch *x);
+void qexch_residual_sync(qexch *x, int to_host);
 /* Host bytes of the residual for a stage of nparams under &comm c with D replicas (0 without it). */
 size_t qexch_plan_residual_bytes(const cfg_comm *c, size_t nparams, int D);
 

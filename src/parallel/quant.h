@@ -61,6 +61,26 @@ double quant_expected(const quant_scheme *q, const float *v, size_t n);
 float quant_scale(const quant_scheme *q, const float *v, size_t n); /* the bucket's own L2 or max norm */
 void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float scale, uint64_t key, int16_t *out);
 
+/* ---- messages of many buckets (the exchange's, and the backends' quant_encode/quant_decode) ----
+ * A message is a sequence of segments: a quantization bucket of n values (quant_bytes(q, n) bytes,
+ * rounded with the random bits of rng_hash(key, id)), or n fp32 values as they are. */
+typedef struct {
+  size_t at, n;   /* values [at, at + n) of the buffer the message is made of */
+  size_t off;     /* where its bytes start in the message */
+  int quantized;  /* else n fp32 values */
+  uint64_t id;    /* its random bits' counter under the message's key */
+} quant_seg;
+
+/* Segments seg[0..nseg) of v encoded into msg (each at its off). With ef (error feedback: the
+ * residual, indexed as v), the quantized segments first take v += ef, are encoded contracted
+ * (quant_encode_contract), and leave ef = v - Q(v). */
+void quant_encode_segs(const quant_scheme *q, const quant_seg *seg, int nseg, float *v, float *ef, uint64_t key,
+                       uint8_t *msg);
+/* Segments seg[0..nseg) of msg, whose byte 0 is the message's byte base, decoded into out (indexed
+ * as v was), or added to it. */
+void quant_decode_segs(const quant_scheme *q, const quant_seg *seg, int nseg, const uint8_t *msg, size_t base,
+                       float *out, int add);
+
 /* ---- error feedback ----
  * A replica carries what its quantizer dropped into the next step (EF-SGD, in gradient units):
  * p_t = g_t + e_t is quantized, and e_{t+1} = p_t - Q(p_t), so that sum_t Q(p_t) + e_T = sum_t g_t

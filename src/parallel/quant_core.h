@@ -1,0 +1,212 @@
+/* quant_core: the arithmetic of the quantizer (quant.h) for one value, one code group and one
+ * bucket's scale, written once for the CPU (quant.c) and the CUDA kernels (gpu/gpu_quant.cu), so
+ * that a message encoded on a GPU is bit for bit the one the CPU encodes. The sums of a bucket
+ * (its L2 norm, its expected error) are sequential in double, in index order, on both: the same
+ * additions in the same order. No function here may be contracted into fused multiply-adds
+ * differently on the two (the CUDA file uses the explicitly rounded intrinsics where it sums). */
+#ifndef GREENLM_QUANT_CORE_H
+#define GREENLM_QUANT_CORE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "parallel/quant.h"
+
+#ifdef __CUDACC__
+#define QC_FN __host__ __device__ static inline
+#else
+#define QC_FN static inline
+#endif
+
+enum { QC_KIND_TABLE = 0, QC_KIND_UNIFORM = 1, QC_KIND_EXP = 2 }; /* quant_scheme.uniform */
+
+/* Header floats of a message: the scale, or min-max's low end and step. */
+QC_FN int qc_headers(const quant_scheme *q) { return q->norm == QUANT_MINMAX ? 2 : 1; }
+
+/* The uniform in [0, 1) of value i: 24 bits of a 32-bit counter-based hash (murmur3's finaliser of
+ * the key and i). */
+QC_FN uint32_t qc_hash32(uint32_t key, uint32_t i) {
+  uint32_t x = key ^ (i * 0x9e3779b9u);
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  return x ^ (x >> 16);
+}
+QC_FN float qc_uniform01(uint32_t key, size_t i) { return (float)(qc_hash32(key, (uint32_t)i) >> 8) * 0x1p-24f; }
+QC_FN uint32_t qc_key32(uint64_t key) { return (uint32_t)(key ^ (key >> 32)); }
+
+/* A bucket's code group g (8 codes, fewer at the end of n) as stored: bytes g*b... of the packed codes. */
+QC_FN void qc_put_group(uint64_t word, size_t g, size_t n, int bits, uint8_t *out) {
+  size_t at = g * (size_t)bits, len = (n * (size_t)bits + 7) / 8 - at;
+  if (len > (size_t)bits) len = (size_t)bits;
+  for (size_t k = 0; k < len; k++) out[at + k] = (uint8_t)(word >> (8 * k));
+}
+QC_FN uint64_t qc_get_group(const uint8_t *in, size_t g, size_t n, int bits) {
+  size_t at = g * (size_t)bits, len = (n * (size_t)bits + 7) / 8 - at;
+  if (len > (size_t)bits) len = (size_t)bits;
+  uint64_t word = 0;
+  for (size_t k = 0; k < len; k++) word |= (uint64_t)in[at + k] << (8 * k);
+  return word;
+}
+
+/* The bucket's scale h: sigma (L2, sequential in double; or the largest magnitude), or for min-max
+ * the low end and the step. */
+QC_FN void qc_scale(const quant_scheme *q, const float *v, size_t n, float h[2]) {
+  if (q->norm == QUANT_L2) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    h[0] = (float)sqrt(s);
+    return;
+  }
+  float lo = n ? v[0] : 0.0f, hi = lo, m = 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
+    m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
+  }
+  if (q->norm == QUANT_MAX) h[0] = m;
+  else h[0] = lo, h[1] = (hi - lo) / (float)((1 << q->bits) - 1);
+}
+
+/* The parameters of the equal-step codes (min-max, or uniform magnitudes): mm, the low end, the
+ * inverse step, the top position and the sign mask. */
+typedef struct {
+  int mm;
+  float lo, inv, top, l1;
+  unsigned smask;
+} qc_params;
+
+QC_FN qc_params qc_params_of(const quant_scheme *q, const float h[2]) {
+  qc_params p;
+  p.mm = q->norm == QUANT_MINMAX;
+  p.smask = p.mm ? 0u : 1u << (q->bits - 1);
+  p.lo = h[0];
+  p.l1 = q->level[1];
+  if (p.mm || q->uniform == QC_KIND_UNIFORM) {
+    float step = p.mm ? h[1] : h[0];
+    p.inv = step > 0.0f ? 1.0f / step : 0.0f;
+    p.top = p.mm ? (float)((1 << q->bits) - 1) : (float)(q->nlevels - 1);
+  } else {
+    p.inv = h[0] > 0.0f ? 1.0f / h[0] : 0.0f;
+    p.top = (float)(q->nlevels - 1);
+  }
+  return p;
+}
+
+/* Equal steps: uniform magnitudes (mm = 0) or min-max positions (v - lo) * inv. Branch-free. */
+QC_FN unsigned qc_code_uniform(const qc_params *p, float v, float u) {
+  float x = p->mm ? (v - p->lo) * p->inv : fabsf(v) * p->inv * p->top;
+  x = x < 0.0f ? 0.0f : x;
+  x = x > p->top ? p->top : x;
+  float j = floorf(x);
+  j = j > p->top - 1.0f ? p->top - 1.0f : j;
+  unsigned code = (unsigned)j + (u < x - j);
+  return code | (v < 0.0f && code > 0 ? p->smask : 0u);
+}
+
+/* Exponential levels 0, 2^-(top-1), ..., 1/2, 1: the interval from the float's exponent, the
+ * probability from its mantissa. */
+QC_FN unsigned qc_code_exp(const qc_params *p, float v, float u) {
+  const int top = (int)p->top;
+  float x = fabsf(v) * p->inv;
+  x = x > 1.0f ? 1.0f : x;
+  uint32_t b;
+  memcpy(&b, &x, sizeof b);
+  int e = (int)(b >> 23) - 127 + top; /* x in [level[e], 2 level[e]) when 1 <= e < top */
+  uint32_t mb = (b & 0x7fffffu) | 0x3f800000u;
+  float f;
+  memcpy(&f, &mb, sizeof f);
+  float pr = e < 1 ? x / p->l1 : e >= top ? 1.0f : f - 1.0f;
+  int j = e < 1 ? 0 : e >= top ? top - 1 : e;
+  unsigned code = (unsigned)j + (u < pr);
+  return code | (v < 0.0f && code > 0 ? p->smask : 0u);
+}
+
+/* The level interval [level[j], level[j+1]] holding r in [0, 1]. */
+QC_FN int qc_interval(const quant_scheme *q, float r) {
+  const int top = q->nlevels - 2;
+  int j;
+  if (q->uniform == QC_KIND_UNIFORM) {
+    j = (int)(r * (float)(q->nlevels - 1));
+  } else if (q->uniform == QC_KIND_EXP) {
+    int e;
+    frexpf(r, &e); /* r in [2^(e-1), 2^e): the lower level 2^(e-1) is level[e + k], k = nlevels - 2 */
+    j = r > 0.0f ? e + top : 0;
+  } else {
+    int lo = 0, hi = top; /* the last j with level[j] <= r */
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (q->level[mid] <= r) lo = mid;
+      else hi = mid - 1;
+    }
+    j = lo;
+  }
+  j = j < 0 ? 0 : j > top ? top : j;
+  /* float rounding at the ends of an interval: step to the one that holds r */
+  while (j > 0 && r < q->level[j]) j--;
+  while (j < top && r >= q->level[j + 1]) j++;
+  return j;
+}
+
+/* The normalised position of v (in level units for min-max, a magnitude in [0, 1] otherwise). */
+QC_FN float qc_position(const quant_scheme *q, const float h[2], float v) {
+  if (q->norm == QUANT_MINMAX) {
+    float x = h[1] > 0.0f ? (v - h[0]) / h[1] : 0.0f, top = (float)((1 << q->bits) - 1);
+    return x < 0.0f ? 0.0f : x > top ? top : x;
+  }
+  float r = h[0] > 0.0f ? fabsf(v) / h[0] : 0.0f;
+  return r > 1.0f ? 1.0f : r;
+}
+
+/* A table of levels (ALQ, AMQ): the interval by search, rounded up with probability p. */
+QC_FN unsigned qc_code_table(const quant_scheme *q, const float h[2], float v, float u) {
+  float x = qc_position(q, h, v);
+  int j = qc_interval(q, x);
+  float p = (x - q->level[j]) / (q->level[j + 1] - q->level[j]);
+  unsigned m = (unsigned)j + (u < p), sign = v < 0.0f && m > 0;
+  return sign << (q->bits - 1) | m;
+}
+
+/* The code of value v (index i of its bucket) under any scheme. */
+QC_FN unsigned qc_code(const quant_scheme *q, const qc_params *p, const float h[2], float v, uint32_t key, size_t i) {
+  const float u = qc_uniform01(key, i);
+  if (p->mm || q->uniform == QC_KIND_UNIFORM) return qc_code_uniform(p, v, u);
+  if (q->uniform == QC_KIND_EXP) return qc_code_exp(p, v, u);
+  return qc_code_table(q, h, v, u);
+}
+
+/* The value code c stands for in a bucket scaled by h. */
+QC_FN float qc_value(const quant_scheme *q, const float h[2], unsigned c) {
+  if (q->norm == QUANT_MINMAX) return h[0] + (float)c * h[1];
+  const unsigned half = 1u << (q->bits - 1), m = c & (half - 1);
+  float x = h[0] * q->level[m < (unsigned)q->nlevels ? m : (unsigned)q->nlevels - 1];
+  return c & half ? -x : x;
+}
+
+/* The exact expectation E||Q(v) - v||^2 of a bucket scaled by h (sequential in double). */
+QC_FN double qc_expected(const quant_scheme *q, const float h[2], const float *v, size_t n) {
+  double e = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    float x = qc_position(q, h, v[i]);
+    if (q->norm == QUANT_MINMAX) {
+      double j = floor(x) < (double)((1 << q->bits) - 2) ? floor(x) : (double)((1 << q->bits) - 2);
+      e += (double)h[1] * h[1] * (j + 1 - x) * (x - j);
+    } else {
+      int j = qc_interval(q, x);
+      e += (double)h[0] * h[0] * ((double)q->level[j + 1] - x) * ((double)x - q->level[j]);
+    }
+  }
+  return e;
+}
+
+/* Error feedback's contraction factor 1 / (1 + omega), omega = E||Q(v) - v||^2 / ||v||^2 (1 for an
+ * all-zero bucket). */
+QC_FN float qc_contraction(const quant_scheme *q, const float h[2], const float *v, size_t n) {
+  double norm2 = 0.0;
+  for (size_t i = 0; i < n; i++) norm2 += (double)v[i] * v[i];
+  if (!(norm2 > 0.0)) return 1.0f;
+  return (float)(1.0 / (1.0 + qc_expected(q, h, v, n) / norm2));
+}
+
+#endif
