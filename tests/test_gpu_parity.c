@@ -402,10 +402,9 @@ static void test_memory(void) {
 static void test_quant(void) {
   for (int k = 0; k < TQ_NSCHEMES; k++) {
     quant_scheme q;
-    const char *name = tq_scheme(k, &q);
     quant_seg seg[TQ_NSEG];
     size_t n, bytes;
-    tq_segments(&q, seg, &n, &bytes);
+    const char *name = tq_case(k, &q, seg, &n, &bytes);
     void *dseg = up(seg, sizeof seg);
     uint8_t *mc = malloc(bytes), *mg = malloc(bytes), *dmsg = gpu->alloc(gpu, bytes);
     float *back = malloc(n * sizeof *back);

@@ -549,10 +549,9 @@ static void quant_reference(const quant_scheme *q, const quant_seg *seg, float *
 static void test_quant_ops(void) {
   for (int k = 0; k < TQ_NSCHEMES; k++) {
     quant_scheme q;
-    const char *name = tq_scheme(k, &q);
     quant_seg seg[TQ_NSEG];
     size_t n, bytes;
-    tq_segments(&q, seg, &n, &bytes);
+    const char *name = tq_case(k, &q, seg, &n, &bytes);
     float *v = frand(n, 1), *w = malloc(n * sizeof *w), *e = frand(n, 0.1), *f = malloc(n * sizeof *f);
     float *out = frand(n, 1), *ref = malloc(n * sizeof *ref);
     uint8_t *msg = malloc(bytes), *want = malloc(bytes);

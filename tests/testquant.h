@@ -38,4 +38,11 @@ static inline const char *tq_scheme(int k, quant_scheme *q) {
   }
 }
 
+/* Case k: scheme k and its segments; returns its name. */
+static inline const char *tq_case(int k, quant_scheme *q, quant_seg seg[TQ_NSEG], size_t *nvals, size_t *bytes) {
+  const char *name = tq_scheme(k, q);
+  tq_segments(q, seg, nvals, bytes);
+  return name;
+}
+
 #endif
