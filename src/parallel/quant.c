@@ -155,17 +155,6 @@ void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key,
   }
 }
 
-/* Values of n codes c of a bucket scaled by h, into out (added to it when accumulate): every code's
- * value looked up in a table of them. */
-static void values_of(const quant_scheme *q, const float h[2], const uint8_t *c, size_t n, float *out, int accumulate) {
-  float table[256];
-  for (unsigned k = 0; k < 1u << q->bits; k++) table[k] = qc_value(q, h, k);
-  for (size_t k = 0; k < n; k++) {
-    float y = table[c[k]];
-    out[k] = accumulate ? out[k] + y : y;
-  }
-}
-
 void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *out, int accumulate) {
   if (q->bits == 32) {
     const float *x = (const float *)(const void *)msg;
@@ -176,18 +165,23 @@ void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *ou
     }
     return;
   }
-  float h[2] = {0.0f, 0.0f};
+  float h[2] = {0.0f, 0.0f}, table[256]; /* every code's value, once per bucket */
   memcpy(h, msg, (size_t)qc_headers(q) * sizeof(float));
+  for (unsigned k = 0; k < 1u << q->bits; k++) table[k] = qc_value(q, h, k);
   const uint8_t *codes = msg + (size_t)qc_headers(q) * sizeof(float);
   const uint64_t mask = (1u << q->bits) - 1;
   uint8_t c[256];
-  for (size_t i = 0; i < n; i += 256) { /* chunks of 256 codes: unpacked, then turned into values */
+  for (size_t i = 0; i < n; i += 256) { /* chunks of 256 codes: unpacked, then looked up */
     size_t m = n - i < 256 ? n - i : 256;
     for (size_t g = 0; g * 8 < m; g++) {
       uint64_t word = qc_get_group(codes, i / 8 + g, n, q->bits);
       for (size_t k = 0; k < 8 && g * 8 + k < m; k++) c[g * 8 + k] = (uint8_t)((word >> (k * (size_t)q->bits)) & mask);
     }
-    values_of(q, h, c, m, out + i, accumulate);
+    float *o = out + i;
+    if (accumulate)
+      for (size_t k = 0; k < m; k++) o[k] += table[c[k]];
+    else
+      for (size_t k = 0; k < m; k++) o[k] = table[c[k]];
   }
 }
 
