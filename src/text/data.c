@@ -123,7 +123,7 @@ static int open_file(data_file *f, const char *path, err_list *errs) {
   }
   ncmpi_begin_indep_data(f->ncid);
   read_identity(f);
-  MPI_Offset off;
+  MPI_Offset off = 0;
   f->fd = ncmpi_inq_varoffset(f->ncid, f->varid, &off) == NC_NOERR ? open(path, O_RDONLY | O_CLOEXEC) : -1;
   f->tok_off = (int64_t)off;
   return 0;
