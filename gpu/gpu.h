@@ -50,6 +50,8 @@ extern "C" {
 
 /* ---- an instance's context (gpu_backend.cu) ---------------------------------------------------- */
 
+struct gpu_sdpa; /* cuDNN's attention graphs (gpu_sdpa.cu) */
+
 typedef struct gpu_ctx {
   int device = -1;              /* CUDA device index (among the visible ones); -1: planning only */
   cudaDeviceProp prop;
@@ -59,6 +61,8 @@ typedef struct gpu_ctx {
   void *work;                   /* the workspace (attention's D, the norm's partial sums) */
   size_t work_bytes;
   char bus[32];                 /* PCI bus id in NVML's form, once asked */
+  gpu_sdpa *sdpa = nullptr;     /* cuDNN attention at 16-bit storage; NULL: greenlm's kernels only */
+  char sdpa_off[96] = "";       /* why it is off, for the header */
 } gpu_ctx;
 
 static inline gpu_ctx *gpu_of(const backend *be) { return (gpu_ctx *)be->ctx; }
@@ -183,6 +187,19 @@ void gpu_kv_store(backend_dtype t, void *kc, void *vc, const void *qkv, const in
 void gpu_attention_cached(backend_dtype t, void *out, const void *qkv, const void *kc, const void *vc,
                           const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
                           float scale);
+
+#ifdef GREENLM_HAVE_CUDNN
+/* gpu_sdpa.cu: attention_fwd/bwd through cuDNN's fused attention, arrays in 16-bit storage type t
+ * (the contract of backend.h). Each returns false, having done nothing, where cuDNN declines the
+ * shape (said once on stderr); the caller then runs gpu_attention_fwd/bwd. */
+gpu_sdpa *gpu_sdpa_open(char *why, size_t len); /* NULL, with the reason in why, where cuDNN cannot start */
+void gpu_sdpa_close(gpu_sdpa *s);
+size_t gpu_sdpa_version(void); /* cudnnGetVersion(): 91900 for 9.19.0 */
+bool gpu_sdpa_fwd(gpu_ctx *g, backend_dtype t, void *out, float *lse, const void *qkv, int B, int T, int C, int H,
+                  int window, float scale);
+bool gpu_sdpa_bwd(gpu_ctx *g, backend_dtype t, void *dqkv, const void *dout, const void *out, const float *lse,
+                  const void *qkv, int B, int T, int C, int H, int window, float scale);
+#endif
 
 /* gpu_mpi.c (C, compiled with MPI): whether the MPI library moves CUDA device memory itself. */
 extern "C" int gpu_mpi_direct(const backend *be, const char **how);

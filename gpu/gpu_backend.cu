@@ -1,6 +1,9 @@
 /* gpu_backend: the CUDA backend: its kind, instances (device, memory, description, measured GEMM
  * rate) and the table's ops around the kernels of gpu_ops.cu, gpu_matmul.cu and gpu_attention.cu. */
 #include "gpu.h"
+extern "C" {
+#include "base/env.h"
+}
 
 /* ---- device ---------------------------------------------------------------------------------- */
 
@@ -149,20 +152,35 @@ static const char *gpu_placement(const backend *be, char *buf, size_t len) {
 
 /* ---- the engine ------------------------------------------------------------------------------ */
 
+/* The attention path the instance takes, for the run header and verdict.json. */
+static const char *attention_path(const backend *be, char *buf, size_t len) {
+  const gpu_ctx *g = gpu_of(be);
+  const char *kernels = g->prop.major >= 8 && (!strcmp(g->precision, "bf16") || !strcmp(g->precision, "fp16"))
+                            ? "greenlm's tensor-core kernels at the GEMM precision (head sizes 33-128; fp32 otherwise)"
+                            : "greenlm's fp32 kernels";
+#ifdef GREENLM_HAVE_CUDNN
+  if (!g->sdpa_off[0] && be->storage != BACKEND_FP32) {
+    size_t v = gpu_sdpa_version();
+    util_snprintf(buf, len, "fused attention: cuDNN %zu.%zu.%zu (%s where it declines a shape)", v / 10000,
+                  v / 100 % 100, v % 100, kernels);
+    return buf;
+  }
+#endif
+  util_snprintf(buf, len, "fused attention: %s%s%s%s", kernels, g->sdpa_off[0] ? " (cuDNN: " : "", g->sdpa_off,
+                g->sdpa_off[0] ? ")" : "");
+  return buf;
+}
+
 static const char *gpu_describe(const backend *be, char *buf, size_t len) {
   const gpu_ctx *g = gpu_of(be);
   int blas = 0, rt = 0;
   cublasGetVersion(g->blas, &blas);
   cudaRuntimeGetVersion(&rt);
-  char mem[32];
-  int tc = g->prop.major >= 8 && (!strcmp(g->precision, "bf16") || !strcmp(g->precision, "fp16"));
-  util_snprintf(buf, len,
-                "%s (sm_%d%d, %s), CUDA %d.%d, cuBLAS %d.%d.%d; %s storage, GEMMs %s (fp32 accumulation), fused "
-                "attention %s",
+  char mem[32], att[160];
+  util_snprintf(buf, len, "%s (sm_%d%d, %s), CUDA %d.%d, cuBLAS %d.%d.%d; %s storage, GEMMs %s (fp32 accumulation), %s",
                 g->prop.name, g->prop.major, g->prop.minor, util_fmt_bytes((double)g->prop.totalGlobalMem, mem, 32),
                 rt / 1000, rt % 1000 / 10, blas / 10000, blas / 100 % 100, blas % 100, backend_dtype_name(be->storage),
-                g->precision,
-                tc ? "on tensor cores at the GEMM precision (head sizes 33-128; fp32 otherwise)" : "in fp32");
+                g->precision, attention_path(be, att, sizeof att));
   return buf;
 }
 
@@ -230,12 +248,29 @@ static void op_matmul_bwd(const backend *be, void *dx, float *dw, float *db, con
   gpu_matmul_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, N, K, M);
 }
 
-/* Attention computes on fp32 arrays: at 16-bit storage its operands are widened into the
- * workspace, after the attention's own (B,H,T) array, and its outputs rounded back. */
+/* At 16-bit storage attention runs in cuDNN where it is built and takes the shape (gpu_sdpa.cu, its
+ * workspace within this one); greenlm's kernels compute on fp32 arrays: at 16-bit storage their
+ * operands are widened into the workspace, after the attention's own (B,H,T) array, and their
+ * outputs rounded back. */
 static size_t att_own(int B, int T, int H) { return (gpu_attention_workspace(B, T, H) + 255) / 256 * 256; }
 static size_t att_wide(backend_dtype t, int B, int T, int C) {
   return t == BACKEND_FP32 ? 0 : (size_t)8 * B * T * C * sizeof(float); /* dqkv, dout, out, qkv */
 }
+
+#ifdef GREENLM_HAVE_CUDNN
+/* cuDNN's attention graphs, opened at the first call that wants them; NULL where off */
+static gpu_sdpa *sdpa_of(gpu_ctx *g) {
+  if (!g->sdpa && !g->sdpa_off[0]) {
+    char why[64];
+    g->sdpa = gpu_sdpa_open(why, sizeof why);
+    if (!g->sdpa) {
+      util_snprintf(g->sdpa_off, sizeof g->sdpa_off, "cannot start: %s", why);
+      fprintf(stderr, "greenlm: warning: cuDNN %s: greenlm's kernels compute attention\n", g->sdpa_off);
+    }
+  }
+  return g->sdpa;
+}
+#endif
 
 static void op_attention_fwd(const backend *be, void *o, float *lse, const void *qkv, void *s, int B, int T, int C,
                              int H, int window, float scale) {
@@ -245,6 +280,9 @@ static void op_attention_fwd(const backend *be, void *o, float *lse, const void 
     gpu_attention_fwd(g, F(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
     return;
   }
+#ifdef GREENLM_HAVE_CUDNN
+  if (sdpa_of(g) && gpu_sdpa_fwd(g, t, o, lse, qkv, B, T, C, H, window, scale)) return;
+#endif
   const size_t n = (size_t)B * T * C;
   float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
   float *q32 = w, *o32 = w + 3 * n;
@@ -261,6 +299,9 @@ static void op_attention_bwd(const backend *be, void *dqkv, const void *d, const
     gpu_attention_bwd(g, F(dqkv), CF(d), CF(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
     return;
   }
+#ifdef GREENLM_HAVE_CUDNN
+  if (sdpa_of(g) && gpu_sdpa_bwd(g, t, dqkv, d, o, lse, qkv, B, T, C, H, window, scale)) return;
+#endif
   const size_t n = (size_t)B * T * C;
   float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
   float *dq32 = w, *d32 = w + 3 * n, *o32 = w + 4 * n, *q32 = w + 5 * n;
@@ -341,6 +382,9 @@ static void gpu_close(backend *be) {
   gpu_ctx *g = gpu_of(be);
   if (g->device >= 0) {
     if (g->work) GPU_CHECK(cudaFree(g->work));
+#ifdef GREENLM_HAVE_CUDNN
+    gpu_sdpa_close(g->sdpa);
+#endif
     GPU_BLAS(cublasDestroy(g->blas));
   }
   delete g;
@@ -357,9 +401,30 @@ static backend_caps gpu_caps(void) {
   c.storage = 1u << BACKEND_FP32;
   c.host_memory = 0;
   c.devices = 1;
-  c.attention = "fused fp32 kernels; tensor-core (WMMA) kernels at bf16 and fp16 precision on sm_80+ (16-bit "
-                "storage widened to fp32 around them)";
+  c.attention =
+#ifdef GREENLM_HAVE_CUDNN
+      "cuDNN's fused attention at bf16 and fp16 storage (GREENLM_ATTENTION=kernels: greenlm's); "
+#endif
+      "fused fp32 kernels; tensor-core (WMMA) kernels at bf16 and fp16 precision on sm_80+ (16-bit "
+      "storage widened to fp32 around them)";
   return c;
+}
+
+/* GREENLM_ATTENTION: auto (default) runs attention at 16-bit storage in cuDNN where the build has it
+ * (its handle opened at the first such call: fp32 runs never load it); kernels keeps greenlm's own
+ * kernels (the parity program checks both). g->sdpa_off says why cuDNN is not used. */
+static void open_attention(gpu_ctx *g) {
+  const int kernels = env_attention_kernels();
+  if (kernels < 0)
+    UTIL_FATAL("set GREENLM_ATTENTION to auto or kernels, or unset it", "GREENLM_ATTENTION='%s' names no attention path",
+               getenv("GREENLM_ATTENTION"));
+  if (kernels) {
+    util_strlcpy(g->sdpa_off, "off by GREENLM_ATTENTION=kernels", sizeof g->sdpa_off);
+    return;
+  }
+#ifndef GREENLM_HAVE_CUDNN
+  util_strlcpy(g->sdpa_off, "not built in", sizeof g->sdpa_off);
+#endif
 }
 
 #define GPU_OP_SET(name, params, args) be->name = op_##name;
@@ -376,6 +441,7 @@ static backend *gpu_open(int device, const char *precision) {
     /* fp32 mode is plain fp32: no tensor-core shortcut unless the precision asks for one */
     GPU_BLAS(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH));
     g->device = device;
+    open_attention(g);
   }
   backend *be = (backend *)util_calloc(1, sizeof *be, "backend");
   be->name = "cuda";

@@ -1,7 +1,8 @@
 /* test_gpu_parity: the CUDA backend against the CPU backend (the reference), op by op and for
  * whole training steps, in six modes: the precisions fp32, tf32, bf16 and fp16 at fp32 storage,
  * then bf16 and fp16 storage (activations and the parameters' compute copy in 16 bits) against the
- * CPU at the same storage type.
+ * CPU at the same storage type; with cuDNN built in, the 16-bit storage modes run once with
+ * attention in cuDNN and once in greenlm's kernels (GREENLM_ATTENTION=kernels).
  *
  * Every op of the backend table, forward and backward, runs on both backends on the same inputs
  * (rounded to the storage type where they are stored in it), for several shapes (row, key and
@@ -16,7 +17,8 @@
  *     at 16-bit storage the inputs are the same 16-bit values on both sides: 2e-5
  *   attention (att_tol): 1e-4 on the fp32 kernels (fp32 and tf32 precision; other head sizes);
  *     the tensor-core kernels, which take bf16 and fp16 precision for head sizes 33..128 and round
- *     q, k, v, dO, P and dS, as the GEMMs: bf16 3e-2, fp16 5e-3. q and k are drawn with standard
+ *     q, k, v, dO, P and dS, as the GEMMs: bf16 3e-2, fp16 5e-3, as does cuDNN (16-bit storage, head
+ *     sizes that are multiples of 8). q and k are drawn with standard
  *     deviation hs^-1/4, so that q.k has variance 1 as in a trained model: with N(0,1) entries the
  *     softmax is all but one-hot, which hides a wrong mask and magnifies the rounding of bf16
  *   a result stored in 16 bits: at least 8e-3 (bf16) or 1e-3 (fp16), half an ulp either way
@@ -50,6 +52,7 @@ static const backend *cpu, *gpu;
 static rng_state R;
 static const char *prec; /* the precision under test */
 static int s16;          /* the storage type is bf16 or fp16 (both instances store it) */
+static int cudnn_att;    /* attention at 16-bit storage goes to cuDNN (GREENLM_ATTENTION=auto, built with it) */
 
 static float *frand(size_t n, double scale) {
   float *x = malloc((n ? n : 1) * sizeof(float));
@@ -135,8 +138,11 @@ static double gemm_tol(void) {
 }
 static const double TOL = 1e-4; /* fp32 math outside the GEMMs */
 /* Attention of head size hs: the CUDA backend's tensor-core kernels (bf16 and fp16 precision, hs
- * 33..128) round their inputs, P and dS as the GEMMs do; the fp32 kernels take the rest. */
+ * 33..128) round their inputs, P and dS as the GEMMs do; the fp32 kernels take the rest; at 16-bit
+ * storage cuDNN (where built, unless the mode asks for greenlm's kernels) takes head sizes that are
+ * multiples of 8. */
 static double att_tol(int hs) {
+  if (cudnn_att && hs % 8 == 0) return !strcmp(prec, "bf16") ? 3e-2 : 5e-3; /* cuDNN rounds P as the GEMMs do */
   if (hs <= 32 || hs > 128 || !strcmp(prec, "fp32") || !strcmp(prec, "tf32")) return TOL;
   return !strcmp(prec, "bf16") ? 3e-2 : 5e-3;
 }
@@ -226,8 +232,8 @@ static void test_attention(int B, int T, int C, int H, int window, float scale) 
   void *gscratch = gpu->alloc(gpu, gpu->attention_scratch(gpu, T));
   cpu->attention_fwd(cpu, out.c, lse.c, qkv.c, scratch, B, T, C, H, window, scale);
   gpu->attention_fwd(gpu, out.g, lse.g, qkv.g, gscratch, B, T, C, H, window, scale);
-  snprintf(w, sizeof w, "attention fwd B=%d T=%d C=%d H=%d (hs %d) %s%d", B, T, C, H, C / H,
-           window > 0 ? "local " : "global", window > 0 ? window : T);
+  snprintf(w, sizeof w, "attention%s fwd B=%d T=%d C=%d H=%d (hs %d) %s%d", cudnn_att ? " (cuDNN)" : "", B, T, C, H,
+           C / H, window > 0 ? "local " : "global", window > 0 ? window : T);
   check(w, &out, tol);
   check("  lse", &lse, tol);
   /* the backward from the CPU's forward results on both */
@@ -531,18 +537,28 @@ static float *train(const cfg_config *c, const backend *be, double *loss, size_t
 
 /* The modes: the four precisions at fp32 storage, then bf16 and fp16 storage. The CUDA backend
  * runs fp32 storage until this program has passed at 16-bit storage on a GPU, so those rounds set
- * the instance's storage themselves; the CPU instance stores the same type. */
+ * the instance's storage themselves; the CPU instance stores the same type. A build with cuDNN
+ * runs the 16-bit storage modes twice: attention in cuDNN, then in greenlm's kernels. */
 static const struct {
   const char *precision;
   backend_dtype storage;
-} modes[] = {{"fp32", BACKEND_FP32}, {"tf32", BACKEND_FP32}, {"bf16", BACKEND_FP32},
-             {"fp16", BACKEND_FP32}, {"bf16", BACKEND_BF16}, {"fp16", BACKEND_FP16}};
+  const char *attention; /* GREENLM_ATTENTION */
+} modes[] = {{"fp32", BACKEND_FP32, "auto"}, {"tf32", BACKEND_FP32, "auto"}, {"bf16", BACKEND_FP32, "auto"},
+             {"fp16", BACKEND_FP32, "auto"}, {"bf16", BACKEND_BF16, "auto"}, {"fp16", BACKEND_FP16, "auto"},
+#ifdef GREENLM_HAVE_CUDNN
+             {"bf16", BACKEND_BF16, "kernels"}, {"fp16", BACKEND_FP16, "kernels"}
+#endif
+};
 enum { NMODES = sizeof modes / sizeof modes[0] };
 
 /* Open both instances of mode k (the GPU's closed by the caller). */
 static void open_mode(int k, const backend **cpu16) {
   prec = modes[k].precision;
   s16 = modes[k].storage != BACKEND_FP32;
+  setenv("GREENLM_ATTENTION", modes[k].attention, 1);
+#ifdef GREENLM_HAVE_CUDNN
+  cudnn_att = s16 && !strcmp(modes[k].attention, "auto");
+#endif
   backend *g = backend_kind_cuda.open(0, prec);
   g->storage = modes[k].storage;
   gpu = g;
@@ -570,8 +586,10 @@ static void test_training(const char *dir, const backend *cpu16[]) {
       if (fabs(lg[s] - lc[s]) / lc[s] > worst) worst = fabs(lg[s] - lc[s]) / lc[s];
     double pe = pc && pg && nc == ng ? t_rel_err(pg, pc, nc) : INFINITY;
     int fp32 = k == 0;
-    printf("training %d steps, %s, %s storage: losses %.5f..%.5f (cpu %.5f..%.5f), loss rel err %.2e, parameters %.2e\n",
-           STEPS, prec, backend_dtype_name(gpu->storage), lg[0], lg[STEPS - 1], lc[0], lc[STEPS - 1], worst, pe);
+    printf("training %d steps, %s, %s storage, attention %s: losses %.5f..%.5f (cpu %.5f..%.5f), loss rel err %.2e, "
+           "parameters %.2e\n",
+           STEPS, prec, backend_dtype_name(gpu->storage), modes[k].attention, lg[0], lg[STEPS - 1], lc[0], lc[STEPS - 1],
+           worst, pe);
     T_CHECK(worst <= (fp32 ? 1e-4 : 3e-2), "training [%s, %s storage]: a step's loss differs by %.3g relative", prec,
             backend_dtype_name(gpu->storage), worst);
     T_CHECK(pe <= (fp32 ? 1e-3 : 5e-2), "training [%s, %s storage]: parameters differ by %.3g", prec,
@@ -599,7 +617,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < NMODES; k++) {
     open_mode(k, &cpu16[modes[k].storage]);
     char desc[512];
-    if (k == 0) printf("GPU: %s\n", gpu->describe(gpu, desc, sizeof desc));
+    printf("GPU, mode %d: %s\n", k, gpu->describe(gpu, desc, sizeof desc));
     test_ops();
     backend_close(gpu);
   }

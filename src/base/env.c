@@ -7,13 +7,16 @@
 
 #include "base/util.h"
 
-typedef enum { ENV_BYTES, ENV_BOOL01, ENV_PATH, ENV_FAULT } env_kind;
+typedef enum { ENV_BYTES, ENV_BOOL01, ENV_PATH, ENV_FAULT, ENV_ATTENTION } env_kind;
 
 static const struct {
   const char *name;
   env_kind kind;
   const char *doc;
 } env_table[] = {
+    {"GREENLM_ATTENTION", ENV_ATTENTION,
+     "`auto` (default): attention at bf16 and fp16 storage runs in cuDNN where the build has it; `kernels`: in "
+     "greenlm's own kernels (doc/gpu.md)"},
     {"GREENLM_CUDA_AWARE_MPI", ENV_BOOL01,
      "1: the MPI library moves CUDA device memory itself; 0: greenlm stages device buffers through host memory "
      "(unset: asked of the MPI library, doc/gpu.md)"},
@@ -71,6 +74,10 @@ static int check_one(int i, const char *v, err_list *errs) {
     if (*v) return 0;
     err_add(errs, name, 0, 0, env_table[i].doc, "set but empty: give a path, or unset it");
     return 1;
+  case ENV_ATTENTION:
+    if (strcmp(v, "auto") == 0 || strcmp(v, "kernels") == 0) return 0;
+    err_add(errs, name, 0, 0, env_table[i].doc, "'%s' is neither auto nor kernels", v);
+    return 1;
   case ENV_FAULT:
     if (parse_fault(v, &f) == 0) return 0;
     err_add(errs, name, 0, 0, env_table[i].doc, "'%s' is not KIND:RANK:STEP (e.g. stall:1:5)", v);
@@ -115,6 +122,12 @@ long long env_file_size_limit(void) {
 int env_cuda_aware_mpi(void) {
   const char *v = getenv("GREENLM_CUDA_AWARE_MPI");
   return !v || !*v ? -1 : strcmp(v, "1") == 0;
+}
+
+int env_attention_kernels(void) {
+  const char *v = getenv("GREENLM_ATTENTION");
+  if (!v || !*v || strcmp(v, "auto") == 0) return 0;
+  return strcmp(v, "kernels") == 0 ? 1 : -1;
 }
 
 const char *env_path(const char *name) {

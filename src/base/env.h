@@ -25,6 +25,8 @@ int env_check(err_list *errs);
 long long env_file_size_limit(void);
 /* GREENLM_CUDA_AWARE_MPI: 1 or 0; -1 when unset. */
 int env_cuda_aware_mpi(void);
+/* GREENLM_ATTENTION: 1 for kernels, 0 for auto or unset, -1 for anything else. */
+int env_attention_kernels(void);
 /* A path variable's value, or NULL when unset or empty. */
 const char *env_path(const char *name);
 /* GREENLM_FAULT: 1 and *f when set. */
