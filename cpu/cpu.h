@@ -34,9 +34,10 @@ void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, c
                        int C, float eps);
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int N, int C);
-void cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M);
+/* out's and dout's rows ldo >= M floats apart, the logits' ld (backend.h) */
+void cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M, int ldo);
 void cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
-                    int N, int K, int M);
+                    int N, int K, int M, int ldo);
 size_t cpu_attention_scratch(int T);
 void cpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
                        int window, float scale);
@@ -51,9 +52,10 @@ void cpu_gelu_fwd(float *out, const float *inp, size_t n);
 void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n);
 void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n);
 void cpu_accumulate(float *dst, const float *src, size_t n);
-void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale);
-void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int N, int nv, int v0);
-void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, float dscale);
+void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, int ld, float dscale);
+void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int N, int nv, int v0, int ld);
+void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, int ld,
+                   float dscale);
 void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
 double cpu_sumsq(const float *x, size_t n);
 

@@ -108,9 +108,9 @@ void cpu_accumulate(float *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, float dscale) {
+void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, int ld, float dscale) {
   for (int i = 0; i < N; i++) {
-    float *x = logits + (size_t)i * V;
+    float *x = logits + (size_t)i * ld;
     float mx = cpu_max(x, (size_t)V);
     float xt = x[targets[i]];
     float sum = cpu_exp_sum(x, (size_t)V, mx); /* x now holds exp(x - mx) */
@@ -123,9 +123,9 @@ void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int 
   }
 }
 
-void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int N, int nv, int v0) {
+void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int N, int nv, int v0, int ld) {
   for (int i = 0; i < N; i++) {
-    const float *x = logits + (size_t)i * nv;
+    const float *x = logits + (size_t)i * ld;
     float mx = cpu_max(x, (size_t)nv);
     double sum = 0.0;
     for (int v = 0; v < nv; v++) sum += expf(x[v] - mx);
@@ -135,9 +135,10 @@ void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int
   }
 }
 
-void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, float dscale) {
+void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, int ld,
+                   float dscale) {
   for (int i = 0; i < N; i++) {
-    float *x = logits + (size_t)i * nv;
+    float *x = logits + (size_t)i * ld;
     for (int v = 0; v < nv; v++) x[v] = dscale * expf(x[v] - lse[i]);
     int r = targets[i] - v0;
     if (r >= 0 && r < nv) x[r] -= dscale;

@@ -87,7 +87,7 @@ typedef struct {
   struct {
     void *dst;
     float *tmp;
-    size_t n;
+    size_t rows, cols, ld; /* dst's rows are ld elements apart; tmp is dense */
   } out[STAGE_MAX];
 } stage;
 
@@ -103,26 +103,47 @@ static float *take(stage *s, size_t n) {
   return s->c->work + at;
 }
 
-/* An input of n elements as fp32 (NULL stays NULL). */
-static const float *in(stage *s, const void *p, size_t n) {
+/* Row r of a matrix p whose rows are ld elements apart, in the storage type. */
+static void *row_of(const stage *s, const void *p, size_t r, size_t ld) {
+  return (char *)p + r * ld * backend_dtype_size(s->be->storage);
+}
+
+/* An input matrix (rows, cols; rows ld apart) as dense fp32 (NULL stays NULL; at fp32 storage, p
+ * itself, rows still ld apart: stage_ld says which). */
+static const float *in_rows(stage *s, const void *p, size_t rows, size_t cols, size_t ld) {
   if (!p || s->be->storage == BACKEND_FP32) return p;
-  float *t = take(s, n);
-  cpu_load(s->be->storage, t, p, n);
+  float *t = take(s, rows * cols);
+  for (size_t r = 0; r < rows; r++) cpu_load(s->be->storage, t + r * cols, row_of(s, p, r, ld), cols);
   return t;
 }
 
-/* An output of n elements as fp32, written back by stage_end; widened first when it accumulates. */
-static float *out(stage *s, void *p, size_t n, int accumulates) {
+/* An input of n elements as fp32. */
+static const float *in(stage *s, const void *p, size_t n) { return in_rows(s, p, 1, n, n); }
+
+/* An output matrix (rows, cols; rows ld apart) as dense fp32, written back by stage_end; widened
+ * first when it accumulates. */
+static float *out_rows(stage *s, void *p, size_t rows, size_t cols, size_t ld, int accumulates) {
   if (!p || s->be->storage == BACKEND_FP32) return p;
-  float *t = take(s, n);
-  if (accumulates) cpu_load(s->be->storage, t, p, n);
-  s->out[s->nout].dst = p, s->out[s->nout].tmp = t, s->out[s->nout].n = n;
+  float *t = take(s, rows * cols);
+  if (accumulates)
+    for (size_t r = 0; r < rows; r++) cpu_load(s->be->storage, t + r * cols, row_of(s, p, r, ld), cols);
+  s->out[s->nout].dst = p, s->out[s->nout].tmp = t;
+  s->out[s->nout].rows = rows, s->out[s->nout].cols = cols, s->out[s->nout].ld = ld;
   s->nout++;
   return t;
 }
 
+/* An output of n elements as fp32. */
+static float *out(stage *s, void *p, size_t n, int accumulates) { return out_rows(s, p, 1, n, n, accumulates); }
+
+/* The row stride the kernels see: the caller's at fp32 storage, dense (cols) when staged. */
+static int stage_ld(const stage *s, int cols, int ld) { return s->be->storage == BACKEND_FP32 ? ld : cols; }
+
 static void stage_end(stage *s) {
-  for (int i = 0; i < s->nout; i++) cpu_store(s->be->storage, s->out[i].dst, s->out[i].tmp, s->out[i].n);
+  for (int i = 0; i < s->nout; i++)
+    for (size_t r = 0; r < s->out[i].rows; r++)
+      cpu_store(s->be->storage, row_of(s, s->out[i].dst, r, s->out[i].ld), s->out[i].tmp + r * s->out[i].cols,
+                s->out[i].cols);
 }
 
 size_t cpu_stage_floats(backend_dtype t, const backend_shape *sh) {
@@ -194,20 +215,20 @@ void cpu_op_layernorm_bwd(const backend *be, void *dinp, float *dw, float *db, c
 }
 
 void cpu_op_matmul_fwd(const backend *be, void *o, const void *inp, const void *w, const void *bias, int N, int K,
-                       int M) {
+                       int M, int ldo) {
   stage s = stage_begin(be);
-  float *y = out(&s, o, SZ(N) * M, 0);
+  float *y = out_rows(&s, o, SZ(N), SZ(M), SZ(ldo), 0);
   const float *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K), *bf = in(&s, bias, SZ(M));
-  cpu_matmul_fwd(y, x, wf, bf, N, K, M);
+  cpu_matmul_fwd(y, x, wf, bf, N, K, M, stage_ld(&s, M, ldo));
   stage_end(&s);
 }
 
 void cpu_op_matmul_bwd(const backend *be, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                       const void *w, int N, int K, int M) {
+                       const void *w, int N, int K, int M, int ldo) {
   stage s = stage_begin(be);
   float *dx = out(&s, dinp, SZ(N) * K, 0);
-  const float *d = in(&s, dout, SZ(N) * M), *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K);
-  cpu_matmul_bwd(dx, dw, dbias, d, x, wf, N, K, M);
+  const float *d = in_rows(&s, dout, SZ(N), SZ(M), SZ(ldo)), *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K);
+  cpu_matmul_bwd(dx, dw, dbias, d, x, wf, N, K, M, stage_ld(&s, M, ldo));
   stage_end(&s);
 }
 
@@ -259,24 +280,25 @@ void cpu_op_accumulate(const backend *be, void *dst, const void *src, size_t n) 
   stage_end(&s);
 }
 
-void cpu_op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const int32_t *targets, int N, int V,
+void cpu_op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const int32_t *targets, int N, int V, int ld,
                          float dscale) {
   stage s = stage_begin(be);
-  float *x = out(&s, logits, SZ(N) * V, 1);
-  cpu_xent_fwd_bwd(losses, x, targets, N, V, dscale);
+  float *x = out_rows(&s, logits, SZ(N), SZ(V), SZ(ld), 1);
+  cpu_xent_fwd_bwd(losses, x, targets, N, V, stage_ld(&s, V, ld), dscale);
   stage_end(&s);
 }
 
-void cpu_op_xent_part(const backend *be, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0) {
+void cpu_op_xent_part(const backend *be, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0,
+                      int ld) {
   stage s = stage_begin(be);
-  cpu_xent_part(part, in(&s, logits, SZ(N) * nv), targets, N, nv, v0);
+  cpu_xent_part(part, in_rows(&s, logits, SZ(N), SZ(nv), SZ(ld)), targets, N, nv, v0, stage_ld(&s, nv, ld));
 }
 
 void cpu_op_xent_grad(const backend *be, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,
-                      float dscale) {
+                      int ld, float dscale) {
   stage s = stage_begin(be);
-  float *x = out(&s, logits, SZ(N) * nv, 1);
-  cpu_xent_grad(x, lse, targets, N, nv, v0, dscale);
+  float *x = out_rows(&s, logits, SZ(N), SZ(nv), SZ(ld), 1);
+  cpu_xent_grad(x, lse, targets, N, nv, v0, stage_ld(&s, nv, ld), dscale);
   stage_end(&s);
 }
 

@@ -145,11 +145,14 @@ void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n);
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n);
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);
 void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n);
-void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale);
+/* logits' rows ldr apart (backend.h's ld) */
+void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, int ldr,
+                      float dscale);
 /* the vocabulary-parallel cross-entropy over logits (N,nv), the columns [v0, v0 + nv) (backend.h) */
-void gpu_xent_part(backend_dtype t, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0);
+void gpu_xent_part(backend_dtype t, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0,
+                   int ldr);
 void gpu_xent_grad(backend_dtype t, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,
-                   float dscale);
+                   int ldr, float dscale);
 /* AdamW on the fp32 master p; pc (n, storage type t) receives the rounded update unless NULL */
 void gpu_adamw(backend_dtype t, float *p, void *pc, const float *g, float *m, float *v, size_t n,
                const backend_adamw_args *a);
@@ -164,11 +167,12 @@ double gpu_sumsq(gpu_ctx *g, const float *x, size_t n);
 void gpu_to_storage(backend_dtype t, void *dst, const float *src, size_t n);
 void gpu_to_fp32(backend_dtype t, float *dst, const void *src, size_t n);
 
-/* gpu_matmul.cu: activations and weights in storage type t, weight and bias gradients fp32 */
+/* gpu_matmul.cu: activations and weights in storage type t, weight and bias gradients fp32; out's and
+ * dout's rows ldo >= M elements apart */
 void gpu_matmul_fwd(const gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias,
-                    int N, int K, int M);
+                    int N, int K, int M, int ldo);
 void gpu_matmul_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
-                    const void *inp, const void *w, int N, int K, int M);
+                    const void *inp, const void *w, int N, int K, int M, int ldo);
 /* C (m,n column-major, ldc) = alpha op(A) op(B) + beta C in fp32 storage at the GEMM precision. */
 void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);

@@ -240,12 +240,13 @@ static void op_layernorm_bwd(const backend *be, void *dx, float *dw, float *db, 
                              const void *w, const float *mean, const float *rstd, int N, int C) {
   gpu_layernorm_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);
 }
-static void op_matmul_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M) {
-  gpu_matmul_fwd(gpu_of(be), be->storage, o, x, w, b, N, K, M);
+static void op_matmul_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M,
+                          int ldo) {
+  gpu_matmul_fwd(gpu_of(be), be->storage, o, x, w, b, N, K, M, ldo);
 }
 static void op_matmul_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x, const void *w,
-                          int N, int K, int M) {
-  gpu_matmul_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, N, K, M);
+                          int N, int K, int M, int ldo) {
+  gpu_matmul_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, N, K, M, ldo);
 }
 
 /* At 16-bit storage attention runs in cuDNN where it is built and takes the shape (gpu_sdpa.cu, its
@@ -322,15 +323,17 @@ static void op_residual_fwd(const backend *be, void *o, const void *a, const voi
 static void op_accumulate(const backend *be, void *dst, const void *src, size_t n) {
   gpu_accumulate(be->storage, dst, src, n);
 }
-static void op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const int32_t *tgt, int N, int V, float ds) {
-  gpu_xent_fwd_bwd(be->storage, losses, logits, tgt, N, V, ds);
+static void op_xent_fwd_bwd(const backend *be, float *losses, void *logits, const int32_t *tgt, int N, int V, int ld,
+                            float ds) {
+  gpu_xent_fwd_bwd(be->storage, losses, logits, tgt, N, V, ld, ds);
 }
-static void op_xent_part(const backend *be, float *part, const void *logits, const int32_t *tgt, int N, int nv, int v0) {
-  gpu_xent_part(be->storage, part, logits, tgt, N, nv, v0);
+static void op_xent_part(const backend *be, float *part, const void *logits, const int32_t *tgt, int N, int nv, int v0,
+                         int ld) {
+  gpu_xent_part(be->storage, part, logits, tgt, N, nv, v0, ld);
 }
 static void op_xent_grad(const backend *be, void *logits, const float *lse, const int32_t *tgt, int N, int nv, int v0,
-                         float ds) {
-  gpu_xent_grad(be->storage, logits, lse, tgt, N, nv, v0, ds);
+                         int ld, float ds) {
+  gpu_xent_grad(be->storage, logits, lse, tgt, N, nv, v0, ld, ds);
 }
 static void op_adamw(const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,
                      const backend_adamw_args *a) {

@@ -32,23 +32,23 @@ static void gemm_t(const gpu_ctx *g, backend_dtype t, cublasOperation_t ta, cubl
                         compute, CUBLAS_GEMM_DEFAULT));
 }
 
-/* out (N,M): every row = bias (M) */
+/* out (N,M; rows ldo apart): every row = bias (M) */
 template <typename S>
-__global__ void bias_rows_kernel(S *out, const S *bias, size_t N, int M) {
+__global__ void bias_rows_kernel(S *out, const S *bias, size_t N, int M, int ldo) {
   size_t n = N * (size_t)M;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = bias[i % (size_t)M];
+    out[i / (size_t)M * (size_t)ldo + i % (size_t)M] = bias[i % (size_t)M];
 }
 
-/* dbias (M) += column sums of dout (N,M): block (32,32) owns 32 columns; its 32 rows of threads
- * stride over the rows, then sum their partials in a fixed order (deterministic). */
+/* dbias (M) += column sums of dout (N,M; rows ldo apart): block (32,32) owns 32 columns; its 32
+ * rows of threads stride over the rows, then sum their partials in a fixed order (deterministic). */
 template <typename S>
-__global__ void bias_grad_kernel(float *dbias, const S *dout, int N, int M) {
+__global__ void bias_grad_kernel(float *dbias, const S *dout, int N, int M, int ldo) {
   __shared__ float part[32][33];
   int col = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f;
   if (col < M)
-    for (int r = threadIdx.y; r < N; r += 32) s += ld(dout[(size_t)r * M + col]);
+    for (int r = threadIdx.y; r < N; r += 32) s += ld(dout[(size_t)r * ldo + col]);
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && col < M) {
@@ -59,25 +59,26 @@ __global__ void bias_grad_kernel(float *dbias, const S *dout, int N, int M) {
 }
 
 void gpu_matmul_fwd(const gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias,
-                    int N, int K, int M) {
+                    int N, int K, int M, int ldo) {
   float beta = 0.0f;
   if (bias) { /* rows pre-filled with the bias, then beta = 1 (as the CPU backend does) */
-    GPU_STORAGE(t, bias_rows_kernel<S><<<gpu_blocks((size_t)N * M, 256), 256>>>((S *)out, (const S *)bias, (size_t)N, M));
+    GPU_STORAGE(t, bias_rows_kernel<S><<<gpu_blocks((size_t)N * M, 256), 256>>>((S *)out, (const S *)bias, (size_t)N,
+                                                                                  M, ldo));
     GPU_LAUNCHED();
     beta = 1.0f;
   }
-  /* out^T (M,N) = w (M,K) * inp^T (K,N) */
-  gemm_t(g, t, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, w, K, inp, K, beta, out, cuda_type(t), M);
+  /* out^T (M,N; ldo) = w (M,K) * inp^T (K,N) */
+  gemm_t(g, t, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, w, K, inp, K, beta, out, cuda_type(t), ldo);
 }
 
 void gpu_matmul_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
-                    const void *inp, const void *w, int N, int K, int M) {
-  /* dinp^T (K,N) = w^T (K,M) * dout^T (M,N) */
-  if (dinp) gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, w, K, dout, M, 0.0f, dinp, cuda_type(t), K);
+                    const void *inp, const void *w, int N, int K, int M, int ldo) {
+  /* dinp^T (K,N) = w^T (K,M) * dout^T (M,N; ldo) */
+  if (dinp) gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, w, K, dout, ldo, 0.0f, dinp, cuda_type(t), K);
   /* dw^T (K,M) += inp^T (K,N) * dout (N,M), accumulated in fp32 */
-  gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, inp, K, dout, M, 1.0f, dw, CUDA_R_32F, K);
+  gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, inp, K, dout, ldo, 1.0f, dw, CUDA_R_32F, K);
   if (dbias) {
-    GPU_STORAGE(t, bias_grad_kernel<S><<<(M + 31) / 32, dim3(32, 32)>>>(dbias, (const S *)dout, N, M));
+    GPU_STORAGE(t, bias_grad_kernel<S><<<(M + 31) / 32, dim3(32, 32)>>>(dbias, (const S *)dout, N, M, ldo));
     GPU_LAUNCHED();
   }
 }

@@ -264,11 +264,11 @@ __device__ void xent_row_lse(const S *x, int V, float *M, float *sum) {
   *sum = row_s;
 }
 
-/* losses (N) = logsumexp(logits[i]) - logits[i, targets[i]]; with dscale != 0 the logits (N,V)
- * become dscale * (softmax - onehot(target)), written in a second pass. */
+/* losses (N) = logsumexp(logits[i]) - logits[i, targets[i]]; with dscale != 0 the logits (N,V; rows
+ * ldr apart) become dscale * (softmax - onehot(target)), written in a second pass. */
 template <typename S>
-__global__ void xent_kernel(float *losses, S *logits, const int32_t *targets, int V, float dscale) {
-  S *x = logits + (size_t)blockIdx.x * V;
+__global__ void xent_kernel(float *losses, S *logits, const int32_t *targets, int V, int ldr, float dscale) {
+  S *x = logits + (size_t)blockIdx.x * ldr;
   const int tgt = targets[blockIdx.x];
   const float xt = ld(x[tgt]); /* read before any thread overwrites the row */
   float M, sum;
@@ -280,11 +280,11 @@ __global__ void xent_kernel(float *losses, S *logits, const int32_t *targets, in
   }
 }
 
-/* The vocabulary shard [v0, v0 + nv) of each row of logits (N,nv): part (N,2) = {its log-sum-exp,
- * the target's logit when the shard holds it, else 0} */
+/* The vocabulary shard [v0, v0 + nv) of each row of logits (N,nv; rows ldr apart): part (N,2) = {its
+ * log-sum-exp, the target's logit when the shard holds it, else 0} */
 template <typename S>
-__global__ void xent_part_kernel(float *part, const S *logits, const int32_t *targets, int nv, int v0) {
-  const S *x = logits + (size_t)blockIdx.x * nv;
+__global__ void xent_part_kernel(float *part, const S *logits, const int32_t *targets, int nv, int v0, int ldr) {
+  const S *x = logits + (size_t)blockIdx.x * ldr;
   float M, sum;
   xent_row_lse(x, nv, &M, &sum);
   if (threadIdx.x == 0) {
@@ -294,33 +294,36 @@ __global__ void xent_part_kernel(float *part, const S *logits, const int32_t *ta
   }
 }
 
-/* logits (N,nv) = dscale * (exp(logits - lse[i]) - onehot(targets[i] - v0)), lse (N) the rows'
- * log-sum-exp over the whole vocabulary */
+/* logits (N,nv; rows ldr apart) = dscale * (exp(logits - lse[i]) - onehot(targets[i] - v0)), lse (N)
+ * the rows' log-sum-exp over the whole vocabulary */
 template <typename S>
-__global__ void xent_grad_kernel(S *logits, const float *lse, const int32_t *targets, int nv, int v0, float dscale) {
-  S *x = logits + (size_t)blockIdx.x * nv;
+__global__ void xent_grad_kernel(S *logits, const float *lse, const int32_t *targets, int nv, int v0, int ldr,
+                                 float dscale) {
+  S *x = logits + (size_t)blockIdx.x * ldr;
   const float l = lse[blockIdx.x];
   const int r = targets[blockIdx.x] - v0; /* outside [0, nv): no column is the target */
   for (int v = threadIdx.x; v < nv; v += blockDim.x)
     x[v] = st<S>(dscale * expf(ld(x[v]) - l) - (v == r ? dscale : 0.0f));
 }
 
-void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale) {
+void gpu_xent_fwd_bwd(backend_dtype t, float *losses, void *logits, const int32_t *targets, int N, int V, int ldr,
+                      float dscale) {
   if (N <= 0) return;
-  GPU_STORAGE(t, xent_kernel<S><<<N, XENT_THREADS>>>(losses, (S *)logits, targets, V, dscale));
+  GPU_STORAGE(t, xent_kernel<S><<<N, XENT_THREADS>>>(losses, (S *)logits, targets, V, ldr, dscale));
   GPU_LAUNCHED();
 }
 
-void gpu_xent_part(backend_dtype t, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0) {
+void gpu_xent_part(backend_dtype t, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0,
+                   int ldr) {
   if (N <= 0) return;
-  GPU_STORAGE(t, xent_part_kernel<S><<<N, XENT_THREADS>>>(part, (const S *)logits, targets, nv, v0));
+  GPU_STORAGE(t, xent_part_kernel<S><<<N, XENT_THREADS>>>(part, (const S *)logits, targets, nv, v0, ldr));
   GPU_LAUNCHED();
 }
 
 void gpu_xent_grad(backend_dtype t, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,
-                   float dscale) {
+                   int ldr, float dscale) {
   if (N <= 0) return;
-  GPU_STORAGE(t, xent_grad_kernel<S><<<N, XENT_THREADS>>>((S *)logits, lse, targets, nv, v0, dscale));
+  GPU_STORAGE(t, xent_grad_kernel<S><<<N, XENT_THREADS>>>((S *)logits, lse, targets, nv, v0, ldr, dscale));
   GPU_LAUNCHED();
 }
 

@@ -53,23 +53,24 @@ static const char *prof_name(int op) {
 #define PROF_WRAP(name, params, args)                                                                                    static void prof_##name params {                                                                                         (void)be;                                                                                                              double t0 = util_now();                                                                                                BACKEND_CALL(prof_inner->name, prof_inner, args);                                                                      prof_stop(BACKEND_OP_##name, t0);                                                                                    }
 BACKEND_OPS(PROF_WRAP)
 
-static void prof_head_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M) {
+static void prof_head_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M,
+                          int ldo) {
   if (M != prof_vocab) {
-    prof_matmul_fwd(be, o, x, w, b, N, K, M);
+    prof_matmul_fwd(be, o, x, w, b, N, K, M, ldo);
     return;
   }
   double t0 = util_now();
-  prof_inner->matmul_fwd(prof_inner, o, x, w, b, N, K, M);
+  prof_inner->matmul_fwd(prof_inner, o, x, w, b, N, K, M, ldo);
   prof_stop(P_HEAD_F, t0);
 }
 static void prof_head_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x, const void *w,
-                          int N, int K, int M) {
+                          int N, int K, int M, int ldo) {
   if (M != prof_vocab) {
-    prof_matmul_bwd(be, dx, dw, db, d, x, w, N, K, M);
+    prof_matmul_bwd(be, dx, dw, db, d, x, w, N, K, M, ldo);
     return;
   }
   double t0 = util_now();
-  prof_inner->matmul_bwd(prof_inner, dx, dw, db, d, x, w, N, K, M);
+  prof_inner->matmul_bwd(prof_inner, dx, dw, db, d, x, w, N, K, M, ldo);
   prof_stop(P_HEAD_B, t0);
 }
 static void prof_zero(const backend *be, void *p, size_t n) {

@@ -199,18 +199,20 @@ static void test_layernorm(int N, int C) {
   drop(&inp), drop(&lw), drop(&lb), drop(&dout), drop(&out), drop(&mean), drop(&rstd), drop(&dinp), drop(&dw), drop(&db);
 }
 
-static void test_matmul(int N, int K, int M, int with_bias, int with_dinp) {
+/* out and dout in rows ld >= M apart (ld > M: the LM head's padded rows; the pad, the same random
+ * values on both sides, must stay as it is) */
+static void test_matmul(int N, int K, int M, int ld, int with_bias, int with_dinp) {
   char w[96];
   plan((backend_shape){.B = 1, .T = N, .C = K, .V = M});
   pair inp = mk((size_t)N * K, 1, 1), wt = mk((size_t)M * K, 0.5, 1), bias = mk((size_t)M, 1, 1);
-  pair dout = mk((size_t)N * M, 1, 1), out = mk((size_t)N * M, 1, 1), dinp = mk((size_t)N * K, 1, 1);
+  pair dout = mk((size_t)N * ld, 1, 1), out = mk((size_t)N * ld, 1, 1), dinp = mk((size_t)N * K, 1, 1);
   pair dw = mk((size_t)M * K, 1, 0), db = mk((size_t)M, 1, 0);
-  cpu->matmul_fwd(cpu, out.c, inp.c, wt.c, with_bias ? bias.c : NULL, N, K, M);
-  gpu->matmul_fwd(gpu, out.g, inp.g, wt.g, with_bias ? bias.g : NULL, N, K, M);
-  snprintf(w, sizeof w, "matmul fwd N=%d K=%d M=%d%s", N, K, M, with_bias ? " +bias" : "");
+  cpu->matmul_fwd(cpu, out.c, inp.c, wt.c, with_bias ? bias.c : NULL, N, K, M, ld);
+  gpu->matmul_fwd(gpu, out.g, inp.g, wt.g, with_bias ? bias.g : NULL, N, K, M, ld);
+  snprintf(w, sizeof w, "matmul fwd N=%d K=%d M=%d%s%s", N, K, M, with_bias ? " +bias" : "", ld > M ? " (rows padded)" : "");
   check(w, &out, gemm_tol());
-  cpu->matmul_bwd(cpu, with_dinp ? dinp.c : NULL, dw.c, with_bias ? db.c : NULL, dout.c, inp.c, wt.c, N, K, M);
-  gpu->matmul_bwd(gpu, with_dinp ? dinp.g : NULL, dw.g, with_bias ? db.g : NULL, dout.g, inp.g, wt.g, N, K, M);
+  cpu->matmul_bwd(cpu, with_dinp ? dinp.c : NULL, dw.c, with_bias ? db.c : NULL, dout.c, inp.c, wt.c, N, K, M, ld);
+  gpu->matmul_bwd(gpu, with_dinp ? dinp.g : NULL, dw.g, with_bias ? db.g : NULL, dout.g, inp.g, wt.g, N, K, M, ld);
   snprintf(w, sizeof w, "matmul bwd N=%d K=%d M=%d: dinp%s", N, K, M, with_dinp ? "" : " (NULL: untouched)");
   check(w, &dinp, with_dinp ? gemm_tol() : 0.0);
   check("  dw +=", &dw, gemm_tol());
@@ -300,22 +302,23 @@ static void test_elementwise(size_t n) {
   drop(&x), drop(&y), drop(&d), drop(&o), drop(&f);
 }
 
-static void test_xent(int N, int V) {
+/* logits in rows ld >= V apart (the pad compared too: untouched on both sides) */
+static void test_xent(int N, int V, int ld) {
   char w[96];
-  size_t n = (size_t)N * V;
+  size_t n = (size_t)N * ld;
   plan((backend_shape){.B = 1, .T = N, .V = V});
-  int32_t *tgt = irand((size_t)N, V);
+  int32_t *tgt = irand((size_t)N, V); /* targets below V */
   int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
   float *x = frand(n, 3);
   pair logits = from(x, n, 1), logits2 = from(x, n, 1), losses = mk((size_t)N, 1, 0);
   float dscale = 1.0f / (float)N;
-  cpu->xent_fwd_bwd(cpu, losses.c, logits.c, tgt, N, V, dscale);
-  gpu->xent_fwd_bwd(gpu, losses.g, logits.g, gtgt, N, V, dscale);
-  snprintf(w, sizeof w, "softmax+xent N=%d V=%d: losses", N, V);
+  cpu->xent_fwd_bwd(cpu, losses.c, logits.c, tgt, N, V, ld, dscale);
+  gpu->xent_fwd_bwd(gpu, losses.g, logits.g, gtgt, N, V, ld, dscale);
+  snprintf(w, sizeof w, "softmax+xent N=%d V=%d (rows %d apart): losses", N, V, ld);
   check(w, &losses, TOL);
   check("  dlogits (dscale 1/N)", &logits, TOL);
-  cpu->xent_fwd_bwd(cpu, losses.c, logits2.c, tgt, N, V, 0.0f);
-  gpu->xent_fwd_bwd(gpu, losses.g, logits2.g, gtgt, N, V, 0.0f);
+  cpu->xent_fwd_bwd(cpu, losses.c, logits2.c, tgt, N, V, ld, 0.0f);
+  gpu->xent_fwd_bwd(gpu, losses.g, logits2.g, gtgt, N, V, ld, 0.0f);
   check("  losses, forward only (dscale 0)", &losses, TOL);
   free(x), free(tgt), gpu->free(gpu, gtgt);
   drop(&logits), drop(&logits2), drop(&losses);
@@ -328,17 +331,18 @@ static void test_xent_shards(int N, int V, int split) {
   char w[128];
   const int v0[2] = {0, split}, nv[2] = {split, V - split};
   plan((backend_shape){.B = 1, .T = N, .V = V});
-  int32_t *tgt = irand((size_t)N, V);
+  int32_t *tgt = irand((size_t)N, V); /* targets below V */
   int32_t *gtgt = up(tgt, (size_t)N * sizeof(int32_t));
   float *x = frand((size_t)N * V, 3), *lse = malloc((size_t)N * sizeof(float));
   pair logits[2], part[2];
+  const int ld[2] = {nv[0], nv[1] + 9}; /* the second shard's rows padded (random pad, left as it is) */
   for (int k = 0; k < 2; k++) {
-    float *xs = malloc((size_t)N * nv[k] * sizeof(float));
-    for (int i = 0; i < N; i++) memcpy(xs + (size_t)i * nv[k], x + (size_t)i * V + v0[k], (size_t)nv[k] * sizeof(float));
-    logits[k] = from(xs, (size_t)N * nv[k], 1), part[k] = mk(2 * (size_t)N, 1, 0);
+    float *xs = frand((size_t)N * ld[k], 3);
+    for (int i = 0; i < N; i++) memcpy(xs + (size_t)i * ld[k], x + (size_t)i * V + v0[k], (size_t)nv[k] * sizeof(float));
+    logits[k] = from(xs, (size_t)N * ld[k], 1), part[k] = mk(2 * (size_t)N, 1, 0);
     free(xs);
-    cpu->xent_part(cpu, part[k].c, logits[k].c, tgt, N, nv[k], v0[k]);
-    gpu->xent_part(gpu, part[k].g, logits[k].g, gtgt, N, nv[k], v0[k]);
+    cpu->xent_part(cpu, part[k].c, logits[k].c, tgt, N, nv[k], v0[k], ld[k]);
+    gpu->xent_part(gpu, part[k].g, logits[k].g, gtgt, N, nv[k], v0[k], ld[k]);
     snprintf(w, sizeof w, "xent_part N=%d V=%d columns %d..%d", N, V, v0[k], v0[k] + nv[k]);
     check(w, &part[k], TOL);
   }
@@ -350,8 +354,8 @@ static void test_xent_shards(int N, int V, int split) {
   pair glse = from(lse, (size_t)N, 0);
   const float dscale = 1.0f / (float)N;
   for (int k = 0; k < 2; k++) {
-    cpu->xent_grad(cpu, logits[k].c, glse.c, tgt, N, nv[k], v0[k], dscale);
-    gpu->xent_grad(gpu, logits[k].g, glse.g, gtgt, N, nv[k], v0[k], dscale);
+    cpu->xent_grad(cpu, logits[k].c, glse.c, tgt, N, nv[k], v0[k], ld[k], dscale);
+    gpu->xent_grad(gpu, logits[k].g, glse.g, gtgt, N, nv[k], v0[k], ld[k], dscale);
     snprintf(w, sizeof w, "  xent_grad columns %d..%d (dscale 1/N)", v0[k], v0[k] + nv[k]);
     check(w, &logits[k], TOL);
     drop(&logits[k]), drop(&part[k]);
@@ -461,13 +465,15 @@ static void test_ops(void) {
   test_layernorm(37, 96);
   test_layernorm(130, 768);
   test_layernorm(5, 5000); /* beyond the shared-memory path of the backward */
-  test_matmul(7, 13, 5, 1, 1);
-  test_matmul(64, 96, 200, 1, 1);
-  test_matmul(130, 257, 67, 0, 0);
-  test_matmul(256, 512, 384, 1, 1);
+  test_matmul(7, 13, 5, 5, 1, 1);
+  test_matmul(64, 96, 200, 200, 1, 1);
+  test_matmul(130, 257, 67, 67, 0, 0);
+  test_matmul(256, 512, 384, 384, 1, 1);
+  test_matmul(64, 96, 201, 256, 1, 1); /* the LM head's rows, padded to a multiple of 128 */
   test_elementwise(1000003);
-  test_xent(5, 50257);
-  test_xent(33, 1000);
+  test_xent(5, 50257, 50257);
+  test_xent(5, 50257, 50304); /* GPT-2's vocabulary in rows padded to a multiple of 128 */
+  test_xent(33, 1000, 1000);
   test_xent_shards(5, 50257, 25129); /* an uneven split of GPT-2's vocabulary */
   test_xent_shards(33, 1000, 333);
   test_adamw(100003);

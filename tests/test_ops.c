@@ -209,18 +209,18 @@ static void test_matmul(int with_bias) {
   float *x = frand(nx, 1), *W = frand(nW, 1), *bias = frand((size_t)c.M, 1), *w = frand(ny, 1), *y = fzeros(ny);
   c.x = dcopy(x, nx), c.W = dcopy(W, nW), c.bias = with_bias ? dcopy(bias, (size_t)c.M) : NULL, c.w = dcopy(w, ny);
   c.y = malloc(ny * sizeof(double));
-  be->matmul_fwd(be, y, x, W, with_bias ? bias : NULL, c.N, c.K, c.M);
+  be->matmul_fwd(be, y, x, W, with_bias ? bias : NULL, c.N, c.K, c.M, c.M);
   mm_ref(&c);
   check_fwd(with_bias ? "matmul+bias" : "matmul", y, c.y, ny);
   float *dx = fzeros(nx), *dW = fzeros(nW), *db = fzeros((size_t)c.M);
-  be->matmul_bwd(be, dx, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M);
+  be->matmul_bwd(be, dx, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M, c.M);
   check_grad(with_bias ? "matmul+bias d/dinp" : "matmul d/dinp", mm_loss, &c, c.x, dx, nx);
   check_grad(with_bias ? "matmul+bias d/dweight" : "matmul d/dweight", mm_loss, &c, c.W, dW, nW);
   if (with_bias) check_grad("matmul+bias d/dbias", mm_loss, &c, c.bias, db, (size_t)c.M);
   /* dweight and dbias accumulate: a second backward doubles them */
-  be->matmul_bwd(be, NULL, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M);
+  be->matmul_bwd(be, NULL, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M, c.M);
   float *dW1 = fzeros(nW);
-  be->matmul_bwd(be, dx, dW1, NULL, w, x, W, c.N, c.K, c.M);
+  be->matmul_bwd(be, dx, dW1, NULL, w, x, W, c.N, c.K, c.M, c.M);
   double err = 0;
   for (size_t i = 0; i < nW; i++) err = fmax(err, fabs(dW[i] - 2 * dW1[i]));
   T_CHECK(err < 1e-5, "matmul dweight does not accumulate (+=): max err %g", err);
@@ -445,7 +445,7 @@ static void test_xent_shards(xent_ctx *c, const float *x) {
   for (int k = 0; k < S; k++) { /* shard k's columns, contiguous */
     int nv = v0[k + 1] - v0[k];
     for (int i = 0; i < c->N; i++) memcpy(sh + (size_t)i * nv, x + (size_t)i * c->V + v0[k], (size_t)nv * sizeof(float));
-    be->xent_part(be, part + (size_t)k * c->N * 2, sh, c->tgt, c->N, nv, v0[k]);
+    be->xent_part(be, part + (size_t)k * c->N * 2, sh, c->tgt, c->N, nv, v0[k], nv);
   }
   for (int i = 0; i < c->N; i++) {
     double mx = -INFINITY, s = 0, z = 0;
@@ -459,7 +459,7 @@ static void test_xent_shards(xent_ctx *c, const float *x) {
   for (int k = 0; k < S; k++) {
     int nv = v0[k + 1] - v0[k];
     for (int i = 0; i < c->N; i++) memcpy(sh + (size_t)i * nv, x + (size_t)i * c->V + v0[k], (size_t)nv * sizeof(float));
-    be->xent_grad(be, sh, lse, c->tgt, c->N, nv, v0[k], (float)c->dscale);
+    be->xent_grad(be, sh, lse, c->tgt, c->N, nv, v0[k], nv, (float)c->dscale);
     for (int i = 0; i < c->N; i++) memcpy(g + (size_t)i * c->V + v0[k], sh + (size_t)i * nv, (size_t)nv * sizeof(float));
   }
   check_grad("cross-entropy shards d/dlogits", xent_total, c, c->x, g, n);
@@ -476,14 +476,14 @@ static void test_xent(void) {
   c.x = dcopy(x, n), c.loss = malloc((size_t)c.N * sizeof(double));
   float *xg = malloc(n * sizeof(float));
   memcpy(xg, x, n * sizeof(float));
-  be->xent_fwd_bwd(be, l, xg, c.tgt, c.N, c.V, (float)c.dscale);
+  be->xent_fwd_bwd(be, l, xg, c.tgt, c.N, c.V, c.V, (float)c.dscale);
   xent_total(&c);
   check_fwd("softmax+cross-entropy loss", l, c.loss, (size_t)c.N);
   check_grad("softmax+cross-entropy d/dlogits", xent_total, &c, c.x, xg, n);
   /* dscale = 0: losses only */
   float *l0 = fzeros((size_t)c.N);
   memcpy(xg, x, n * sizeof(float));
-  be->xent_fwd_bwd(be, l0, xg, c.tgt, c.N, c.V, 0.0f);
+  be->xent_fwd_bwd(be, l0, xg, c.tgt, c.N, c.V, c.V, 0.0f);
   check_fwd("cross-entropy loss (no grad)", l0, c.loss, (size_t)c.N);
   test_xent_shards(&c, x);
   free(x), free(l), free(l0), free(xg), free(c.tgt), free(c.x), free(c.loss);
@@ -682,11 +682,11 @@ static void storage_norm_and_linear(void) {
   float *out = fzeros((size_t)N * M), *dx = fzeros((size_t)N * C), *dW = fzeros((size_t)M * C), *dB = fzeros(M);
   float *dW16 = fzeros((size_t)M * C), *dB16 = fzeros(M);
   uint16_t *out16 = malloc((size_t)N * M * 2), *dx16 = malloc((size_t)N * C * 2);
-  be->matmul_fwd(be, out, x, W, B, N, C, M);
-  b16->matmul_fwd(b16, out16, xh, Wh, Bh, N, C, M);
+  be->matmul_fwd(be, out, x, W, B, N, C, M, M);
+  b16->matmul_fwd(b16, out16, xh, Wh, Bh, N, C, M, M);
   same16("matmul_fwd", out16, out, (size_t)N * M);
-  be->matmul_bwd(be, dx, dW, dB, go, x, W, N, C, M);
-  b16->matmul_bwd(b16, dx16, dW16, dB16, Oh, xh, Wh, N, C, M);
+  be->matmul_bwd(be, dx, dW, dB, go, x, W, N, C, M, M);
+  b16->matmul_bwd(b16, dx16, dW16, dB16, Oh, xh, Wh, N, C, M, M);
   same16("matmul_bwd dinp", dx16, dx, (size_t)N * C), same32("matmul_bwd dw", dW, dW16, (size_t)M * C);
   same32("matmul_bwd dbias", dB, dB16, M);
   free(g), free(gh);
@@ -758,14 +758,14 @@ static void storage_elementwise(void) {
   void *lh;
   float *lg = rand16((size_t)N * NV, 3, &lh), *loss = fzeros(N), *loss16 = fzeros(N);
   int32_t tgt[3] = {0, 150, 300};
-  be->xent_fwd_bwd(be, loss, lg, tgt, N, NV, 0.25f), b16->xent_fwd_bwd(b16, loss16, lh, tgt, N, NV, 0.25f);
+  be->xent_fwd_bwd(be, loss, lg, tgt, N, NV, NV, 0.25f), b16->xent_fwd_bwd(b16, loss16, lh, tgt, N, NV, NV, 0.25f);
   same32("xent_fwd_bwd losses", loss, loss16, N), same16("xent_fwd_bwd dlogits", lh, lg, (size_t)N * NV);
   /* the vocabulary-parallel pair on a shard of 100 columns from 200 */
   void *sh16;
   float *sh = rand16((size_t)N * 100, 3, &sh16), part[6], part16[6], lse[3] = {3.0f, 4.5f, 6.0f};
-  be->xent_part(be, part, sh, tgt, N, 100, 200), b16->xent_part(b16, part16, sh16, tgt, N, 100, 200);
+  be->xent_part(be, part, sh, tgt, N, 100, 200, 100), b16->xent_part(b16, part16, sh16, tgt, N, 100, 200, 100);
   same32("xent_part", part, part16, 6);
-  be->xent_grad(be, sh, lse, tgt, N, 100, 200, 0.25f), b16->xent_grad(b16, sh16, lse, tgt, N, 100, 200, 0.25f);
+  be->xent_grad(be, sh, lse, tgt, N, 100, 200, 100, 0.25f), b16->xent_grad(b16, sh16, lse, tgt, N, 100, 200, 100, 0.25f);
   same16("xent_grad", sh16, sh, (size_t)N * 100);
   free(sh), free(sh16);
   /* AdamW: the fp32 master as at fp32, and the compute copy its rounding */
@@ -781,6 +781,68 @@ static void storage_elementwise(void) {
       free(loss16), free(lh), free(p), free(p16), free(gr), free(m), free(v), free(m16), free(v16), free(pc);
 }
 
+/* Row strides (the LM head's logits, in rows padded to GPT_LOGITS_ALIGN): on instance b, matmul_fwd,
+ * matmul_bwd and the cross-entropy ops with rows L apart give the dense (M-wide) results bit for
+ * bit, and the pad columns, filled with NaN, are neither read (no NaN reaches a result) nor written. */
+static void *bytes_of(const backend *b, const float *x, size_t n) {
+  void *h = malloc(n * 4);
+  b->to_storage(b, h, x, n);
+  return h;
+}
+static void *padded(const void *dense, size_t rows, size_t cols, size_t ld, size_t es) {
+  char *p = malloc(rows * ld * es);
+  memset(p, 0xff, rows * ld * es); /* NaN in fp32, bf16 and fp16 */
+  for (size_t r = 0; r < rows; r++) memcpy(p + r * ld * es, (const char *)dense + r * cols * es, cols * es);
+  return p;
+}
+/* rows of p (ld apart) equal dense's, pad bytes still 0xff */
+static int same_rows(const void *p, const void *dense, size_t rows, size_t cols, size_t ld, size_t es) {
+  int ok = 1;
+  for (size_t r = 0; r < rows; r++) {
+    const unsigned char *q = (const unsigned char *)p + r * ld * es;
+    ok &= memcmp(q, (const char *)dense + r * cols * es, cols * es) == 0;
+    for (size_t k = cols * es; k < ld * es; k++) ok &= q[k] == 0xff;
+  }
+  return ok;
+}
+static void check_row_stride(const backend *b) {
+  enum { N = 5, K = 12, M = 37, L = 48 };
+  const size_t es = backend_dtype_size(b->storage);
+  float *xf = frand((size_t)N * K, 1), *wf = frand((size_t)M * K, 0.3), *bf = frand(M, 1), *gf = frand((size_t)N * M, 3);
+  void *x = bytes_of(b, xf, (size_t)N * K), *w = bytes_of(b, wf, (size_t)M * K), *bias = bytes_of(b, bf, M);
+  void *g = bytes_of(b, gf, (size_t)N * M), *dense = malloc((size_t)N * M * es);
+  void *pad = padded(dense, N, 0, L, es); /* all NaN */
+  b->matmul_fwd(b, dense, x, w, bias, N, K, M, M), b->matmul_fwd(b, pad, x, w, bias, N, K, M, L);
+  T_CHECK(same_rows(pad, dense, N, M, L, es), "%s: matmul_fwd with rows %d apart differs or wrote the pad",
+          b->precision, L);
+  float *dx[2], *dw[2], *db[2];
+  void *gp = padded(g, N, M, L, es);
+  for (int k = 0; k < 2; k++) {
+    dx[k] = malloc((size_t)N * K * es), dw[k] = fzeros((size_t)M * K), db[k] = fzeros(M);
+    b->matmul_bwd(b, dx[k], dw[k], db[k], k ? gp : g, x, w, N, K, M, k ? L : M);
+  }
+  T_CHECK(!memcmp(dx[0], dx[1], (size_t)N * K * es) && !memcmp(dw[0], dw[1], (size_t)M * K * 4) &&
+              !memcmp(db[0], db[1], (size_t)M * 4),
+          "%s: matmul_bwd with dout's rows %d apart differs", b->precision, L);
+  /* the cross-entropy, whole and as a shard, on the same logits dense and padded */
+  int32_t tgt[N] = {0, 36, 5, 17, 30};
+  float loss[2][N], part[2][2 * N], lse[N] = {3.0f, 4.0f, 5.0f, 6.0f, 7.0f};
+  void *lp = padded(g, N, M, L, es), *sp = padded(g, N, M, L, es), *sd = malloc((size_t)N * M * es);
+  memcpy(sd, g, (size_t)N * M * es);
+  b->xent_fwd_bwd(b, loss[0], g, tgt, N, M, M, 0.5f), b->xent_fwd_bwd(b, loss[1], lp, tgt, N, M, L, 0.5f);
+  T_CHECK(!memcmp(loss[0], loss[1], sizeof loss[0]) && same_rows(lp, g, N, M, L, es),
+          "%s: xent_fwd_bwd with rows %d apart differs or wrote the pad", b->precision, L);
+  b->xent_part(b, part[0], sd, tgt, N, M, 3, M), b->xent_part(b, part[1], sp, tgt, N, M, 3, L);
+  b->xent_grad(b, sd, lse, tgt, N, M, 3, M, 0.5f), b->xent_grad(b, sp, lse, tgt, N, M, 3, L, 0.5f);
+  T_CHECK(!memcmp(part[0], part[1], sizeof part[0]) && same_rows(sp, sd, N, M, L, es),
+          "%s: xent_part/xent_grad with rows %d apart differ or wrote the pad", b->precision, L);
+  printf("  %-34s matmul and cross-entropy with rows %d apart: the dense results, pad untouched (%s)\n", "row strides",
+         L, b->precision);
+  for (int k = 0; k < 2; k++) free(dx[k]), free(dw[k]), free(db[k]);
+  free(xf), free(wf), free(bf), free(gf), free(x), free(w), free(bias), free(g), free(dense), free(pad), free(gp);
+  free(lp), free(sp), free(sd);
+}
+
 static void test_storage(void) {
   for (int k = 0; k < 2; k++) {
     b16 = backend_kind_cpu.open(-1, k ? "fp16" : "bf16");
@@ -790,6 +852,7 @@ static void test_storage(void) {
     storage_attention();
     storage_kv_cache();
     storage_elementwise();
+    check_row_stride(b16);
     printf("  %-34s every op equals fp32 rounded once\n", k ? "fp16 storage" : "bf16 storage");
     backend_close(b16);
   }
@@ -798,6 +861,7 @@ static void test_storage(void) {
 static void test_matmul_both(void) {
   test_matmul(0);
   test_matmul(1);
+  check_row_stride(be);
 }
 
 static void test_attention_all(void) {

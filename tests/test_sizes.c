@@ -80,7 +80,8 @@ static void check_params(const shape *s) {
 static u64 acts_formula(const shape *s, u64 B, int recompute) {
   const u64 N = B * s->T, C = s->C, F = 4 * C, V = s->V;
   u64 block = 4 * (7 * N * C + 4 * N + B * s->H * s->T + 2 * N * F); /* ln1 qkv att mid ln2, stats, lse, fc gel */
-  u64 slot = 4 * (s->L + 1) * N * C + (recompute ? 0 : s->L * block) + 4 * (N * C + 2 * N + N * V); /* + the head */
+  const u64 ldv = (V + GPT_LOGITS_ALIGN - 1) / GPT_LOGITS_ALIGN * GPT_LOGITS_ALIGN; /* the logits' padded rows */
+  u64 slot = 4 * (s->L + 1) * N * C + (recompute ? 0 : s->L * block) + 4 * (N * C + 2 * N + N * ldv); /* + the head */
   u64 shared = 4 * (2 * N * C + N * (F > 3 * C ? F : 3 * C)) + 2 * 64 * s->T * 4; /* dres dsmall dbig, the CPU scratch */
   return slot + shared + (recompute ? block : 0);
 }

@@ -83,4 +83,14 @@ static inline const backend *t_counting_backend(const char *precision, int stage
 }
 #endif
 
+#ifdef GREENLM_GPT_H
+/* The first `rows` rows of the slot's logits, dense in fp32 (malloc'd): the arena keeps them in rows
+ * padded to GPT_LOGITS_ALIGN, in the storage type. */
+static inline float *t_logits(const gpt_model *m, int slot, size_t rows) {
+  float *x = malloc((rows ? rows : 1) * (size_t)m->s.V * sizeof(float));
+  for (size_t r = 0; r < rows; r++) gpt_logits_row(m, slot, r, x + r * (size_t)m->s.V);
+  return x;
+}
+#endif
+
 #endif

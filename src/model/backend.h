@@ -97,15 +97,19 @@ typedef struct backend backend;
     (const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,            \
      const float *mean, const float *rstd, int N, int C),                                                              \
     (dinp, dw, db, dout, inp, w, mean, rstd, N, C))                                                                    \
-  /* out S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M); bias may be NULL */                                         \
-  X(matmul_fwd, (const backend *be, void *out, const void *inp, const void *w, const void *bias, int N, int K, int M),   \
-    (out, inp, w, bias, N, K, M))                                                                                      \
+  /* out S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M); bias may be NULL. out's rows are ldo >= M elements apart \
+   * (the LM head pads them to a multiple of 128: aligned rows for the tensor cores); columns M..ldo-1 are left     \
+   * undefined and never read */                                                                                    \
+  X(matmul_fwd,                                                                                                        \
+    (const backend *be, void *out, const void *inp, const void *w, const void *bias, int N, int K, int M, int ldo),    \
+    (out, inp, w, bias, N, K, M, ldo))                                                                                 \
   /* dinp S (N,K) = dout S (N,M) @ w S (M,K) (overwritten; skipped when NULL);                                         \
-   * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL) */                    \
+   * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL); dout's rows are ldo  \
+   * >= M elements apart */                                                                                            \
   X(matmul_bwd,                                                                                                        \
     (const backend *be, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,  \
-     int K, int M),                                                                                                    \
-    (dinp, dw, dbias, dout, inp, w, N, K, M))                                                                          \
+     int K, int M, int ldo),                                                                                           \
+    (dinp, dw, dbias, dout, inp, w, N, K, M, ldo))                                                                     \
   /* Causal self-attention on qkv S (B,T,3C) = [q | k | v], head h in columns h*C/H..(h+1)*C/H of each.               \
    * window <= 0: global (query i sees keys j <= i); else local (i - window < j <= i).                                 \
    * out S (B,T,C) = softmax(scale * q k^T) v per head; lse F (B,H,T) the log-sum-exp of each row.                     \
@@ -127,22 +131,26 @@ typedef struct backend backend;
   X(residual_fwd, (const backend *be, void *out, const void *a, const void *b, size_t n), (out, a, b, n))             \
   /* dst S (n) += src S */                                                                                             \
   X(accumulate, (const backend *be, void *dst, const void *src, size_t n), (dst, src, n))                             \
-  /* Fused softmax + cross-entropy over logits S (N,V) with targets (N):                                               \
-   * losses F (N) = logsumexp(logits[i]) - logits[i, targets[i]].                                                      \
+  /* Fused softmax + cross-entropy over logits S (N,V), rows ld >= V elements apart (columns V..ld-1 neither read    \
+   * nor written), with targets (N): losses F (N) = logsumexp(logits[i]) - logits[i, targets[i]].                      \
    * The logits are overwritten: when dscale != 0 with dscale * (softmax - onehot(target)), the                        \
    * gradient of dscale * sum(losses); otherwise with scratch values. */                                               \
-  X(xent_fwd_bwd, (const backend *be, float *losses, void *logits, const int32_t *targets, int N, int V, float dscale), \
-    (losses, logits, targets, N, V, dscale))                                                                           \
-  /* Vocabulary-parallel cross-entropy over logits S (N,nv), the columns [v0, v0 + nv) of the vocabulary a tensor rank \
+  X(xent_fwd_bwd,                                                                                                      \
+    (const backend *be, float *losses, void *logits, const int32_t *targets, int N, int V, int ld, float dscale),      \
+    (losses, logits, targets, N, V, ld, dscale))                                                                       \
+  /* Vocabulary-parallel cross-entropy over logits S (N,nv) (rows ld >= nv apart), the columns [v0, v0 + nv) of the  \
+   * vocabulary a tensor rank                                                                                          \
    * holds. xent_part: part F (N,2) = {logsumexp of row i, the logit of targets[i] when v0 <= targets[i] < v0 + nv     \
    * else 0}; the ranks' parts combine into each row's loss = logsumexp over ranks of the first - sum of the second. */ \
-  X(xent_part, (const backend *be, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0),    \
-    (part, logits, targets, N, nv, v0))                                                                                \
+  X(xent_part,                                                                                                         \
+    (const backend *be, float *part, const void *logits, const int32_t *targets, int N, int nv, int v0, int ld),       \
+    (part, logits, targets, N, nv, v0, ld))                                                                            \
   /* logits S (N,nv) = dscale * (exp(logits - lse[i]) - onehot(targets[i] - v0)) (overwritten): the gradient of        \
    * dscale * sum(losses), given each row's log-sum-exp over the whole vocabulary lse F (N) */                         \
-  X(xent_grad, (const backend *be, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0,     \
-                float dscale),                                                                                         \
-    (logits, lse, targets, N, nv, v0, dscale))                                                                         \
+  X(xent_grad,                                                                                                         \
+    (const backend *be, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, int ld,         \
+     float dscale),                                                                                                    \
+    (logits, lse, targets, N, nv, v0, ld, dscale))                                                                     \
   /* AdamW (PyTorch's formulation) on n master parameters p F with gradients g F and moments m, v F;                   \
    * the compute copy pc S (n) is written from the updated p (skipped when NULL: fp32 storage). */                     \
   X(adamw, (const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,                        \

@@ -154,16 +154,16 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   gpt_block_ptrs p;
   gpt_block_compute(m, l, &p);
   be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->x, p.ln1_w, p.ln1_b, n, C, s->eps);
-  be->matmul_fwd(be, A + a->qkv, A + a->ln, p.qkv_w, p.qkv_b, n, C, 3 * C); /* (n,3C) */
+  be->matmul_fwd(be, A + a->qkv, A + a->ln, p.qkv_w, p.qkv_b, n, C, 3 * C, 3 * C); /* (n,3C) */
   be->kv_store(be, kc, vc, A + a->qkv, seq, pos, n, C, g->ring[l]);
   be->attention_cached(be, A + a->att, A + a->qkv, kc, vc, seq, pos, n, C, s->H, g->ring[l], s->window[l],
                        s->attn_scale); /* (n,C) */
-  be->matmul_fwd(be, A + a->tmp, A + a->att, p.out_w, p.out_b, n, C, C);
+  be->matmul_fwd(be, A + a->tmp, A + a->att, p.out_w, p.out_b, n, C, C, C);
   be->residual_fwd(be, A + a->mid, A + a->x, A + a->tmp, (size_t)n * C);
   be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->mid, p.ln2_w, p.ln2_b, n, C, s->eps);
-  be->matmul_fwd(be, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F); /* (n,F) */
+  be->matmul_fwd(be, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F, F); /* (n,F) */
   be->gelu_fwd(be, A + a->gel, A + a->fc, (size_t)n * F);
-  be->matmul_fwd(be, A + a->tmp, A + a->gel, p.proj_w, p.proj_b, n, F, C);
+  be->matmul_fwd(be, A + a->tmp, A + a->gel, p.proj_w, p.proj_b, n, F, C, C);
   be->residual_fwd(be, A + a->x, A + a->mid, A + a->tmp, (size_t)n * C);
 }
 
@@ -190,7 +190,7 @@ static void pass_head(gen *g, const pass_layout *a, int nh) {
   for (int h = 0; h < nh; h++) be->copy(be, A + a->hx + h * row, A + a->x + (size_t)g->heads[h] * row, row);
   be->layernorm_fwd(be, A + a->hln, (float *)(A + a->hmean), (float *)(A + a->hrstd), A + a->hx,
                     gpt_param(m, "transformer.ln_f.weight"), gpt_param(m, "transformer.ln_f.bias"), nh, C, m->s.eps);
-  be->matmul_fwd(be, A + a->logits, A + a->hln, gpt_param(m, "transformer.wte.weight"), NULL, nh, C, V); /* (nh,V) */
+  be->matmul_fwd(be, A + a->logits, A + a->hln, gpt_param(m, "transformer.wte.weight"), NULL, nh, C, V, V); /* (nh,V) */
   if (be->storage == BACKEND_FP32) {
     be->to_host(be, g->logits_h, A + a->logits, nv * sizeof(float));
     return;

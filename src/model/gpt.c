@@ -109,8 +109,9 @@ size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run) {
 
 gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
   int T = part.tp > 1 ? part.tp : 1, r = part.tp > 1 ? part.tp_rank : 0;
-  gpt_dims d = {s->C / T, s->H / T, s->F / T, piece(s->V, T, r), 0};
+  gpt_dims d = {s->C / T, s->H / T, s->F / T, piece(s->V, T, r), 0, 0};
   d.nv = piece(s->V, T, r + 1) - d.v0;
+  d.ldv = (d.nv + GPT_LOGITS_ALIGN - 1) / GPT_LOGITS_ALIGN * GPT_LOGITS_ALIGN;
   return d;
 }
 
@@ -221,7 +222,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
     a.lnf = take(&cur, N * C, es);
     a.lnf_mean = take(&cur, N, f4);
     a.lnf_rstd = take(&cur, N, f4);
-    a.logits = take(&cur, N * (size_t)d.nv, es);
+    a.logits = take(&cur, N * (size_t)d.ldv, es); /* (N,nv), rows ldv apart */
   }
   a.slot = cur;
   cur *= (size_t)p.nslots;
@@ -526,16 +527,16 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   gpt_block_ptrs p;
   block_at(m, m->cparams, backend_dtype_size(be->storage), l, &p);
   be->layernorm_fwd(be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
-  be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl);                                   /* (N,3Cl) */
+  be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, 3 * Cl);                           /* (N,3Cl) */
   be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l], s->attn_scale); /* (N,Cl) */
-  be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C);                            /* (N,C) */
+  be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C, C);                         /* (N,C) */
   tp_sum(m, a, tmp, (size_t)N * C);
   be->residual_fwd(be, ba->mid, x, tmp, (size_t)N * C);
   be->layernorm_fwd(be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, ba->mid, p.ln2_w, p.ln2_b, N, C, s->eps);
-  be->matmul_fwd(be, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* (N,Fl) */
+  be->matmul_fwd(be, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F, F); /* (N,Fl) */
   be->gelu_fwd(be, ba->gel, ba->fc, (size_t)N * F);
   if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
-  be->matmul_fwd(be, tmp, ba->gel, p.proj_w, first ? p.proj_b : NULL, N, F, C);
+  be->matmul_fwd(be, tmp, ba->gel, p.proj_w, first ? p.proj_b : NULL, N, F, C, C);
   tp_sum(m, a, tmp, (size_t)N * C);
   be->residual_fwd(be, y, ba->mid, tmp, (size_t)N * C);
 }
@@ -562,8 +563,8 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
     char *base = slot_base(m, &a, slot);
     be->layernorm_fwd(be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x,
                       param_of(m, "transformer.ln_f.weight"), param_of(m, "transformer.ln_f.bias"), N, C, s->eps);
-    be->matmul_fwd(be, base + a.logits, base + a.lnf, param_of(m, "transformer.wte.weight"), NULL, N, C,
-                   m->d.nv); /* (N,nv): the shard's columns of the vocabulary */
+    be->matmul_fwd(be, base + a.logits, base + a.lnf, param_of(m, "transformer.wte.weight"), NULL, N, C, m->d.nv,
+                   m->d.ldv); /* (N,nv; rows ldv apart): the shard's columns of the vocabulary */
   }
 }
 
@@ -575,7 +576,7 @@ void *gpt_logits(const gpt_model *m, int slot) {
 void gpt_logits_row(const gpt_model *m, int slot, size_t row, float *host) {
   const backend *be = m->be;
   const size_t nv = (size_t)m->d.nv;
-  const char *src = (const char *)gpt_logits(m, slot) + row * nv * backend_dtype_size(be->storage);
+  const char *src = (const char *)gpt_logits(m, slot) + row * (size_t)m->d.ldv * backend_dtype_size(be->storage);
   if (be->storage == BACKEND_FP32 && m->tp == 1) {
     be->to_host(be, host, src, nv * sizeof(float));
     return;
@@ -609,7 +610,7 @@ static void loss_parallel(gpt_model *m, int slot, int N, float dscale) {
   float *part = (float *)arena(m, a.xpart), *lse = (float *)arena(m, a.xlse), *all = m->tp_host;
   void *logits = gpt_logits(m, slot);
   const int32_t *targets = m->targets + (size_t)slot * m->B * m->T;
-  be->xent_part(be, part, logits, targets, N, m->d.nv, m->d.v0);
+  be->xent_part(be, part, logits, targets, N, m->d.nv, m->d.v0, m->d.ldv);
   m->tpc.gather(m->tpc.ctx, all, part, 2 * (size_t)N); /* (tp, N, 2) */
   float *lse_h = m->losses_host; /* the rows' log-sum-exp first, then their losses */
   for (int i = 0; i < N; i++) {
@@ -621,7 +622,7 @@ static void loss_parallel(gpt_model *m, int slot, int N, float dscale) {
   }
   if (dscale != 0.0f) {
     be->to_device(be, lse, lse_h, (size_t)N * sizeof(float));
-    be->xent_grad(be, logits, lse, targets, N, m->d.nv, m->d.v0, dscale);
+    be->xent_grad(be, logits, lse, targets, N, m->d.nv, m->d.v0, m->d.ldv, dscale);
   }
   memcpy(m->losses_host, all, (size_t)N * sizeof(float));
 }
@@ -631,7 +632,8 @@ double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale) {
   if (m->tp > 1) {
     loss_parallel(m, slot, N, dscale);
   } else {
-    m->be->xent_fwd_bwd(m->be, m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V, dscale);
+    m->be->xent_fwd_bwd(m->be, m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V,
+                        m->d.ldv, dscale);
     m->be->to_host(m->be, m->losses_host, m->losses, (size_t)N * sizeof(float));
   }
   double sum = 0.0;
@@ -648,7 +650,7 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N) {
   char *base = slot_base(m, a, slot);
   /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf (the shard's vocabulary rows; dlnf summed over them) */
   be->matmul_bwd(be, dsmall, grad_of(m, "transformer.wte.weight"), NULL, base + a->logits, base + a->lnf,
-                 param_of(m, "transformer.wte.weight"), N, C, m->d.nv);
+                 param_of(m, "transformer.wte.weight"), N, C, m->d.nv, m->d.ldv);
   tp_sum(m, a, dsmall, (size_t)N * C);
   be->zero(be, dres, (size_t)N * C * backend_dtype_size(be->storage));
   be->layernorm_bwd(be, dres, grad_of(m, "transformer.ln_f.weight"), grad_of(m, "transformer.ln_f.bias"), dsmall, x,
@@ -677,16 +679,16 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
     void *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
     /* MLP: dres is d(block output), the same on every tensor rank (so are the replicated biases' gradients) */
-    be->matmul_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C); /* dgel (N,Fl) */
+    be->matmul_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C, C); /* dgel (N,Fl) */
     be->gelu_bwd(be, dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,Fl) */
-    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F);    /* dln2 (N,C), partial */
+    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F, F);    /* dln2 (N,C), partial */
     tp_sum(m, &a, dsmall, (size_t)N * C);
     be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C);
     /* attention: dres is now d(mid) */
-    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, Cl, C); /* datt (N,Cl) */
+    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, Cl, C, C); /* datt (N,Cl) */
     be->attention_bwd(be, dbig, dsmall, ba.att, ba.lse, ba.qkv, scratch, B, T, Cl, m->d.Hl, s->window[l],
                       s->attn_scale);                                           /* dqkv (N,3Cl) */
-    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * Cl); /* dln1 (N,C), partial */
+    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * Cl, 3 * Cl); /* dln1 (N,C), partial */
     tp_sum(m, &a, dsmall, (size_t)N * C);
     be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C);
     if (hook) hook(ctx, l);

@@ -102,9 +102,12 @@ typedef struct {
 } gpt_part;
 
 /* Sizes of a tensor rank's shards: attention channels Cl = C/T of Hl = H/T heads, MLP width Fl = F/T,
- * vocabulary rows [v0, v0 + nv) (in T nearly equal pieces); the whole model's without tensor parallelism. */
+ * vocabulary rows [v0, v0 + nv) (in T nearly equal pieces); the whole model's without tensor parallelism.
+ * The logits' rows are ldv apart: nv padded to a multiple of GPT_LOGITS_ALIGN, so that every row
+ * starts aligned for the tensor cores (the pad columns are never computed, read, counted or sampled). */
+enum { GPT_LOGITS_ALIGN = 128 };
 typedef struct {
-  int Cl, Hl, Fl, v0, nv;
+  int Cl, Hl, Fl, v0, nv, ldv;
 } gpt_dims;
 gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part);
 
