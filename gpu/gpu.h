@@ -139,8 +139,8 @@ void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, 
                    int v0, int nv);
 void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, const void *inp, const void *w,
                        const void *b, int N, int C, float eps);
-void gpu_layernorm_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
-                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C);
+void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                       const void *w, const float *mean, const float *rstd, int N, int C);
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n);
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n);
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);

@@ -238,7 +238,7 @@ static void op_layernorm_fwd(const backend *be, void *o, float *mean, float *rst
 }
 static void op_layernorm_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x,
                              const void *w, const float *mean, const float *rstd, int N, int C) {
-  gpu_layernorm_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);
+  gpu_layernorm_bwd(be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);
 }
 static void op_matmul_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M,
                           int ldo) {

@@ -63,7 +63,7 @@ void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, 
 
 /* ---- LayerNorm: one warp per row --------------------------------------------------------------- */
 
-enum { LN_WARPS = 8, LN_SMEM_MAX_C = 4096 };
+enum { LN_WARPS = 8 };
 
 /* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) */
 template <typename S>
@@ -83,43 +83,51 @@ __global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, const S *
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
-/* dinp (N,C) +=; dw, db (C) += summed over the rows. Each block strides over rows with its warps and
- * gathers its dw, db in shared memory (when C fits) before one atomicAdd per element and block. */
+/* dinp (N,C) += the gradient through LayerNorm: one warp per row, no atomics */
 template <typename S>
-__global__ void layernorm_bwd_kernel(S *dinp, float *dw, float *db, const S *dout, const S *inp, const S *w,
-                                     const float *mean, const float *rstd, int N, int C, int shared) {
-  extern __shared__ float acc[]; /* (2C) when shared: dw then db */
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float *adw = shared ? acc : dw, *adb = shared ? acc + C : db;
-  if (shared) {
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) acc[c] = 0.0f;
-    __syncthreads();
+__global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, const S *w, const float *mean,
+                                        const float *rstd, int N, int C) {
+  const int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
+  if (row >= N) return;
+  const S *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+  S *dx = dinp + (size_t)row * C;
+  const float m = mean[row], r = rstd[row];
+  float s1 = 0.0f, s2 = 0.0f; /* sums of dnorm and dnorm * norm, with dnorm = dout * w */
+  for (int c = lane; c < C; c += 32) {
+    float n = (ld(x[c]) - m) * r, dn = ld(d[c]) * ld(w[c]);
+    s1 += dn;
+    s2 += dn * n;
   }
-  for (int row = blockIdx.x * LN_WARPS + warp; row < N; row += gridDim.x * LN_WARPS) {
-    const S *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
-    S *dx = dinp + (size_t)row * C;
-    float m = mean[row], r = rstd[row];
-    float s1 = 0.0f, s2 = 0.0f; /* sums of dnorm and dnorm * norm, with dnorm = dout * w */
-    for (int c = lane; c < C; c += 32) {
-      float n = (ld(x[c]) - m) * r, dn = ld(d[c]) * ld(w[c]);
-      s1 += dn;
-      s2 += dn * n;
-    }
-    s1 = gpu_warp_sum(s1) / (float)C;
-    s2 = gpu_warp_sum(s2) / (float)C;
-    for (int c = lane; c < C; c += 32) {
-      float n = (ld(x[c]) - m) * r, dc = ld(d[c]), dn = dc * ld(w[c]);
-      dx[c] = st<S>(ld(dx[c]) + (dn - s1 - n * s2) * r);
-      atomicAdd(&adw[c], dc * n);
-      atomicAdd(&adb[c], dc);
-    }
+  s1 = gpu_warp_sum(s1) / (float)C;
+  s2 = gpu_warp_sum(s2) / (float)C;
+  for (int c = lane; c < C; c += 32) {
+    float n = (ld(x[c]) - m) * r, dn = ld(d[c]) * ld(w[c]);
+    dx[c] = st<S>(ld(dx[c]) + (dn - s1 - n * s2) * r);
   }
-  if (shared) {
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      atomicAdd(&dw[c], acc[c]);
-      atomicAdd(&db[c], acc[C + c]);
+}
+
+/* dw (C) += the column sums of dout * norm, db (C) += those of dout: a block (32,32) owns 32 columns,
+ * its 32 rows of threads stride over the rows, and their partials are summed in a fixed order (no
+ * atomics: the same bits on every run, as bias_grad_kernel) */
+template <typename S>
+__global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const S *dout, const S *inp, const float *mean,
+                                          const float *rstd, int N, int C) {
+  __shared__ float pw[32][33], pb[32][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  float sw = 0.0f, sb = 0.0f;
+  if (col < C)
+    for (int r = threadIdx.y; r < N; r += 32) {
+      float dc = ld(dout[(size_t)r * C + col]), n = (ld(inp[(size_t)r * C + col]) - mean[r]) * rstd[r];
+      sw += dc * n;
+      sb += dc;
     }
+  pw[threadIdx.y][threadIdx.x] = sw, pb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < C) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int k = 0; k < 32; k++) tw += pw[k][threadIdx.x], tb += pb[k][threadIdx.x];
+    dw[col] += tw;
+    db[col] += tb;
   }
 }
 
@@ -130,16 +138,14 @@ void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, con
   GPU_LAUNCHED();
 }
 
-void gpu_layernorm_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
-                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
-  int shared = C <= LN_SMEM_MAX_C;
-  /* a few blocks per multiprocessor: enough to fill the GPU, few shared-memory flushes */
-  int blocks = (N + LN_WARPS - 1) / LN_WARPS, most = 4 * g->prop.multiProcessorCount;
-  if (blocks > most) blocks = most;
-  size_t smem = shared ? 2 * (size_t)C * sizeof(float) : 0;
-  GPU_STORAGE(t, layernorm_bwd_kernel<S><<<blocks, 32 * LN_WARPS, smem>>>((S *)dinp, dw, db, (const S *)dout,
-                                                                         (const S *)inp, (const S *)w, mean, rstd, N,
-                                                                         C, shared));
+void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                       const void *w, const float *mean, const float *rstd, int N, int C) {
+  if (N <= 0) return;
+  GPU_STORAGE(t, layernorm_bwd_dx_kernel<S><<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(
+                     (S *)dinp, (const S *)dout, (const S *)inp, (const S *)w, mean, rstd, N, C));
+  GPU_LAUNCHED();
+  GPU_STORAGE(t, layernorm_bwd_dwdb_kernel<S><<<(C + 31) / 32, dim3(32, 32)>>>(dw, db, (const S *)dout, (const S *)inp,
+                                                                                 mean, rstd, N, C));
   GPU_LAUNCHED();
 }
 
