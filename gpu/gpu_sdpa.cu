@@ -37,6 +37,9 @@ enum : int64_t { U_Q = 1, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV };
 
 /* what a graph is built for */
 typedef std::tuple<int, int, int, int, int, int, int, float> sdpa_key; /* bwd, type, B, T, C, H, window, scale */
+static sdpa_key key_of(int bwd, int type, int B, int T, int C, int H, int window, float scale) {
+  return sdpa_key(bwd, type, B, T, C, H, window > 0 ? window : 0, scale); /* every global window is 0 */
+}
 
 struct sdpa_plan {
   std::shared_ptr<fe::graph::Graph> graph; /* NULL: declined */
@@ -72,17 +75,26 @@ size_t gpu_sdpa_version(void) { return cudnnGetVersion(); }
 
 /* ---- building ------------------------------------------------------------------------------------ */
 
-/* a (B,H,T,D) view of rows of `row` elements, head h at column h*D */
-static fe_tensor view(fe::graph::Graph &gr, const char *name, int64_t uid, int B, int H, int T, int D, int64_t row) {
-  return gr.tensor(fe::graph::Tensor_attributes()
-                       .set_name(name)
-                       .set_uid(uid)
-                       .set_dim({B, H, T, D})
-                       .set_stride({(int64_t)T * row, D, row, 1}));
+/* t as a (B,H,T,D) view of rows of `row` elements, head h at column h*D */
+static void rows(fe::graph::Tensor_attributes &t, int64_t uid, int B, int H, int T, int D, int64_t row) {
+  t.set_uid(uid).set_dim({B, H, T, D}).set_stride({(int64_t)T * row, D, row, 1});
 }
 
+/* t as the log-sum-exp, lse F (B,H,T) */
+static void lse_of(fe::graph::Tensor_attributes &t, int B, int H, int T) {
+  t.set_uid(U_STATS).set_dim({B, H, T, 1}).set_stride({(int64_t)H * T, T, 1, 1}).set_data_type(fe::DataType_t::FLOAT);
+}
+
+/* an input of the graph, a view of rows */
+static fe_tensor view(fe::graph::Graph &gr, const char *name, int64_t uid, int B, int H, int T, int D, int64_t row) {
+  fe::graph::Tensor_attributes t;
+  rows(t.set_name(name), uid, B, H, T, D, row);
+  return gr.tensor(t);
+}
+
+/* an output of the graph, a view of rows */
 static void as_view(const fe_tensor &t, int64_t uid, int B, int H, int T, int D, int64_t row) {
-  t->set_output(true).set_uid(uid).set_dim({B, H, T, D}).set_stride({(int64_t)T * row, D, row, 1});
+  rows(t->set_output(true), uid, B, H, T, D, row);
 }
 
 template <typename A> static void mask(A &opt, int window, float scale) {
@@ -114,8 +126,7 @@ static std::shared_ptr<fe::graph::Graph> fwd_graph(backend_dtype t, const fe_dev
   mask(opt, window, scale);
   auto [o, stats] = gr->sdpa(q, k, v, opt);
   as_view(o, U_O, B, H, T, D, C);
-  stats->set_output(true).set_uid(U_STATS).set_data_type(fe::DataType_t::FLOAT).set_dim({B, H, T, 1}).set_stride(
-      {(int64_t)H * T, T, 1, 1});
+  lse_of(stats->set_output(true), B, H, T);
   return gr;
 }
 
@@ -126,12 +137,9 @@ static std::shared_ptr<fe::graph::Graph> bwd_graph(backend_dtype t, const fe_dev
   auto q = view(*gr, "q", U_Q, B, H, T, D, 3 * C), k = view(*gr, "k", U_K, B, H, T, D, 3 * C),
        v = view(*gr, "v", U_V, B, H, T, D, 3 * C), o = view(*gr, "o", U_O, B, H, T, D, C),
        dout = view(*gr, "dout", U_DO, B, H, T, D, C);
-  auto stats = gr->tensor(fe::graph::Tensor_attributes()
-                              .set_name("lse")
-                              .set_uid(U_STATS)
-                              .set_dim({B, H, T, 1})
-                              .set_stride({(int64_t)H * T, T, 1, 1})
-                              .set_data_type(fe::DataType_t::FLOAT));
+  fe::graph::Tensor_attributes lse;
+  lse_of(lse.set_name("lse"), B, H, T);
+  auto stats = gr->tensor(lse);
   auto opt = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_deterministic_algorithm(deterministic);
   mask(opt, window, scale);
   auto [dq, dk, dv] = gr->sdpa_backward(q, k, v, o, dout, stats, opt);
@@ -155,8 +163,9 @@ static fe::error_t supported(fe::graph::Graph &gr) {
 }
 
 /* The graph for key k built for a device: the instance's (h), or the one dp describes (ahead of
- * time, without a GPU: gpu_sdpa_aot, which stops before the plans). The backward asks for the deterministic algorithm first (det
- * says which was built). NULL, with the reason in why, where cuDNN declines. */
+ * time, without a GPU: gpu_sdpa_aot, which stops before the plans). The backward asks for the
+ * deterministic algorithm first (det says which was built). NULL, with the reason in why, where
+ * cuDNN declines. */
 static std::shared_ptr<fe::graph::Graph> compile(const sdpa_key &k, cudnnHandle_t h, const fe_device &dp, int sm,
                                                  bool &det, int64_t &work, std::string &why) {
   auto [bwd, type, B, T, C, H, window, scale] = k;
@@ -236,7 +245,7 @@ static void *at(const void *p, size_t e) { return (char *)p + 2 * e; }
 
 bool gpu_sdpa_fwd(gpu_ctx *g, backend_dtype t, void *out, float *lse, const void *qkv, int B, int T, int C, int H,
                   int window, float scale) {
-  const sdpa_plan *p = plan_for(g, sdpa_key(0, t, B, T, C, H, window > 0 ? window : 0, scale));
+  const sdpa_plan *p = plan_for(g, key_of(0, t, B, T, C, H, window, scale));
   if (!p) return false;
   std::unordered_map<int64_t, void *> pack = {{U_Q, at(qkv, 0)}, {U_K, at(qkv, C)}, {U_V, at(qkv, 2 * C)},
                                               {U_O, out}, {U_STATS, lse}};
@@ -246,7 +255,7 @@ bool gpu_sdpa_fwd(gpu_ctx *g, backend_dtype t, void *out, float *lse, const void
 
 bool gpu_sdpa_bwd(gpu_ctx *g, backend_dtype t, void *dqkv, const void *dout, const void *out, const float *lse,
                   const void *qkv, int B, int T, int C, int H, int window, float scale) {
-  const sdpa_plan *p = plan_for(g, sdpa_key(1, t, B, T, C, H, window > 0 ? window : 0, scale));
+  const sdpa_plan *p = plan_for(g, key_of(1, t, B, T, C, H, window, scale));
   if (!p) return false;
   std::unordered_map<int64_t, void *> pack = {
       {U_Q, at(qkv, 0)},   {U_K, at(qkv, C)},   {U_V, at(qkv, 2 * C)},   {U_O, (void *)out},
@@ -261,7 +270,7 @@ bool gpu_sdpa_bwd(gpu_ctx *g, backend_dtype t, void *dqkv, const void *dout, con
 int gpu_sdpa_aot(const char *device_json, int sm, int bwd, int storage, int B, int T, int C, int H, int window, float scale,
                  int *deterministic, char *why, size_t len) {
   std::string reason;
-  const sdpa_key k(bwd, storage, B, T, C, H, window > 0 ? window : 0, scale);
+  const sdpa_key k = key_of(bwd, storage, B, T, C, H, window, scale);
   auto dp = std::make_shared<fe::DeviceProperties>();
   std::vector<uint8_t> js(device_json, device_json + strlen(device_json));
   fe::error_t e = dp->deserialize(js);
