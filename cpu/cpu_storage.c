@@ -149,14 +149,14 @@ static void stage_end(stage *s) {
 size_t cpu_stage_floats(backend_dtype t, const backend_shape *sh) {
   if (t == BACKEND_FP32) return 0;
   size_t N = (size_t)sh->B * sh->T, C = (size_t)sh->C, F = (size_t)sh->F, V = (size_t)sh->V;
-  size_t wide = F > C ? F : C;
   size_t need[] = {
       3 * N * C + C,                   /* layernorm: dinp, dout, inp, w */
       N * V + N * C + V * C + V,       /* matmul_fwd, the LM head: out, inp, w (bias) */
       N * C + N * V + N * C + V * C,   /* matmul_bwd, the LM head: dinp, dout, inp, w */
-      2 * N * F + N * C + F * C + F,   /* matmul_fwd/bwd of the MLP */
+      2 * N * F + N * C + F * C + F,   /* matmul_gelu_fwd: out, pre, inp, w (bias) */
+      3 * N * F + N * C + F * C,       /* matmul_dgelu_bwd: dpre, dout, inp, pre, w */
       8 * N * C,                       /* attention_bwd: dqkv, dout, out, qkv */
-      3 * N * wide,                    /* gelu_bwd, residual */
+      3 * N * C,                       /* residual */
       4 * N * C + 2 * (size_t)sh->kv_rows * C, /* attention_cached: qkv, out, the caches */
   };
   size_t most = 0;
@@ -250,18 +250,26 @@ void cpu_op_attention_bwd(const backend *be, void *dqkv, const void *dout, const
   stage_end(&s);
 }
 
-void cpu_op_gelu_fwd(const backend *be, void *o, const void *inp, size_t n) {
+/* The activation is applied to the fp32 products before either output is rounded, as a GEMM
+ * epilogue does. */
+void cpu_op_matmul_gelu_fwd(const backend *be, void *o, void *pre, const void *inp, const void *w, const void *bias,
+                            int N, int K, int M) {
   stage s = stage_begin(be);
-  float *y = out(&s, o, n, 0);
-  cpu_gelu_fwd(y, in(&s, inp, n), n);
+  float *y = out(&s, o, SZ(N) * M, 0), *p = out(&s, pre, SZ(N) * M, 0);
+  const float *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K), *bf = in(&s, bias, SZ(M));
+  cpu_matmul_fwd(p, x, wf, bf, N, K, M, M);
+  cpu_gelu_fwd(y, p, SZ(N) * M);
   stage_end(&s);
 }
 
-void cpu_op_gelu_bwd(const backend *be, void *dinp, const void *dout, const void *inp, size_t n) {
+void cpu_op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
+                             const void *pre, const void *w, int N, int K, int M) {
   stage s = stage_begin(be);
-  float *dx = out(&s, dinp, n, 0);
-  const float *d = in(&s, dout, n), *x = in(&s, inp, n);
-  cpu_gelu_bwd(dx, d, x, n);
+  float *dx = out(&s, dpre, SZ(N) * K, 0);
+  const float *d = in(&s, dout, SZ(N) * M), *x = in(&s, inp, SZ(N) * K), *p = in(&s, pre, SZ(N) * K);
+  const float *wf = in(&s, w, SZ(M) * K);
+  cpu_matmul_bwd(dx, dw, dbias, d, x, wf, N, K, M, M);
+  cpu_gelu_bwd(dx, dx, p, SZ(N) * K);
   stage_end(&s);
 }
 

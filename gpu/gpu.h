@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -51,6 +52,7 @@ extern "C" {
 /* ---- an instance's context (gpu_backend.cu) ---------------------------------------------------- */
 
 struct gpu_sdpa; /* cuDNN's attention graphs (gpu_sdpa.cu) */
+struct gpu_lt;   /* cuBLASLt's handle and GEMM plans (gpu_lt.cu) */
 
 typedef struct gpu_ctx {
   int device = -1;              /* CUDA device index (among the visible ones); -1: planning only */
@@ -63,6 +65,8 @@ typedef struct gpu_ctx {
   char bus[32];                 /* PCI bus id in NVML's form, once asked */
   gpu_sdpa *sdpa = nullptr;     /* cuDNN attention at 16-bit storage; NULL: greenlm's kernels only */
   char sdpa_off[96] = "";       /* why it is off, for the header */
+  gpu_lt *lt = nullptr;         /* GEMM epilogues at 16-bit storage, started at the first such GEMM */
+  char lt_off[96] = "";         /* why they are off, for the header */
 } gpu_ctx;
 
 static inline gpu_ctx *gpu_of(const backend *be) { return (gpu_ctx *)be->ctx; }
@@ -169,13 +173,40 @@ void gpu_to_fp32(backend_dtype t, float *dst, const void *src, size_t n);
 
 /* gpu_matmul.cu: activations and weights in storage type t, weight and bias gradients fp32; out's and
  * dout's rows ldo >= M elements apart */
-void gpu_matmul_fwd(const gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias,
-                    int N, int K, int M, int ldo);
+void gpu_matmul_fwd(gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias, int N,
+                    int K, int M, int ldo);
 void gpu_matmul_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
                     const void *inp, const void *w, int N, int K, int M, int ldo);
+/* the MLP's fused pair (backend.h): the epilogues in cuBLASLt at 16-bit storage where it takes the
+ * shape, else a GEMM and greenlm's gelu kernels */
+void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, const void *inp, const void *w,
+                         const void *bias, int N, int K, int M);
+void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, float *dbias, const void *dout,
+                          const void *inp, const void *pre, const void *w, int N, int K, int M);
 /* C (m,n column-major, ldc) = alpha op(A) op(B) + beta C in fp32 storage at the GEMM precision. */
 void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* gpu_lt.cu: one GEMM in column-major terms, D (m,n; ldd) = op(A) op(B) with an epilogue, A, B, D (and
+ * bias, aux) in 16-bit storage type t, fp32 accumulation. Returns false, having done nothing, where
+ * the instance's cuBLASLt is off or declines the shape; the caller then computes it otherwise. */
+enum { GPU_LT_WORKSPACE = 32 << 20 }; /* bytes: NVIDIA's advice for Hopper */
+typedef struct {
+  cublasOperation_t ta, tb;
+  int m, n, k;
+  const void *A;
+  int lda;
+  const void *B;
+  int ldb;
+  void *D;
+  int ldd;
+  cublasLtEpilogue_t epilogue; /* _BIAS, _GELU_AUX, _GELU_AUX_BIAS or _DGELU */
+  const void *bias;            /* (m), for the _BIAS ones */
+  void *aux;                   /* the pre-activation (m,n; ldaux, a multiple of 8): written by _GELU_AUX*, read by _DGELU */
+  int ldaux;
+} gpu_lt_args;
+bool gpu_lt_gemm(gpu_ctx *g, backend_dtype t, const gpu_lt_args *a);
+void gpu_lt_close(gpu_ctx *g);
 
 /* gpu_attention.cu */
 size_t gpu_attention_scratch(int T);

@@ -177,10 +177,12 @@ static const char *gpu_describe(const backend *be, char *buf, size_t len) {
   cublasGetVersion(g->blas, &blas);
   cudaRuntimeGetVersion(&rt);
   char mem[32], att[160];
-  util_snprintf(buf, len, "%s (sm_%d%d, %s), CUDA %d.%d, cuBLAS %d.%d.%d; %s storage, GEMMs %s (fp32 accumulation), %s",
+  const char *epi = be->storage == BACKEND_FP32 ? "" : g->lt_off[0] ? ", epilogues in greenlm's kernels"
+                                                                    : ", bias and gelu_new in cuBLASLt's epilogues";
+  util_snprintf(buf, len, "%s (sm_%d%d, %s), CUDA %d.%d, cuBLAS %d.%d.%d; %s storage, GEMMs %s (fp32 accumulation%s), %s",
                 g->prop.name, g->prop.major, g->prop.minor, util_fmt_bytes((double)g->prop.totalGlobalMem, mem, 32),
                 rt / 1000, rt % 1000 / 10, blas / 10000, blas / 100 % 100, blas % 100, backend_dtype_name(be->storage),
-                g->precision, attention_path(be, att, sizeof att));
+                g->precision, epi, attention_path(be, att, sizeof att));
   return buf;
 }
 
@@ -313,9 +315,13 @@ static void op_attention_bwd(const backend *be, void *dqkv, const void *d, const
   gpu_to_storage(t, dqkv, dq32, 3 * n);
 }
 
-static void op_gelu_fwd(const backend *be, void *o, const void *x, size_t n) { gpu_gelu_fwd(be->storage, o, x, n); }
-static void op_gelu_bwd(const backend *be, void *dx, const void *d, const void *x, size_t n) {
-  gpu_gelu_bwd(be->storage, dx, d, x, n);
+static void op_matmul_gelu_fwd(const backend *be, void *o, void *pre, const void *x, const void *w, const void *b, int N,
+                               int K, int M) {
+  gpu_matmul_gelu_fwd(gpu_of(be), be->storage, o, pre, x, w, b, N, K, M);
+}
+static void op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *db, const void *d, const void *x,
+                                const void *pre, const void *w, int N, int K, int M) {
+  gpu_matmul_dgelu_bwd(gpu_of(be), be->storage, dpre, dw, db, d, x, pre, w, N, K, M);
 }
 static void op_residual_fwd(const backend *be, void *o, const void *a, const void *b, size_t n) {
   gpu_residual_fwd(be->storage, o, a, b, n);
@@ -371,9 +377,12 @@ static size_t gpu_scratch(const backend *be, int T) {
   return gpu_attention_scratch(T);
 }
 
+/* The largest of one op's needs: attention's, the norm's partial sums, cuBLASLt's at 16-bit storage. */
 static size_t gpu_workspace_bytes(const backend *be, const backend_shape *s) {
   size_t a = att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), n = gpu_sumsq_workspace();
-  return a > n ? a : n;
+  size_t lt = be->storage != BACKEND_FP32 && !gpu_of(be)->lt_off[0] ? (size_t)GPU_LT_WORKSPACE : 0;
+  size_t most = a > n ? a : n;
+  return most > lt ? most : lt;
 }
 
 static void gpu_prepare(const backend *be, const backend_shape *s) {
@@ -388,6 +397,7 @@ static void gpu_close(backend *be) {
 #ifdef GREENLM_HAVE_CUDNN
     gpu_sdpa_close(g->sdpa);
 #endif
+    gpu_lt_close(g);
     GPU_BLAS(cublasDestroy(g->blas));
   }
   delete g;
@@ -413,15 +423,21 @@ static backend_caps gpu_caps(void) {
   return c;
 }
 
-/* GREENLM_ATTENTION: auto (default) runs attention at 16-bit storage in cuDNN where the build has it
- * (its handle opened at the first such call: fp32 runs never load it); kernels keeps greenlm's own
- * kernels (the parity program checks both). g->sdpa_off says why cuDNN is not used. */
-static void open_attention(gpu_ctx *g) {
-  const int kernels = env_attention_kernels();
+/* GREENLM_ATTENTION and GREENLM_EPILOGUES: whether greenlm's kernels replace a library's path. */
+static bool env_kernels(const char *name) {
+  const int kernels = env_auto_kernels(name);
   if (kernels < 0)
-    UTIL_FATAL("set GREENLM_ATTENTION to auto or kernels, or unset it", "GREENLM_ATTENTION='%s' names no attention path",
-               getenv("GREENLM_ATTENTION"));
-  if (kernels) {
+    UTIL_FATAL("set it to auto or kernels, or unset it", "%s='%s' names no path", name, getenv(name));
+  return kernels;
+}
+
+/* At 16-bit storage attention runs in cuDNN where the build has it (GREENLM_ATTENTION=auto, its
+ * handle opened at the first such call: fp32 runs never load it) and the GEMMs' epilogues in
+ * cuBLASLt (GREENLM_EPILOGUES=auto, likewise); kernels keeps greenlm's own (the parity program
+ * checks both). g->sdpa_off and g->lt_off say why a library is not used. */
+static void open_libraries(gpu_ctx *g) {
+  if (env_kernels("GREENLM_EPILOGUES")) util_strlcpy(g->lt_off, "off by GREENLM_EPILOGUES=kernels", sizeof g->lt_off);
+  if (env_kernels("GREENLM_ATTENTION")) {
     util_strlcpy(g->sdpa_off, "off by GREENLM_ATTENTION=kernels", sizeof g->sdpa_off);
     return;
   }
@@ -444,7 +460,7 @@ static backend *gpu_open(int device, const char *precision) {
     /* fp32 mode is plain fp32: no tensor-core shortcut unless the precision asks for one */
     GPU_BLAS(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH));
     g->device = device;
-    open_attention(g);
+    open_libraries(g);
   }
   backend *be = (backend *)util_calloc(1, sizeof *be, "backend");
   be->name = "cuda";

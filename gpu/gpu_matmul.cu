@@ -5,11 +5,13 @@
  *   out (N,M) = inp (N,K) @ w (M,K)^T   ->  out^T (M,N) = op_T(w^T) (M,K) * inp^T (K,N)
  *   dinp (N,K) = dout (N,M) @ w (M,K)   ->  dinp^T (K,N) = w^T (K,M) * dout^T (M,N)
  *   dw (M,K) += dout^T (M,N) @ inp (N,K) -> dw^T (K,M) += inp^T (K,N) * op_T(dout^T) (N,M)
- * Every GEMM is cublasGemmEx. At fp32 storage the matrices are fp32 and the compute type is the
- * precision's (CUBLAS_COMPUTE_32F, _32F_FAST_TF32, _32F_FAST_16BF or _32F_FAST_16F); at bf16 or
- * fp16 storage the activations and weights are bf16 or fp16 and go to the tensor cores as they
- * are (CUBLAS_COMPUTE_32F), the outputs stored in the storage type, the weight gradients in fp32
- * (beta = 1). fp32 accumulation in every case. */
+ * At fp32 storage the matrices are fp32 and the compute type is the precision's (CUBLAS_COMPUTE_32F,
+ * _32F_FAST_TF32, _32F_FAST_16BF or _32F_FAST_16F); at bf16 or fp16 storage the activations and
+ * weights are bf16 or fp16 and go to the tensor cores as they are (CUBLAS_COMPUTE_32F), the outputs
+ * stored in the storage type, the weight gradients in fp32 (beta = 1). fp32 accumulation in every
+ * case. The GEMMs are cublasGemmEx, except at 16-bit storage those whose output has an epilogue (a
+ * bias, gelu_new, gelu_new's gradient): cuBLASLt's fused epilogues (gpu_lt.cu) where they take the
+ * shape, else greenlm's kernels after the GEMM. */
 #include "gpu.h"
 
 void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
@@ -58,16 +60,27 @@ __global__ void bias_grad_kernel(float *dbias, const S *dout, int N, int M, int 
   }
 }
 
-void gpu_matmul_fwd(const gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias,
-                    int N, int K, int M, int ldo) {
+/* The forward GEMM in cuBLASLt's terms: out^T (M,N; ldo) = w (M,K) * inp^T (K,N) */
+static gpu_lt_args fwd_args(void *out, const void *inp, const void *w, int N, int K, int M, int ldo) {
+  gpu_lt_args a;
+  memset(&a, 0, sizeof a);
+  a.ta = CUBLAS_OP_T, a.tb = CUBLAS_OP_N, a.m = M, a.n = N, a.k = K;
+  a.A = w, a.lda = K, a.B = inp, a.ldb = K, a.D = out, a.ldd = ldo;
+  return a;
+}
+
+void gpu_matmul_fwd(gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias, int N,
+                    int K, int M, int ldo) {
   float beta = 0.0f;
-  if (bias) { /* rows pre-filled with the bias, then beta = 1 (as the CPU backend does) */
+  if (bias) { /* in cuBLASLt's epilogue; else rows pre-filled with the bias, then beta = 1 (as the CPU does) */
+    gpu_lt_args a = fwd_args(out, inp, w, N, K, M, ldo);
+    a.epilogue = CUBLASLT_EPILOGUE_BIAS, a.bias = bias;
+    if (gpu_lt_gemm(g, t, &a)) return;
     GPU_STORAGE(t, bias_rows_kernel<S><<<gpu_blocks((size_t)N * M, 256), 256>>>((S *)out, (const S *)bias, (size_t)N,
                                                                                   M, ldo));
     GPU_LAUNCHED();
     beta = 1.0f;
   }
-  /* out^T (M,N; ldo) = w (M,K) * inp^T (K,N) */
   gemm_t(g, t, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, w, K, inp, K, beta, out, cuda_type(t), ldo);
 }
 
@@ -81,4 +94,27 @@ void gpu_matmul_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, fl
     GPU_STORAGE(t, bias_grad_kernel<S><<<(M + 31) / 32, dim3(32, 32)>>>(dbias, (const S *)dout, N, M, ldo));
     GPU_LAUNCHED();
   }
+}
+
+void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, const void *inp, const void *w,
+                         const void *bias, int N, int K, int M) {
+  gpu_lt_args a = fwd_args(out, inp, w, N, K, M, M);
+  a.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  a.bias = bias, a.aux = pre, a.ldaux = M; /* pre^T (M,N) */
+  if (gpu_lt_gemm(g, t, &a)) return;
+  gpu_matmul_fwd(g, t, pre, inp, w, bias, N, K, M, M);
+  gpu_gelu_fwd(t, out, pre, (size_t)N * M);
+}
+
+void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, float *dbias, const void *dout,
+                          const void *inp, const void *pre, const void *w, int N, int K, int M) {
+  /* dpre^T (K,N) = (w^T (K,M) * dout^T (M,N)) * gelu_new'(pre^T (K,N)) */
+  gpu_lt_args a;
+  memset(&a, 0, sizeof a);
+  a.ta = CUBLAS_OP_N, a.tb = CUBLAS_OP_N, a.m = K, a.n = N, a.k = M;
+  a.A = w, a.lda = K, a.B = dout, a.ldb = M, a.D = dpre, a.ldd = K;
+  a.epilogue = CUBLASLT_EPILOGUE_DGELU, a.aux = (void *)pre, a.ldaux = K;
+  const bool fused = gpu_lt_gemm(g, t, &a);
+  gpu_matmul_bwd(g, t, fused ? NULL : dpre, dw, dbias, dout, inp, w, N, K, M, M);
+  if (!fused) gpu_gelu_bwd(t, dpre, dpre, pre, (size_t)N * K);
 }

@@ -191,6 +191,9 @@ expect $name message 0 "no checkpoint in $out/$name.run/checkpoints yet: startin
 name=msg-malformed-environment
 expect $name message 1 "GREENLM_FILE_SIZE_LIMIT: error: '12x' is not a number of bytes" \
   env GREENLM_FILE_SIZE_LIMIT=12x $MPIEXEC -n 1 "$GREENLM" --dry-run "$deck"
+name=msg-unknown-path
+expect $name message 1 "GREENLM_EPILOGUES: error: 'cublas' is neither auto nor kernels" \
+  env GREENLM_EPILOGUES=cublas $MPIEXEC -n 1 "$GREENLM" --dry-run "$deck"
 name=msg-misspelt-environment
 expect $name message 1 "did you mean GREENLM_FILE_SIZE_LIMIT?" env GREENLM_FILE_SIZE_LIMT=100 $MPIEXEC -n 1 "$GREENLM" --dry-run "$deck"
 

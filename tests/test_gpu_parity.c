@@ -1,8 +1,9 @@
 /* test_gpu_parity: the CUDA backend against the CPU backend (the reference), op by op and for
- * whole training steps, in six modes: the precisions fp32, tf32, bf16 and fp16 at fp32 storage,
+ * whole training steps, in eight modes: the precisions fp32, tf32, bf16 and fp16 at fp32 storage,
  * then bf16 and fp16 storage (activations and the parameters' compute copy in 16 bits) against the
- * CPU at the same storage type; with cuDNN built in, the 16-bit storage modes run once with
- * attention in cuDNN and once in greenlm's kernels (GREENLM_ATTENTION=kernels).
+ * CPU at the same storage type, twice: with the libraries' paths (attention in cuDNN where built,
+ * the GEMMs' epilogues in cuBLASLt), then with greenlm's own kernels (GREENLM_ATTENTION=kernels,
+ * GREENLM_EPILOGUES=kernels).
  *
  * Every op of the backend table, forward and backward, runs on both backends on the same inputs
  * (rounded to the storage type where they are stored in it), for several shapes (row, key and
@@ -14,7 +15,8 @@
  *     and vocabulary-parallel), AdamW: 1e-4 (fp32 math in every mode; only the order of sums and
  *     the exp differ)
  *   GEMMs: fp32 2e-5 (K up to 512), tf32 and fp16 inputs (10-bit mantissa) 5e-3, bf16 (7-bit) 3e-2;
- *     at 16-bit storage the inputs are the same 16-bit values on both sides: 2e-5
+ *     at 16-bit storage the inputs are the same 16-bit values on both sides: 2e-5; with gelu_new
+ *     or its gradient after them (the MLP's fused pair) at least 1e-4
  *   attention (att_tol): 1e-4 on the fp32 kernels (fp32 and tf32 precision; other head sizes);
  *     the tensor-core kernels, which take bf16 and fp16 precision for head sizes 33..128 and round
  *     q, k, v, dO, P and dS, as the GEMMs: bf16 3e-2, fp16 5e-3, as does cuDNN (16-bit storage, head
@@ -220,6 +222,33 @@ static void test_matmul(int N, int K, int M, int ld, int with_bias, int with_din
   drop(&inp), drop(&wt), drop(&bias), drop(&dout), drop(&out), drop(&dinp), drop(&dw), drop(&db);
 }
 
+/* The MLP's fused pair: the first layer (N,K) -> (N,F) with gelu_new, then the backward of a second
+ * (N,F) -> (N,M) through it, on the same inputs on both sides. At 16-bit storage cuBLASLt's epilogues
+ * take F a multiple of 8 (unless the mode asks for greenlm's kernels), the kernels the rest. */
+static void test_mlp(int N, int K, int F, int M, int with_bias) {
+  char w[128];
+  const size_t nh = (size_t)N * F;
+  const double tol = gemm_tol() > TOL ? gemm_tol() : TOL;
+  plan((backend_shape){.B = 1, .T = N, .C = K, .F = F, .V = M});
+  pair inp = mk((size_t)N * K, 1, 1), w1 = mk((size_t)F * K, 0.5, 1), b1 = mk((size_t)F, 1, 1), pre = mk(nh, 1, 1);
+  pair out = mk(nh, 1, 1);
+  cpu->matmul_gelu_fwd(cpu, out.c, pre.c, inp.c, w1.c, with_bias ? b1.c : NULL, N, K, F);
+  gpu->matmul_gelu_fwd(gpu, out.g, pre.g, inp.g, w1.g, with_bias ? b1.g : NULL, N, K, F);
+  snprintf(w, sizeof w, "matmul_gelu fwd N=%d K=%d F=%d%s: pre", N, K, F, with_bias ? " +bias" : "");
+  check(w, &pre, gemm_tol());
+  check("  out = gelu_new(pre)", &out, tol);
+  pair dout = mk((size_t)N * M, 1, 1), w2 = mk((size_t)M * F, 0.5, 1), h = mk(nh, 1, 1), pre2 = mk(nh, 2, 1);
+  pair dpre = mk(nh, 1, 1), dw = mk((size_t)M * F, 1, 0), db = mk((size_t)M, 1, 0);
+  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M);
+  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M);
+  snprintf(w, sizeof w, "matmul_dgelu bwd N=%d F=%d M=%d: dpre", N, F, M);
+  check(w, &dpre, tol);
+  check("  dw +=", &dw, gemm_tol());
+  check(with_bias ? "  dbias +=" : "  dbias (NULL: untouched)", &db, with_bias ? TOL : 0.0);
+  drop(&inp), drop(&w1), drop(&b1), drop(&pre), drop(&out), drop(&dout), drop(&w2), drop(&h), drop(&pre2), drop(&dpre);
+  drop(&dw), drop(&db);
+}
+
 static void test_attention(int B, int T, int C, int H, int window, float scale) {
   char w[128];
   size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, nl = (size_t)B * H * T;
@@ -280,17 +309,11 @@ static void test_kv_cache(int N, int C, int H, int ring, int window, float scale
 static void test_elementwise(size_t n) {
   char w[96];
   plan((backend_shape){.B = 1, .T = (int)n, .C = 1});
-  pair x = mk(n, 2, 1), y = mk(n, 1, 1), d = mk(n, 1, 1), o = mk(n, 1, 1);
-  cpu->gelu_fwd(cpu, o.c, x.c, n);
-  gpu->gelu_fwd(gpu, o.g, x.g, n);
-  snprintf(w, sizeof w, "gelu_new fwd n=%zu", n);
-  check(w, &o, TOL);
-  cpu->gelu_bwd(cpu, d.c, d.c, x.c, n); /* in place, as the model calls it */
-  gpu->gelu_bwd(gpu, d.g, d.g, x.g, n);
-  check("  gelu_new bwd (dinp aliases dout)", &d, TOL);
+  pair x = mk(n, 2, 1), y = mk(n, 1, 1), o = mk(n, 1, 1);
   cpu->residual_fwd(cpu, o.c, x.c, y.c, n);
   gpu->residual_fwd(gpu, o.g, x.g, y.g, n);
-  check("  residual", &o, TOL);
+  snprintf(w, sizeof w, "residual n=%zu", n);
+  check(w, &o, TOL);
   cpu->accumulate(cpu, y.c, x.c, n);
   gpu->accumulate(gpu, y.g, x.g, n);
   check("  accumulate +=", &y, TOL);
@@ -299,7 +322,7 @@ static void test_elementwise(size_t n) {
   cpu->sumsq(cpu, &s1, f.c, n), gpu->sumsq(gpu, &s2, f.g, n);
   T_CHECK(fabs(s1 - s2) <= 1e-6 * s1, "sumsq n=%zu: gpu %.12g vs cpu %.12g", n, s2, s1);
   printf("  %-44s %-4s rel err %.2e (bound 1e-06)\n", "sumsq (double, on the host)", prec, fabs(s1 - s2) / s1);
-  drop(&x), drop(&y), drop(&d), drop(&o), drop(&f);
+  drop(&x), drop(&y), drop(&o), drop(&f);
 }
 
 /* logits in rows ld >= V apart (the pad compared too: untouched on both sides) */
@@ -446,7 +469,7 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_layernorm_fwd] = "test_layernorm", [BACKEND_OP_layernorm_bwd] = "test_layernorm",
     [BACKEND_OP_matmul_fwd] = "test_matmul",       [BACKEND_OP_matmul_bwd] = "test_matmul",
     [BACKEND_OP_attention_fwd] = "test_attention", [BACKEND_OP_attention_bwd] = "test_attention",
-    [BACKEND_OP_gelu_fwd] = "test_elementwise",    [BACKEND_OP_gelu_bwd] = "test_elementwise",
+    [BACKEND_OP_matmul_gelu_fwd] = "test_mlp",     [BACKEND_OP_matmul_dgelu_bwd] = "test_mlp",
     [BACKEND_OP_residual_fwd] = "test_elementwise", [BACKEND_OP_accumulate] = "test_elementwise",
     [BACKEND_OP_sumsq] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
     [BACKEND_OP_xent_part] = "test_xent_shards",   [BACKEND_OP_xent_grad] = "test_xent_shards",
@@ -470,6 +493,10 @@ static void test_ops(void) {
   test_matmul(130, 257, 67, 67, 0, 0);
   test_matmul(256, 512, 384, 384, 1, 1);
   test_matmul(64, 96, 201, 256, 1, 1); /* the LM head's rows, padded to a multiple of 128 */
+  test_mlp(64, 96, 384, 96, 1);
+  test_mlp(37, 40, 104, 24, 0);   /* no bias */
+  test_mlp(33, 40, 100, 24, 1);   /* F not a multiple of 8: greenlm's kernels at every storage */
+  test_mlp(256, 768, 3072, 768, 1); /* GPT-Neo 125M's MLP */
   test_elementwise(1000003);
   test_xent(5, 50257, 50257);
   test_xent(5, 50257, 50304); /* GPT-2's vocabulary in rows padded to a multiple of 128 */
@@ -543,27 +570,26 @@ static float *train(const cfg_config *c, const backend *be, double *loss, size_t
 
 /* The modes: the four precisions at fp32 storage, then bf16 and fp16 storage. The CUDA backend
  * runs fp32 storage until this program has passed at 16-bit storage on a GPU, so those rounds set
- * the instance's storage themselves; the CPU instance stores the same type. A build with cuDNN
- * runs the 16-bit storage modes twice: attention in cuDNN, then in greenlm's kernels. */
+ * the instance's storage themselves; the CPU instance stores the same type. The 16-bit storage
+ * modes run twice: with the libraries (attention in cuDNN where built, the epilogues in cuBLASLt),
+ * then with greenlm's kernels. */
 static const struct {
   const char *precision;
   backend_dtype storage;
-  const char *attention; /* GREENLM_ATTENTION */
-} modes[] = {{"fp32", BACKEND_FP32, "auto"}, {"tf32", BACKEND_FP32, "auto"}, {"bf16", BACKEND_FP32, "auto"},
-             {"fp16", BACKEND_FP32, "auto"}, {"bf16", BACKEND_BF16, "auto"}, {"fp16", BACKEND_FP16, "auto"},
-#ifdef GREENLM_HAVE_CUDNN
-             {"bf16", BACKEND_BF16, "kernels"}, {"fp16", BACKEND_FP16, "kernels"}
-#endif
-};
+  const char *paths; /* GREENLM_ATTENTION and GREENLM_EPILOGUES */
+} modes[] = {{"fp32", BACKEND_FP32, "auto"}, {"tf32", BACKEND_FP32, "auto"},    {"bf16", BACKEND_FP32, "auto"},
+             {"fp16", BACKEND_FP32, "auto"}, {"bf16", BACKEND_BF16, "auto"},    {"fp16", BACKEND_FP16, "auto"},
+             {"bf16", BACKEND_BF16, "kernels"}, {"fp16", BACKEND_FP16, "kernels"}};
 enum { NMODES = sizeof modes / sizeof modes[0] };
 
 /* Open both instances of mode k (the GPU's closed by the caller). */
 static void open_mode(int k, const backend **cpu16) {
   prec = modes[k].precision;
   s16 = modes[k].storage != BACKEND_FP32;
-  setenv("GREENLM_ATTENTION", modes[k].attention, 1);
+  setenv("GREENLM_ATTENTION", modes[k].paths, 1);
+  setenv("GREENLM_EPILOGUES", modes[k].paths, 1);
 #ifdef GREENLM_HAVE_CUDNN
-  cudnn_att = s16 && !strcmp(modes[k].attention, "auto");
+  cudnn_att = s16 && !strcmp(modes[k].paths, "auto");
 #endif
   backend *g = backend_kind_cuda.open(0, prec);
   g->storage = modes[k].storage;
@@ -592,9 +618,9 @@ static void test_training(const char *dir, const backend *cpu16[]) {
       if (fabs(lg[s] - lc[s]) / lc[s] > worst) worst = fabs(lg[s] - lc[s]) / lc[s];
     double pe = pc && pg && nc == ng ? t_rel_err(pg, pc, nc) : INFINITY;
     int fp32 = k == 0;
-    printf("training %d steps, %s, %s storage, attention %s: losses %.5f..%.5f (cpu %.5f..%.5f), loss rel err %.2e, "
+    printf("training %d steps, %s, %s storage, paths %s: losses %.5f..%.5f (cpu %.5f..%.5f), loss rel err %.2e, "
            "parameters %.2e\n",
-           STEPS, prec, backend_dtype_name(gpu->storage), modes[k].attention, lg[0], lg[STEPS - 1], lc[0], lc[STEPS - 1],
+           STEPS, prec, backend_dtype_name(gpu->storage), modes[k].paths, lg[0], lg[STEPS - 1], lc[0], lc[STEPS - 1],
            worst, pe);
     T_CHECK(worst <= (fp32 ? 1e-4 : 3e-2), "training [%s, %s storage]: a step's loss differs by %.3g relative", prec,
             backend_dtype_name(gpu->storage), worst);

@@ -345,40 +345,73 @@ static void test_kv_cache_all(void) {
   test_kv_cache(1, 1.0, "local w=1");
 }
 
-/* ---- gelu_new ---------------------------------------------------------------------------------- */
+/* ---- the MLP: matmul_gelu_fwd, then matmul_dgelu_bwd through gelu_new ------------------------------ */
 
+/* y (N,M) = gelu_new(x (N,K) @ W1 (F,K)^T + b1 (F)) @ W2 (M,F)^T + b2 (M) */
 typedef struct {
-  size_t n;
-  double *x, *w, *y;
-} el_ctx;
+  int N, K, F, M;
+  double *x, *W1, *b1, *W2, *b2, *w, *pre, *h, *y;
+} mlp_ctx;
 
-static void gelu_ref(el_ctx *c) {
-  for (size_t i = 0; i < c->n; i++) {
-    double x = c->x[i];
-    c->y[i] = 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
-  }
+static double gelu_d(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x))); }
+
+/* out (n,m) = in (n,k) @ W (m,k)^T + b (m) in double */
+static void linear_d(double *out, const double *in, const double *W, const double *b, int n, int k, int m) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m; j++) {
+      double s = b[j];
+      for (int q = 0; q < k; q++) s += in[(size_t)i * k + q] * W[(size_t)j * k + q];
+      out[(size_t)i * m + j] = s;
+    }
 }
-static double gelu_loss(void *p) {
-  el_ctx *c = p;
-  gelu_ref(c);
-  return wsum(c->w, c->y, c->n);
+static void mlp_ref(mlp_ctx *c) {
+  linear_d(c->pre, c->x, c->W1, c->b1, c->N, c->K, c->F);
+  for (size_t i = 0; i < (size_t)c->N * c->F; i++) c->h[i] = gelu_d(c->pre[i]);
+  linear_d(c->y, c->h, c->W2, c->b2, c->N, c->F, c->M);
+}
+static double mlp_loss(void *p) {
+  mlp_ctx *c = p;
+  mlp_ref(c);
+  return wsum(c->w, c->y, (size_t)c->N * c->M);
 }
 
-static void test_gelu(void) {
-  el_ctx c = {.n = 301};
-  float *x = frand(c.n, 3), *w = frand(c.n, 1), *y = fzeros(c.n);
-  x[0] = 0.0f, x[1] = 12.0f, x[2] = -12.0f, x[3] = 1e-4f; /* flat tails and the origin */
-  c.x = dcopy(x, c.n), c.w = dcopy(w, c.n), c.y = malloc(c.n * sizeof(double));
-  be->gelu_fwd(be, y, x, c.n);
-  gelu_ref(&c);
-  check_fwd("gelu_new", y, c.y, c.n);
-  float *dx = fzeros(c.n);
-  be->gelu_bwd(be, dx, w, x, c.n);
-  check_grad("gelu_new d/dinp", gelu_loss, &c, c.x, dx, c.n);
-  memcpy(dx, w, c.n * sizeof(float)); /* in place, as the model calls it */
-  be->gelu_bwd(be, dx, dx, x, c.n);
-  check_grad("gelu_new d/dinp (in place)", gelu_loss, &c, c.x, dx, c.n);
-  free(x), free(w), free(y), free(dx), free(c.x), free(c.w), free(c.y);
+static void test_mlp(void) {
+  mlp_ctx c = {.N = 9, .K = 13, .F = 12, .M = 7};
+  size_t nx = (size_t)c.N * c.K, n1 = (size_t)c.F * c.K, nh = (size_t)c.N * c.F, n2 = (size_t)c.M * c.F;
+  size_t ny = (size_t)c.N * c.M;
+  float *x = frand(nx, 1), *W1 = frand(n1, 1), *b1 = frand(c.F, 1), *W2 = frand(n2, 0.5), *b2 = frand(c.M, 1);
+  float *w = frand(ny, 1), *pre = fzeros(nh), *h = fzeros(nh), *y = fzeros(ny);
+  b1[0] = 40.0f, b1[1] = -40.0f; /* the flat tails of gelu_new */
+  c.x = dcopy(x, nx), c.W1 = dcopy(W1, n1), c.b1 = dcopy(b1, c.F), c.W2 = dcopy(W2, n2), c.b2 = dcopy(b2, c.M);
+  c.w = dcopy(w, ny), c.pre = malloc(nh * sizeof(double)), c.h = malloc(nh * sizeof(double));
+  c.y = malloc(ny * sizeof(double));
+  be->matmul_gelu_fwd(be, h, pre, x, W1, b1, c.N, c.K, c.F);
+  be->matmul_fwd(be, y, h, W2, b2, c.N, c.F, c.M, c.M);
+  mlp_ref(&c);
+  check_fwd("matmul_gelu_fwd pre", pre, c.pre, nh);
+  check_fwd("matmul_gelu_fwd out (gelu_new)", h, c.h, nh);
+  check_fwd("mlp", y, c.y, ny);
+  float *dpre = fzeros(nh), *dx = fzeros(nx), *dW1 = fzeros(n1), *db1 = fzeros(c.F), *dW2 = fzeros(n2), *db2 = fzeros(c.M);
+  be->matmul_dgelu_bwd(be, dpre, dW2, db2, w, h, pre, W2, c.N, c.F, c.M);
+  be->matmul_bwd(be, dx, dW1, db1, dpre, x, W1, c.N, c.K, c.F, c.F);
+  check_grad("mlp d/dinp", mlp_loss, &c, c.x, dx, nx);
+  check_grad("mlp d/dfc_weight", mlp_loss, &c, c.W1, dW1, n1);
+  check_grad("mlp d/dfc_bias", mlp_loss, &c, c.b1, db1, (size_t)c.F);
+  check_grad("mlp d/dproj_weight (dgelu_bwd)", mlp_loss, &c, c.W2, dW2, n2);
+  check_grad("mlp d/dproj_bias (dgelu_bwd)", mlp_loss, &c, c.b2, db2, (size_t)c.M);
+  /* dw and dbias accumulate, dpre is overwritten: a second backward doubles the first two only */
+  float *dpre2 = frand(nh, 1), *dW2b = fzeros(n2), *db2b = fzeros(c.M);
+  memcpy(dW2b, dW2, n2 * sizeof(float)), memcpy(db2b, db2, c.M * sizeof(float));
+  be->matmul_dgelu_bwd(be, dpre2, dW2b, db2b, w, h, pre, W2, c.N, c.F, c.M);
+  double err = 0;
+  for (size_t i = 0; i < n2; i++) err = fmax(err, fabs(dW2b[i] - 2 * dW2[i]));
+  for (int i = 0; i < c.M; i++) err = fmax(err, fabs(db2b[i] - 2 * db2[i]));
+  for (size_t i = 0; i < nh; i++) err = fmax(err, fabs(dpre2[i] - dpre[i]));
+  T_CHECK(err < 1e-5, "matmul_dgelu_bwd: dw, dbias do not accumulate or dpre is not overwritten: max err %g", err);
+  be->matmul_dgelu_bwd(be, dpre2, dW2b, NULL, w, h, pre, W2, c.N, c.F, c.M); /* dbias NULL: skipped */
+  free(x), free(W1), free(b1), free(W2), free(b2), free(w), free(pre), free(h), free(y), free(dpre), free(dx), free(dW1),
+      free(db1), free(dW2), free(db2), free(dpre2), free(dW2b), free(db2b);
+  free(c.x), free(c.W1), free(c.b1), free(c.W2), free(c.b2), free(c.w), free(c.pre), free(c.h), free(c.y);
 }
 
 /* ---- residual ---------------------------------------------------------------------------------- */
@@ -661,6 +694,27 @@ static void same32(const char *what, const float *a, const float *b, size_t n) {
   T_CHECK(bad == 0, "%s at %s: %zu of %zu fp32 values differ", what, b16->precision, bad, n);
 }
 
+/* The MLP's pair on x (N,K), W (M,K), B (M), then dout g (N,K) through W2 (K,M): each output of
+ * matmul_gelu_fwd and matmul_dgelu_bwd is the fp32 result rounded once, the gradients as at fp32. */
+static void storage_mlp(int N, int K, int M, const float *x, const void *xh, const float *W, const void *Wh,
+                        const float *B, const void *Bh, const float *g, const void *gh) {
+  const size_t nh = (size_t)N * M, nw = (size_t)K * M;
+  void *W2h;
+  float *W2 = rand16(nw, 0.3, &W2h), *pre = fzeros(nh), *gel = fzeros(nh), *dpre = fzeros(nh);
+  float *dW = fzeros(nw), *dB = fzeros(K), *dW16 = fzeros(nw), *dB16 = fzeros(K);
+  uint16_t *pre16 = malloc(nh * 2), *gel16 = malloc(nh * 2), *dpre16 = malloc(nh * 2);
+  be->matmul_gelu_fwd(be, gel, pre, x, W, B, N, K, M);
+  b16->matmul_gelu_fwd(b16, gel16, pre16, xh, Wh, Bh, N, K, M);
+  same16("matmul_gelu_fwd out", gel16, gel, nh), same16("matmul_gelu_fwd pre", pre16, pre, nh);
+  b16->to_fp32(b16, pre, pre16, nh), b16->to_fp32(b16, gel, gel16, nh); /* the backward reads the stored values */
+  be->matmul_dgelu_bwd(be, dpre, dW, dB, g, gel, pre, W2, N, M, K);
+  b16->matmul_dgelu_bwd(b16, dpre16, dW16, dB16, gh, gel16, pre16, W2h, N, M, K);
+  same16("matmul_dgelu_bwd dpre", dpre16, dpre, nh), same32("matmul_dgelu_bwd dw", dW, dW16, nw);
+  same32("matmul_dgelu_bwd dbias", dB, dB16, K);
+  free(W2), free(W2h), free(pre), free(gel), free(dpre), free(dW), free(dB), free(dW16), free(dB16), free(pre16),
+      free(gel16), free(dpre16);
+}
+
 static void storage_norm_and_linear(void) {
   const int N = 7, C = 24, M = 40;
   void *xh, *wh, *bh, *dh, *gh;
@@ -689,6 +743,7 @@ static void storage_norm_and_linear(void) {
   b16->matmul_bwd(b16, dx16, dW16, dB16, Oh, xh, Wh, N, C, M, M);
   same16("matmul_bwd dinp", dx16, dx, (size_t)N * C), same32("matmul_bwd dw", dW, dW16, (size_t)M * C);
   same32("matmul_bwd dbias", dB, dB16, M);
+  storage_mlp(N, C, M, x, xh, W, Wh, B, Bh, g, gh);
   free(g), free(gh);
   free(x), free(w), free(b), free(d), free(y), free(mean), free(rstd), free(m16), free(r16), free(y16), free(dw), free(db),
       free(dw16), free(db16), free(W), free(B), free(go), free(out), free(dx), free(dW), free(dB), free(dW16), free(dB16),
@@ -733,11 +788,9 @@ static void storage_kv_cache(void) {
 
 static void storage_elementwise(void) {
   const size_t n = 333;
-  void *xh, *ah, *dh;
-  float *x = rand16(n, 2, &xh), *a = rand16(n, 1, &ah), *d = rand16(n, 1, &dh), *y = fzeros(n);
+  void *xh, *ah;
+  float *x = rand16(n, 2, &xh), *a = rand16(n, 1, &ah), *y = fzeros(n);
   uint16_t *y16 = malloc(n * 2);
-  be->gelu_fwd(be, y, x, n), b16->gelu_fwd(b16, y16, xh, n), same16("gelu_fwd", y16, y, n);
-  be->gelu_bwd(be, d, d, x, n), b16->gelu_bwd(b16, dh, dh, xh, n), same16("gelu_bwd (in place)", dh, d, n);
   be->residual_fwd(be, y, x, a, n), b16->residual_fwd(b16, y16, xh, ah, n), same16("residual_fwd", y16, y, n);
   be->accumulate(be, a, x, n), b16->accumulate(b16, ah, xh, n), same16("accumulate (+=)", ah, a, n);
   /* embedding: rows picked by tokens, and the fp32 gradients of a 16-bit dout */
@@ -776,7 +829,7 @@ static void storage_elementwise(void) {
   backend_adamw_args aa = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1, .step = 1};
   be->adamw(be, p, NULL, gr, m, v, n, &aa), b16->adamw(b16, p16, pc, gr, m16, v16, n, &aa);
   same32("adamw master", p, p16, n), same16("adamw compute copy", pc, p, n);
-  free(x), free(a), free(d), free(y), free(y16), free(xh), free(ah), free(dh), free(wte), free(wpe), free(g), free(e),
+  free(x), free(a), free(y), free(y16), free(xh), free(ah), free(wte), free(wpe), free(g), free(e),
       free(dwte), free(dwpe), free(dwte16), free(dwpe16), free(e16), free(eh), free(ph), free(gh), free(lg), free(loss),
       free(loss16), free(lh), free(p), free(p16), free(gr), free(m), free(v), free(m16), free(v16), free(pc);
 }
@@ -877,7 +930,7 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_layernorm_fwd] = test_layernorm,   [BACKEND_OP_layernorm_bwd] = test_layernorm,
     [BACKEND_OP_matmul_fwd] = test_matmul_both,    [BACKEND_OP_matmul_bwd] = test_matmul_both,
     [BACKEND_OP_attention_fwd] = test_attention_all, [BACKEND_OP_attention_bwd] = test_attention_all,
-    [BACKEND_OP_gelu_fwd] = test_gelu,             [BACKEND_OP_gelu_bwd] = test_gelu,
+    [BACKEND_OP_matmul_gelu_fwd] = test_mlp,       [BACKEND_OP_matmul_dgelu_bwd] = test_mlp,
     [BACKEND_OP_residual_fwd] = test_residual,     [BACKEND_OP_accumulate] = test_residual,
     [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,
     [BACKEND_OP_sumsq] = test_adamw,               [BACKEND_OP_to_storage] = test_conversions,

@@ -104,11 +104,12 @@ static void check_memory(const shape *s, const backend *fp32, const backend *bf1
   /* the logits alone, 16 x 2048 x V fp32, pass 2^32 bytes */
   T_CHECK(4 * N * V > (u64)1 << 32, "%s: the logits should pass 4 GiB", s->name);
   /* bf16: a compute copy; the CPU workspace widens the operands of its largest op to fp32: the LM
-   * head's backward (dinp, dout, inp, w) or gelu's backward (3 x (N,F)), 6 x 16 floats of alignment */
+   * head's backward (dinp, dout, inp, w) or the MLP's through gelu (dpre, inp, pre (N,F); dout (N,C); w (C,F)), 6 x
+   * 16 floats of alignment */
   gpt_memory m = gpt_plan_memory(&g, bf16, (int)B, (int)s->T, gpt_whole(&g));
   T_CHECK(m.compute == 2 * n, "%s bf16: compute copy %zu, expected %llu", s->name, m.compute, 2 * n);
-  const u64 head = 2 * N * C + N * V + V * C, gelu = 3 * N * 4 * C;
-  u64 work = 4 * ((head > gelu ? head : gelu) + 6 * 16);
+  const u64 head = 2 * N * C + N * V + V * C, mlp = 3 * N * 4 * C + N * C + 4 * C * C;
+  u64 work = 4 * ((head > mlp ? head : mlp) + 6 * 16);
   T_CHECK(m.work == work, "%s bf16: workspace %zu, expected %llu", s->name, m.work, work);
   gpt_shape_free(&g);
 }

@@ -7,16 +7,19 @@
 
 #include "base/util.h"
 
-typedef enum { ENV_BYTES, ENV_BOOL01, ENV_PATH, ENV_FAULT, ENV_ATTENTION } env_kind;
+typedef enum { ENV_BYTES, ENV_BOOL01, ENV_PATH, ENV_FAULT, ENV_AUTO_KERNELS } env_kind;
 
 static const struct {
   const char *name;
   env_kind kind;
   const char *doc;
 } env_table[] = {
-    {"GREENLM_ATTENTION", ENV_ATTENTION,
+    {"GREENLM_ATTENTION", ENV_AUTO_KERNELS,
      "`auto` (default): attention at bf16 and fp16 storage runs in cuDNN where the build has it; `kernels`: in "
      "greenlm's own kernels (doc/gpu.md)"},
+    {"GREENLM_EPILOGUES", ENV_AUTO_KERNELS,
+     "`auto` (default): at bf16 and fp16 storage the linear layers' bias, gelu_new and its gradient run in "
+     "cuBLASLt's GEMM epilogues; `kernels`: in greenlm's own kernels after the GEMMs (doc/gpu.md)"},
     {"GREENLM_CUDA_AWARE_MPI", ENV_BOOL01,
      "1: the MPI library moves CUDA device memory itself; 0: greenlm stages device buffers through host memory "
      "(unset: asked of the MPI library, doc/gpu.md)"},
@@ -74,7 +77,7 @@ static int check_one(int i, const char *v, err_list *errs) {
     if (*v) return 0;
     err_add(errs, name, 0, 0, env_table[i].doc, "set but empty: give a path, or unset it");
     return 1;
-  case ENV_ATTENTION:
+  case ENV_AUTO_KERNELS:
     if (strcmp(v, "auto") == 0 || strcmp(v, "kernels") == 0) return 0;
     err_add(errs, name, 0, 0, env_table[i].doc, "'%s' is neither auto nor kernels", v);
     return 1;
@@ -124,8 +127,8 @@ int env_cuda_aware_mpi(void) {
   return !v || !*v ? -1 : strcmp(v, "1") == 0;
 }
 
-int env_attention_kernels(void) {
-  const char *v = getenv("GREENLM_ATTENTION");
+int env_auto_kernels(const char *name) {
+  const char *v = getenv(name);
   if (!v || !*v || strcmp(v, "auto") == 0) return 0;
   return strcmp(v, "kernels") == 0 ? 1 : -1;
 }

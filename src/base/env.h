@@ -25,8 +25,9 @@ int env_check(err_list *errs);
 long long env_file_size_limit(void);
 /* GREENLM_CUDA_AWARE_MPI: 1 or 0; -1 when unset. */
 int env_cuda_aware_mpi(void);
-/* GREENLM_ATTENTION: 1 for kernels, 0 for auto or unset, -1 for anything else. */
-int env_attention_kernels(void);
+/* A variable that picks a library's path or greenlm's kernels (GREENLM_ATTENTION, GREENLM_EPILOGUES):
+ * 1 for kernels, 0 for auto or unset, -1 for anything else. */
+int env_auto_kernels(const char *name);
 /* A path variable's value, or NULL when unset or empty. */
 const char *env_path(const char *name);
 /* GREENLM_FAULT: 1 and *f when set. */

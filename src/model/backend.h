@@ -123,10 +123,19 @@ typedef struct backend backend;
     (const backend *be, void *dqkv, const void *dout, const void *out, const float *lse, const void *qkv,              \
      void *scratch, int B, int T, int C, int H, int window, float scale),                                              \
     (dqkv, dout, out, lse, qkv, scratch, B, T, C, H, window, scale))                                                   \
-  /* out S (n) = gelu_new(inp S) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */                                  \
-  X(gelu_fwd, (const backend *be, void *out, const void *inp, size_t n), (out, inp, n))                               \
-  /* dinp S (n) = dout S * gelu_new'(inp S); dinp may alias dout */                                                    \
-  X(gelu_bwd, (const backend *be, void *dinp, const void *dout, const void *inp, size_t n), (dinp, dout, inp, n))     \
+  /* The MLP's first linear layer with its activation: pre S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M) (bias may  \
+   * be NULL); out S (N,M) = gelu_new(pre) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), of pre as computed       \
+   * (before its rounding to the storage type): a GEMM epilogue's form */                                             \
+  X(matmul_gelu_fwd,                                                                                                   \
+    (const backend *be, void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int K, int M),  \
+    (out, pre, inp, w, bias, N, K, M))                                                                                 \
+  /* The backward of the MLP's second linear layer, whose input is inp = gelu_new(pre), through the activation:       \
+   * dpre S (N,K) = (dout S (N,M) @ w S (M,K)) * gelu_new'(pre S (N,K)), the product as computed (overwritten);        \
+   * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL) */                   \
+  X(matmul_dgelu_bwd,                                                                                                  \
+    (const backend *be, void *dpre, float *dw, float *dbias, const void *dout, const void *inp, const void *pre,        \
+     const void *w, int N, int K, int M),                                                                              \
+    (dpre, dw, dbias, dout, inp, pre, w, N, K, M))                                                                     \
   /* out S (n) = a S + b S (the residual connection; its backward is accumulate) */                                    \
   X(residual_fwd, (const backend *be, void *out, const void *a, const void *b, size_t n), (out, a, b, n))             \
   /* dst S (n) += src S */                                                                                             \

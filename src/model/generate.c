@@ -161,8 +161,7 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   be->matmul_fwd(be, A + a->tmp, A + a->att, p.out_w, p.out_b, n, C, C, C);
   be->residual_fwd(be, A + a->mid, A + a->x, A + a->tmp, (size_t)n * C);
   be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->mid, p.ln2_w, p.ln2_b, n, C, s->eps);
-  be->matmul_fwd(be, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F, F); /* (n,F) */
-  be->gelu_fwd(be, A + a->gel, A + a->fc, (size_t)n * F);
+  be->matmul_gelu_fwd(be, A + a->gel, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F); /* fc, gel (n,F) */
   be->matmul_fwd(be, A + a->tmp, A + a->gel, p.proj_w, p.proj_b, n, F, C, C);
   be->residual_fwd(be, A + a->x, A + a->mid, A + a->tmp, (size_t)n * C);
 }

@@ -533,8 +533,7 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   tp_sum(m, a, tmp, (size_t)N * C);
   be->residual_fwd(be, ba->mid, x, tmp, (size_t)N * C);
   be->layernorm_fwd(be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, ba->mid, p.ln2_w, p.ln2_b, N, C, s->eps);
-  be->matmul_fwd(be, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F, F); /* (N,Fl) */
-  be->gelu_fwd(be, ba->gel, ba->fc, (size_t)N * F);
+  be->matmul_gelu_fwd(be, ba->gel, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* fc, gel (N,Fl) */
   if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
   be->matmul_fwd(be, tmp, ba->gel, p.proj_w, first ? p.proj_b : NULL, N, F, C, C);
   tp_sum(m, a, tmp, (size_t)N * C);
@@ -679,8 +678,7 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
     void *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
     /* MLP: dres is d(block output), the same on every tensor rank (so are the replicated biases' gradients) */
-    be->matmul_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, p.proj_w, N, F, C, C); /* dgel (N,Fl) */
-    be->gelu_bwd(be, dbig, dbig, ba.fc, (size_t)N * F);                          /* dfc (N,Fl) */
+    be->matmul_dgelu_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, ba.fc, p.proj_w, N, F, C); /* dfc (N,Fl) */
     be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F, F);    /* dln2 (N,C), partial */
     tp_sum(m, &a, dsmall, (size_t)N * C);
     be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C);
