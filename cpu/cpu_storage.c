@@ -205,6 +205,12 @@ void cpu_op_layernorm_fwd(const backend *be, void *o, float *mean, float *rstd, 
   stage_end(&s);
 }
 
+void cpu_op_residual_layernorm_fwd(const backend *be, void *res, void *o, float *mean, float *rstd, const void *a,
+                                   const void *b, const void *w, const void *bias, int N, int C, float eps) {
+  cpu_op_residual_fwd(be, res, a, b, SZ(N) * C);
+  cpu_op_layernorm_fwd(be, o, mean, rstd, res, w, bias, N, C, eps);
+}
+
 void cpu_op_layernorm_bwd(const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const void *w, const float *mean, const float *rstd, int N, int C) {
   stage s = stage_begin(be);

@@ -143,6 +143,9 @@ void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, 
                    int v0, int nv);
 void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, const void *inp, const void *w,
                        const void *b, int N, int C, float eps);
+/* res (N,C) = a + b, then out = LayerNorm(res as stored) (backend.h); a = b = NULL: res is the input */
+void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *mean, float *rstd, const void *a,
+                                const void *b, const void *w, const void *bias, int N, int C, float eps);
 void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                        const void *w, const float *mean, const float *rstd, int N, int C);
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n);

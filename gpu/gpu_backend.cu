@@ -238,6 +238,10 @@ static void op_layernorm_fwd(const backend *be, void *o, float *mean, float *rst
                              const void *b, int N, int C, float eps) {
   gpu_layernorm_fwd(be->storage, o, mean, rstd, x, w, b, N, C, eps);
 }
+static void op_residual_layernorm_fwd(const backend *be, void *res, void *o, float *mean, float *rstd, const void *a,
+                                      const void *b, const void *w, const void *bias, int N, int C, float eps) {
+  gpu_residual_layernorm_fwd(be->storage, res, o, mean, rstd, a, b, w, bias, N, C, eps);
+}
 static void op_layernorm_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x,
                              const void *w, const float *mean, const float *rstd, int N, int C) {
   gpu_layernorm_bwd(be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);

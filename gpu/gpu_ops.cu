@@ -65,16 +65,24 @@ void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, 
 
 enum { LN_WARPS = 8 };
 
-/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) */
+/* out (N,C) = (x - mean) * rstd * w + b; mean, rstd (N). x is inp; with ra and rb (the fused residual)
+ * x = ra + rb is formed first and stored into inp (rounded), and the statistics are those of the
+ * stored value: residual_fwd then layernorm_fwd, bit for bit. */
 template <typename S>
-__global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, const S *inp, const S *w, const S *b, int N, int C,
-                                     float eps) {
+__global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, S *inp, const S *ra, const S *rb, const S *w,
+                                     const S *b, int N, int C, float eps) {
   int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const S *x = inp + (size_t)row * C;
-  S *o = out + (size_t)row * C;
+  const size_t at = (size_t)row * C;
+  S *x = inp + at, *o = out + at;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += ld(x[c]);
+  if (ra)
+    for (int c = lane; c < C; c += 32) {
+      x[c] = st<S>(ld(ra[at + c]) + ld(rb[at + c])); /* read back below by this lane only */
+      s += ld(x[c]);
+    }
+  else
+    for (int c = lane; c < C; c += 32) s += ld(x[c]);
   float m = gpu_warp_sum(s) / (float)C;
   float v = 0.0f; /* two passes over the row, as on the CPU */
   for (int c = lane; c < C; c += 32) v += (ld(x[c]) - m) * (ld(x[c]) - m);
@@ -133,8 +141,14 @@ __global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const S *dout, c
 
 void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, const void *inp, const void *w,
                        const void *b, int N, int C, float eps) {
+  gpu_residual_layernorm_fwd(t, (void *)inp, out, mean, rstd, NULL, NULL, w, b, N, C, eps); /* inp only read */
+}
+
+void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *mean, float *rstd, const void *a,
+                                const void *b, const void *w, const void *bias, int N, int C, float eps) {
   GPU_STORAGE(t, layernorm_fwd_kernel<S><<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(
-                     (S *)out, mean, rstd, (const S *)inp, (const S *)w, (const S *)b, N, C, eps));
+                     (S *)out, mean, rstd, (S *)res, (const S *)a, (const S *)b, (const S *)w, (const S *)bias, N, C,
+                     eps));
   GPU_LAUNCHED();
 }
 

@@ -197,6 +197,14 @@ static void test_layernorm(int N, int C) {
   check(w, &dinp, TOL);
   check("  dw +=", &dw, TOL);
   check("  db +=", &db, TOL);
+  /* the fused residual: res = dout + dinp (any two tensors), then the LayerNorm of the stored res */
+  cpu->residual_layernorm_fwd(cpu, inp.c, out.c, mean.c, rstd.c, dout.c, dinp.c, lw.c, lb.c, N, C, 1e-5f);
+  gpu->residual_layernorm_fwd(gpu, inp.g, out.g, mean.g, rstd.g, dout.g, dinp.g, lw.g, lb.g, N, C, 1e-5f);
+  snprintf(w, sizeof w, "residual_layernorm fwd N=%d C=%d: res", N, C);
+  check(w, &inp, TOL);
+  check("  out", &out, TOL);
+  check("  mean", &mean, TOL);
+  check("  rstd", &rstd, TOL);
   free(x);
   drop(&inp), drop(&lw), drop(&lb), drop(&dout), drop(&out), drop(&mean), drop(&rstd), drop(&dinp), drop(&dw), drop(&db);
 }
@@ -467,6 +475,7 @@ static void test_quant(void) {
 static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_embed_fwd] = "test_embed",         [BACKEND_OP_embed_bwd] = "test_embed",
     [BACKEND_OP_layernorm_fwd] = "test_layernorm", [BACKEND_OP_layernorm_bwd] = "test_layernorm",
+    [BACKEND_OP_residual_layernorm_fwd] = "test_layernorm",
     [BACKEND_OP_matmul_fwd] = "test_matmul",       [BACKEND_OP_matmul_bwd] = "test_matmul",
     [BACKEND_OP_attention_fwd] = "test_attention", [BACKEND_OP_attention_bwd] = "test_attention",
     [BACKEND_OP_matmul_gelu_fwd] = "test_mlp",     [BACKEND_OP_matmul_dgelu_bwd] = "test_mlp",

@@ -182,6 +182,42 @@ static void test_layernorm(void) {
   free(c.x), free(c.g), free(c.b), free(c.w), free(c.y);
 }
 
+/* residual_layernorm_fwd: res = a + b and out = LayerNorm(res), the two ops' results bit for bit;
+ * its gradient is layernorm_bwd's dinp, for a and b alike (the model adds it to the residual stream) */
+typedef struct {
+  ln_ctx ln;
+  double *a, *b;
+} rln_ctx;
+
+static double rln_loss(void *p) {
+  rln_ctx *c = p;
+  for (size_t i = 0; i < (size_t)c->ln.N * c->ln.C; i++) c->ln.x[i] = c->a[i] + c->b[i];
+  return ln_loss(&c->ln);
+}
+
+static void test_residual_layernorm(void) {
+  rln_ctx c = {.ln = {.N = 5, .C = 29, .eps = 1e-5}};
+  const int N = c.ln.N, C = c.ln.C;
+  size_t n = (size_t)N * C;
+  float *a = frand(n, 1), *b = frand(n, 1), *g = frand(C, 1), *bb = frand(C, 1), *w = frand(n, 1);
+  float *res = fzeros(n), *y = fzeros(n), *mean = fzeros(N), *rstd = fzeros(N);
+  float *res2 = fzeros(n), *y2 = fzeros(n), *mean2 = fzeros(N), *rstd2 = fzeros(N), *dres = fzeros(n);
+  be->residual_layernorm_fwd(be, res, y, mean, rstd, a, b, g, bb, N, C, 1e-5f);
+  be->residual_fwd(be, res2, a, b, n);
+  be->layernorm_fwd(be, y2, mean2, rstd2, res2, g, bb, N, C, 1e-5f);
+  T_CHECK(!memcmp(res, res2, n * 4) && !memcmp(y, y2, n * 4) && !memcmp(mean, mean2, N * 4) && !memcmp(rstd, rstd2, N * 4),
+          "residual_layernorm_fwd differs from residual_fwd then layernorm_fwd");
+  c.a = dcopy(a, n), c.b = dcopy(b, n), c.ln.x = malloc(n * sizeof(double)), c.ln.y = malloc(n * sizeof(double));
+  c.ln.g = dcopy(g, C), c.ln.b = dcopy(bb, C), c.ln.w = dcopy(w, n);
+  float *dg = fzeros(C), *db = fzeros(C);
+  be->layernorm_bwd(be, dres, dg, db, w, res, g, mean, rstd, N, C);
+  check_grad("residual_layernorm d/da", rln_loss, &c, c.a, dres, n);
+  check_grad("residual_layernorm d/db", rln_loss, &c, c.b, dres, n);
+  free(a), free(b), free(g), free(bb), free(w), free(res), free(y), free(mean), free(rstd), free(res2), free(y2),
+      free(mean2), free(rstd2), free(dres), free(dg), free(db);
+  free(c.a), free(c.b), free(c.ln.x), free(c.ln.y), free(c.ln.g), free(c.ln.b), free(c.ln.w);
+}
+
 /* ---- matmul ------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -724,6 +760,18 @@ static void storage_norm_and_linear(void) {
   be->layernorm_fwd(be, y, mean, rstd, x, w, b, N, C, 1e-5f);
   b16->layernorm_fwd(b16, y16, m16, r16, xh, wh, bh, N, C, 1e-5f);
   same16("layernorm_fwd", y16, y, (size_t)N * C), same32("layernorm_fwd mean", mean, m16, N), same32("layernorm_fwd rstd", rstd, r16, N);
+  /* the fused residual: res rounded once, the LayerNorm of the stored res (d + x, both 16-bit values) */
+  float *rs = fzeros((size_t)N * C), *rsr = fzeros((size_t)N * C);
+  uint16_t *rs16 = malloc((size_t)N * C * 2);
+  b16->residual_layernorm_fwd(b16, rs16, y16, m16, r16, dh, xh, wh, bh, N, C, 1e-5f);
+  be->residual_fwd(be, rs, d, x, (size_t)N * C);
+  same16("residual_layernorm_fwd res", rs16, rs, (size_t)N * C);
+  b16->to_fp32(b16, rsr, rs16, (size_t)N * C);
+  be->layernorm_fwd(be, rs, mean, rstd, rsr, w, b, N, C, 1e-5f);
+  same16("residual_layernorm_fwd out", y16, rs, (size_t)N * C), same32("residual_layernorm_fwd mean", mean, m16, N);
+  same32("residual_layernorm_fwd rstd", rstd, r16, N);
+  be->layernorm_fwd(be, y, mean, rstd, x, w, b, N, C, 1e-5f); /* as the backward below expects */
+  free(rs), free(rsr), free(rs16);
   /* backward: dinp (starting from d) accumulates into a 16-bit value */
   float *g = rand16((size_t)N * C, 1, &gh), *dw = fzeros(C), *db = fzeros(C), *dw16 = fzeros(C), *db16 = fzeros(C);
   be->layernorm_bwd(be, d, dw, db, g, x, w, mean, rstd, N, C);
@@ -932,6 +980,7 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_attention_fwd] = test_attention_all, [BACKEND_OP_attention_bwd] = test_attention_all,
     [BACKEND_OP_matmul_gelu_fwd] = test_mlp,       [BACKEND_OP_matmul_dgelu_bwd] = test_mlp,
     [BACKEND_OP_residual_fwd] = test_residual,     [BACKEND_OP_accumulate] = test_residual,
+    [BACKEND_OP_residual_layernorm_fwd] = test_residual_layernorm,
     [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,
     [BACKEND_OP_sumsq] = test_adamw,               [BACKEND_OP_to_storage] = test_conversions,
     [BACKEND_OP_to_fp32] = test_conversions,       [BACKEND_OP_kv_store] = test_kv_cache_all,

@@ -92,6 +92,12 @@ typedef struct backend backend;
     (const backend *be, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N,      \
      int C, float eps),                                                                                                \
     (out, mean, rstd, inp, w, b, N, C, eps))                                                                           \
+  /* The residual connection and the LayerNorm after it, in one pass: res S (N,C) = a S + b S, then out S (N,C) =      \
+   * LayerNorm(res as stored) with mean, rstd F (N), exactly residual_fwd then layernorm_fwd (whose backwards serve) */ \
+  X(residual_layernorm_fwd,                                                                                            \
+    (const backend *be, void *res, void *out, float *mean, float *rstd, const void *a, const void *b, const void *w,   \
+     const void *bias, int N, int C, float eps),                                                                      \
+    (res, out, mean, rstd, a, b, w, bias, N, C, eps))                                                                  \
   /* dinp S (N,C) +=, dw F (C) +=, db F (C) +=;  dout inp S (N,C), w S (C), mean rstd F (N) */                         \
   X(layernorm_bwd,                                                                                                     \
     (const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,            \

@@ -159,8 +159,8 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   be->attention_cached(be, A + a->att, A + a->qkv, kc, vc, seq, pos, n, C, s->H, g->ring[l], s->window[l],
                        s->attn_scale); /* (n,C) */
   be->matmul_fwd(be, A + a->tmp, A + a->att, p.out_w, p.out_b, n, C, C, C);
-  be->residual_fwd(be, A + a->mid, A + a->x, A + a->tmp, (size_t)n * C);
-  be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->mid, p.ln2_w, p.ln2_b, n, C, s->eps);
+  be->residual_layernorm_fwd(be, A + a->mid, A + a->ln, mean, rstd, A + a->x, A + a->tmp, p.ln2_w, p.ln2_b, n, C,
+                             s->eps);
   be->matmul_gelu_fwd(be, A + a->gel, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F); /* fc, gel (n,F) */
   be->matmul_fwd(be, A + a->tmp, A + a->gel, p.proj_w, p.proj_b, n, F, C, C);
   be->residual_fwd(be, A + a->x, A + a->mid, A + a->tmp, (size_t)n * C);

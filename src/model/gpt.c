@@ -531,8 +531,7 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l], s->attn_scale); /* (N,Cl) */
   be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C, C);                         /* (N,C) */
   tp_sum(m, a, tmp, (size_t)N * C);
-  be->residual_fwd(be, ba->mid, x, tmp, (size_t)N * C);
-  be->layernorm_fwd(be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, ba->mid, p.ln2_w, p.ln2_b, N, C, s->eps);
+  be->residual_layernorm_fwd(be, ba->mid, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, tmp, p.ln2_w, p.ln2_b, N, C, s->eps);
   be->matmul_gelu_fwd(be, ba->gel, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* fc, gel (N,Fl) */
   if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
   be->matmul_fwd(be, tmp, ba->gel, p.proj_w, first ? p.proj_b : NULL, N, F, C, C);
