@@ -168,35 +168,66 @@ void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-template <typename S>
-__global__ void gelu_fwd_kernel(S *out, const S *inp, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float x = ld(inp[i]);
-    out[i] = st<S>(0.5f * x * (1.0f + tanhf(GELU_S * (x + GELU_A * x * x * x))));
-  }
-}
-
-/* dinp may alias dout: each element is read before it is written, by the same thread */
-template <typename S>
-__global__ void gelu_bwd_kernel(S *dinp, const S *dout, const S *inp, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float x = ld(inp[i]);
+/* The maps, in fp32: x the first input, y the second. */
+struct gelu_fwd_f {
+  __device__ float operator()(float x, float) const { return 0.5f * x * (1.0f + tanhf(GELU_S * (x + GELU_A * x * x * x))); }
+};
+struct gelu_bwd_f { /* x = dout, y = the pre-activation */
+  __device__ float operator()(float d, float x) const {
     float t = tanhf(GELU_S * (x + GELU_A * x * x * x));
     float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
-    dinp[i] = st<S>(ld(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du));
+    return d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
   }
+};
+struct add_f {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+
+/* 16 bytes of storage type S (vec16<S>::n elements) through one 128-bit load or store, widened to fp32 */
+template <typename S>
+struct vec16 {
+  enum { n = 16 / sizeof(S) };
+};
+template <typename S>
+__device__ __forceinline__ void load16(float *f, const S *p) {
+  int4 r = *(const int4 *)p;
+  const S *e = (const S *)&r;
+  for (int k = 0; k < vec16<S>::n; k++) f[k] = ld(e[k]);
+}
+template <typename S>
+__device__ __forceinline__ void store16(S *p, const float *f) {
+  int4 r;
+  S *e = (S *)&r;
+  for (int k = 0; k < vec16<S>::n; k++) e[k] = st<S>(f[k]);
+  *(int4 *)p = r;
 }
 
-template <typename S>
-__global__ void residual_kernel(S *out, const S *a, const S *b, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = st<S>(ld(a[i]) + ld(b[i]));
+/* out (n) = f(x, y) elementwise (y NULL: f(x, 0)). With vec (every pointer 16-byte aligned) each
+ * thread moves 16 bytes of each array at a time, then the tail one by one. out may alias x or y:
+ * each element is read before it is written, by the same thread. */
+template <typename S, typename F>
+__global__ void map_kernel(S *out, const S *x, const S *y, size_t n, int vec, F f) {
+  const size_t step = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  enum { W = vec16<S>::n };
+  const size_t nv = vec ? n / W : 0;
+  for (size_t i = tid; i < nv; i += step) {
+    float a[W], b[W] = {0};
+    load16(a, x + i * W);
+    if (y) load16(b, y + i * W);
+    for (int k = 0; k < W; k++) a[k] = f(a[k], b[k]);
+    store16(out + i * W, a);
+  }
+  for (size_t i = nv * W + tid; i < n; i += step) out[i] = st<S>(f(ld(x[i]), y ? ld(y[i]) : 0.0f));
 }
 
-template <typename S>
-__global__ void accumulate_kernel(S *dst, const S *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = st<S>(ld(dst[i]) + ld(src[i]));
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <typename S, typename F>
+static void map(void *out, const void *x, const void *y, size_t n, F f) {
+  const int vec = aligned16(out) && aligned16(x) && aligned16(y);
+  map_kernel<S, F><<<gpu_blocks(vec ? n / vec16<S>::n + 1 : n, 256), 256>>>((S *)out, (const S *)x, (const S *)y, n,
+                                                                            vec, f);
+  GPU_LAUNCHED();
 }
 
 /* dst (n) = src (n), converted: fp32 <-> the storage type */
@@ -207,23 +238,19 @@ __global__ void convert_kernel(D *dst, const E *src, size_t n) {
 }
 
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n) {
-  GPU_STORAGE(t, gelu_fwd_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)out, (const S *)inp, n));
-  GPU_LAUNCHED();
+  GPU_STORAGE(t, map<S>(out, inp, NULL, n, gelu_fwd_f()));
 }
 
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n) {
-  GPU_STORAGE(t, gelu_bwd_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)dinp, (const S *)dout, (const S *)inp, n));
-  GPU_LAUNCHED();
+  GPU_STORAGE(t, map<S>(dinp, dout, inp, n, gelu_bwd_f()));
 }
 
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n) {
-  GPU_STORAGE(t, residual_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)out, (const S *)a, (const S *)b, n));
-  GPU_LAUNCHED();
+  GPU_STORAGE(t, map<S>(out, a, b, n, add_f()));
 }
 
 void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n) {
-  GPU_STORAGE(t, accumulate_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)dst, (const S *)src, n));
-  GPU_LAUNCHED();
+  GPU_STORAGE(t, map<S>(dst, dst, src, n, add_f()));
 }
 
 void gpu_to_storage(backend_dtype t, void *dst, const float *src, size_t n) {

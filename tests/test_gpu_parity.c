@@ -325,6 +325,11 @@ static void test_elementwise(size_t n) {
   cpu->accumulate(cpu, y.c, x.c, n);
   gpu->accumulate(gpu, y.g, x.g, n);
   check("  accumulate +=", &y, TOL);
+  /* one element in: not 16-byte aligned, so element by element (the rest moves 16 bytes at a time) */
+  const size_t es = esize(1);
+  cpu->accumulate(cpu, (char *)y.c + es, (char *)x.c + es, n - 1);
+  gpu->accumulate(gpu, (char *)y.g + es, (char *)x.g + es, n - 1);
+  check("  accumulate +=, unaligned", &y, TOL);
   pair f = mk(n, 1, 0);
   double s1, s2;
   cpu->sumsq(cpu, &s1, f.c, n), gpu->sumsq(gpu, &s2, f.g, n);
