@@ -105,6 +105,37 @@ __device__ __forceinline__ __half st<__half>(float x) {
   return __float2half_rn(x);
 }
 
+/* W consecutive elements of storage type S, widened to fp32 or rounded from it: one at a time (W = 1)
+ * or 16 bytes' worth (W = gpu_vec<S>()) in one 128-bit access, p then 16-byte aligned. */
+template <typename S>
+__host__ __device__ constexpr int gpu_vec() {
+  return 16 / (int)sizeof(S);
+}
+template <int W, typename S>
+__device__ __forceinline__ void gpu_load(float *f, const S *p) {
+  if constexpr (W == 1) {
+    f[0] = ld(p[0]);
+  } else {
+    static_assert(W * sizeof(S) == 16, "a 128-bit access");
+    int4 r = *(const int4 *)p;
+    const S *e = (const S *)&r;
+    for (int k = 0; k < W; k++) f[k] = ld(e[k]);
+  }
+}
+template <int W, typename S>
+__device__ __forceinline__ void gpu_store(S *p, const float *f) {
+  if constexpr (W == 1) {
+    p[0] = st<S>(f[0]);
+  } else {
+    static_assert(W * sizeof(S) == 16, "a 128-bit access");
+    int4 r;
+    S *e = (S *)&r;
+    for (int k = 0; k < W; k++) e[k] = st<S>(f[k]);
+    *(int4 *)p = r;
+  }
+}
+static inline bool gpu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* Run STMT with S the element type of storage type t: GPU_STORAGE(t, kernel<S><<<...>>>(...)). */
 #define GPU_STORAGE(t, ...)                                                                                            \
   do {                                                                                                                 \

@@ -65,34 +65,47 @@ void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, 
 
 enum { LN_WARPS = 8 };
 
+/* The warp-per-row kernels' lanes take W consecutive elements at a time (gpu_load, gpu_store): 16
+ * bytes at 16-bit storage where C and the arrays allow it, else 1. */
+
 /* out (N,C) = (x - mean) * rstd * w + b; mean, rstd (N). x is inp; with ra and rb (the fused residual)
  * x = ra + rb is formed first and stored into inp (rounded), and the statistics are those of the
  * stored value: residual_fwd then layernorm_fwd, bit for bit. */
-template <typename S>
+template <typename S, int W>
 __global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, S *inp, const S *ra, const S *rb, const S *w,
                                      const S *b, int N, int C, float eps) {
   int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const size_t at = (size_t)row * C;
   S *x = inp + at, *o = out + at;
-  float s = 0.0f;
-  if (ra)
-    for (int c = lane; c < C; c += 32) {
-      x[c] = st<S>(ld(ra[at + c]) + ld(rb[at + c])); /* read back below by this lane only */
-      s += ld(x[c]);
+  float s = 0.0f, v[W], p[W], q[W];
+  for (int c = lane * W; c < C; c += 32 * W) {
+    if (ra) { /* stored, then read back below by this lane only */
+      gpu_load<W>(p, ra + at + c), gpu_load<W>(q, rb + at + c);
+      for (int k = 0; k < W; k++) v[k] = ld(st<S>(p[k] + q[k]));
+      gpu_store<W>(x + c, v);
+    } else {
+      gpu_load<W>(v, x + c);
     }
-  else
-    for (int c = lane; c < C; c += 32) s += ld(x[c]);
-  float m = gpu_warp_sum(s) / (float)C;
-  float v = 0.0f; /* two passes over the row, as on the CPU */
-  for (int c = lane; c < C; c += 32) v += (ld(x[c]) - m) * (ld(x[c]) - m);
-  float r = 1.0f / sqrtf(gpu_warp_sum(v) / (float)C + eps);
-  for (int c = lane; c < C; c += 32) o[c] = st<S>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
+    for (int k = 0; k < W; k++) s += v[k];
+  }
+  const float m = gpu_warp_sum(s) / (float)C;
+  float var = 0.0f; /* two passes over the row, as on the CPU */
+  for (int c = lane * W; c < C; c += 32 * W) {
+    gpu_load<W>(v, x + c);
+    for (int k = 0; k < W; k++) var += (v[k] - m) * (v[k] - m);
+  }
+  const float r = 1.0f / sqrtf(gpu_warp_sum(var) / (float)C + eps);
+  for (int c = lane * W; c < C; c += 32 * W) {
+    gpu_load<W>(v, x + c), gpu_load<W>(p, w + c), gpu_load<W>(q, b + c);
+    for (int k = 0; k < W; k++) v[k] = (v[k] - m) * r * p[k] + q[k];
+    gpu_store<W>(o + c, v);
+  }
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
 /* dinp (N,C) += the gradient through LayerNorm: one warp per row, no atomics */
-template <typename S>
+template <typename S, int W>
 __global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, const S *w, const float *mean,
                                         const float *rstd, int N, int C) {
   const int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
@@ -100,17 +113,24 @@ __global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, co
   const S *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
   S *dx = dinp + (size_t)row * C;
   const float m = mean[row], r = rstd[row];
-  float s1 = 0.0f, s2 = 0.0f; /* sums of dnorm and dnorm * norm, with dnorm = dout * w */
-  for (int c = lane; c < C; c += 32) {
-    float n = (ld(x[c]) - m) * r, dn = ld(d[c]) * ld(w[c]);
-    s1 += dn;
-    s2 += dn * n;
+  float s1 = 0.0f, s2 = 0.0f, xv[W], dv[W], wv[W], o[W]; /* sums of dnorm and dnorm * norm, dnorm = dout * w */
+  for (int c = lane * W; c < C; c += 32 * W) {
+    gpu_load<W>(xv, x + c), gpu_load<W>(dv, d + c), gpu_load<W>(wv, w + c);
+    for (int k = 0; k < W; k++) {
+      float n = (xv[k] - m) * r, dn = dv[k] * wv[k];
+      s1 += dn;
+      s2 += dn * n;
+    }
   }
   s1 = gpu_warp_sum(s1) / (float)C;
   s2 = gpu_warp_sum(s2) / (float)C;
-  for (int c = lane; c < C; c += 32) {
-    float n = (ld(x[c]) - m) * r, dn = ld(d[c]) * ld(w[c]);
-    dx[c] = st<S>(ld(dx[c]) + (dn - s1 - n * s2) * r);
+  for (int c = lane * W; c < C; c += 32 * W) {
+    gpu_load<W>(xv, x + c), gpu_load<W>(dv, d + c), gpu_load<W>(wv, w + c), gpu_load<W>(o, dx + c);
+    for (int k = 0; k < W; k++) {
+      float n = (xv[k] - m) * r, dn = dv[k] * wv[k];
+      o[k] += (dn - s1 - n * s2) * r;
+    }
+    gpu_store<W>(dx + c, o);
   }
 }
 
@@ -144,19 +164,35 @@ void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, con
   gpu_residual_layernorm_fwd(t, (void *)inp, out, mean, rstd, NULL, NULL, w, b, N, C, eps); /* inp only read */
 }
 
+/* The lanes' width for rows of C elements at these addresses: 16 bytes at 16-bit storage where C and
+ * every address allow it (fp32 storage keeps the scalar accesses measured on a GPU so far). */
+template <typename S>
+static bool ln_vec(int C, const void *p0, const void *p1, const void *p2, const void *p3, const void *p4) {
+  return sizeof(S) == 2 && C % gpu_vec<S>() == 0 && gpu_aligned16(p0) && gpu_aligned16(p1) && gpu_aligned16(p2) &&
+         gpu_aligned16(p3) && gpu_aligned16(p4);
+}
+
 void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *mean, float *rstd, const void *a,
                                 const void *b, const void *w, const void *bias, int N, int C, float eps) {
-  GPU_STORAGE(t, layernorm_fwd_kernel<S><<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(
-                     (S *)out, mean, rstd, (S *)res, (const S *)a, (const S *)b, (const S *)w, (const S *)bias, N, C,
-                     eps));
+  const unsigned blocks = (N + LN_WARPS - 1) / LN_WARPS;
+  GPU_STORAGE(t, {
+    auto k = ln_vec<S>(C, res, out, a, b, w) && gpu_aligned16(bias) ? layernorm_fwd_kernel<S, gpu_vec<S>()>
+                                                                       : layernorm_fwd_kernel<S, 1>;
+    k<<<blocks, 32 * LN_WARPS>>>((S *)out, mean, rstd, (S *)res, (const S *)a, (const S *)b, (const S *)w,
+                                 (const S *)bias, N, C, eps);
+  });
   GPU_LAUNCHED();
 }
 
 void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                        const void *w, const float *mean, const float *rstd, int N, int C) {
   if (N <= 0) return;
-  GPU_STORAGE(t, layernorm_bwd_dx_kernel<S><<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(
-                     (S *)dinp, (const S *)dout, (const S *)inp, (const S *)w, mean, rstd, N, C));
+  GPU_STORAGE(t, {
+    auto k = ln_vec<S>(C, dinp, dout, inp, w, NULL) ? layernorm_bwd_dx_kernel<S, gpu_vec<S>()>
+                                                    : layernorm_bwd_dx_kernel<S, 1>;
+    k<<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>((S *)dinp, (const S *)dout, (const S *)inp, (const S *)w, mean,
+                                                        rstd, N, C);
+  });
   GPU_LAUNCHED();
   GPU_STORAGE(t, layernorm_bwd_dwdb_kernel<S><<<(C + 31) / 32, dim3(32, 32)>>>(dw, db, (const S *)dout, (const S *)inp,
                                                                                  mean, rstd, N, C));
@@ -183,49 +219,28 @@ struct add_f {
   __device__ float operator()(float x, float y) const { return x + y; }
 };
 
-/* 16 bytes of storage type S (vec16<S>::n elements) through one 128-bit load or store, widened to fp32 */
-template <typename S>
-struct vec16 {
-  enum { n = 16 / sizeof(S) };
-};
-template <typename S>
-__device__ __forceinline__ void load16(float *f, const S *p) {
-  int4 r = *(const int4 *)p;
-  const S *e = (const S *)&r;
-  for (int k = 0; k < vec16<S>::n; k++) f[k] = ld(e[k]);
-}
-template <typename S>
-__device__ __forceinline__ void store16(S *p, const float *f) {
-  int4 r;
-  S *e = (S *)&r;
-  for (int k = 0; k < vec16<S>::n; k++) e[k] = st<S>(f[k]);
-  *(int4 *)p = r;
-}
-
 /* out (n) = f(x, y) elementwise (y NULL: f(x, 0)). With vec (every pointer 16-byte aligned) each
  * thread moves 16 bytes of each array at a time, then the tail one by one. out may alias x or y:
  * each element is read before it is written, by the same thread. */
 template <typename S, typename F>
 __global__ void map_kernel(S *out, const S *x, const S *y, size_t n, int vec, F f) {
   const size_t step = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  enum { W = vec16<S>::n };
+  constexpr int W = gpu_vec<S>();
   const size_t nv = vec ? n / W : 0;
   for (size_t i = tid; i < nv; i += step) {
     float a[W], b[W] = {0};
-    load16(a, x + i * W);
-    if (y) load16(b, y + i * W);
+    gpu_load<W>(a, x + i * W);
+    if (y) gpu_load<W>(b, y + i * W);
     for (int k = 0; k < W; k++) a[k] = f(a[k], b[k]);
-    store16(out + i * W, a);
+    gpu_store<W>(out + i * W, a);
   }
   for (size_t i = nv * W + tid; i < n; i += step) out[i] = st<S>(f(ld(x[i]), y ? ld(y[i]) : 0.0f));
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 template <typename S, typename F>
 static void map(void *out, const void *x, const void *y, size_t n, F f) {
-  const int vec = aligned16(out) && aligned16(x) && aligned16(y);
-  map_kernel<S, F><<<gpu_blocks(vec ? n / vec16<S>::n + 1 : n, 256), 256>>>((S *)out, (const S *)x, (const S *)y, n,
+  const int vec = gpu_aligned16(out) && gpu_aligned16(x) && gpu_aligned16(y);
+  map_kernel<S, F><<<gpu_blocks(vec ? n / gpu_vec<S>() + 1 : n, 256), 256>>>((S *)out, (const S *)x, (const S *)y, n,
                                                                             vec, f);
   GPU_LAUNCHED();
 }
