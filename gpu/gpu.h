@@ -67,6 +67,9 @@ typedef struct gpu_ctx {
   char sdpa_off[96] = "";       /* why it is off, for the header */
   gpu_lt *lt = nullptr;         /* GEMM epilogues at 16-bit storage, started at the first such GEMM */
   char lt_off[96] = "";         /* why they are off, for the header */
+  void *ones = nullptr;         /* ones_n ones in storage type ones_type: the bias gradients' GEMV */
+  size_t ones_n = 0;
+  int ones_type = -1;
 } gpu_ctx;
 
 static inline gpu_ctx *gpu_of(const backend *be) { return (gpu_ctx *)be->ctx; }
@@ -209,7 +212,7 @@ void gpu_to_fp32(backend_dtype t, float *dst, const void *src, size_t n);
  * dout's rows ldo >= M elements apart */
 void gpu_matmul_fwd(gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias, int N,
                     int K, int M, int ldo);
-void gpu_matmul_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
+void gpu_matmul_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
                     const void *inp, const void *w, int N, int K, int M, int ldo);
 /* the MLP's fused pair (backend.h): the epilogues in cuBLASLt at 16-bit storage where it takes the
  * shape, else a GEMM and greenlm's gelu kernels */
@@ -217,6 +220,10 @@ void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, cons
                          const void *bias, int N, int K, int M);
 void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, float *dbias, const void *dout,
                           const void *inp, const void *pre, const void *w, int N, int K, int M);
+/* The bias gradients' vector of N ones in storage type t: its bytes (planned beside the workspace),
+ * and its allocation by prepare. */
+size_t gpu_ones_bytes(backend_dtype t, int N);
+void gpu_ones_prepare(gpu_ctx *g, backend_dtype t, int N);
 /* C (m,n column-major, ldc) = alpha op(A) op(B) + beta C in fp32 storage at the GEMM precision. */
 void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);

@@ -382,16 +382,23 @@ static size_t gpu_scratch(const backend *be, int T) {
 }
 
 /* The largest of one op's needs: attention's, the norm's partial sums, cuBLASLt's at 16-bit storage. */
-static size_t gpu_workspace_bytes(const backend *be, const backend_shape *s) {
+static size_t scratch_bytes(const backend *be, const backend_shape *s) {
   size_t a = att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), n = gpu_sumsq_workspace();
   size_t lt = be->storage != BACKEND_FP32 && !gpu_of(be)->lt_off[0] ? (size_t)GPU_LT_WORKSPACE : 0;
   size_t most = a > n ? a : n;
   return most > lt ? most : lt;
 }
 
+/* that scratch and the bias gradients' vector of ones (one per row) */
+static size_t gpu_workspace_bytes(const backend *be, const backend_shape *s) {
+  return scratch_bytes(be, s) + gpu_ones_bytes(be->storage, s->B * s->T);
+}
+
 static void gpu_prepare(const backend *be, const backend_shape *s) {
   gpu_ctx *g = gpu_of(be);
-  if (g->device >= 0) gpu_workspace(g, gpu_workspace_bytes(be, s));
+  if (g->device < 0) return;
+  gpu_workspace(g, scratch_bytes(be, s));
+  gpu_ones_prepare(g, be->storage, s->B * s->T);
 }
 
 static void gpu_close(backend *be) {
@@ -402,6 +409,7 @@ static void gpu_close(backend *be) {
     gpu_sdpa_close(g->sdpa);
 #endif
     gpu_lt_close(g);
+    if (g->ones) GPU_CHECK(cudaFree(g->ones));
     GPU_BLAS(cublasDestroy(g->blas));
   }
   delete g;

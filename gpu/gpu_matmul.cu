@@ -42,22 +42,34 @@ __global__ void bias_rows_kernel(S *out, const S *bias, size_t N, int M, int ldo
     out[i / (size_t)M * (size_t)ldo + i % (size_t)M] = bias[i % (size_t)M];
 }
 
-/* dbias (M) += column sums of dout (N,M; rows ldo apart): block (32,32) owns 32 columns; its 32
- * rows of threads stride over the rows, then sum their partials in a fixed order (deterministic). */
 template <typename S>
-__global__ void bias_grad_kernel(float *dbias, const S *dout, int N, int M, int ldo) {
-  __shared__ float part[32][33];
-  int col = blockIdx.x * 32 + threadIdx.x;
-  float s = 0.0f;
-  if (col < M)
-    for (int r = threadIdx.y; r < N; r += 32) s += ld(dout[(size_t)r * ldo + col]);
-  part[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < M) {
-    float t = 0.0f;
-    for (int k = 0; k < 32; k++) t += part[k][threadIdx.x];
-    dbias[col] += t;
+__global__ void fill_kernel(S *p, float v, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = st<S>(v);
+}
+
+/* N ones in storage type t, kept in the instance (grown where a call has more rows than planned). */
+static const void *ones(gpu_ctx *g, backend_dtype t, int N) {
+  if (g->ones_n < (size_t)N || g->ones_type != (int)t) {
+    if (g->ones) GPU_CHECK(cudaFree(g->ones));
+    GPU_CHECK(cudaMalloc(&g->ones, gpu_ones_bytes(t, N)));
+    GPU_STORAGE(t, fill_kernel<S><<<gpu_blocks((size_t)N, 256), 256>>>((S *)g->ones, 1.0f, (size_t)N));
+    GPU_LAUNCHED();
+    g->ones_n = (size_t)N, g->ones_type = (int)t;
   }
+  return g->ones;
+}
+
+size_t gpu_ones_bytes(backend_dtype t, int N) { return ((size_t)N * backend_dtype_size(t) + 255) / 256 * 256; }
+
+void gpu_ones_prepare(gpu_ctx *g, backend_dtype t, int N) { ones(g, t, N); }
+
+/* dbias (M) += column sums of dout (N,M; rows ldo apart), as a GEMM: dbias (M,1) += dout^T (M,N) *
+ * ones (N,1), fp32 sums (whatever the precision) in cuBLAS's fixed order: the same bits every run. */
+static void bias_grad(gpu_ctx *g, backend_dtype t, float *dbias, const void *dout, int N, int M, int ldo) {
+  const float one = 1.0f;
+  GPU_BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, M, 1, N, &one, dout, cuda_type(t), ldo, ones(g, t, N),
+                        cuda_type(t), N, &one, dbias, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* The forward GEMM in cuBLASLt's terms: out^T (M,N; ldo) = w (M,K) * inp^T (K,N) */
@@ -84,16 +96,13 @@ void gpu_matmul_fwd(gpu_ctx *g, backend_dtype t, void *out, const void *inp, con
   gemm_t(g, t, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, w, K, inp, K, beta, out, cuda_type(t), ldo);
 }
 
-void gpu_matmul_bwd(const gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
+void gpu_matmul_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
                     const void *inp, const void *w, int N, int K, int M, int ldo) {
   /* dinp^T (K,N) = w^T (K,M) * dout^T (M,N; ldo) */
   if (dinp) gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, w, K, dout, ldo, 0.0f, dinp, cuda_type(t), K);
   /* dw^T (K,M) += inp^T (K,N) * dout (N,M), accumulated in fp32 */
   gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, inp, K, dout, ldo, 1.0f, dw, CUDA_R_32F, K);
-  if (dbias) {
-    GPU_STORAGE(t, bias_grad_kernel<S><<<(M + 31) / 32, dim3(32, 32)>>>(dbias, (const S *)dout, N, M, ldo));
-    GPU_LAUNCHED();
-  }
+  if (dbias) bias_grad(g, t, dbias, dout, N, M, ldo);
 }
 
 void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, const void *inp, const void *w,

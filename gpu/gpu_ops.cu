@@ -136,7 +136,7 @@ __global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, co
 
 /* dw (C) += the column sums of dout * norm, db (C) += those of dout: a block (32,32) owns 32 columns,
  * its 32 rows of threads stride over the rows, and their partials are summed in a fixed order (no
- * atomics: the same bits on every run, as bias_grad_kernel) */
+ * atomics: the same bits on every run, as cuBLAS's column sums of the bias gradients) */
 template <typename S>
 __global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const S *dout, const S *inp, const float *mean,
                                           const float *rstd, int N, int C) {
