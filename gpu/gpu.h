@@ -173,8 +173,10 @@ __device__ __forceinline__ float gpu_warp_max(float x) {
 /* embed: wte, dwte hold the vocabulary rows [v0, v0 + nv); wpe, dwpe may be NULL (backend.h) */
 void gpu_embed_fwd(backend_dtype t, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C,
                    int v0, int nv);
-void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C,
-                   int v0, int nv);
+/* without atomics: the rows sorted by token in gpu_embed_workspace(B * T) bytes of the workspace */
+void gpu_embed_bwd(gpu_ctx *g, backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B,
+                   int T, int C, int v0, int nv);
+size_t gpu_embed_workspace(int N);
 void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, const void *inp, const void *w,
                        const void *b, int N, int C, float eps);
 /* res (N,C) = a + b, then out = LayerNorm(res as stored) (backend.h); a = b = NULL: res is the input */

@@ -232,7 +232,7 @@ static void op_embed_fwd(const backend *be, void *o, const int32_t *tok, const v
 }
 static void op_embed_bwd(const backend *be, float *dwte, float *dwpe, const void *d, const int32_t *tok, int B, int T,
                          int C, int v0, int nv) {
-  gpu_embed_bwd(be->storage, dwte, dwpe, d, tok, B, T, C, v0, nv);
+  gpu_embed_bwd(gpu_of(be), be->storage, dwte, dwpe, d, tok, B, T, C, v0, nv);
 }
 static void op_layernorm_fwd(const backend *be, void *o, float *mean, float *rstd, const void *x, const void *w,
                              const void *b, int N, int C, float eps) {
@@ -381,12 +381,15 @@ static size_t gpu_scratch(const backend *be, int T) {
   return gpu_attention_scratch(T);
 }
 
-/* The largest of one op's needs: attention's, the norm's partial sums, cuBLASLt's at 16-bit storage. */
+/* The largest of one op's needs: attention's, the norm's partial sums, the embedding backward's sort,
+ * cuBLASLt's at 16-bit storage. */
 static size_t scratch_bytes(const backend *be, const backend_shape *s) {
-  size_t a = att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), n = gpu_sumsq_workspace();
-  size_t lt = be->storage != BACKEND_FP32 && !gpu_of(be)->lt_off[0] ? (size_t)GPU_LT_WORKSPACE : 0;
-  size_t most = a > n ? a : n;
-  return most > lt ? most : lt;
+  size_t need[4] = {att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), gpu_sumsq_workspace(),
+                    gpu_embed_workspace(s->B * s->T),
+                    be->storage != BACKEND_FP32 && !gpu_of(be)->lt_off[0] ? (size_t)GPU_LT_WORKSPACE : 0};
+  size_t most = 0;
+  for (int i = 0; i < 4; i++) most = need[i] > most ? need[i] : most;
+  return most;
 }
 
 /* that scratch and the bias gradients' vector of ones (one per row) */

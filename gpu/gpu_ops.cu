@@ -22,14 +22,45 @@ __global__ void embed_fwd_kernel(S *out, const int32_t *tok, const S *wte, const
   }
 }
 
-/* dwte (nv,C) [tok[b,t] - v0] += dout[b,t] for the tokens of the shard: rows of repeated tokens
- * collide, hence atomicAdd */
-template <typename S>
-__global__ void embed_bwd_wte_kernel(float *dwte, const S *dout, const int32_t *tok, int C, int v0, int nv, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int r = tok[i / (size_t)C] - v0;
-    if (r >= 0 && r < nv) atomicAdd(&dwte[(size_t)r * C + i % (size_t)C], ld(dout[i]));
+/* dwte (nv,C) [tok[b,t] - v0] += dout[b,t] for the tokens of the shard, without atomics: the rows are
+ * sorted by (token, row), so that each token's rows lie together in row order, and a block sums a
+ * run of 256 columns of them in that order (the same bits every run). The sort key of row i is the
+ * token's row in the shard (nv for a token outside it: those sort last and add nothing) above i. */
+static size_t sort_rows(size_t n) { /* the power of two the bitonic sort takes */
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+size_t gpu_embed_workspace(int N) { return sort_rows((size_t)N) * sizeof(uint64_t); }
+
+__global__ void embed_keys_kernel(uint64_t *key, const int32_t *tok, size_t n, size_t np, int v0, int nv) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < np; i += (size_t)gridDim.x * blockDim.x) {
+    int r = i < n ? tok[i] - v0 : nv;
+    key[i] = i < n ? (uint64_t)(r >= 0 && r < nv ? r : nv) << 32 | i : UINT64_MAX;
   }
+}
+
+/* one compare-exchange step (k, j) of the bitonic sort of key (np, a power of two), ascending */
+__global__ void bitonic_step_kernel(uint64_t *key, size_t np, size_t k, size_t j) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < np; i += (size_t)gridDim.x * blockDim.x) {
+    size_t l = i ^ j;
+    if (l <= i) continue;
+    uint64_t a = key[i], b = key[l];
+    if (((i & k) == 0) == (a > b)) key[i] = b, key[l] = a;
+  }
+}
+
+/* block (p, column chunk): where sorted row p starts a token's run, that chunk of the run's sum */
+template <typename S>
+__global__ void embed_bwd_wte_kernel(float *dwte, const S *dout, const uint64_t *key, size_t n, int C, int nv) {
+  const size_t p = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  const uint64_t r = key[p] >> 32;
+  if (r >= (uint64_t)nv || c >= C || (p > 0 && key[p - 1] >> 32 == r)) return;
+  float s = 0.0f;
+  for (size_t q = p; q < n && key[q] >> 32 == r; q++) s += ld(dout[(key[q] & 0xffffffffu) * C + c]);
+  dwte[r * C + c] += s;
 }
 
 /* dwpe[t] += sum_b dout[b,t]: one thread per (t,c), summing over b in order */
@@ -51,11 +82,22 @@ void gpu_embed_fwd(backend_dtype t, void *out, const int32_t *tok, const void *w
   GPU_LAUNCHED();
 }
 
-void gpu_embed_bwd(backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T,
-                   int C, int v0, int nv) {
-  size_t n = (size_t)B * T * C;
-  GPU_STORAGE(t, embed_bwd_wte_kernel<S><<<gpu_blocks(n, 256), 256>>>(dwte, (const S *)dout, tok, C, v0, nv, n));
+void gpu_embed_bwd(gpu_ctx *g, backend_dtype t, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B,
+                   int T, int C, int v0, int nv) {
+  const size_t n = (size_t)B * T, np = sort_rows(n);
+  uint64_t *key = (uint64_t *)gpu_workspace(g, gpu_embed_workspace(B * T));
+  embed_keys_kernel<<<gpu_blocks(np, 256), 256>>>(key, tok, n, np, v0, nv);
   GPU_LAUNCHED();
+  for (size_t k = 2; k <= np; k <<= 1)
+    for (size_t j = k >> 1; j > 0; j >>= 1) {
+      bitonic_step_kernel<<<gpu_blocks(np, 256), 256>>>(key, np, k, j);
+      GPU_LAUNCHED();
+    }
+  if (n > 0) {
+    GPU_STORAGE(t, embed_bwd_wte_kernel<S><<<dim3((unsigned)n, (C + 255) / 256), 256>>>(dwte, (const S *)dout, key, n, C,
+                                                                                        nv));
+    GPU_LAUNCHED();
+  }
   if (!dwpe) return;
   GPU_STORAGE(t, embed_bwd_wpe_kernel<S><<<gpu_blocks((size_t)T * C, 256), 256>>>(dwpe, (const S *)dout, B, T, C));
   GPU_LAUNCHED();
