@@ -8,9 +8,9 @@
  *
  * A plan (the operation and layout descriptors and the heuristic's algorithm) is made once per
  * shape, epilogue and operand alignment, and kept. Where cuBLASLt has no algorithm for one (or an
- * auxiliary leading dimension is not a multiple of 8), the shape is declined: said once on stderr,
- * and the caller computes it with cublasGemmEx and greenlm's kernels. The workspace is the
- * instance's (GPU_LT_WORKSPACE bytes of it, counted in the memory plan). */
+ * auxiliary leading dimension is not a multiple of 8, or cuBLASLt refuses to run it), the shape is
+ * declined: said once on stderr, and the caller computes it with cublasGemmEx and greenlm's kernels.
+ * The workspace is the instance's (GPU_LT_WORKSPACE bytes of it, counted in the memory plan). */
 #include <vector>
 
 #include "gpu.h"
@@ -154,12 +154,13 @@ bool gpu_lt_gemm(gpu_ctx *g, backend_dtype t, const gpu_lt_args *a) {
   void *work = gpu_workspace(g, GPU_LT_WORKSPACE);
   cublasStatus_t s = cublasLtMatmul(lt->h, p->op, &alpha, a->A, p->a, a->B, p->b, &beta, a->D, p->d, a->D, p->d,
                                     &p->algo, work, GPU_LT_WORKSPACE, 0);
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED) { /* nothing was computed */
+  if (s != CUBLAS_STATUS_SUCCESS) { /* the caller computes the whole output again; the kernels take the shape */
     p->ok = false;
-    decline(a, "does not run the heuristic's algorithm");
+    char why[160];
+    util_snprintf(why, sizeof why, "refuses the heuristic's algorithm (%s)", cublasGetStatusString(s));
+    decline(a, why);
     return false;
   }
-  GPU_BLAS(s);
   return true;
 }
 
