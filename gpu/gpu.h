@@ -182,8 +182,10 @@ void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, con
 /* res (N,C) = a + b, then out = LayerNorm(res as stored) (backend.h); a = b = NULL: res is the input */
 void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *mean, float *rstd, const void *a,
                                 const void *b, const void *w, const void *bias, int N, int C, float eps);
-void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-                       const void *w, const float *mean, const float *rstd, int N, int C);
+/* dw, db through partial sums over chunks of rows in gpu_layernorm_workspace(N, C) bytes of the workspace */
+void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
+                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C);
+size_t gpu_layernorm_workspace(int N, int C);
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n);
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n);
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);

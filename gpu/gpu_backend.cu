@@ -244,7 +244,7 @@ static void op_residual_layernorm_fwd(const backend *be, void *res, void *o, flo
 }
 static void op_layernorm_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x,
                              const void *w, const float *mean, const float *rstd, int N, int C) {
-  gpu_layernorm_bwd(be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);
+  gpu_layernorm_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);
 }
 static void op_matmul_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M,
                           int ldo) {
@@ -382,13 +382,14 @@ static size_t gpu_scratch(const backend *be, int T) {
 }
 
 /* The largest of one op's needs: attention's, the norm's partial sums, the embedding backward's sort,
- * cuBLASLt's at 16-bit storage. */
+ * the LayerNorm backward's partial sums, cuBLASLt's at 16-bit storage. */
 static size_t scratch_bytes(const backend *be, const backend_shape *s) {
-  size_t need[4] = {att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), gpu_sumsq_workspace(),
-                    gpu_embed_workspace(s->B * s->T),
+  const int N = s->B * s->T;
+  size_t need[5] = {att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), gpu_sumsq_workspace(),
+                    gpu_embed_workspace(N), gpu_layernorm_workspace(N, s->C),
                     be->storage != BACKEND_FP32 && !gpu_of(be)->lt_off[0] ? (size_t)GPU_LT_WORKSPACE : 0};
   size_t most = 0;
-  for (int i = 0; i < 4; i++) most = need[i] > most ? need[i] : most;
+  for (int i = 0; i < 5; i++) most = need[i] > most ? need[i] : most;
   return most;
 }
 

@@ -176,28 +176,49 @@ __global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, co
   }
 }
 
-/* dw (C) += the column sums of dout * norm, db (C) += those of dout: a block (32,32) owns 32 columns,
- * its 32 rows of threads stride over the rows, and their partials are summed in a fixed order (no
- * atomics: the same bits on every run, as cuBLAS's column sums of the bias gradients) */
-template <typename S>
-__global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const S *dout, const S *inp, const float *mean,
+/* dw (C) += the column sums of dout * norm, db (C) += those of dout, in two kernels without atomics (the
+ * same bits every run): a block of (32, LN_SUM_ROWS) threads sums a tile of 32 W columns over a chunk
+ * of rows, its rows of threads added in a fixed order, into the chunk's partials (workspace, (R,2,C));
+ * then the R partials of each column are added in order. */
+enum { LN_SUM_ROWS = 8, LN_CHUNK = 64 /* rows per chunk, at least */, LN_CHUNKS = 128 /* at most */ };
+
+static int ln_chunks(int N) {
+  int r = (N + LN_CHUNK - 1) / LN_CHUNK;
+  return r < 1 ? 1 : r > LN_CHUNKS ? LN_CHUNKS : r;
+}
+
+size_t gpu_layernorm_workspace(int N, int C) { return (size_t)ln_chunks(N) * 2 * C * sizeof(float); }
+
+template <typename S, int W>
+__global__ void layernorm_bwd_part_kernel(float *part, const S *dout, const S *inp, const float *mean,
                                           const float *rstd, int N, int C) {
-  __shared__ float pw[32][33], pb[32][33];
-  const int col = blockIdx.x * 32 + threadIdx.x;
-  float sw = 0.0f, sb = 0.0f;
+  __shared__ float pw[LN_SUM_ROWS][32 * W], pb[LN_SUM_ROWS][32 * W];
+  const int R = gridDim.y, per = (N + R - 1) / R, r0 = blockIdx.y * per, r1 = min(N, r0 + per);
+  const int col = (blockIdx.x * 32 + threadIdx.x) * W, x = threadIdx.x * W, y = threadIdx.y;
+  float sw[W] = {0}, sb[W] = {0}, d[W], v[W];
   if (col < C)
-    for (int r = threadIdx.y; r < N; r += 32) {
-      float dc = ld(dout[(size_t)r * C + col]), n = (ld(inp[(size_t)r * C + col]) - mean[r]) * rstd[r];
-      sw += dc * n;
-      sb += dc;
+    for (int r = r0 + y; r < r1; r += LN_SUM_ROWS) {
+      gpu_load<W>(d, dout + (size_t)r * C + col), gpu_load<W>(v, inp + (size_t)r * C + col);
+      const float m = mean[r], rs = rstd[r];
+      for (int k = 0; k < W; k++) sw[k] += d[k] * (v[k] - m) * rs, sb[k] += d[k];
     }
-  pw[threadIdx.y][threadIdx.x] = sw, pb[threadIdx.y][threadIdx.x] = sb;
+  for (int k = 0; k < W; k++) pw[y][x + k] = sw[k], pb[y][x + k] = sb[k];
   __syncthreads();
-  if (threadIdx.y == 0 && col < C) {
+  if (y == 0 && col < C) {
+    float *out = part + (size_t)blockIdx.y * 2 * C;
+    for (int k = 0; k < W && col + k < C; k++) {
+      float tw = 0.0f, tb = 0.0f;
+      for (int j = 0; j < LN_SUM_ROWS; j++) tw += pw[j][x + k], tb += pb[j][x + k];
+      out[col + k] = tw, out[C + col + k] = tb;
+    }
+  }
+}
+
+__global__ void layernorm_bwd_sum_kernel(float *dw, float *db, const float *part, int R, int C) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
     float tw = 0.0f, tb = 0.0f;
-    for (int k = 0; k < 32; k++) tw += pw[k][threadIdx.x], tb += pb[k][threadIdx.x];
-    dw[col] += tw;
-    db[col] += tb;
+    for (int r = 0; r < R; r++) tw += part[(size_t)r * 2 * C + c], tb += part[(size_t)r * 2 * C + C + c];
+    dw[c] += tw, db[c] += tb;
   }
 }
 
@@ -226,8 +247,8 @@ void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *me
   GPU_LAUNCHED();
 }
 
-void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-                       const void *w, const float *mean, const float *rstd, int N, int C) {
+void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
+                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
   if (N <= 0) return;
   GPU_STORAGE(t, {
     auto k = ln_vec<S>(C, dinp, dout, inp, w, NULL) ? layernorm_bwd_dx_kernel<S, gpu_vec<S>()>
@@ -236,8 +257,17 @@ void gpu_layernorm_bwd(backend_dtype t, void *dinp, float *dw, float *db, const 
                                                         rstd, N, C);
   });
   GPU_LAUNCHED();
-  GPU_STORAGE(t, layernorm_bwd_dwdb_kernel<S><<<(C + 31) / 32, dim3(32, 32)>>>(dw, db, (const S *)dout, (const S *)inp,
-                                                                                 mean, rstd, N, C));
+  const int R = ln_chunks(N);
+  float *part = (float *)gpu_workspace(g, gpu_layernorm_workspace(N, C));
+  GPU_STORAGE(t, {
+    const bool v = ln_vec<S>(C, dout, inp, NULL, NULL, NULL);
+    const int W = v ? gpu_vec<S>() : 1;
+    auto k = v ? layernorm_bwd_part_kernel<S, gpu_vec<S>()> : layernorm_bwd_part_kernel<S, 1>;
+    k<<<dim3((C + 32 * W - 1) / (32 * W), R), dim3(32, LN_SUM_ROWS)>>>(part, (const S *)dout, (const S *)inp, mean,
+                                                                      rstd, N, C);
+  });
+  GPU_LAUNCHED();
+  layernorm_bwd_sum_kernel<<<gpu_blocks((size_t)C, 256), 256>>>(dw, db, part, R, C);
   GPU_LAUNCHED();
 }
 
