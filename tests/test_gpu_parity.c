@@ -513,6 +513,7 @@ static void test_ops(void) {
   test_layernorm(130, 768);
   test_layernorm(5, 5000); /* beyond the shared-memory path of the backward */
   test_layernorm(9, 100);  /* at 16-bit storage C not a multiple of 8: one element per lane access */
+  test_layernorm(4100, 256); /* dw, db over 65 chunks of rows, the last of 4 */
   test_matmul(7, 13, 5, 5, 1, 1);
   test_matmul(64, 96, 200, 200, 1, 1);
   test_matmul(130, 257, 67, 67, 0, 0);
