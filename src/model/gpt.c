@@ -335,7 +335,7 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
     m->tokens = be->alloc(be, nio * sizeof(int32_t));
     m->targets = be->alloc(be, nio * sizeof(int32_t));
     m->losses = be->alloc(be, (size_t)B * T * sizeof(float));
-    m->losses_host = util_malloc((size_t)B * T * sizeof(float), "losses");
+    m->losses_host = be->host_alloc(be, (size_t)B * T * sizeof(float)); /* pinned on a GPU */
     if (m->tp > 1) {
       size_t most = (size_t)(s->V + m->tp - 1) / (size_t)m->tp + 1, N2 = 2 * (size_t)B * T;
       m->tp_host = util_malloc((size_t)m->tp * (most > N2 ? most : N2) * sizeof(float), "tensor-parallel gather");
@@ -358,7 +358,7 @@ void gpt_free(gpt_model *m) {
   be->free(be, m->tokens);
   be->free(be, m->targets);
   be->free(be, m->losses);
-  free(m->losses_host);
+  if (m->losses_host) be->host_free(be, m->losses_host);
   free(m->tp_host);
   free(m->tensors);
   free(m->s.window);

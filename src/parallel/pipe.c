@@ -22,8 +22,9 @@ void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T)
   p->model = m;
   p->B = B;
   p->T = T;
-  p->tokens = util_malloc((size_t)B * T * sizeof(int32_t), "batch tokens");
-  p->targets = util_malloc((size_t)B * T * sizeof(int32_t), "batch targets");
+  /* pinned where the backend has devices: the copies to the device go straight from them */
+  p->tokens = m->be->host_alloc(m->be, (size_t)B * T * sizeof(int32_t));
+  p->targets = m->be->host_alloc(m->be, (size_t)B * T * sizeof(int32_t));
   gpt_part part = gpt_model_part(m);
   size_t nb = pipe_bytes(&m->s, part, B, T, elem_bytes(m));
   p->bsend = nb ? m->be->alloc(m->be, nb) : NULL;
@@ -39,8 +40,8 @@ void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T)
 }
 
 void pipe_free(pipe_state *p) {
-  free(p->tokens);
-  free(p->targets);
+  p->model->be->host_free(p->model->be, p->tokens);
+  p->model->be->host_free(p->model->be, p->targets);
   if (p->bsend) p->model->be->free(p->model->be, p->bsend);
   free(p->fsend);
   comm_stage_free(&p->fst);
