@@ -41,7 +41,29 @@ __global__ void embed_keys_kernel(uint64_t *key, const int32_t *tok, size_t n, s
   }
 }
 
-/* one compare-exchange step (k, j) of the bitonic sort of key (np, a power of two), ascending */
+/* The bitonic sort of key (np, a power of two), ascending: the compare-exchange steps (k, j) with j
+ * below a tile of SORT_TILE keys run in shared memory, a block per tile, all of them for k up to the
+ * tile (k = 0) or those of one larger k; the others one kernel per step. np = 8192 takes 10 kernels. */
+enum { SORT_TILE = 1024 };
+
+__global__ void bitonic_tile_kernel(uint64_t *key, unsigned tile, size_t k) {
+  __shared__ uint64_t s[SORT_TILE];
+  const size_t base = (size_t)blockIdx.x * tile;
+  const unsigned i = threadIdx.x;
+  s[i] = key[base + i];
+  __syncthreads();
+  for (size_t kk = k ? k : 2; kk <= (k ? k : tile); kk <<= 1)
+    for (unsigned j = (unsigned)(kk < tile ? kk : tile) >> 1; j > 0; j >>= 1) {
+      const unsigned l = i ^ j;
+      if (l > i) {
+        uint64_t a = s[i], b = s[l];
+        if ((((base + i) & kk) == 0) == (a > b)) s[i] = b, s[l] = a;
+      }
+      __syncthreads();
+    }
+  key[base + i] = s[i];
+}
+
 __global__ void bitonic_step_kernel(uint64_t *key, size_t np, size_t k, size_t j) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < np; i += (size_t)gridDim.x * blockDim.x) {
     size_t l = i ^ j;
@@ -88,11 +110,17 @@ void gpu_embed_bwd(gpu_ctx *g, backend_dtype t, float *dwte, float *dwpe, const 
   uint64_t *key = (uint64_t *)gpu_workspace(g, gpu_embed_workspace(B * T));
   embed_keys_kernel<<<gpu_blocks(np, 256), 256>>>(key, tok, n, np, v0, nv);
   GPU_LAUNCHED();
-  for (size_t k = 2; k <= np; k <<= 1)
-    for (size_t j = k >> 1; j > 0; j >>= 1) {
+  const unsigned tile = np < SORT_TILE ? (unsigned)np : (unsigned)SORT_TILE;
+  bitonic_tile_kernel<<<(unsigned)(np / tile), tile>>>(key, tile, 0);
+  GPU_LAUNCHED();
+  for (size_t k = 2 * (size_t)tile; k <= np; k <<= 1) {
+    for (size_t j = k >> 1; j >= tile; j >>= 1) {
       bitonic_step_kernel<<<gpu_blocks(np, 256), 256>>>(key, np, k, j);
       GPU_LAUNCHED();
     }
+    bitonic_tile_kernel<<<(unsigned)(np / tile), tile>>>(key, tile, k);
+    GPU_LAUNCHED();
+  }
   if (n > 0) {
     GPU_STORAGE(t, embed_bwd_wte_kernel<S><<<dim3((unsigned)n, (C + 255) / 256), 256>>>(dwte, (const S *)dout, key, n, C,
                                                                                         nv));
