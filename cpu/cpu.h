@@ -56,7 +56,9 @@ void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int 
 void cpu_xent_part(float *part, const float *logits, const int32_t *targets, int N, int nv, int v0, int ld);
 void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, int ld,
                    float dscale);
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
-double cpu_sumsq(const float *x, size_t n);
+/* 0 when the step is skipped (backend_adamw_factor -1): nothing written */
+int cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a);
+double cpu_dsum(const float *x, size_t n);  /* in double, in order */
+double cpu_sumsq(const float *x, size_t n); /* float blocks of 4096, summed in double */
 
 #endif

@@ -124,6 +124,7 @@ static backend *cpu_open(int device, const char *precision) {
   be->alloc = cpu_alloc;
   be->free = cpu_free;
   be->to_device = cpu_copy;
+  be->to_device_async = cpu_copy;
   be->to_host = cpu_copy;
   be->zero = cpu_zero;
   be->copy = cpu_copy;

@@ -145,8 +145,9 @@ void cpu_xent_grad(float *logits, const float *lse, const int32_t *targets, int 
   }
 }
 
-void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a) {
-  const float b1 = a->beta1, b2 = a->beta2, gs = a->grad_scale;
+int cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const backend_adamw_args *a) {
+  const float b1 = a->beta1, b2 = a->beta2, gs = backend_adamw_factor(a);
+  if (gs < 0.0f) return 0; /* a non-finite step: skipped */
   const float bc1 = 1.0f - powf(b1, (float)a->step), bc2 = 1.0f - powf(b2, (float)a->step);
   const float step_size = a->lr / bc1, rbc2 = 1.0f / sqrtf(bc2);
   const float decay = 1.0f - a->lr * a->weight_decay;
@@ -158,6 +159,13 @@ void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const bac
     v[i] = vi;
     p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * rbc2 + a->eps);
   }
+  return 1;
+}
+
+double cpu_dsum(const float *x, size_t n) {
+  double total = 0.0;
+  for (size_t i = 0; i < n; i++) total += x[i];
+  return total;
 }
 
 double cpu_sumsq(const float *x, size_t n) {

@@ -211,8 +211,16 @@ void cpu_op_residual_layernorm_fwd(const backend *be, void *res, void *o, float 
   cpu_op_layernorm_fwd(be, o, mean, rstd, res, w, bias, N, C, eps);
 }
 
+/* acc = 0: the parameters' gradients a (na) and b (nb, b may be NULL) are overwritten: zeroed before the sums */
+static void fresh(int acc, float *a, size_t na, float *b, size_t nb) {
+  if (acc) return;
+  memset(a, 0, na * sizeof *a);
+  if (b) memset(b, 0, nb * sizeof *b);
+}
+
 void cpu_op_layernorm_bwd(const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-                          const void *w, const float *mean, const float *rstd, int N, int C) {
+                          const void *w, const float *mean, const float *rstd, int N, int C, int acc) {
+  fresh(acc, dw, SZ(C), db, SZ(C));
   stage s = stage_begin(be);
   float *dx = out(&s, dinp, SZ(N) * C, 1);
   const float *d = in(&s, dout, SZ(N) * C), *x = in(&s, inp, SZ(N) * C), *wf = in(&s, w, SZ(C));
@@ -230,7 +238,8 @@ void cpu_op_matmul_fwd(const backend *be, void *o, const void *inp, const void *
 }
 
 void cpu_op_matmul_bwd(const backend *be, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                       const void *w, int N, int K, int M, int ldo) {
+                       const void *w, int N, int K, int M, int ldo, int acc) {
+  fresh(acc, dw, SZ(M) * K, dbias, SZ(M));
   stage s = stage_begin(be);
   float *dx = out(&s, dinp, SZ(N) * K, 0);
   const float *d = in_rows(&s, dout, SZ(N), SZ(M), SZ(ldo)), *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K);
@@ -269,7 +278,8 @@ void cpu_op_matmul_gelu_fwd(const backend *be, void *o, void *pre, const void *i
 }
 
 void cpu_op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
-                             const void *pre, const void *w, int N, int K, int M) {
+                             const void *pre, const void *w, int N, int K, int M, int acc) {
+  fresh(acc, dw, SZ(M) * K, dbias, SZ(M));
   stage s = stage_begin(be);
   float *dx = out(&s, dpre, SZ(N) * K, 0);
   const float *d = in(&s, dout, SZ(N) * M), *x = in(&s, inp, SZ(N) * K), *p = in(&s, pre, SZ(N) * K);
@@ -318,13 +328,12 @@ void cpu_op_xent_grad(const backend *be, void *logits, const float *lse, const i
 
 void cpu_op_adamw(const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,
                   const backend_adamw_args *a) {
-  cpu_adamw(p, g, m, v, n, a);
-  if (pc) cpu_store(be->storage, pc, p, n);
+  if (cpu_adamw(p, g, m, v, n, a) && pc) cpu_store(be->storage, pc, p, n);
 }
 
-void cpu_op_sumsq(const backend *be, double *o, const float *x, size_t n) {
+void cpu_op_reduce_sum(const backend *be, double *acc, const float *x, size_t n, int square) {
   (void)be;
-  *o = cpu_sumsq(x, n);
+  *acc += square ? cpu_sumsq(x, n) : cpu_dsum(x, n);
 }
 
 void cpu_op_to_storage(const backend *be, void *dst, const float *src, size_t n) { cpu_store(be->storage, dst, src, n); }

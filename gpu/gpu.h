@@ -182,9 +182,10 @@ void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, con
 /* res (N,C) = a + b, then out = LayerNorm(res as stored) (backend.h); a = b = NULL: res is the input */
 void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *mean, float *rstd, const void *a,
                                 const void *b, const void *w, const void *bias, int N, int C, float eps);
-/* dw, db through partial sums over chunks of rows in gpu_layernorm_workspace(N, C) bytes of the workspace */
+/* dw, db through partial sums over chunks of rows in gpu_layernorm_workspace(N, C) bytes of the workspace; added
+ * to dw, db when acc, else written */
 void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
-                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C);
+                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int acc);
 size_t gpu_layernorm_workspace(int N, int C);
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n);
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n);
@@ -206,8 +207,9 @@ void gpu_quant_encode(uint8_t *msg, float *v, float *ef, const quant_seg *seg, i
                       uint64_t key);
 void gpu_quant_decode(float *out, const uint8_t *msg, size_t base, const quant_seg *seg, int nseg, const quant_scheme *q,
                       int add);
-size_t gpu_sumsq_workspace(void);
-double gpu_sumsq(gpu_ctx *g, const float *x, size_t n);
+/* *acc (device) += the sum of x (of its squares), block sums in gpu_sum_workspace() bytes of the workspace */
+size_t gpu_sum_workspace(void);
+void gpu_reduce_sum(gpu_ctx *g, double *acc, const float *x, size_t n, int square);
 /* dst (n, type t) = src (fp32) rounded; dst (fp32) = src (n, type t) */
 void gpu_to_storage(backend_dtype t, void *dst, const float *src, size_t n);
 void gpu_to_fp32(backend_dtype t, float *dst, const void *src, size_t n);
@@ -216,14 +218,15 @@ void gpu_to_fp32(backend_dtype t, float *dst, const void *src, size_t n);
  * dout's rows ldo >= M elements apart */
 void gpu_matmul_fwd(gpu_ctx *g, backend_dtype t, void *out, const void *inp, const void *w, const void *bias, int N,
                     int K, int M, int ldo);
+/* dw, dbias: beta = 1 when acc, 0 (overwritten) otherwise */
 void gpu_matmul_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
-                    const void *inp, const void *w, int N, int K, int M, int ldo);
+                    const void *inp, const void *w, int N, int K, int M, int ldo, int acc);
 /* the MLP's fused pair (backend.h): the epilogues in cuBLASLt at 16-bit storage where it takes the
  * shape, else a GEMM and greenlm's gelu kernels */
 void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, const void *inp, const void *w,
                          const void *bias, int N, int K, int M);
 void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, float *dbias, const void *dout,
-                          const void *inp, const void *pre, const void *w, int N, int K, int M);
+                          const void *inp, const void *pre, const void *w, int N, int K, int M, int acc);
 /* The bias gradients' vector of N ones in storage type t: its bytes (planned beside the workspace),
  * and its allocation by prepare. */
 size_t gpu_ones_bytes(backend_dtype t, int N);

@@ -84,6 +84,11 @@ static void gpu_to_device(const backend *be, void *dst, const void *src, size_t 
   if (bytes) GPU_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
+static void gpu_to_device_async(const backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be; /* the default stream, which every op runs on */
+  if (bytes) GPU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0));
+}
+
 static void gpu_to_host(const backend *be, void *dst, const void *src, size_t bytes) {
   (void)be;
   if (bytes) GPU_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
@@ -243,16 +248,16 @@ static void op_residual_layernorm_fwd(const backend *be, void *res, void *o, flo
   gpu_residual_layernorm_fwd(be->storage, res, o, mean, rstd, a, b, w, bias, N, C, eps);
 }
 static void op_layernorm_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x,
-                             const void *w, const float *mean, const float *rstd, int N, int C) {
-  gpu_layernorm_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, mean, rstd, N, C);
+                             const void *w, const float *mean, const float *rstd, int N, int C, int acc) {
+  gpu_layernorm_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, mean, rstd, N, C, acc);
 }
 static void op_matmul_fwd(const backend *be, void *o, const void *x, const void *w, const void *b, int N, int K, int M,
                           int ldo) {
   gpu_matmul_fwd(gpu_of(be), be->storage, o, x, w, b, N, K, M, ldo);
 }
 static void op_matmul_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x, const void *w,
-                          int N, int K, int M, int ldo) {
-  gpu_matmul_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, N, K, M, ldo);
+                          int N, int K, int M, int ldo, int acc) {
+  gpu_matmul_bwd(gpu_of(be), be->storage, dx, dw, db, d, x, w, N, K, M, ldo, acc);
 }
 
 /* At 16-bit storage attention runs in cuDNN where it is built and takes the shape (gpu_sdpa.cu, its
@@ -324,8 +329,8 @@ static void op_matmul_gelu_fwd(const backend *be, void *o, void *pre, const void
   gpu_matmul_gelu_fwd(gpu_of(be), be->storage, o, pre, x, w, b, N, K, M);
 }
 static void op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *db, const void *d, const void *x,
-                                const void *pre, const void *w, int N, int K, int M) {
-  gpu_matmul_dgelu_bwd(gpu_of(be), be->storage, dpre, dw, db, d, x, pre, w, N, K, M);
+                                const void *pre, const void *w, int N, int K, int M, int acc) {
+  gpu_matmul_dgelu_bwd(gpu_of(be), be->storage, dpre, dw, db, d, x, pre, w, N, K, M, acc);
 }
 static void op_residual_fwd(const backend *be, void *o, const void *a, const void *b, size_t n) {
   gpu_residual_fwd(be->storage, o, a, b, n);
@@ -349,7 +354,9 @@ static void op_adamw(const backend *be, float *p, void *pc, const float *g, floa
                      const backend_adamw_args *a) {
   gpu_adamw(be->storage, p, pc, g, m, v, n, a);
 }
-static void op_sumsq(const backend *be, double *out, const float *x, size_t n) { *out = gpu_sumsq(gpu_of(be), x, n); }
+static void op_reduce_sum(const backend *be, double *acc, const float *x, size_t n, int square) {
+  gpu_reduce_sum(gpu_of(be), acc, x, n, square);
+}
 static void op_quant_encode(const backend *be, uint8_t *msg, float *v, float *ef, const quant_seg *seg, int nseg,
                             const quant_scheme *q, uint64_t key) {
   (void)be;
@@ -385,7 +392,7 @@ static size_t gpu_scratch(const backend *be, int T) {
  * the LayerNorm backward's partial sums, cuBLASLt's at 16-bit storage. */
 static size_t scratch_bytes(const backend *be, const backend_shape *s) {
   const int N = s->B * s->T;
-  size_t need[5] = {att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), gpu_sumsq_workspace(),
+  size_t need[5] = {att_own(s->B, s->T, s->H) + att_wide(be->storage, s->B, s->T, s->C), gpu_sum_workspace(),
                     gpu_embed_workspace(N), gpu_layernorm_workspace(N, s->C),
                     be->storage != BACKEND_FP32 && !gpu_of(be)->lt_off[0] ? (size_t)GPU_LT_WORKSPACE : 0};
   size_t most = 0;
@@ -488,6 +495,7 @@ static backend *gpu_open(int device, const char *precision) {
   be->alloc = gpu_alloc;
   be->free = gpu_free;
   be->to_device = gpu_to_device;
+  be->to_device_async = gpu_to_device_async;
   be->to_host = gpu_to_host;
   be->zero = gpu_zero;
   be->copy = gpu_copy;

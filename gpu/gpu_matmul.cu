@@ -8,10 +8,10 @@
  * At fp32 storage the matrices are fp32 and the compute type is the precision's (CUBLAS_COMPUTE_32F,
  * _32F_FAST_TF32, _32F_FAST_16BF or _32F_FAST_16F); at bf16 or fp16 storage the activations and
  * weights are bf16 or fp16 and go to the tensor cores as they are (CUBLAS_COMPUTE_32F), the outputs
- * stored in the storage type, the weight gradients in fp32 (beta = 1). fp32 accumulation in every
- * case. The GEMMs are cublasGemmEx, except at 16-bit storage those whose output has an epilogue (a
- * bias, gelu_new, gelu_new's gradient): cuBLASLt's fused epilogues (gpu_lt.cu) where they take the
- * shape, else greenlm's kernels after the GEMM. */
+ * stored in the storage type, the weight gradients in fp32 (beta = 1, or 0 in a step's first backward
+ * pass). fp32 accumulation in every case. The GEMMs are cublasGemmEx, except at 16-bit storage those
+ * whose output has an epilogue (a bias, gelu_new, gelu_new's gradient): cuBLASLt's fused epilogues
+ * (gpu_lt.cu) where they take the shape, else greenlm's kernels after the GEMM. */
 #include "gpu.h"
 
 void gpu_gemm(const gpu_ctx *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
@@ -64,12 +64,12 @@ size_t gpu_ones_bytes(backend_dtype t, int N) { return ((size_t)N * backend_dtyp
 
 void gpu_ones_prepare(gpu_ctx *g, backend_dtype t, int N) { ones(g, t, N); }
 
-/* dbias (M) += column sums of dout (N,M; rows ldo apart), as a GEMM: dbias (M,1) += dout^T (M,N) *
- * ones (N,1), fp32 sums (whatever the precision) in cuBLAS's fixed order: the same bits every run. */
-static void bias_grad(gpu_ctx *g, backend_dtype t, float *dbias, const void *dout, int N, int M, int ldo) {
+/* dbias (M) = beta dbias + column sums of dout (N,M; rows ldo apart), as a GEMM: dbias (M,1) = dout^T (M,N) *
+ * ones (N,1) + beta dbias, fp32 sums (whatever the precision) in cuBLAS's fixed order: the same bits every run. */
+static void bias_grad(gpu_ctx *g, backend_dtype t, float *dbias, const void *dout, int N, int M, int ldo, float beta) {
   const float one = 1.0f;
   GPU_BLAS(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, M, 1, N, &one, dout, cuda_type(t), ldo, ones(g, t, N),
-                        cuda_type(t), N, &one, dbias, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                        cuda_type(t), N, &beta, dbias, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* The forward GEMM in cuBLASLt's terms: out^T (M,N; ldo) = w (M,K) * inp^T (K,N) */
@@ -97,12 +97,13 @@ void gpu_matmul_fwd(gpu_ctx *g, backend_dtype t, void *out, const void *inp, con
 }
 
 void gpu_matmul_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
-                    const void *inp, const void *w, int N, int K, int M, int ldo) {
+                    const void *inp, const void *w, int N, int K, int M, int ldo, int acc) {
+  const float beta = acc ? 1.0f : 0.0f;
   /* dinp^T (K,N) = w^T (K,M) * dout^T (M,N; ldo) */
   if (dinp) gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, w, K, dout, ldo, 0.0f, dinp, cuda_type(t), K);
-  /* dw^T (K,M) += inp^T (K,N) * dout (N,M), accumulated in fp32 */
-  gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, inp, K, dout, ldo, 1.0f, dw, CUDA_R_32F, K);
-  if (dbias) bias_grad(g, t, dbias, dout, N, M, ldo);
+  /* dw^T (K,M) (+)= inp^T (K,N) * dout (N,M), in fp32 */
+  gemm_t(g, t, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, inp, K, dout, ldo, beta, dw, CUDA_R_32F, K);
+  if (dbias) bias_grad(g, t, dbias, dout, N, M, ldo, beta);
 }
 
 void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, const void *inp, const void *w,
@@ -116,7 +117,7 @@ void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, cons
 }
 
 void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, float *dbias, const void *dout,
-                          const void *inp, const void *pre, const void *w, int N, int K, int M) {
+                          const void *inp, const void *pre, const void *w, int N, int K, int M, int acc) {
   /* dpre^T (K,N) = (w^T (K,M) * dout^T (M,N)) * gelu_new'(pre^T (K,N)) */
   gpu_lt_args a;
   memset(&a, 0, sizeof a);
@@ -124,6 +125,6 @@ void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, fl
   a.A = w, a.lda = K, a.B = dout, a.ldb = M, a.D = dpre, a.ldd = K;
   a.epilogue = CUBLASLT_EPILOGUE_DGELU, a.aux = (void *)pre, a.ldaux = K;
   const bool fused = gpu_lt_gemm(g, t, &a);
-  gpu_matmul_bwd(g, t, fused ? NULL : dpre, dw, dbias, dout, inp, w, N, K, M, M);
+  gpu_matmul_bwd(g, t, fused ? NULL : dpre, dw, dbias, dout, inp, w, N, K, M, M, acc);
   if (!fused) gpu_gelu_bwd(t, dpre, dpre, pre, (size_t)N * K);
 }

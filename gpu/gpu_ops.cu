@@ -242,11 +242,11 @@ __global__ void layernorm_bwd_part_kernel(float *part, const S *dout, const S *i
   }
 }
 
-__global__ void layernorm_bwd_sum_kernel(float *dw, float *db, const float *part, int R, int C) {
+__global__ void layernorm_bwd_sum_kernel(float *dw, float *db, const float *part, int R, int C, int acc) {
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
     float tw = 0.0f, tb = 0.0f;
     for (int r = 0; r < R; r++) tw += part[(size_t)r * 2 * C + c], tb += part[(size_t)r * 2 * C + C + c];
-    dw[c] += tw, db[c] += tb;
+    dw[c] = acc ? dw[c] + tw : tw, db[c] = acc ? db[c] + tb : tb;
   }
 }
 
@@ -276,7 +276,11 @@ void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *me
 }
 
 void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
-                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
+                       const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int acc) {
+  if (N <= 0 && !acc) { /* no rows: the gradients written are zero */
+    GPU_CHECK(cudaMemsetAsync(dw, 0, (size_t)C * sizeof(float)));
+    GPU_CHECK(cudaMemsetAsync(db, 0, (size_t)C * sizeof(float)));
+  }
   if (N <= 0) return;
   GPU_STORAGE(t, {
     auto k = ln_vec<S>(C, dinp, dout, inp, w, NULL) ? layernorm_bwd_dx_kernel<S, gpu_vec<S>()>
@@ -295,7 +299,7 @@ void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float
                                                                       rstd, N, C);
   });
   GPU_LAUNCHED();
-  layernorm_bwd_sum_kernel<<<gpu_blocks((size_t)C, 256), 256>>>(dw, db, part, R, C);
+  layernorm_bwd_sum_kernel<<<gpu_blocks((size_t)C, 256), 256>>>(dw, db, part, R, C, acc);
   GPU_LAUNCHED();
 }
 
@@ -491,17 +495,23 @@ void gpu_xent_grad(backend_dtype t, void *logits, const float *lse, const int32_
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */
 
-/* PyTorch's AdamW, as cpu_adamw: the bias corrections come from the host in float */
+/* PyTorch's AdamW, as cpu_adamw: the bias corrections come from the host in float, the gradients' factor from
+ * backend_adamw_factor, evaluated once per block where the step's sums are (device memory) */
 template <typename S>
-__global__ void adamw_kernel(float *p, S *pc, const float *g, float *m, float *v, size_t n, float b1, float b2, float gs,
-                             float step_size, float rbc2, float decay, float eps) {
+__global__ void adamw_kernel(float *p, S *pc, const float *g, float *m, float *v, size_t n, backend_adamw_args a,
+                             float step_size, float rbc2, float decay) {
+  __shared__ float gs;
+  if (threadIdx.x == 0) gs = backend_adamw_factor(&a);
+  __syncthreads();
+  if (gs < 0.0f) return; /* a non-finite step: skipped */
+  const float b1 = a.beta1, b2 = a.beta2;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i] * gs;
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    float pi = p[i] * decay - step_size * mi / (sqrtf(vi) * rbc2 + eps);
+    float pi = p[i] * decay - step_size * mi / (sqrtf(vi) * rbc2 + a.eps);
     p[i] = pi;
     if (pc) pc[i] = st<S>(pi); /* the compute copy, rounded from the updated master */
   }
@@ -514,42 +524,48 @@ void gpu_adamw(backend_dtype t, float *p, void *pc, const float *g, float *m, fl
   const float bc1 = 1.0f - powf(b1, (float)a->step), bc2 = 1.0f - powf(b2, (float)a->step);
   const float step_size = a->lr / bc1, rbc2 = 1.0f / sqrtf(bc2);
   const float decay = 1.0f - a->lr * a->weight_decay;
-  GPU_STORAGE(t, adamw_kernel<S><<<gpu_blocks(n, 256), 256>>>(p, (S *)pc, g, m, v, n, b1, b2, a->grad_scale, step_size,
-                                                              rbc2, decay, a->eps));
+  GPU_STORAGE(t, adamw_kernel<S><<<gpu_blocks(n, 256), 256>>>(p, (S *)pc, g, m, v, n, *a, step_size, rbc2, decay));
   GPU_LAUNCHED();
 }
 
-/* ---- sum of squares -------------------------------------------------------------------------- */
+/* ---- sums in double -------------------------------------------------------------------------- */
 
-enum { SUMSQ_BLOCKS = 1024, SUMSQ_THREADS = 256 };
+enum { SUM_BLOCKS = 1024, SUM_THREADS = 256 };
 
-/* part (gridDim.x): each block's sum of x^2 in double */
-__global__ void sumsq_kernel(double *part, const float *x, size_t n) {
-  __shared__ double ws[SUMSQ_THREADS / 32];
+/* part (gridDim.x): each block's sum of x (of x^2 when SQ) in double */
+template <bool SQ>
+__global__ void sum_kernel(double *part, const float *x, size_t n) {
+  __shared__ double ws[SUM_THREADS / 32];
   double s = 0.0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    s += (double)x[i] * (double)x[i];
+    s += SQ ? (double)x[i] * (double)x[i] : (double)x[i];
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(GPU_FULL_MASK, s, o);
   if (threadIdx.x % 32 == 0) ws[threadIdx.x / 32] = s;
   __syncthreads();
   if (threadIdx.x == 0) {
     double t = 0.0;
-    for (int w = 0; w < SUMSQ_THREADS / 32; w++) t += ws[w];
+    for (int w = 0; w < SUM_THREADS / 32; w++) t += ws[w];
     part[blockIdx.x] = t;
   }
 }
 
-size_t gpu_sumsq_workspace(void) { return SUMSQ_BLOCKS * sizeof(double); }
+/* *acc += the blocks' sums in a fixed order (one thread): the same result every time */
+__global__ void sum_finish_kernel(double *acc, const double *part, unsigned blocks) {
+  double t = 0.0;
+  for (unsigned b = 0; b < blocks; b++) t += part[b];
+  *acc += t;
+}
 
-double gpu_sumsq(gpu_ctx *g, const float *x, size_t n) {
-  if (n == 0) return 0.0;
-  unsigned blocks = gpu_blocks(n, SUMSQ_THREADS);
-  if (blocks > SUMSQ_BLOCKS) blocks = SUMSQ_BLOCKS;
-  double *part = (double *)gpu_workspace(g, gpu_sumsq_workspace()), host[SUMSQ_BLOCKS];
-  sumsq_kernel<<<blocks, SUMSQ_THREADS>>>(part, x, n);
+size_t gpu_sum_workspace(void) { return SUM_BLOCKS * sizeof(double); }
+
+void gpu_reduce_sum(gpu_ctx *g, double *acc, const float *x, size_t n, int square) {
+  if (n == 0) return;
+  unsigned blocks = gpu_blocks(n, SUM_THREADS);
+  if (blocks > SUM_BLOCKS) blocks = SUM_BLOCKS;
+  double *part = (double *)gpu_workspace(g, gpu_sum_workspace());
+  if (square) sum_kernel<true><<<blocks, SUM_THREADS>>>(part, x, n);
+  else sum_kernel<false><<<blocks, SUM_THREADS>>>(part, x, n);
   GPU_LAUNCHED();
-  GPU_CHECK(cudaMemcpy(host, part, blocks * sizeof(double), cudaMemcpyDeviceToHost));
-  double total = 0.0; /* the blocks' sums in a fixed order: the same result every time */
-  for (unsigned b = 0; b < blocks; b++) total += host[b];
-  return total;
+  sum_finish_kernel<<<1, 1>>>(acc, part, blocks);
+  GPU_LAUNCHED();
 }

@@ -64,13 +64,13 @@ static void prof_head_fwd(const backend *be, void *o, const void *x, const void 
   prof_stop(P_HEAD_F, t0);
 }
 static void prof_head_bwd(const backend *be, void *dx, float *dw, float *db, const void *d, const void *x, const void *w,
-                          int N, int K, int M, int ldo) {
+                          int N, int K, int M, int ldo, int acc) {
   if (M != prof_vocab) {
-    prof_matmul_bwd(be, dx, dw, db, d, x, w, N, K, M, ldo);
+    prof_matmul_bwd(be, dx, dw, db, d, x, w, N, K, M, ldo, acc);
     return;
   }
   double t0 = util_now();
-  prof_inner->matmul_bwd(prof_inner, dx, dw, db, d, x, w, N, K, M, ldo);
+  prof_inner->matmul_bwd(prof_inner, dx, dw, db, d, x, w, N, K, M, ldo, acc);
   prof_stop(P_HEAD_B, t0);
 }
 static void prof_zero(const backend *be, void *p, size_t n) {
@@ -278,20 +278,21 @@ static bench_times run_steps(const bench_args *a, const backend *be, gpt_model *
     for (int i = 0; i < N; i++) x[i] = (int32_t)rng_below(&r, (uint64_t)a->V), y[i] = (int32_t)rng_below(&r, (uint64_t)a->V);
     double t0 = util_now();
     gpt_zero_grad(m);
+    gpt_sums_clear(m);
     gpt_set_batch(m, 0, x, y, a->B, a->T);
     gpt_forward(m, 0, a->B, a->T);
-    bt.loss = gpt_loss(m, 0, a->B, a->T, 1.0f / (float)N) / N;
+    gpt_loss(m, 0, a->B, a->T, 1.0f / (float)N);
     be->sync(be);
     double t1 = util_now();
     gpt_backward(m, 0, a->B, a->T, NULL, NULL);
     be->sync(be);
     double t2 = util_now();
-    double norm;
-    be->sumsq(be, &norm, m->grads, m->nparams);
-    norm = sqrt(norm);
-    optim_adamw_step(&opt, m, &tc, step, tc.lr, optim_clip_scale(&tc, norm));
-    be->sync(be);
+    be->reduce_sum(be, m->sums + 1, m->grads, m->nparams, 1);
+    optim_adamw_step(&opt, m, &tc, step, tc.lr, 1.0, m->sums);
+    double sums[2];
+    gpt_sums_read(m, sums); /* waits for the update */
     double t3 = util_now();
+    bt.loss = sums[0] / N;
     if (step >= a->warmup) {
       bt.fwd += (t1 - t0) / a->steps, bt.bwd += (t2 - t1) / a->steps, bt.opt += (t3 - t2) / a->steps;
       step_ms[step - a->warmup] = 1e3 * (t3 - t0);

@@ -147,26 +147,34 @@ int trainer_step(trainer *t, long step, trainer_step_info *info) {
   data_next_windows(&t->data, t->G, t->win);
   prefetch_next(t);
   gpt_zero_grad(&t->model);
+  gpt_sums_clear(&t->model);
   grad_begin(t->gx, step);
   /* fp16: the loss gradient is multiplied by the loss scale, so the gradients carry it (optim.h) */
   const double scale = t->scaler.scale;
-  double loss_sum = pipe_train_step(&t->pipe, t->nmicro, (float)(scale / tokens), train_batch, t, grad_hook, t->gx);
+  pipe_train_step(&t->pipe, t->nmicro, (float)(scale / tokens), train_batch, t, grad_hook, t->gx);
   grad_finish(t->gx);
-  /* the loss lives on the last stages (tensor rank 0 counts it), the norm's pieces everywhere */
-  double local[2] = {t->lay.tp_rank == 0 ? loss_sum : 0.0, grad_sumsq(t->gx)}, global[2];
-  MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, t->comm);
-  info->loss = global[0] / tokens;
-  info->grad_norm = sqrt(global[1]) / scale;
+  grad_sumsq(t->gx, t->model.sums + 1);
+  /* {loss, sum of squares}: the loss lives on the last stages (tensor rank 0 counts it), the norm's pieces
+   * everywhere. Several ranks sum them first; one rank's update is queued before the host reads them. */
+  double sums[2];
+  const int several = t->size > 1;
+  if (several) {
+    gpt_sums_read(&t->model, sums);
+    if (t->lay.tp_rank != 0) sums[0] = 0.0;
+    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, t->comm);
+    t->be->to_device(t->be, t->model.sums, sums, sizeof sums);
+  }
   info->lr = optim_lr(tc, step);
+  optim_adamw_step(&t->opt, &t->model, tc, step, info->lr, scale, t->model.sums); /* skipped unless finite */
+  if (!several) gpt_sums_read(&t->model, sums);
+  info->loss = sums[0] / tokens;
+  info->grad_norm = sqrt(sums[1]) / scale;
   info->loss_scale = scale;
-  /* 1: update; 0: fp16 overflow, step skipped and the scale halved; -1: diverged */
+  /* 1: updated; 0: fp16 overflow, the step skipped and the scale halved; -1: diverged */
   int ok = optim_scaler_update(&t->scaler, isfinite(info->loss) && isfinite(info->grad_norm));
   info->skipped = ok == 0;
-  if (ok > 0) { /* AdamW divides the loss scale out with the clipping factor */
-    optim_adamw_step(&t->opt, &t->model, tc, step, info->lr, optim_clip_scale(tc, info->grad_norm) / scale);
-    grad_gather_params(t->gx);
-    t->be->sync(t->be);
-  }
+  if (ok > 0) grad_gather_params(t->gx);
+  t->be->sync(t->be);
   info->step_s = util_now() - t0;
   info->pipe = pipe_take_stats(&t->pipe);
   info->grad = grad_take_stats(t->gx);

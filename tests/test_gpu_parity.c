@@ -201,12 +201,17 @@ static void test_layernorm(int N, int C) {
   check("  rstd", &rstd, TOL);
   /* the backward on the CPU's statistics, on both (a difference in them is not the backward's) */
   gpu->to_device(gpu, mean.g, mean.c, (size_t)N * 4), gpu->to_device(gpu, rstd.g, rstd.c, (size_t)N * 4);
-  cpu->layernorm_bwd(cpu, dinp.c, dw.c, db.c, dout.c, inp.c, lw.c, mean.c, rstd.c, N, C);
-  gpu->layernorm_bwd(gpu, dinp.g, dw.g, db.g, dout.g, inp.g, lw.g, mean.g, rstd.g, N, C);
+  cpu->layernorm_bwd(cpu, dinp.c, dw.c, db.c, dout.c, inp.c, lw.c, mean.c, rstd.c, N, C, 1);
+  gpu->layernorm_bwd(gpu, dinp.g, dw.g, db.g, dout.g, inp.g, lw.g, mean.g, rstd.g, N, C, 1);
   snprintf(w, sizeof w, "layernorm bwd dinp += N=%d C=%d", N, C);
   check(w, &dinp, TOL);
   check("  dw +=", &dw, TOL);
   check("  db +=", &db, TOL);
+  /* acc = 0 (a step's first backward pass): dw, db overwritten, whatever they held */
+  cpu->layernorm_bwd(cpu, dinp.c, dw.c, db.c, dout.c, inp.c, lw.c, mean.c, rstd.c, N, C, 0);
+  gpu->layernorm_bwd(gpu, dinp.g, dw.g, db.g, dout.g, inp.g, lw.g, mean.g, rstd.g, N, C, 0);
+  check("  dw (acc = 0: overwritten)", &dw, TOL);
+  check("  db (acc = 0: overwritten)", &db, TOL);
   /* the fused residual: res = dout + dinp (any two tensors), then the LayerNorm of the stored res */
   cpu->residual_layernorm_fwd(cpu, inp.c, out.c, mean.c, rstd.c, dout.c, dinp.c, lw.c, lb.c, N, C, 1e-5f);
   gpu->residual_layernorm_fwd(gpu, inp.g, out.g, mean.g, rstd.g, dout.g, dinp.g, lw.g, lb.g, N, C, 1e-5f);
@@ -231,12 +236,16 @@ static void test_matmul(int N, int K, int M, int ld, int with_bias, int with_din
   gpu->matmul_fwd(gpu, out.g, inp.g, wt.g, with_bias ? bias.g : NULL, N, K, M, ld);
   snprintf(w, sizeof w, "matmul fwd N=%d K=%d M=%d%s%s", N, K, M, with_bias ? " +bias" : "", ld > M ? " (rows padded)" : "");
   check(w, &out, gemm_tol());
-  cpu->matmul_bwd(cpu, with_dinp ? dinp.c : NULL, dw.c, with_bias ? db.c : NULL, dout.c, inp.c, wt.c, N, K, M, ld);
-  gpu->matmul_bwd(gpu, with_dinp ? dinp.g : NULL, dw.g, with_bias ? db.g : NULL, dout.g, inp.g, wt.g, N, K, M, ld);
+  cpu->matmul_bwd(cpu, with_dinp ? dinp.c : NULL, dw.c, with_bias ? db.c : NULL, dout.c, inp.c, wt.c, N, K, M, ld, 1);
+  gpu->matmul_bwd(gpu, with_dinp ? dinp.g : NULL, dw.g, with_bias ? db.g : NULL, dout.g, inp.g, wt.g, N, K, M, ld, 1);
   snprintf(w, sizeof w, "matmul bwd N=%d K=%d M=%d: dinp%s", N, K, M, with_dinp ? "" : " (NULL: untouched)");
   check(w, &dinp, with_dinp ? gemm_tol() : 0.0);
   check("  dw +=", &dw, gemm_tol());
   check(with_bias ? "  dbias +=" : "  dbias (NULL: untouched)", &db, with_bias ? TOL : 0.0);
+  cpu->matmul_bwd(cpu, NULL, dw.c, with_bias ? db.c : NULL, dout.c, inp.c, wt.c, N, K, M, ld, 0);
+  gpu->matmul_bwd(gpu, NULL, dw.g, with_bias ? db.g : NULL, dout.g, inp.g, wt.g, N, K, M, ld, 0);
+  check("  dw (acc = 0: overwritten)", &dw, gemm_tol());
+  if (with_bias) check("  dbias (acc = 0: overwritten)", &db, TOL);
   drop(&inp), drop(&wt), drop(&bias), drop(&dout), drop(&out), drop(&dinp), drop(&dw), drop(&db);
 }
 
@@ -257,12 +266,16 @@ static void test_mlp(int N, int K, int F, int M, int with_bias) {
   check("  out = gelu_new(pre)", &out, tol);
   pair dout = mk((size_t)N * M, 1, 1), w2 = mk((size_t)M * F, 0.5, 1), h = mk(nh, 1, 1), pre2 = mk(nh, 2, 1);
   pair dpre = mk(nh, 1, 1), dw = mk((size_t)M * F, 1, 0), db = mk((size_t)M, 1, 0);
-  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M);
-  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M);
+  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M, 1);
+  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M, 1);
   snprintf(w, sizeof w, "matmul_dgelu bwd N=%d F=%d M=%d: dpre", N, F, M);
   check(w, &dpre, tol);
   check("  dw +=", &dw, gemm_tol());
   check(with_bias ? "  dbias +=" : "  dbias (NULL: untouched)", &db, with_bias ? TOL : 0.0);
+  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M, 0);
+  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M, 0);
+  check("  dw (acc = 0: overwritten)", &dw, gemm_tol());
+  if (with_bias) check("  dbias (acc = 0: overwritten)", &db, TOL);
   drop(&inp), drop(&w1), drop(&b1), drop(&pre), drop(&out), drop(&dout), drop(&w2), drop(&h), drop(&pre2), drop(&dpre);
   drop(&dw), drop(&db);
 }
@@ -341,10 +354,17 @@ static void test_elementwise(size_t n) {
   gpu->accumulate(gpu, (char *)y.g + es, (char *)x.g + es, n - 1);
   check("  accumulate +=, unaligned", &y, TOL);
   pair f = mk(n, 1, 0);
-  double s1, s2;
-  cpu->sumsq(cpu, &s1, f.c, n), gpu->sumsq(gpu, &s2, f.g, n);
-  T_CHECK(fabs(s1 - s2) <= 1e-6 * s1, "sumsq n=%zu: gpu %.12g vs cpu %.12g", n, s2, s1);
-  printf("  %-44s %-4s rel err %.2e (bound 1e-06)\n", "sumsq (double, on the host)", prec, fabs(s1 - s2) / s1);
+  for (int square = 0; square < 2; square++) { /* added to what the accumulator (device memory) holds */
+    double s1 = 0.25, s2 = 0.25, *acc = (double *)gpu->alloc(gpu, sizeof(double));
+    gpu->to_device(gpu, acc, &s2, sizeof s2);
+    cpu->reduce_sum(cpu, &s1, f.c, n, square), gpu->reduce_sum(gpu, acc, f.g, n, square);
+    gpu->to_host(gpu, &s2, acc, sizeof s2);
+    gpu->free(gpu, acc);
+    T_CHECK(fabs(s1 - s2) <= 1e-6 * fabs(s1), "reduce_sum%s n=%zu: gpu %.12g vs cpu %.12g", square ? " of squares" : "",
+            n, s2, s1);
+    printf("  %-44s %-4s rel err %.2e (bound 1e-06)\n", square ? "reduce_sum of squares (double, +=)" :
+           "reduce_sum (double, +=)", prec, fabs(s1 - s2) / fabs(s1));
+  }
   drop(&x), drop(&y), drop(&o), drop(&f);
 }
 
@@ -415,13 +435,34 @@ static void test_adamw(size_t n) {
   for (size_t i = 0; i < n; i++) vh[i] = vh[i] * vh[i];
   pair p = mk(n, 1, 0), g = mk(n, 1, 0), m = mk(n, 0.1, 0), v = from(vh, n, 0), pc = mk(n, 1, 1);
   backend_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                          .grad_scale = 0.5f, .step = 7};
+                          .loss_scale = 2.0, .step = 7};
   cpu->adamw(cpu, p.c, s16 ? pc.c : NULL, g.c, m.c, v.c, n, &a);
   gpu->adamw(gpu, p.g, s16 ? pc.g : NULL, g.g, m.g, v.g, n, &a);
   check("adamw: parameters", &p, TOL);
   check("  first moments", &m, TOL);
   check("  second moments", &v, TOL);
   if (s16) check("  the compute copy", &pc, TOL);
+  /* the step's sums in device memory: clipped to a third of the norm, then a non-finite step that changes nothing */
+  double sums[3][2] = {{1.0, 0.0}, {1.0, INFINITY}, {NAN, 1.0}}, *dsums = (double *)gpu->alloc(gpu, sizeof sums[0]);
+  cpu->reduce_sum(cpu, &sums[0][1], g.c, n, 1);
+  a.grad_clip = sqrt(sums[0][1]) / a.loss_scale / 3.0;
+  float *before = malloc(n * sizeof(float)), *after = malloc(n * sizeof(float));
+  for (int k = 0; k < 3; k++) {
+    gpu->to_device(gpu, dsums, sums[k], sizeof sums[k]);
+    gpu->to_host(gpu, before, p.g, n * sizeof(float));
+    a.sums = sums[k];
+    cpu->adamw(cpu, p.c, s16 ? pc.c : NULL, g.c, m.c, v.c, n, &a);
+    a.sums = dsums;
+    gpu->adamw(gpu, p.g, s16 ? pc.g : NULL, g.g, m.g, v.g, n, &a);
+    gpu->to_host(gpu, after, p.g, n * sizeof(float));
+    T_CHECK(!memcmp(before, after, n * sizeof(float)) == (k > 0), "adamw with sums {%g, %g}: the parameters %s",
+            sums[k][0], sums[k][1], k ? "changed" : "did not change");
+    check(k ? "  then skipped (a sum not finite): parameters" : "adamw clipped by the sums in device memory", &p, TOL);
+    check("  first moments", &m, TOL);
+    if (s16) check("  the compute copy", &pc, TOL);
+  }
+  free(before), free(after);
+  gpu->free(gpu, dsums);
   free(vh);
   drop(&p), drop(&g), drop(&m), drop(&v), drop(&pc);
 }
@@ -495,7 +536,7 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_attention_fwd] = "test_attention", [BACKEND_OP_attention_bwd] = "test_attention",
     [BACKEND_OP_matmul_gelu_fwd] = "test_mlp",     [BACKEND_OP_matmul_dgelu_bwd] = "test_mlp",
     [BACKEND_OP_residual_fwd] = "test_elementwise", [BACKEND_OP_accumulate] = "test_elementwise",
-    [BACKEND_OP_sumsq] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
+    [BACKEND_OP_reduce_sum] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
     [BACKEND_OP_xent_part] = "test_xent_shards",   [BACKEND_OP_xent_grad] = "test_xent_shards",
     [BACKEND_OP_adamw] = "test_adamw",             [BACKEND_OP_to_storage] = "test_memory",
     [BACKEND_OP_to_fp32] = "test_memory",          [BACKEND_OP_kv_store] = "test_kv_cache",

@@ -109,8 +109,9 @@ static void check_long_continuation(loaded *l, tok_tokenizer *tok, const char *w
   gpt_set_batch(&l->m, 0, w, w + 1, 1, T);
   gpt_forward(&l->m, 0, 1, T);
   gpt_loss(&l->m, 0, 1, T, 0.0f);
+  const float *loss = gpt_token_losses(&l->m, T);
   double want = 0;
-  for (int t = 0; t < T; t++) want -= l->m.losses_host[t];
+  for (int t = 0; t < T; t++) want -= loss[t];
   T_CHECK(r.truncated && r.inputs == T && r.ntokens == (int)all.n && fabs(r.loglik - want) < 1e-4 * fmax(1.0, fabs(want)),
           "%s: continuation of %zu tokens past block %d: log-likelihood %.6f over the window (want %.6f), truncated %d, "
           "inputs %d", what, all.n, T, r.loglik, want, r.truncated, r.inputs);

@@ -141,31 +141,44 @@ static void test_causality(void) {
 static void test_accumulation(void) {
   gpt_shape s;
   shape_of(&s, "gpt-neo", 2, 32, 4, 40, 16, 3);
-  gpt_model big, small;
+  gpt_model big, small, fresh;
   gpt_init(&big, &s, backend_cpu(), 2, 10, gpt_whole(&s), 9);
   gpt_init(&small, &s, backend_cpu(), 1, 10, gpt_whole(&s), 9);
+  gpt_init(&fresh, &s, backend_cpu(), 2, 10, gpt_whole(&s), 9); /* gradients as allocated: zero */
+  for (size_t i = 0; i < big.nparams; i++) big.grads[i] = small.grads[i] = 7.0f; /* a last step's, to be cleared */
   int32_t x[20], y[20];
   rng_state r;
   rng_seed(&r, 4, 0, 0);
   for (int i = 0; i < 20; i++) x[i] = (int32_t)rng_below(&r, 40), y[i] = (int32_t)rng_below(&r, 40);
   const float dscale = 1.0f / 20;
   gpt_zero_grad(&big);
+  gpt_sums_clear(&big);
   gpt_set_batch(&big, 0, x, y, 2, 10);
   gpt_forward(&big, 0, 2, 10);
-  double lb = gpt_loss(&big, 0, 2, 10, dscale);
+  gpt_loss(&big, 0, 2, 10, dscale);
   gpt_backward(&big, 0, 2, 10, NULL, NULL);
   gpt_zero_grad(&small);
-  double ls = 0;
-  for (int k = 0; k < 2; k++) {
+  gpt_sums_clear(&small);
+  for (int k = 0; k < 2; k++) { /* the losses' sums accumulate over the micro-batches */
     gpt_set_batch(&small, 0, x + 10 * k, y + 10 * k, 1, 10);
     gpt_forward(&small, 0, 1, 10);
-    ls += gpt_loss(&small, 0, 1, 10, dscale);
+    gpt_loss(&small, 0, 1, 10, dscale);
     gpt_backward(&small, 0, 1, 10, NULL, NULL);
   }
-  T_CHECK(fabs(lb - ls) < 1e-5 * fabs(lb), "loss %.8f vs %.8f", lb, ls);
+  double sb[2], ss[2];
+  gpt_sums_read(&big, sb), gpt_sums_read(&small, ss);
+  const double lb = sb[0], ls = ss[0];
+  T_CHECK(fabs(lb - ls) < 1e-5 * fabs(lb) && lb > 0, "loss %.8f vs %.8f", lb, ls);
   double e = t_rel_err(small.grads, big.grads, big.nparams);
   T_CHECK(e < 1e-5, "accumulated gradients differ from the big batch's: %.3g", e);
-  gpt_free(&big), gpt_free(&small);
+  /* gpt_zero_grad then a pass (written, not added) equals a pass on zeroed gradients, bit for bit */
+  gpt_set_batch(&fresh, 0, x, y, 2, 10);
+  gpt_forward(&fresh, 0, 2, 10);
+  gpt_loss(&fresh, 0, 2, 10, dscale);
+  gpt_backward(&fresh, 0, 2, 10, NULL, NULL);
+  T_CHECK(!memcmp(fresh.grads, big.grads, big.nparams * sizeof(float)),
+          "gradients after gpt_zero_grad and a backward pass differ from those of zeroed gradients");
+  gpt_free(&big), gpt_free(&small), gpt_free(&fresh);
   gpt_shape_free(&s);
 }
 

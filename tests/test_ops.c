@@ -42,6 +42,7 @@ static double *dcopy(const float *x, size_t n) {
   return d;
 }
 static float *fzeros(size_t n) { return calloc(n, sizeof(float)); }
+static float *fcopy(const float *x, size_t n) { return memcpy(malloc(n * sizeof(float)), x, n * sizeof(float)); }
 
 /* ---- the finite-difference driver -------------------------------------------------------------- */
 
@@ -174,10 +175,15 @@ static void test_layernorm(void) {
   ln_ref(&c);
   check_fwd("layernorm", y, c.y, n);
   float *dx = fzeros(n), *dg = fzeros((size_t)c.C), *db = fzeros((size_t)c.C);
-  be->layernorm_bwd(be, dx, dg, db, w, x, g, mean, rstd, c.N, c.C);
+  be->layernorm_bwd(be, dx, dg, db, w, x, g, mean, rstd, c.N, c.C, 1);
   check_grad("layernorm d/dinp", ln_loss, &c, c.x, dx, n);
   check_grad("layernorm d/dweight", ln_loss, &c, c.g, dg, (size_t)c.C);
   check_grad("layernorm d/dbias", ln_loss, &c, c.b, db, (size_t)c.C);
+  float *dgo = frand((size_t)c.C, 1), *dbo = frand((size_t)c.C, 1); /* acc = 0: overwritten, whatever they held */
+  be->layernorm_bwd(be, dx, dgo, dbo, w, x, g, mean, rstd, c.N, c.C, 0);
+  T_CHECK(!memcmp(dgo, dg, (size_t)c.C * sizeof *dg) && !memcmp(dbo, db, (size_t)c.C * sizeof *db),
+          "layernorm_bwd with acc = 0 does not overwrite dweight and dbias");
+  free(dgo), free(dbo);
   free(x), free(g), free(b), free(w), free(y), free(mean), free(rstd), free(dx), free(dg), free(db);
   free(c.x), free(c.g), free(c.b), free(c.w), free(c.y);
 }
@@ -210,7 +216,7 @@ static void test_residual_layernorm(void) {
   c.a = dcopy(a, n), c.b = dcopy(b, n), c.ln.x = malloc(n * sizeof(double)), c.ln.y = malloc(n * sizeof(double));
   c.ln.g = dcopy(g, C), c.ln.b = dcopy(bb, C), c.ln.w = dcopy(w, n);
   float *dg = fzeros(C), *db = fzeros(C);
-  be->layernorm_bwd(be, dres, dg, db, w, res, g, mean, rstd, N, C);
+  be->layernorm_bwd(be, dres, dg, db, w, res, g, mean, rstd, N, C, 1);
   check_grad("residual_layernorm d/da", rln_loss, &c, c.a, dres, n);
   check_grad("residual_layernorm d/db", rln_loss, &c, c.b, dres, n);
   free(a), free(b), free(g), free(bb), free(w), free(res), free(y), free(mean), free(rstd), free(res2), free(y2),
@@ -249,14 +255,19 @@ static void test_matmul(int with_bias) {
   mm_ref(&c);
   check_fwd(with_bias ? "matmul+bias" : "matmul", y, c.y, ny);
   float *dx = fzeros(nx), *dW = fzeros(nW), *db = fzeros((size_t)c.M);
-  be->matmul_bwd(be, dx, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M, c.M);
+  be->matmul_bwd(be, dx, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M, c.M, 1);
   check_grad(with_bias ? "matmul+bias d/dinp" : "matmul d/dinp", mm_loss, &c, c.x, dx, nx);
   check_grad(with_bias ? "matmul+bias d/dweight" : "matmul d/dweight", mm_loss, &c, c.W, dW, nW);
   if (with_bias) check_grad("matmul+bias d/dbias", mm_loss, &c, c.bias, db, (size_t)c.M);
+  float *dWo = frand(nW, 1), *dbo = frand((size_t)c.M, 1); /* acc = 0: overwritten, whatever they held */
+  be->matmul_bwd(be, NULL, dWo, with_bias ? dbo : NULL, w, x, W, c.N, c.K, c.M, c.M, 0);
+  T_CHECK(!memcmp(dWo, dW, nW * sizeof *dW) && (!with_bias || !memcmp(dbo, db, (size_t)c.M * sizeof *db)),
+          "matmul_bwd with acc = 0 does not overwrite dweight and dbias");
+  free(dWo), free(dbo);
   /* dweight and dbias accumulate: a second backward doubles them */
-  be->matmul_bwd(be, NULL, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M, c.M);
+  be->matmul_bwd(be, NULL, dW, with_bias ? db : NULL, w, x, W, c.N, c.K, c.M, c.M, 1);
   float *dW1 = fzeros(nW);
-  be->matmul_bwd(be, dx, dW1, NULL, w, x, W, c.N, c.K, c.M, c.M);
+  be->matmul_bwd(be, dx, dW1, NULL, w, x, W, c.N, c.K, c.M, c.M, 1);
   double err = 0;
   for (size_t i = 0; i < nW; i++) err = fmax(err, fabs(dW[i] - 2 * dW1[i]));
   T_CHECK(err < 1e-5, "matmul dweight does not accumulate (+=): max err %g", err);
@@ -428,23 +439,28 @@ static void test_mlp(void) {
   check_fwd("matmul_gelu_fwd out (gelu_new)", h, c.h, nh);
   check_fwd("mlp", y, c.y, ny);
   float *dpre = fzeros(nh), *dx = fzeros(nx), *dW1 = fzeros(n1), *db1 = fzeros(c.F), *dW2 = fzeros(n2), *db2 = fzeros(c.M);
-  be->matmul_dgelu_bwd(be, dpre, dW2, db2, w, h, pre, W2, c.N, c.F, c.M);
-  be->matmul_bwd(be, dx, dW1, db1, dpre, x, W1, c.N, c.K, c.F, c.F);
+  be->matmul_dgelu_bwd(be, dpre, dW2, db2, w, h, pre, W2, c.N, c.F, c.M, 1);
+  be->matmul_bwd(be, dx, dW1, db1, dpre, x, W1, c.N, c.K, c.F, c.F, 1);
   check_grad("mlp d/dinp", mlp_loss, &c, c.x, dx, nx);
   check_grad("mlp d/dfc_weight", mlp_loss, &c, c.W1, dW1, n1);
   check_grad("mlp d/dfc_bias", mlp_loss, &c, c.b1, db1, (size_t)c.F);
   check_grad("mlp d/dproj_weight (dgelu_bwd)", mlp_loss, &c, c.W2, dW2, n2);
   check_grad("mlp d/dproj_bias (dgelu_bwd)", mlp_loss, &c, c.b2, db2, (size_t)c.M);
+  float *dpo = fzeros(nh), *dWo = frand(n2, 1), *dbo = frand(c.M, 1); /* acc = 0: overwritten, whatever they held */
+  be->matmul_dgelu_bwd(be, dpo, dWo, dbo, w, h, pre, W2, c.N, c.F, c.M, 0);
+  T_CHECK(!memcmp(dWo, dW2, n2 * sizeof *dW2) && !memcmp(dbo, db2, (size_t)c.M * sizeof *db2),
+          "matmul_dgelu_bwd with acc = 0 does not overwrite dweight and dbias");
+  free(dpo), free(dWo), free(dbo);
   /* dw and dbias accumulate, dpre is overwritten: a second backward doubles the first two only */
   float *dpre2 = frand(nh, 1), *dW2b = fzeros(n2), *db2b = fzeros(c.M);
   memcpy(dW2b, dW2, n2 * sizeof(float)), memcpy(db2b, db2, c.M * sizeof(float));
-  be->matmul_dgelu_bwd(be, dpre2, dW2b, db2b, w, h, pre, W2, c.N, c.F, c.M);
+  be->matmul_dgelu_bwd(be, dpre2, dW2b, db2b, w, h, pre, W2, c.N, c.F, c.M, 1);
   double err = 0;
   for (size_t i = 0; i < n2; i++) err = fmax(err, fabs(dW2b[i] - 2 * dW2[i]));
   for (int i = 0; i < c.M; i++) err = fmax(err, fabs(db2b[i] - 2 * db2[i]));
   for (size_t i = 0; i < nh; i++) err = fmax(err, fabs(dpre2[i] - dpre[i]));
   T_CHECK(err < 1e-5, "matmul_dgelu_bwd: dw, dbias do not accumulate or dpre is not overwritten: max err %g", err);
-  be->matmul_dgelu_bwd(be, dpre2, dW2b, NULL, w, h, pre, W2, c.N, c.F, c.M); /* dbias NULL: skipped */
+  be->matmul_dgelu_bwd(be, dpre2, dW2b, NULL, w, h, pre, W2, c.N, c.F, c.M, 1); /* dbias NULL: skipped */
   free(x), free(W1), free(b1), free(W2), free(b2), free(w), free(pre), free(h), free(y), free(dpre), free(dx), free(dW1),
       free(db1), free(dW2), free(db2), free(dpre2), free(dW2b), free(db2b);
   free(c.x), free(c.W1), free(c.b1), free(c.W2), free(c.b2), free(c.w), free(c.pre), free(c.h), free(c.y);
@@ -558,7 +574,48 @@ static void test_xent(void) {
   free(x), free(l), free(l0), free(xg), free(c.tgt), free(c.x), free(c.loss);
 }
 
-/* ---- AdamW and sumsq against a double reference ------------------------------------------------- */
+/* ---- AdamW and the sums against a double reference ---------------------------------------------- */
+
+/* n AdamW updates in double from p, m, v (host copies), gradients times gs */
+static void adamw_reference(double *pd, double *md, double *vd, const float *g, size_t n, double gs, int step) {
+  double b1 = 0.9, b2 = 0.95, lr = 1e-2, bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+  for (size_t i = 0; i < n; i++) {
+    double gi = gs * g[i];
+    pd[i] *= 1 - lr * 0.1;
+    md[i] = b1 * md[i] + (1 - b1) * gi;
+    vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+    pd[i] -= lr * (md[i] / bc1) / (sqrt(vd[i] / bc2) + 1e-8);
+  }
+}
+
+/* AdamW with the step's sums: the factor backend_adamw_factor gives (clipping by the norm with the loss scale
+ * divided out), and nothing written when a sum is not finite. */
+static void test_adamw_sums(const float *g, size_t n) {
+  float *p = frand(n, 1), *m = frand(n, 0.1), *v = frand(n, 0.1);
+  for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+  double *pd = dcopy(p, n), *md = dcopy(m, n), *vd = dcopy(v, n), sums[2] = {3.0, 0.0};
+  be->reduce_sum(be, &sums[1], g, n, 1);
+  const double norm = sqrt(sums[1]) / 4.0; /* the loss scale 4 divided out */
+  backend_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                          .loss_scale = 4.0, .grad_clip = 0.5 * norm, .sums = sums, .step = 2};
+  const double want = (float)(0.5 * norm / (norm + 1e-6) / 4.0);
+  T_CHECK(backend_adamw_factor(&a) == want, "adamw factor %.9g, want %.9g (clip to half the norm)",
+          backend_adamw_factor(&a), want);
+  be->adamw(be, p, NULL, g, m, v, n, &a);
+  adamw_reference(pd, md, vd, g, n, want, 2);
+  check_fwd("adamw clipped by the sums' norm", p, pd, n);
+  float *p0 = fcopy(p, n), *m0 = fcopy(m, n);
+  for (int k = 0; k < 2; k++) {
+    double bad[2] = {k ? 1.0 : NAN, k ? INFINITY : 1.0};
+    a.sums = bad;
+    T_CHECK(backend_adamw_factor(&a) == -1.0f, "adamw factor with sums {%g, %g}: %g, want -1", bad[0], bad[1],
+            backend_adamw_factor(&a));
+    be->adamw(be, p, NULL, g, m, v, n, &a);
+    T_CHECK(!memcmp(p, p0, n * sizeof *p) && !memcmp(m, m0, n * sizeof *m), "adamw with sums {%g, %g} changed the "
+            "parameters or moments", bad[0], bad[1]);
+  }
+  free(p), free(m), free(v), free(p0), free(m0), free(pd), free(md), free(vd);
+}
 
 static void test_adamw(void) {
   size_t n = 257;
@@ -566,27 +623,29 @@ static void test_adamw(void) {
   for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
   double *pd = dcopy(p, n), *md = dcopy(m, n), *vd = dcopy(v, n);
   backend_adamw_args a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                          .grad_scale = 0.5f, .step = 3};
+                          .loss_scale = 2.0, .step = 3};
   be->adamw(be, p, NULL, g, m, v, n, &a);
-  double b1 = 0.9, b2 = 0.95, lr = 1e-2, bc1 = 1 - pow(b1, 3), bc2 = 1 - pow(b2, 3);
-  for (size_t i = 0; i < n; i++) {
-    double gi = 0.5 * g[i];
-    pd[i] *= 1 - lr * 0.1;
-    md[i] = b1 * md[i] + (1 - b1) * gi;
-    vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
-    pd[i] -= lr * (md[i] / bc1) / (sqrt(vd[i] / bc2) + 1e-8);
-  }
+  adamw_reference(pd, md, vd, g, n, 0.5, 3);
   check_fwd("adamw parameters", p, pd, n);
   check_fwd("adamw first moment", m, md, n);
   check_fwd("adamw second moment", v, vd, n);
-  double ss = 0;
+  test_adamw_sums(g, n);
+  free(p), free(g), free(m), free(v), free(pd), free(md), free(vd);
+}
+
+/* reduce_sum adds the sum (of squares) in double to what its accumulator holds */
+static void test_reduce_sum(void) {
   size_t big = 100003;
   float *x = frand(big, 1);
-  for (size_t i = 0; i < big; i++) ss += (double)x[i] * x[i];
-  double got;
-  be->sumsq(be, &got, x, big);
-  T_CHECK(fabs(got - ss) / ss < 1e-6, "sumsq: %.10g vs %.10g", got, ss);
-  free(p), free(g), free(m), free(v), free(pd), free(md), free(vd), free(x);
+  double s = 0, ss = 0;
+  for (size_t i = 0; i < big; i++) s += x[i], ss += (double)x[i] * x[i];
+  double acc[2] = {1.5, 2.5};
+  be->reduce_sum(be, &acc[0], x, big, 0), be->reduce_sum(be, &acc[1], x, big, 1);
+  T_CHECK(fabs(acc[0] - 1.5 - s) <= 1e-9 * ss && fabs(acc[1] - 2.5 - ss) / ss < 1e-6,
+          "reduce_sum: %.10g and %.10g, want %.10g and %.10g", acc[0], acc[1], 1.5 + s, 2.5 + ss);
+  be->reduce_sum(be, &acc[0], x, 0, 0);
+  T_CHECK(acc[0] - 1.5 == s || fabs(acc[0] - 1.5 - s) <= 1e-9 * ss, "reduce_sum of nothing changed the sum");
+  free(x);
 }
 
 /* ---- the compressed exchange's ops against the quantizer bucket by bucket ---------------------- */
@@ -743,8 +802,8 @@ static void storage_mlp(int N, int K, int M, const float *x, const void *xh, con
   b16->matmul_gelu_fwd(b16, gel16, pre16, xh, Wh, Bh, N, K, M);
   same16("matmul_gelu_fwd out", gel16, gel, nh), same16("matmul_gelu_fwd pre", pre16, pre, nh);
   b16->to_fp32(b16, pre, pre16, nh), b16->to_fp32(b16, gel, gel16, nh); /* the backward reads the stored values */
-  be->matmul_dgelu_bwd(be, dpre, dW, dB, g, gel, pre, W2, N, M, K);
-  b16->matmul_dgelu_bwd(b16, dpre16, dW16, dB16, gh, gel16, pre16, W2h, N, M, K);
+  be->matmul_dgelu_bwd(be, dpre, dW, dB, g, gel, pre, W2, N, M, K, 1);
+  b16->matmul_dgelu_bwd(b16, dpre16, dW16, dB16, gh, gel16, pre16, W2h, N, M, K, 1);
   same16("matmul_dgelu_bwd dpre", dpre16, dpre, nh), same32("matmul_dgelu_bwd dw", dW, dW16, nw);
   same32("matmul_dgelu_bwd dbias", dB, dB16, K);
   free(W2), free(W2h), free(pre), free(gel), free(dpre), free(dW), free(dB), free(dW16), free(dB16), free(pre16),
@@ -774,8 +833,8 @@ static void storage_norm_and_linear(void) {
   free(rs), free(rsr), free(rs16);
   /* backward: dinp (starting from d) accumulates into a 16-bit value */
   float *g = rand16((size_t)N * C, 1, &gh), *dw = fzeros(C), *db = fzeros(C), *dw16 = fzeros(C), *db16 = fzeros(C);
-  be->layernorm_bwd(be, d, dw, db, g, x, w, mean, rstd, N, C);
-  b16->layernorm_bwd(b16, dh, dw16, db16, gh, xh, wh, mean, rstd, N, C);
+  be->layernorm_bwd(be, d, dw, db, g, x, w, mean, rstd, N, C, 1);
+  b16->layernorm_bwd(b16, dh, dw16, db16, gh, xh, wh, mean, rstd, N, C, 1);
   same16("layernorm_bwd dinp (+=)", dh, d, (size_t)N * C), same32("layernorm_bwd dw", dw, dw16, C);
   same32("layernorm_bwd db", db, db16, C);
   /* matmul with bias, forward and backward */
@@ -787,8 +846,8 @@ static void storage_norm_and_linear(void) {
   be->matmul_fwd(be, out, x, W, B, N, C, M, M);
   b16->matmul_fwd(b16, out16, xh, Wh, Bh, N, C, M, M);
   same16("matmul_fwd", out16, out, (size_t)N * M);
-  be->matmul_bwd(be, dx, dW, dB, go, x, W, N, C, M, M);
-  b16->matmul_bwd(b16, dx16, dW16, dB16, Oh, xh, Wh, N, C, M, M);
+  be->matmul_bwd(be, dx, dW, dB, go, x, W, N, C, M, M, 1);
+  b16->matmul_bwd(b16, dx16, dW16, dB16, Oh, xh, Wh, N, C, M, M, 1);
   same16("matmul_bwd dinp", dx16, dx, (size_t)N * C), same32("matmul_bwd dw", dW, dW16, (size_t)M * C);
   same32("matmul_bwd dbias", dB, dB16, M);
   storage_mlp(N, C, M, x, xh, W, Wh, B, Bh, g, gh);
@@ -874,7 +933,7 @@ static void storage_elementwise(void) {
   float *m16 = fzeros(n), *v16 = fzeros(n);
   memcpy(p16, p, n * sizeof(float));
   uint16_t *pc = malloc(n * 2);
-  backend_adamw_args aa = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1, .step = 1};
+  backend_adamw_args aa = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .loss_scale = 1, .step = 1};
   be->adamw(be, p, NULL, gr, m, v, n, &aa), b16->adamw(b16, p16, pc, gr, m16, v16, n, &aa);
   same32("adamw master", p, p16, n), same16("adamw compute copy", pc, p, n);
   free(x), free(a), free(y), free(y16), free(xh), free(ah), free(wte), free(wpe), free(g), free(e),
@@ -920,7 +979,7 @@ static void check_row_stride(const backend *b) {
   void *gp = padded(g, N, M, L, es);
   for (int k = 0; k < 2; k++) {
     dx[k] = malloc((size_t)N * K * es), dw[k] = fzeros((size_t)M * K), db[k] = fzeros(M);
-    b->matmul_bwd(b, dx[k], dw[k], db[k], k ? gp : g, x, w, N, K, M, k ? L : M);
+    b->matmul_bwd(b, dx[k], dw[k], db[k], k ? gp : g, x, w, N, K, M, k ? L : M, 1);
   }
   T_CHECK(!memcmp(dx[0], dx[1], (size_t)N * K * es) && !memcmp(dw[0], dw[1], (size_t)M * K * 4) &&
               !memcmp(db[0], db[1], (size_t)M * 4),
@@ -982,7 +1041,7 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_residual_fwd] = test_residual,     [BACKEND_OP_accumulate] = test_residual,
     [BACKEND_OP_residual_layernorm_fwd] = test_residual_layernorm,
     [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,
-    [BACKEND_OP_sumsq] = test_adamw,               [BACKEND_OP_to_storage] = test_conversions,
+    [BACKEND_OP_reduce_sum] = test_reduce_sum,               [BACKEND_OP_to_storage] = test_conversions,
     [BACKEND_OP_to_fp32] = test_conversions,       [BACKEND_OP_kv_store] = test_kv_cache_all,
     [BACKEND_OP_attention_cached] = test_kv_cache_all, [BACKEND_OP_xent_part] = test_xent,
     [BACKEND_OP_xent_grad] = test_xent,            [BACKEND_OP_quant_encode] = test_quant_ops,

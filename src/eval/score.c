@@ -45,9 +45,10 @@ static void score_windows(infer_model *im, data_loader *d, uint64_t lo, uint64_t
     gpt_set_batch(m, 0, tok, tgt, b, T);
     gpt_forward(m, 0, b, T);
     gpt_loss(m, 0, b, T, 0.0f);
+    const float *loss = gpt_token_losses(m, b * T);
     for (int i = 0; i < b; i++) {
       double s = 0;
-      for (int t = 0; t < T; t++) s += m->losses_host[(size_t)i * T + t];
+      for (int t = 0; t < T; t++) s += loss[(size_t)i * T + t];
       nats[w - lo + (uint64_t)i] = s;
     }
     *bytes += text_bytes(&im->tok, tgt, (size_t)b * T);
@@ -143,7 +144,8 @@ void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_r
       if (argmax(row, m->s.V) != all.v[start + (size_t)t + 1]) r->greedy_ok = 0;
     }
     gpt_loss(m, 0, 1, T, 0.0f);
-    for (int t = first; t < T; t++) r->loglik -= m->losses_host[t];
+    const float *loss = gpt_token_losses(m, T);
+    for (int t = first; t < T; t++) r->loglik -= loss[t];
     free(row);
   }
   tok_ids_free(&all);

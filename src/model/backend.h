@@ -18,6 +18,7 @@
 #ifndef GREENLM_BACKEND_H
 #define GREENLM_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,9 +57,33 @@ typedef struct {
   float beta1, beta2; /* moment decays */
   float eps;
   float weight_decay; /* decoupled: p -= lr * weight_decay * p */
-  float grad_scale;   /* gradients are multiplied by this first (clipping) */
+  double loss_scale;  /* the gradients carry it (fp16's loss scaling; 1 otherwise): they are divided by it first */
+  double grad_clip;   /* with sums, > 0: the gradients' global norm is clipped to it (<= 0: no clipping) */
+  const double *sums; /* NULL, or backend memory: the step's {loss sum, gradients' sum of squares} (model.sums) */
   int step;           /* 1-based step, for bias correction */
 } backend_adamw_args;
+
+#ifdef __CUDACC__
+#define BACKEND_HOST_DEVICE __host__ __device__
+#else
+#define BACKEND_HOST_DEVICE
+#endif
+
+/* The factor AdamW multiplies the gradients by: 1 / loss_scale, and with sums also min(1, grad_clip / (norm +
+ * 1e-6)), norm = sqrt(sums[1]) / loss_scale the gradients' unscaled global norm; -1 when either sum is not finite:
+ * the update is skipped (an fp16 overflow, or a diverged run that the host ends). Evaluated by the backend where the
+ * sums are (device memory on a GPU), so a step's update is queued before the host reads them. */
+static inline BACKEND_HOST_DEVICE float backend_adamw_factor(const backend_adamw_args *a) {
+  if (!a->sums) return (float)(1.0 / a->loss_scale);
+  const double loss = a->sums[0], ss = a->sums[1];
+  if (!isfinite(loss) || !isfinite(ss)) return -1.0f;
+  double c = 1.0;
+  if (a->grad_clip > 0.0) {
+    c = a->grad_clip / (sqrt(ss) / a->loss_scale + 1e-6);
+    c = c < 1.0 ? c : 1.0;
+  }
+  return (float)(c / a->loss_scale);
+}
 
 /* The largest shapes a backend instance will be asked to compute on: its workspaces are planned
  * (and allocated by prepare) from these, so the dry run's memory plan is exact. */
@@ -98,11 +123,12 @@ typedef struct backend backend;
     (const backend *be, void *res, void *out, float *mean, float *rstd, const void *a, const void *b, const void *w,   \
      const void *bias, int N, int C, float eps),                                                                      \
     (res, out, mean, rstd, a, b, w, bias, N, C, eps))                                                                  \
-  /* dinp S (N,C) +=, dw F (C) +=, db F (C) +=;  dout inp S (N,C), w S (C), mean rstd F (N) */                         \
+  /* dinp S (N,C) +=, dw F (C) +=, db F (C) += (dw, db overwritten when acc = 0: a step's first backward pass writes \
+   * the parameters' gradients instead of a pass zeroing them);  dout inp S (N,C), w S (C), mean rstd F (N) */         \
   X(layernorm_bwd,                                                                                                     \
     (const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,            \
-     const float *mean, const float *rstd, int N, int C),                                                              \
-    (dinp, dw, db, dout, inp, w, mean, rstd, N, C))                                                                    \
+     const float *mean, const float *rstd, int N, int C, int acc),                                                     \
+    (dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc))                                                               \
   /* out S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M); bias may be NULL. out's rows are ldo >= M elements apart \
    * (the LM head pads them to a multiple of 128: aligned rows for the tensor cores); columns M..ldo-1 are left     \
    * undefined and never read */                                                                                    \
@@ -111,11 +137,11 @@ typedef struct backend backend;
     (out, inp, w, bias, N, K, M, ldo))                                                                                 \
   /* dinp S (N,K) = dout S (N,M) @ w S (M,K) (overwritten; skipped when NULL);                                         \
    * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL); dout's rows are ldo  \
-   * >= M elements apart */                                                                                            \
+   * >= M elements apart. acc = 0: dw and dbias are overwritten instead (a GEMM with beta = 0) */                      \
   X(matmul_bwd,                                                                                                        \
     (const backend *be, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,  \
-     int K, int M, int ldo),                                                                                           \
-    (dinp, dw, dbias, dout, inp, w, N, K, M, ldo))                                                                     \
+     int K, int M, int ldo, int acc),                                                                                  \
+    (dinp, dw, dbias, dout, inp, w, N, K, M, ldo, acc))                                                                \
   /* Causal self-attention on qkv S (B,T,3C) = [q | k | v], head h in columns h*C/H..(h+1)*C/H of each.               \
    * window <= 0: global (query i sees keys j <= i); else local (i - window < j <= i).                                 \
    * out S (B,T,C) = softmax(scale * q k^T) v per head; lse F (B,H,T) the log-sum-exp of each row.                     \
@@ -137,11 +163,12 @@ typedef struct backend backend;
     (out, pre, inp, w, bias, N, K, M))                                                                                 \
   /* The backward of the MLP's second linear layer, whose input is inp = gelu_new(pre), through the activation:       \
    * dpre S (N,K) = (dout S (N,M) @ w S (M,K)) * gelu_new'(pre S (N,K)), the product as computed (overwritten);        \
-   * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL) */                   \
+   * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL); both overwritten    \
+   * when acc = 0 */                                                                                                   \
   X(matmul_dgelu_bwd,                                                                                                  \
     (const backend *be, void *dpre, float *dw, float *dbias, const void *dout, const void *inp, const void *pre,        \
-     const void *w, int N, int K, int M),                                                                              \
-    (dpre, dw, dbias, dout, inp, pre, w, N, K, M))                                                                     \
+     const void *w, int N, int K, int M, int acc),                                                                     \
+    (dpre, dw, dbias, dout, inp, pre, w, N, K, M, acc))                                                                \
   /* out S (n) = a S + b S (the residual connection; its backward is accumulate) */                                    \
   X(residual_fwd, (const backend *be, void *out, const void *a, const void *b, size_t n), (out, a, b, n))             \
   /* dst S (n) += src S */                                                                                             \
@@ -166,13 +193,15 @@ typedef struct backend backend;
     (const backend *be, void *logits, const float *lse, const int32_t *targets, int N, int nv, int v0, int ld,         \
      float dscale),                                                                                                    \
     (logits, lse, targets, N, nv, v0, ld, dscale))                                                                     \
-  /* AdamW (PyTorch's formulation) on n master parameters p F with gradients g F and moments m, v F;                   \
-   * the compute copy pc S (n) is written from the updated p (skipped when NULL: fp32 storage). */                     \
+  /* AdamW (PyTorch's formulation) on n master parameters p F with gradients g F times backend_adamw_factor(a) and    \
+   * moments m, v F (nothing changes when that is -1); the compute copy pc S (n) is written from the updated p        \
+   * (skipped when NULL: fp32 storage). */                                                                            \
   X(adamw, (const backend *be, float *p, void *pc, const float *g, float *m, float *v, size_t n,                        \
             const backend_adamw_args *a),                                                                              \
     (p, pc, g, m, v, n, a))                                                                                            \
-  /* *out (host memory) = sum of squares of x F (n), accumulated in double */                                          \
-  X(sumsq, (const backend *be, double *out, const float *x, size_t n), (out, x, n))                                   \
+  /* *acc D (one double in backend memory) += the sum of x F (n), of its squares when square, accumulated in double   \
+   * in an order fixed by n: a step's loss and gradient norm stay in backend memory until the host reads them once */ \
+  X(reduce_sum, (const backend *be, double *acc, const float *x, size_t n, int square), (acc, x, n, square))          \
   /* dst S (n) = src F (n) rounded to the storage type (compute copies of parameters) */                               \
   X(to_storage, (const backend *be, void *dst, const float *src, size_t n), (dst, src, n))                            \
   /* dst F (n) = src S (n) (logits for sampling, tensors for tests) */                                                 \
@@ -226,6 +255,10 @@ struct backend {
   void (*free)(const backend *be, void *p);
   void (*to_device)(const backend *be, void *dst, const void *src, size_t bytes);
   void (*to_host)(const backend *be, void *dst, const void *src, size_t bytes);
+  /* to_device queued in order with the ops (a GPU copies on its stream while the host goes on): src must stay
+   * unchanged until the next sync or synchronous copy when it is host_alloc memory (other host memory may change as
+   * soon as this returns) */
+  void (*to_device_async)(const backend *be, void *dst, const void *src, size_t bytes);
   void (*zero)(const backend *be, void *p, size_t bytes);
   void (*copy)(const backend *be, void *dst, const void *src, size_t bytes); /* within backend memory */
   void (*sync)(const backend *be);

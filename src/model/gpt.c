@@ -265,6 +265,10 @@ static backend_shape op_shape(const gpt_shape *s, int B, int T, gpt_part part) {
   return (backend_shape){.B = B, .T = T, .C = s->C, .H = d.Hl, .F = d.Fl, .V = d.nv};
 }
 
+/* The losses (B*T floats) and after them, 8-byte aligned, the step's two sums: one allocation */
+static size_t loss_offset(int B, int T) { return ((size_t)B * T * sizeof(float) + 7) / 8 * 8; }
+static size_t loss_bytes(int B, int T) { return loss_offset(B, T) + 2 * sizeof(double); }
+
 gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, gpt_part part) {
   act_layout a = plan_acts(s, be, B, T, part);
   backend_shape sh = op_shape(s, B, T, part);
@@ -274,8 +278,8 @@ gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, 
   m.compute = be->storage == BACKEND_FP32 ? 0 : n * backend_dtype_size(be->storage);
   m.grads = part.inference ? 0 : m.params;
   m.acts = part.inference ? 0 : a.total;
-  /* tokens and targets per slot, losses */
-  m.io = part.inference ? 0 : (size_t)B * T * (2 * sizeof(int32_t) * (size_t)part.nslots + sizeof(float));
+  /* tokens and targets per slot, losses and the step's sums */
+  m.io = part.inference ? 0 : (size_t)B * T * 2 * sizeof(int32_t) * (size_t)part.nslots + loss_bytes(B, T);
   m.work = part.inference ? 0 : be->workspace_bytes(be, &sh);
   m.total = m.params + m.compute + m.grads + m.acts + m.io + m.work;
   return m;
@@ -334,7 +338,8 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
     m->acts = be->alloc(be, m->mem.acts);
     m->tokens = be->alloc(be, nio * sizeof(int32_t));
     m->targets = be->alloc(be, nio * sizeof(int32_t));
-    m->losses = be->alloc(be, (size_t)B * T * sizeof(float));
+    m->losses = be->alloc(be, loss_bytes(B, T));
+    m->sums = (double *)((char *)m->losses + loss_offset(B, T));
     m->losses_host = be->host_alloc(be, (size_t)B * T * sizeof(float)); /* pinned on a GPU */
     if (m->tp > 1) {
       size_t most = (size_t)(s->V + m->tp - 1) / (size_t)m->tp + 1, N2 = 2 * (size_t)B * T;
@@ -492,8 +497,8 @@ void gpt_set_batch(gpt_model *m, int slot, const int32_t *tokens, const int32_t 
   UTIL_CHECK(!m->inference && B <= m->B && T <= m->T, NULL, "internal: batch (%d,%d) exceeds the planned (%d,%d)%s", B,
              T, m->B, m->T, m->inference ? " (an inference model plans none)" : "");
   size_t at = (size_t)slot * m->B * m->T, n = (size_t)B * T * sizeof(int32_t);
-  if (tokens) m->be->to_device(m->be, m->tokens + at, tokens, n);
-  if (targets) m->be->to_device(m->be, m->targets + at, targets, n);
+  if (tokens) m->be->to_device_async(m->be, m->tokens + at, tokens, n);
+  if (targets) m->be->to_device_async(m->be, m->targets + at, targets, n);
 }
 
 /* Tensor parallelism: buf S (n) := its sum over the tensor ranks, taken in fp32 (Megatron's g in the
@@ -622,25 +627,30 @@ static void loss_parallel(gpt_model *m, int slot, int N, float dscale) {
     be->to_device(be, lse, lse_h, (size_t)N * sizeof(float));
     be->xent_grad(be, logits, lse, targets, N, m->d.nv, m->d.v0, m->d.ldv, dscale);
   }
-  memcpy(m->losses_host, all, (size_t)N * sizeof(float));
+  be->to_device(be, m->losses, all, (size_t)N * sizeof(float));
 }
 
-double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale) {
+void gpt_loss(gpt_model *m, int slot, int B, int T, float dscale) {
   const int N = B * T;
-  if (m->tp > 1) {
+  if (m->tp > 1)
     loss_parallel(m, slot, N, dscale);
-  } else {
+  else
     m->be->xent_fwd_bwd(m->be, m->losses, gpt_logits(m, slot), m->targets + (size_t)slot * m->B * m->T, N, m->s.V,
                         m->d.ldv, dscale);
-    m->be->to_host(m->be, m->losses_host, m->losses, (size_t)N * sizeof(float));
-  }
-  double sum = 0.0;
-  for (int i = 0; i < N; i++) sum += m->losses_host[i];
-  return sum;
+  m->be->reduce_sum(m->be, m->sums, m->losses, (size_t)N, 0);
 }
 
+const float *gpt_token_losses(gpt_model *m, int N) {
+  m->be->to_host(m->be, m->losses_host, m->losses, (size_t)N * sizeof(float));
+  return m->losses_host;
+}
+
+void gpt_sums_clear(gpt_model *m) { m->be->zero(m->be, m->sums, 2 * sizeof(double)); }
+
+void gpt_sums_read(const gpt_model *m, double out[2]) { m->be->to_host(m->be, out, m->sums, 2 * sizeof(double)); }
+
 /* The head's backward pass: from the logits' gradient into dres (N,C), the head's gradients. */
-static void head_backward(gpt_model *m, const act_layout *a, int slot, int N) {
+static void head_backward(gpt_model *m, const act_layout *a, int slot, int N, int acc) {
   const backend *be = m->be;
   const int C = m->s.C;
   void *x = res_at(m, a, slot, m->layer_hi - m->layer_lo, (size_t)N), *dres = arena(m, a->dres),
@@ -648,12 +658,12 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N) {
   char *base = slot_base(m, a, slot);
   /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf (the shard's vocabulary rows; dlnf summed over them) */
   be->matmul_bwd(be, dsmall, grad_of(m, "transformer.wte.weight"), NULL, base + a->logits, base + a->lnf,
-                 param_of(m, "transformer.wte.weight"), N, C, m->d.nv, m->d.ldv);
+                 param_of(m, "transformer.wte.weight"), N, C, m->d.nv, m->d.ldv, acc);
   tp_sum(m, a, dsmall, (size_t)N * C);
   be->zero(be, dres, (size_t)N * C * backend_dtype_size(be->storage));
   be->layernorm_bwd(be, dres, grad_of(m, "transformer.ln_f.weight"), grad_of(m, "transformer.ln_f.bias"), dsmall, x,
                     param_of(m, "transformer.ln_f.weight"), (float *)(base + a->lnf_mean),
-                    (float *)(base + a->lnf_rstd), N, C);
+                    (float *)(base + a->lnf_rstd), N, C, acc);
 }
 
 void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {
@@ -663,8 +673,10 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
   const size_t es = backend_dtype_size(be->storage);
   act_layout a = layout(m);
   void *dres = arena(m, a.dres), *dsmall = arena(m, a.dsmall), *dbig = arena(m, a.dbig), *scratch = arena(m, a.scratch);
+  const int acc = !m->grads_unset; /* the first pass after gpt_zero_grad writes, later ones add */
+  m->grads_unset = 0;
   if (m->has_head) {
-    head_backward(m, &a, slot, N);
+    head_backward(m, &a, slot, N, acc);
     if (hook) hook(ctx, GPT_HOOK_HEAD);
   }
   /* without the head, dres holds the gradient received from the next stage */
@@ -677,17 +689,17 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
     void *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
     /* MLP: dres is d(block output), the same on every tensor rank (so are the replicated biases' gradients) */
-    be->matmul_dgelu_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, ba.fc, p.proj_w, N, F, C); /* dfc (N,Fl) */
-    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F, F);    /* dln2 (N,C), partial */
+    be->matmul_dgelu_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, ba.fc, p.proj_w, N, F, C, acc); /* dfc (N,Fl) */
+    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F, F, acc); /* dln2 (N,C), partial */
     tp_sum(m, &a, dsmall, (size_t)N * C);
-    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C);
+    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C, acc);
     /* attention: dres is now d(mid) */
-    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, Cl, C, C); /* datt (N,Cl) */
+    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, Cl, C, C, acc); /* datt (N,Cl) */
     be->attention_bwd(be, dbig, dsmall, ba.att, ba.lse, ba.qkv, scratch, B, T, Cl, m->d.Hl, s->window[l],
                       s->attn_scale);                                           /* dqkv (N,3Cl) */
-    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * Cl, 3 * Cl); /* dln1 (N,C), partial */
+    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * Cl, 3 * Cl, acc); /* dln1, partial */
     tp_sum(m, &a, dsmall, (size_t)N * C);
-    be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C);
+    be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C, acc);
     if (hook) hook(ctx, l);
   }
   if (m->has_embed) {
@@ -697,6 +709,17 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
   }
 }
 
+/* The gradients no op overwrites: the embedding's, which embed_bwd adds row by row (wte's only where no head on this
+ * rank writes it first); zeroed. */
+static void zero_added(gpt_model *m, const char *name) {
+  const gpt_tensor *t = gpt_find_tensor(m, name);
+  if (t) m->be->zero(m->be, m->grads + t->offset, t->numel * sizeof(float));
+}
+
 void gpt_zero_grad(gpt_model *m) {
-  if (m->grads) m->be->zero(m->be, m->grads, m->nparams * sizeof(float));
+  if (!m->grads) return;
+  m->grads_unset = 1;
+  if (!m->has_embed) return;
+  zero_added(m, "transformer.wpe.weight");
+  if (!m->has_head) zero_added(m, "transformer.wte.weight");
 }

@@ -135,12 +135,14 @@ typedef struct {
   int ntensors;
   size_t nparams;
   float *params, *grads; /* backend memory, (nparams) each */
+  int grads_unset;       /* gpt_zero_grad was called: the next backward pass writes the gradients, not adds */
   void *cparams;         /* backend memory: the compute copy (nparams in the storage type); = params at fp32 */
 
   void *acts;        /* backend memory: nslots activation slots, then the shared gradient buffers */
   int32_t *tokens;   /* backend memory (nslots, B, T) */
   int32_t *targets;  /* backend memory (nslots, B, T) */
-  float *losses;     /* backend memory (B,T) */
+  float *losses;     /* backend memory (B,T): the last gpt_loss's token losses */
+  double *sums;      /* backend memory: the step's {sum of token losses (gpt_loss adds), gradients' sum of squares} */
   float *losses_host;
   gpt_memory mem;
 } gpt_model;
@@ -206,10 +208,15 @@ void gpt_forward(gpt_model *m, int slot, int B, int T);
 void *gpt_logits(const gpt_model *m, int slot);
 /* Row `row` (of B*T) of those logits, in fp32, into host memory (V floats). */
 void gpt_logits_row(const gpt_model *m, int slot, size_t row, float *host);
-/* Cross-entropy of the slot's logits against its targets: returns the sum of the B*T token
- * losses. When dscale != 0 the logits are replaced by the gradient of dscale * (sum of losses),
- * ready for gpt_backward. */
-double gpt_loss(gpt_model *m, int slot, int B, int T, float dscale);
+/* Cross-entropy of the slot's logits against its targets: the B*T token losses into m->losses, their sum added to
+ * m->sums[0], both in backend memory (nothing waits for the device). When dscale != 0 the logits are replaced by the
+ * gradient of dscale * (sum of losses), ready for gpt_backward. */
+void gpt_loss(gpt_model *m, int slot, int B, int T, float dscale);
+/* The last gpt_loss's N token losses, copied into host memory (waits for the device). */
+const float *gpt_token_losses(gpt_model *m, int N);
+/* m->sums := 0 (queued); and the sums read into host memory (waits for the device). */
+void gpt_sums_clear(gpt_model *m);
+void gpt_sums_read(const gpt_model *m, double out[2]);
 
 /* The gradient flowing into the last held block's output (B,T,C): a stage without the head
  * receives it here before gpt_backward. */
@@ -224,8 +231,11 @@ void *gpt_grad_input(const gpt_model *m);
 enum { GPT_HOOK_EMBED = -1, GPT_HOOK_HEAD = -2 };
 typedef void (*gpt_hook)(void *ctx, int what);
 
-/* Backward pass of a slot's micro-batch: adds its gradients into m->grads. */
+/* Backward pass of a slot's micro-batch: adds its gradients into m->grads (the first pass after gpt_zero_grad
+ * writes them: the GEMMs' and column sums' outputs overwrite, so no pass over all gradients zeroes them). */
 void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx);
+/* The gradients are zero from here on: the embedding's are zeroed now, every other one is written by the next
+ * gpt_backward (read none before it). */
 void gpt_zero_grad(gpt_model *m);
 
 #endif

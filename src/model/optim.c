@@ -30,19 +30,16 @@ double optim_lr(const cfg_training *t, long step) {
   return t->min_lr + 0.5 * (1.0 + cos(3.14159265358979323846 * p)) * (t->lr - t->min_lr);
 }
 
-double optim_clip_scale(const cfg_training *t, double grad_norm) {
-  if (t->grad_clip <= 0.0) return 1.0;
-  double c = t->grad_clip / (grad_norm + 1e-6);
-  return c < 1.0 ? c : 1.0;
-}
-
-void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long step, double lr, double grad_scale) {
+void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long step, double lr, double loss_scale,
+                      const double *sums) {
   backend_adamw_args a = {
       .lr = (float)lr,
       .beta1 = (float)t->beta1,
       .beta2 = (float)t->beta2,
       .eps = (float)t->adam_eps,
-      .grad_scale = (float)grad_scale,
+      .loss_scale = loss_scale,
+      .grad_clip = t->grad_clip,
+      .sums = sums,
       .step = (int)(step + 1),
   };
   /* each tensor's part of [lo, hi), consecutive tensors with the same decay in one call */

@@ -28,12 +28,12 @@ size_t optim_bytes(size_t n);
  * (cosine, linear or constant) to min_lr at decay_steps, min_lr afterwards. */
 double optim_lr(const cfg_training *t, long step);
 
-/* Clip factor for a global gradient norm (1 when clipping is off or not needed). */
-double optim_clip_scale(const cfg_training *t, double grad_norm);
-
-/* One AdamW step at 0-based `step` on the optimizer's range, learning rate lr, gradients scaled by
- * grad_scale. */
-void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long step, double lr, double grad_scale);
+/* One AdamW step at 0-based `step` on the optimizer's range, learning rate lr, on gradients that carry loss_scale.
+ * sums (backend memory, m->sums): the step's {loss sum, gradients' global sum of squares}, read by the backend: the
+ * gradients are clipped to t->grad_clip by their norm and the update skipped when a sum is not finite
+ * (backend_adamw_factor), without the host waiting for them. */
+void optim_adamw_step(optim_state *o, gpt_model *m, const cfg_training *t, long step, double lr, double loss_scale,
+                      const double *sums);
 
 /* Dynamic loss scaling for fp16 GEMMs (the scheme of torch.cuda.amp.GradScaler): the loss gradient
  * is multiplied by `scale` so that small gradients survive fp16's range; the optimizer divides it

@@ -238,21 +238,17 @@ static int counted(const grad_exchange *g, int i) {
   return gpt_tensor_owned(g->model, &g->model->tensors[i]);
 }
 
-double grad_sumsq(const grad_exchange *g) {
+void grad_sumsq(const grad_exchange *g, double *acc) {
   const gpt_model *m = g->model;
-  double s = 0.0;
   for (int i = 0; i < m->ntensors;) { /* runs of counted tensors, clipped to this rank's own range */
     int j = i;
     while (j < m->ntensors && counted(g, j) == counted(g, i)) j++;
     size_t lo = m->tensors[i].offset, hi = m->tensors[j - 1].offset + m->tensors[j - 1].numel;
     lo = lo > g->own_lo ? lo : g->own_lo;
     hi = hi < g->own_hi ? hi : g->own_hi;
-    double part = 0.0;
-    if (counted(g, i) && hi > lo) m->be->sumsq(m->be, &part, m->grads + lo, hi - lo);
-    s += part;
+    if (counted(g, i) && hi > lo) m->be->reduce_sum(m->be, acc, m->grads + lo, hi - lo, 1);
     i = j;
   }
-  return s;
 }
 
 void grad_gather_params(grad_exchange *g) {

@@ -55,9 +55,9 @@ void grad_begin(grad_exchange *g, long step);
 void grad_hook(void *g, int what);
 /* Reduce what is left and wait: afterwards this rank's own range holds the summed gradients. */
 void grad_finish(grad_exchange *g);
-/* Sum of squares of this rank's piece of the summed gradients; summed over all ranks of the job,
- * it counts every parameter of the model once (the tied embedding once). */
-double grad_sumsq(const grad_exchange *g);
+/* *acc (one double in backend memory) += the sum of squares of this rank's piece of the summed gradients; summed
+ * over all ranks of the job, it counts every parameter of the model once (the tied embedding once). */
+void grad_sumsq(const grad_exchange *g, double *acc);
 /* After the optimizer step: with ZeRO-1, all-gather the updated parameters. */
 void grad_gather_params(grad_exchange *g);
 /* The compressed exchange's adaptive levels (checkpoints): their count (0: none), and restoring them. */

@@ -22,9 +22,9 @@ void pipe_init(pipe_state *p, const par_layout *lay, gpt_model *m, int B, int T)
   p->model = m;
   p->B = B;
   p->T = T;
-  /* pinned where the backend has devices: the copies to the device go straight from them */
-  p->tokens = m->be->host_alloc(m->be, (size_t)B * T * sizeof(int32_t));
-  p->targets = m->be->host_alloc(m->be, (size_t)B * T * sizeof(int32_t));
+  /* pinned where the backend has devices: the copies to the device go straight from them, queued */
+  p->tokens = m->be->host_alloc(m->be, (size_t)PIPE_BATCH_BUFS * B * T * sizeof(int32_t));
+  p->targets = m->be->host_alloc(m->be, (size_t)PIPE_BATCH_BUFS * B * T * sizeof(int32_t));
   gpt_part part = gpt_model_part(m);
   size_t nb = pipe_bytes(&m->s, part, B, T, elem_bytes(m));
   p->bsend = nb ? m->be->alloc(m->be, nb) : NULL;
@@ -58,16 +58,25 @@ static void timed_wait(pipe_state *p, MPI_Request *r) {
   p->st.wait_s += util_now() - t0;
 }
 
+/* A pass that began at t0 is queued: with pipeline stages it is waited for and timed (the bubble's figure needs
+ * it); a single stage goes on without waiting (pipe_train_step waits once and times the whole schedule). */
+static void staged(pipe_state *p, double t0) {
+  if (p->lay->P == 1) return;
+  p->model->be->sync(p->model->be);
+  p->st.compute_s += util_now() - t0;
+}
+
 /* Micro-batch k forward: receive or read its input, run the stage, pass it on. */
-static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_batch_fn batch, void *bctx) {
+static void forward(pipe_state *p, int k, int B, int T, float dscale, pipe_batch_fn batch, void *bctx) {
   gpt_model *m = p->model;
   const int slot = k % m->nslots, stage = p->lay->stage, rows = B * T;
   const size_t n = (size_t)rows * (size_t)m->s.C, bytes = n * elem_bytes(m);
-  double loss = 0.0;
   timed_wait(p, &p->fsend[slot]); /* the slot's output is about to be overwritten */
   if (m->has_embed || m->has_head) {
-    batch(bctx, k, p->tokens, p->targets);
-    gpt_set_batch(m, slot, m->has_embed ? p->tokens : NULL, m->has_head ? p->targets : NULL, B, T);
+    if (p->nfilled == PIPE_BATCH_BUFS) m->be->sync(m->be), p->nfilled = 0; /* every queued copy has left */
+    const size_t at = (size_t)p->nfilled++ * p->B * p->T;
+    batch(bctx, k, p->tokens + at, p->targets + at);
+    gpt_set_batch(m, slot, m->has_embed ? p->tokens + at : NULL, m->has_head ? p->targets + at : NULL, B, T);
   }
   if (!m->has_embed) {
     MPI_Request r;
@@ -78,15 +87,13 @@ static double forward(pipe_state *p, int k, int B, int T, float dscale, pipe_bat
   }
   double t0 = util_now();
   gpt_forward(m, slot, B, T);
-  if (m->has_head) loss = gpt_loss(m, slot, B, T, dscale);
-  m->be->sync(m->be);
-  p->st.compute_s += util_now() - t0;
+  if (m->has_head) gpt_loss(m, slot, B, T, dscale);
+  staged(p, t0);
   if (!m->has_head) {
     void *buf = comm_stage_send(&p->fst, (size_t)slot * p->B * p->T * m->s.C, gpt_output(m, slot, B, T), n);
     MPI_Isend(buf, rows, p->row, stage + 1, tag(k, TAG_FWD), p->lay->pipe, &p->fsend[slot]);
     p->st.bytes += (double)bytes;
   }
-  return loss;
 }
 
 /* Micro-batch k backward: receive the output gradient, run the stage, send the input gradient. */
@@ -103,8 +110,7 @@ static void backward(pipe_state *p, int k, gpt_hook hook, void *hctx) {
   }
   double t0 = util_now();
   gpt_backward(m, slot, p->B, p->T, hook, hctx);
-  m->be->sync(m->be);
-  p->st.compute_s += util_now() - t0;
+  staged(p, t0);
   if (!m->has_embed) {
     timed_wait(p, &p->bsend_req);
     m->be->copy(m->be, p->bsend, gpt_grad_input(m), bytes);
@@ -119,30 +125,35 @@ static void drain(pipe_state *p) {
   timed_wait(p, &p->bsend_req);
 }
 
-double pipe_train_step(pipe_state *p, int nmicro, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook,
-                       void *hctx) {
+void pipe_train_step(pipe_state *p, int nmicro, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook,
+                     void *hctx) {
   const int P = p->lay->P, s = p->lay->stage;
   const int warm = P - s - 1 < nmicro ? P - s - 1 : nmicro;
-  double loss = 0.0;
+  const double t0 = util_now();
   int f = 0, b = 0; /* next forward, next backward */
-  for (; f < warm; f++) loss += forward(p, f, p->B, p->T, dscale, batch, bctx);
+  for (; f < warm; f++) forward(p, f, p->B, p->T, dscale, batch, bctx);
   while (f < nmicro) { /* steady state: one forward, one backward */
-    loss += forward(p, f++, p->B, p->T, dscale, batch, bctx);
+    forward(p, f++, p->B, p->T, dscale, batch, bctx);
     backward(p, b, b == nmicro - 1 ? hook : NULL, hctx);
     b++;
   }
   for (; b < nmicro; b++) backward(p, b, b == nmicro - 1 ? hook : NULL, hctx); /* cool-down */
   drain(p);
-  return loss;
+  if (P == 1) { /* queued without a wait between passes: one wait, and the schedule's time */
+    p->model->be->sync(p->model->be);
+    p->st.compute_s += util_now() - t0;
+  }
 }
 
 double pipe_eval(pipe_state *p, int n, pipe_batch_fn batch, void *bctx) {
-  double loss = 0.0;
+  gpt_sums_clear(p->model);
   for (int k = 0; k < n; k++) {
-    loss += forward(p, k, p->B, p->T, 0.0f, batch, bctx);
+    forward(p, k, p->B, p->T, 0.0f, batch, bctx);
     drain(p); /* forward-only: a slot is free again as soon as its activations left */
   }
-  return loss;
+  double sums[2];
+  gpt_sums_read(p->model, sums);
+  return sums[0];
 }
 
 void pipe_forward_one(pipe_state *p, const int32_t *tokens, int t, float *logits) {

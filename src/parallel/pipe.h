@@ -15,8 +15,10 @@
 #include "model/gpt.h"
 #include "parallel/par.h"
 
+enum { PIPE_BATCH_BUFS = 8 }; /* micro-batches whose tokens may be on their way to the device at once */
+
 typedef struct {
-  double compute_s; /* forward and backward passes */
+  double compute_s; /* forward and backward passes (one stage: the whole schedule, with the batches' reading) */
   double wait_s;    /* waiting for neighbours' activations or gradients (the bubble) */
   double bytes;     /* payload bytes sent to neighbours */
 } pipe_stats;
@@ -28,7 +30,9 @@ typedef struct {
   const par_layout *lay;
   gpt_model *model;
   int B, T;
-  int32_t *tokens, *targets; /* host (B,T) */
+  int32_t *tokens, *targets; /* pinned host (PIPE_BATCH_BUFS,B,T): a micro-batch's buffer stays unchanged while its
+                                copy to the device is queued */
+  int nfilled;               /* buffers filled since the last wait for the device */
   float *bsend;              /* backend (B,T,C): gradient sent to the previous stage */
   MPI_Request *fsend;        /* (nslots) activation sends in flight */
   MPI_Request bsend_req;
@@ -44,12 +48,14 @@ size_t pipe_bytes(const gpt_shape *s, gpt_part part, int B, int T, size_t esize)
 void pipe_free(pipe_state *p);
 
 /* Forward and backward passes of the step's nmicro micro-batches (1F1B). The loss gradient is scaled by
- * dscale; `hook` is passed to the backward pass of the last micro-batch (gradient exchange).
- * Returns the sum of token losses of this replica on the last stage, 0 elsewhere. */
-double pipe_train_step(pipe_state *p, int nmicro, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook, void *hctx);
+ * dscale; `hook` is passed to the backward pass of the last micro-batch (gradient exchange). The last stage adds
+ * the sum of token losses of this replica to model->sums[0] (backend memory). A single stage queues the whole
+ * schedule and waits once at its end; pipeline stages wait after each pass, for the bubble's figure. */
+void pipe_train_step(pipe_state *p, int nmicro, float dscale, pipe_batch_fn batch, void *bctx, gpt_hook hook,
+                     void *hctx);
 
-/* Forward passes only, of n micro-batches of (B,T) (evaluation). Returns the sum of token losses
- * on the last stage, 0 elsewhere. */
+/* Forward passes only, of n micro-batches of (B,T) (evaluation; model->sums is cleared first). Returns the sum of
+ * token losses on the last stage, 0 elsewhere. */
 double pipe_eval(pipe_state *p, int n, pipe_batch_fn batch, void *bctx);
 
 /* One forward pass of a single sequence of t tokens (sampling): on the last stage the logits of
