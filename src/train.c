@@ -457,6 +457,29 @@ static void log_validation(train_job *j) {
 
 /* ---- the step loop ------------------------------------------------------------------------------- */
 
+/* Rank 0, with &data trace_windows: windows.csv, appended to when the run continues, else begun anew;
+ * NULL (with a warning) where it cannot be written, or without the key. */
+static FILE *trace_open(const train_job *j) {
+  if (j->rank != 0 || !j->cfg->data.trace_windows) return NULL;
+  char path[UTIL_PATH_MAX];
+  util_snprintf(path, sizeof path, "%s/windows.csv", j->cfg->job.run_dir);
+  FILE *fp = fopen(path, j->resuming ? "a" : "w");
+  if (!fp) fprintf(stderr, "greenlm: warning: %s: %s: &data trace_windows writes nothing\n", path, strerror(errno));
+  else if (ftell(fp) == 0) fprintf(fp, "step,position,dataset,window,token\n");
+  return fp;
+}
+
+/* The windows of step `step` (1-based) as rows of windows.csv. */
+static void trace_step(const train_job *j, FILE *fp, long step) {
+  if (!fp) return;
+  const data_loader *d = &j->t->data;
+  for (long i = 0; i < j->t->G; i++) {
+    int s = data_window_set(d, j->t->win[i]);
+    uint64_t w = j->t->win[i] - d->set[s].first;
+    fprintf(fp, "%ld,%ld,%d,%llu,%llu\n", step, i, s, (unsigned long long)w, (unsigned long long)w * (uint64_t)d->T);
+  }
+}
+
 /* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
 typedef struct {
   double time, tokens, steps, compute, bubble, exchange, bytes, tensor; /* tensor: the tensor ranks' sums */
@@ -543,8 +566,8 @@ static int checkpoint_if_due(train_job *j, int stop, int last, int sig, double *
 }
 
 /* Steps from j->start to &training max_steps, or to the first stop (divergence, time limit,
- * signal, failed checkpoint). Returns the exit status so far. */
-static int step_loop(train_job *j, err_list *errs) {
+ * signal, failed checkpoint), their windows into trace (may be NULL). Returns the exit status so far. */
+static int steps(train_job *j, FILE *trace, err_list *errs) {
   const cfg_training *tc = &j->cfg->training;
   trainer *t = j->t;
   train_window w = {0};
@@ -557,6 +580,7 @@ static int step_loop(train_job *j, err_list *errs) {
     trainer_step_info info;
     watchdog_step(step + 1);
     int res = trainer_step(t, step, &info);
+    trace_step(j, trace, step + 1);
     j->last_loss = info.loss;
     if (res != 0) {
       if (j->rank == 0) {
@@ -604,6 +628,14 @@ static int step_loop(train_job *j, err_list *errs) {
   }
   return TRAIN_OK;
 }
+/* The steps, with &data trace_windows' file open around them. */
+static int step_loop(train_job *j, err_list *errs) {
+  FILE *trace = trace_open(j);
+  int rc = steps(j, trace, errs);
+  if (trace) fclose(trace);
+  return rc;
+}
+
 static json_t *verdict_json(const train_job *r, const char *status, long steps, double wall, double train_time,
                             double train_loss, double val_loss, double tokens0, double tokens, uint64_t param_hash,
                             size_t nparams) {

@@ -411,8 +411,7 @@ long data_peek_windows(const data_loader *d, long G, uint64_t *win) {
   return i;
 }
 
-/* The dataset window id w (the blend's numbering) belongs to. */
-static int set_of(const data_loader *d, uint64_t w) {
+int data_window_set(const data_loader *d, uint64_t w) {
   int s = d->nsets - 1;
   while (s > 0 && w < d->set[s].first) s--;
   return s;
@@ -420,7 +419,7 @@ static int set_of(const data_loader *d, uint64_t w) {
 
 void data_prefetch(const data_loader *d, const uint64_t *win, long n) {
   for (long i = 0; i < n; i++) {
-    const data_set *b = &d->set[set_of(d, win[i])];
+    const data_set *b = &d->set[data_window_set(d, win[i])];
     const data_file *f = &b->file;
     if (f->fd < 0) continue;
     off_t at = (off_t)f->tok_off + (off_t)((win[i] - b->first) * (uint64_t)d->T) * f->tok_bytes;
@@ -461,7 +460,7 @@ static void read_windows(data_file *f, const uint64_t *w, int n, int T, int32_t 
 void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens, int32_t *targets) {
   uint64_t w;
   for (int i = 0; i < n; i++) { /* window by window: a step's windows come from any of the datasets */
-    int s = set_of(d, win[i]);
+    int s = data_window_set(d, win[i]);
     w = win[i] - d->set[s].first;
     read_windows(&d->set[s].file, &w, 1, d->T, tokens + (size_t)i * d->T, targets + (size_t)i * d->T);
   }

@@ -128,6 +128,9 @@ void data_prefetch(const data_loader *d, const uint64_t *win, long n);
 /* The read-ahead of one rank: the next G windows peeked into scratch (G), and those of them in
  * [lo, lo + n) (the rank's share of the step) handed to data_prefetch. */
 void data_prefetch_next(const data_loader *d, long G, long lo, long n, uint64_t *scratch);
+/* The training dataset (its index in the loader's sets) window id w of the blend's numbering belongs
+ * to; w - d->set[s].first is the window within it. */
+int data_window_set(const data_loader *d, uint64_t w);
 /* Read n training windows: tokens and targets (n, T), host memory. */
 void data_read_train(data_loader *d, const uint64_t *win, int n, int32_t *tokens, int32_t *targets);
 /* Batch k (0-based) of B windows of validation dataset v, in order, wrapping around it. */
