@@ -91,7 +91,8 @@ def case(greenlm, ref, name, sets, precision):
     cwd = os.getcwd()
     os.chdir(TOP)
     try:
-        ref.train(argparse.Namespace(run_dir=run, out=os.path.join(OUT, name + ".csv"), precision=precision, threads=1))
+        ref.train(argparse.Namespace(run_dir=run, out=os.path.join(OUT, name + ".csv"), precision=precision, threads=1,
+                                     seed=None))
     finally:
         os.chdir(cwd)
     with open(os.path.join(run, "windows.csv")) as f:
