@@ -478,6 +478,7 @@ static void trace_step(const train_job *j, FILE *fp, long step) {
     uint64_t w = j->t->win[i] - d->set[s].first;
     fprintf(fp, "%ld,%ld,%d,%llu,%llu\n", step, i, s, (unsigned long long)w, (unsigned long long)w * (uint64_t)d->T);
   }
+  fflush(fp); /* whole steps on disk when a job is stopped */
 }
 
 /* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
@@ -628,6 +629,7 @@ static int steps(train_job *j, FILE *trace, err_list *errs) {
   }
   return TRAIN_OK;
 }
+
 /* The steps, with &data trace_windows' file open around them. */
 static int step_loop(train_job *j, err_list *errs) {
   FILE *trace = trace_open(j);
