@@ -65,18 +65,14 @@ def datasets(greenlm):
     shutil.rmtree(os.path.join(OUT, "prepare"), ignore_errors=True)
 
 
-def models():
+def models(ref):
+    """The initial weights: run/reference-train's model of the test deck's &model shape, torch seed 29."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
-    common = dict(bos_token_id=511, eos_token_id=511)
-    neo = GPTNeoConfig(vocab_size=512, max_position_embeddings=64, hidden_size=32, num_layers=2, num_heads=4,
-                       intermediate_size=None, attention_types=[[["global", "local"], 1]], window_size=8,
-                       embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0, **common)
-    gpt2 = GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
-                      embd_pdrop=0.0, attn_pdrop=0.0, **common)
-    for name, build in (("hf-neo", lambda: GPTNeoForCausalLM(neo)), ("hf-gpt2", lambda: GPT2LMHeadModel(gpt2))):
+    shape = dict(vocab_size=512, block_size=64, n_layer=2, n_embd=32, n_head=4, n_inner=0, window_size=8,
+                 layer_norm_epsilon=1e-5, init_std=0.02)
+    for name, arch, kinds in (("hf-neo", "gpt-neo", ["global", "local"]), ("hf-gpt2", "gpt2", ["global"])):
         torch.manual_seed(29)
-        build().save_pretrained(os.path.join(OUT, name))
+        ref.build_model(dict(shape, arch=arch, attention_types=kinds)).save_pretrained(os.path.join(OUT, name))
 
 
 def case(greenlm, ref, name, sets, precision):
@@ -109,8 +105,8 @@ def main():
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     datasets(a.greenlm)
-    models()
     ref = reference_module()
+    models(ref)
     for name in a.cases:
         case(a.greenlm, ref, name, *CASES[name])
     return 0
