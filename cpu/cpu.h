@@ -34,6 +34,9 @@ void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, c
                        int C, float eps);
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int N, int C);
+/* Resident bytes OpenBLAS's packing buffers take for the model's linear layers at shapes up to s,
+ * measured now (0 where /proc cannot tell). */
+size_t cpu_blas_bytes(const backend_shape *s);
 /* out's and dout's rows ldo >= M floats apart, the logits' ld (backend.h) */
 void cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int K, int M, int ldo);
 void cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,

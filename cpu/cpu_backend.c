@@ -83,6 +83,11 @@ static size_t cpu_workspace_bytes(const backend *be, const backend_shape *s) {
   return cpu_stage_floats(be->storage, s) * sizeof(float);
 }
 
+static size_t cpu_library_bytes(const backend *be, const backend_shape *s) {
+  (void)be;
+  return cpu_blas_bytes(s);
+}
+
 /* The workspace comes from the table's alloc, so that what an instance holds is counted as
  * backend memory (the tests compare it with the plan). */
 static void cpu_prepare(const backend *be, const backend_shape *s) {
@@ -137,6 +142,7 @@ static backend *cpu_open(int device, const char *precision) {
   be->mpi_direct = cpu_mpi_direct;
   be->attention_scratch = cpu_attention_bytes;
   be->workspace_bytes = cpu_workspace_bytes;
+  be->library_bytes = cpu_library_bytes;
   be->prepare = cpu_prepare;
   be->close = cpu_close;
   BACKEND_OPS(CPU_OP_SET)

@@ -291,6 +291,12 @@ struct backend {
   size_t (*attention_scratch)(const backend *be, int T);
   /* Bytes of workspace the instance holds for shapes up to s (conversion buffers, GEMM workspace). */
   size_t (*workspace_bytes)(const backend *be, const backend_shape *s);
+  /* Resident bytes the math library takes for itself outside the table's allocations when ops
+   * run on shapes up to s (OpenBLAS's packing buffers, whose size depends on the kernels it picked
+   * for this CPU), measured by running them; call it before other products have run, as the
+   * library keeps what it took. NULL where there is none to measure (a GPU's device memory is
+   * device_memory_used's). */
+  size_t (*library_bytes)(const backend *be, const backend_shape *s);
   /* Allocate that workspace now (ops may not run on larger shapes afterwards). */
   void (*prepare)(const backend *be, const backend_shape *s);
   /* Free the context, its workspaces and the instance itself (backend_close). */

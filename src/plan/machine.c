@@ -20,7 +20,8 @@ static const machine_device table[] = {
     {"cpu", "CPU cores, one rank each", {0, 0, 0, 0}, 0, 5, NULL, 5, 1, 0, 0.75, 0.03,
      "peak: an SGEMM measured here on one core; efficiency: greenlm's CPU step at 70-80% of that peak (doc/performance.md); "
      "5 GB/s of memory bandwidth per core; power from the hardware power table (energy/hwpower.h); overhead per rank: "
-     "the planning process's resident memory (this build's libraries and MPI) + 0.03 GB (a run's data, tokenizer, staging); "
+     "the planning process's resident memory (this build's libraries and MPI) + OpenBLAS's packing buffers for the deck's "
+     "shapes, measured with the kernels it chose here + 0.03 GB (a run's data, tokenizer, staging); "
      "shared-memory MPI at 5 GB/s, 1 us"},
     {"v100-16gb", "NVIDIA V100 SXM2 16 GB", {15.7, 0, 0, 125}, 16, 900, "V100-SXM2-16GB", 50, 3, 6, GPU_EFF_TC, 1.0,
      NV_SRC " (Tesla V100, 2020): 15.7 TFLOP/s fp32, 125 fp16 tensor, 900 GB/s HBM2, 300 W; NVLink 2.0 between the GPUs "
@@ -124,7 +125,8 @@ static void resolve_power(machine_plan *m, const cfg_config *cfg, double node_me
                                            : 150.0 * m->per_node;
 }
 
-int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, double nparams, err_list *errs) {
+int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, double nparams, const backend_shape *ops,
+                    err_list *errs) {
   const cfg_machine *c = &cfg->machine;
   memset(m, 0, sizeof *m);
   m->dev = machine_find(c->device);
@@ -136,6 +138,10 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
   m->per_node = c->devices_per_node > 0 ? (int)c->devices_per_node : m->cpu ? here.cores : m->dev->per_node;
   m->ranks = m->nodes * m->per_node;
   const double libraries = util_peak_rss(); /* this process so far: the build's libraries and MPI */
+  if (m->cpu && be->library_bytes) { /* before any other product, as the library keeps what it takes */
+    be->set_threads(be, 1);
+    m->library = (double)be->library_bytes(be, ops);
+  }
   if (resolve_compute(m, cfg, be, errs)) return 1;
   const double node_mem = m->cpu ? here.memory_gib * 1073741824.0 : 0;
   m->memory = c->memory_gb > 0 ? c->memory_gb * 1e9 : m->cpu ? node_mem / m->per_node : m->dev->memory_gb * 1e9;
@@ -146,7 +152,7 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
   m->inter_lat = pick(c->inter_latency_us, 2) * 1e-6;
   resolve_power(m, cfg, node_mem);
   /* a CPU rank: this build's process as it stands, plus what a run holds outside its planned buffers */
-  m->overhead = c->overhead_gb > 0 ? c->overhead_gb * 1e9 : m->dev->overhead_gb * 1e9 + (m->cpu ? libraries : 0);
+  m->overhead = c->overhead_gb > 0 ? c->overhead_gb * 1e9 : m->dev->overhead_gb * 1e9 + (m->cpu ? libraries + m->library : 0);
   m->tokens = c->tokens > 0 ? c->tokens : 20.0 * nparams;
   util_strlcpy(m->source, c->source, sizeof m->source);
   resolve_grid(m, cfg);
@@ -154,14 +160,15 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
 }
 
 const char *machine_describe(const machine_plan *m, char *buf, size_t len) {
-  char mem[32];
+  char mem[32], over[32], lib[32], with[64] = "";
+  if (m->library > 0) util_snprintf(with, sizeof with, ", of which OpenBLAS's buffers %s", util_fmt_bytes(m->library, lib, sizeof lib));
   util_snprintf(buf, len,
-                "machine: %d node%s x %d %s = %d ranks; %s per rank%s%s\n"
+                "machine: %d node%s x %d %s = %d ranks; %s per rank (%s of it outside the planned buffers%s)%s%s\n"
                 "compute: %.4g TFLOP/s per rank (%s), at %.1f%% of it (%s)\n"
                 "links: within a node %.4g GB/s, %.3g us; between nodes %.4g GB/s per node, %.3g us; memory %.4g GB/s per rank\n"
                 "power: %.4g W per %s (%s), %.4g W per node besides; PUE %.2f; grid %.0f gCO2e/kWh, %s",
                 m->nodes, m->nodes == 1 ? "" : "s", m->per_node, m->cpu ? "cores" : m->dev->label, m->ranks,
-                util_fmt_bytes(m->memory, mem, sizeof mem), m->source[0] ? "; figures from " : "", m->source, m->peak / 1e12,
+                util_fmt_bytes(m->memory, mem, sizeof mem), util_fmt_bytes(m->overhead, over, sizeof over), with, m->source[0] ? "; figures from " : "", m->source, m->peak / 1e12,
                 m->peak_from, 100 * m->efficiency, m->eff_from, m->intra_bw / 1e9, m->intra_lat * 1e6, m->inter_bw / 1e9,
                 m->inter_lat * 1e6, m->memory_bw / 1e9, m->device_w, m->cpu ? "core" : "GPU", m->power_from, m->host_w, m->pue,
                 m->intensity, m->grid);

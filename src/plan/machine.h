@@ -37,6 +37,7 @@ typedef struct {
   double device_w, host_w; /* W per rank's device (per core for 'cpu'); W per node besides them */
   char power_from[160];  /* where device_w comes from */
   double overhead;       /* bytes of a rank outside the planned buffers */
+  double library;        /* of which the math library's own buffers, measured ('cpu') */
   double tokens;         /* tokens the run trains on */
   double pue, intensity; /* site PUE; grid gCO2e/kWh */
   char grid[160];        /* where the intensity comes from */
@@ -49,9 +50,11 @@ const machine_device *machine_devices(void);
 const machine_device *machine_find(const char *name);
 
 /* Resolve &machine (and &energy pue, region) for the deck's precision and model of nparams
- * parameters: table defaults where the deck gives 0, a GEMM measured on be for 'cpu' without
- * peak_tflops. Returns the number of errors added (a precision the device does not have). */
-int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, double nparams, err_list *errs);
+ * parameters whose ops run on shapes up to ops: table defaults where the deck gives 0; for 'cpu',
+ * the math library's buffers measured on be for those shapes and, without peak_tflops, a GEMM's
+ * rate. Returns the number of errors added (a precision the device does not have). */
+int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, double nparams, const backend_shape *ops,
+                    err_list *errs);
 
 /* Lines describing the machine as resolved, into buf. */
 const char *machine_describe(const machine_plan *m, char *buf, size_t len);

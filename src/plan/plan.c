@@ -313,7 +313,8 @@ int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list
   *c.cfg = *cfg;
   gpt_shape_from_cfg(&c.s, &cfg->model);
   r->nparams = (double)gpt_count_params(&c.s);
-  int rc = machine_resolve(&r->mach, cfg, be, r->nparams, errs);
+  const backend_shape ops = {.B = c.B0, .T = c.T, .C = c.s.C, .H = c.s.H, .F = c.s.F, .V = c.s.V};
+  int rc = machine_resolve(&r->mach, cfg, be, r->nparams, &ops, errs);
   if (rc == 0) {
     c.m = &r->mach;
     c.G = cfg->training.global_batch_size > 0 ? cfg->training.global_batch_size : cfg->training.micro_batch_size * r->mach.ranks;
