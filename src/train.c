@@ -188,6 +188,7 @@ static void print_topology(train_job *r, const char *bind) {
   if (t->rank == 0) {
     char desc[1024], b[64];
     metrics_printf(&r->out, "== topology ==\nmachine: %s\n", topo_describe(&r->machine, desc, sizeof desc));
+    metrics_printf(&r->out, "mpi: %s\n", comm_library(desc, sizeof desc));
     char tl[64] = "";
     if (t->lay.tp > 1) util_snprintf(tl, sizeof tl, " x %d tensor ranks", t->lay.tp);
     metrics_printf(&r->out, "%d rank%s on %d node%s: %d pipeline stage%s%s x %d data-parallel replica%s (%s), ZeRO-%d, "

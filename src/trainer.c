@@ -41,6 +41,7 @@ trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, con
   int nt;
   gpt_tensor *ts = gpt_list_tensors(&s, t.part, &nt);
   t.exchange = grad_exchange_bytes(n, lay) + qexch_plan_device_bytes(&cfg->comm, ts, nt, lay->D, be, n);
+  t.mpi = grad_mpi_bytes(ts, nt, cfg->parallel.bucket_mb, lay);
   free(ts);
   t.pipe = pipe_bytes(&s, t.part, B, T, backend_dtype_size(be->storage));
   t.total = t.model.total + t.adam + t.exchange + t.pipe;

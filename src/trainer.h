@@ -48,6 +48,7 @@ typedef struct {
   gpt_part part;
   size_t adam, exchange, pipe;
   size_t total;
+  size_t mpi; /* not in total: host memory the MPI library takes for itself during the exchange */
 } trainer_memory;
 
 trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage, int replica);

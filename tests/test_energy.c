@@ -143,6 +143,86 @@ static void rapl_case(MPI_Comm node, int nodes_expected, const char *attribution
   (void)x;
 }
 
+/* dir/rel holding text, its directory made first. */
+static void put_in(const char *dir, const char *rel, const char *text) {
+  char path[4600];
+  snprintf(path, sizeof path, "%s/%s", dir, rel);
+  char *slash = strrchr(path, '/');
+  *slash = '\0';
+  util_mkdir_p(path);
+  *slash = '/';
+  put_file(path, text);
+}
+
+/* Sensor i of the simulated device dir/hwmon0: its label and its reading. */
+static void hwmon_sensor(const char *dir, int i, const char *label, double watts) {
+  char rel[64], text[128];
+  snprintf(rel, sizeof rel, "hwmon0/power%d_label", i);
+  snprintf(text, sizeof text, "%s\n", label);
+  put_in(dir, rel, text);
+  snprintf(rel, sizeof rel, "hwmon0/power%d_input", i);
+  snprintf(text, sizeof text, "%.0f\n", watts * 1e6);
+  put_in(dir, rel, text);
+}
+
+/* A simulated POWER9 node's hwmon tree (the OCC's sensors through ibmpowernv): the system total,
+ * the two processors with one's rails and GPU, memory; a second device without power sensors. */
+static void hwmon_case(void) {
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char dir[4400];
+  snprintf(dir, sizeof dir, "%s/hwmon", root);
+  if (rank == 0) {
+    hwmon_sensor(dir, 1, "System", 1050);
+    hwmon_sensor(dir, 2, "Proc 0", 100);
+    hwmon_sensor(dir, 3, "Proc 0 Vdd", 60);
+    hwmon_sensor(dir, 4, "Proc 1", 120);
+    hwmon_sensor(dir, 5, "Proc 0 GPU", 300);
+    hwmon_sensor(dir, 6, "Proc 0 Memory", 30);
+    put_in(dir, "hwmon0/name", "ibmpowernv\n");
+    put_in(dir, "hwmon1/name", "nvme\n");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  setenv("GREENLM_POWERCAP_ROOT", "/nonexistent", 1);
+  setenv("GREENLM_HWMON_ROOT", dir, 1);
+  setenv("GREENLM_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  cfg_energy c = deck(0, 0, "equal");
+  energy_meter e;
+  err_list eerr = {0};
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, NULL, NULL, 0, &eerr) == 0, "hwmon open failed");
+  T_CHECK(e.src[ENERGY_CPU].status == ENERGY_MEASURED && !strcmp(e.src[ENERGY_CPU].method, "hwmon_power_integrated"),
+          "cpu not measured by hwmon: %s %s", e.src[ENERGY_CPU].method, e.src[ENERGY_CPU].note);
+  T_CHECK(e.src[ENERGY_DRAM].status == ENERGY_MEASURED, "memory not measured by hwmon: %s", e.src[ENERGY_DRAM].note);
+  const char *note = e.src[ENERGY_CPU].note;
+  T_CHECK(strstr(note, "Proc 0 (ibmpowernv hwmon0 power2)") && strstr(note, "Proc 1") && !strstr(note, "System") &&
+              !strstr(note, "Vdd") && !strstr(note, "GPU"),
+          "hwmon sensors read for the CPU: %s", note);
+  pause_s(0.5, MPI_COMM_WORLD);
+  energy_sample(&e);
+  double t = e.t_last - e.t0; /* the leader's: from the meter's start to the sample */
+  MPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  const double cpu = 220 * t, dram = 30 * t;
+  T_CHECK(t > 0.45, "the sensors integrated over %.3f s of a 0.5 s pause", t);
+  T_CHECK(fabs(e.measured_j[ENERGY_CPU] - cpu) < 0.01 * cpu, "hwmon cpu %.4f J in %.3f s, the sensors imply %.4f J",
+          e.measured_j[ENERGY_CPU], t, cpu);
+  T_CHECK(fabs(e.measured_j[ENERGY_DRAM] - dram) < 0.01 * dram, "hwmon memory %.4f J in %.3f s, the sensors imply %.4f J",
+          e.measured_j[ENERGY_DRAM], t, dram);
+  energy_close(&e);
+  /* only totals and rails: labelled estimates, saying why */
+  if (rank == 0) {
+    put_in(dir, "hwmon0/power2_label", "Proc 0 Vdn\n");
+    put_in(dir, "hwmon0/power4_label", "Total\n");
+    put_in(dir, "hwmon0/power6_label", "Vio\n");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  T_CHECK(energy_open(&e, &c, MPI_COMM_WORLD, MPI_COMM_WORLD, 2, NULL, NULL, 0, &eerr) == 0, "hwmon open failed");
+  T_CHECK(e.src[ENERGY_CPU].status == ENERGY_ESTIMATED && strstr(e.src[ENERGY_CPU].note, "no processor or memory power sensors"),
+          "no usable hwmon sensor: cpu %s", e.src[ENERGY_CPU].note);
+  energy_close(&e);
+  err_free(&eerr);
+  unsetenv("GREENLM_HWMON_ROOT");
+}
+
 /* GPUs by the stub: rank 0 and 1 on GPU A (counter), rank 2 on GPU B (power only), rank 3 none. */
 static void nvml_case(const char *lib) {
   int rank;
@@ -504,6 +584,7 @@ int main(int argc, char **argv) {
   nvml_case(lib);
   default_estimate_case();
   mixed_case();
+  hwmon_case();
   int checks = t_checks, failed = t_failed, all_checks = 0, all_failed = 0;
   MPI_Reduce(&checks, &all_checks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(&failed, &all_failed, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

@@ -9,7 +9,7 @@ mkdir -p "$out"
 probe="$(dirname "$GREENLM")/../tests/net_probe"
 # (a time limit: MPI's teardown over TCP has been seen to spin after the measurement; the script's
 # trap still removes the namespaces when the limit ends it)
-timeout -k 5 120 "$TOP_SRCDIR/run/netcluster" --rate 100mbit -n 2 -- "$probe" > "$out/run.out" 2>&1
+timeout -k 5 120 "$TOP_SRCDIR/run/netcluster" --launcher "$MPIEXEC" --rate 100mbit -n 2 -- "$probe" > "$out/run.out" 2>&1
 rc=$?
 if [ $rc -eq 124 ] && grep -q "^net_probe: " "$out/run.out"; then
   echo "warning: the probe measured its rate but did not end within 120 s (MPI teardown); judged on the rate"

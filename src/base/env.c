@@ -25,6 +25,7 @@ static const struct {
      "(unset: asked of the MPI library, doc/gpu.md)"},
     {"GREENLM_NVML_LIBRARY", ENV_PATH, "Path of the NVML library to load for GPU energy (default libnvidia-ml.so.1)"},
     {"GREENLM_POWERCAP_ROOT", ENV_PATH, "For testing: the directory read as /sys/class/powercap (RAPL zones)"},
+    {"GREENLM_HWMON_ROOT", ENV_PATH, "For testing: the directory read as /sys/class/hwmon (power sensors where there is no RAPL)"},
     {"GREENLM_FILE_SIZE_LIMIT", ENV_BYTES, "For testing: a file-size limit in bytes on the run (RLIMIT_FSIZE), to rehearse a full disk or a quota"},
     {"GREENLM_FAULT", ENV_FAULT,
      "For testing: KIND:RANK:STEP makes rank RANK fail at the start of step STEP; KIND is stall (stops answering), "

@@ -172,8 +172,7 @@ static MPI_Offset type_size(nc_type t) {
   }
 }
 
-/* Every variable of a fixed-size (non-record) file must end within it. */
-static int check_length(int nc, const char *path, const char *what, const char *hint, off_t size, err_list *errs) {
+MPI_Offset ncfile_extent(int nc) {
   int nvars = 0;
   ncmpi_inq_nvars(nc, &nvars);
   MPI_Offset need = 0;
@@ -191,6 +190,12 @@ static int check_length(int nc, const char *path, const char *what, const char *
     if (__builtin_mul_overflow(n, tsize, &end) || __builtin_add_overflow(end, off, &end)) end = INT64_MAX;
     if (end > need) need = end;
   }
+  return need;
+}
+
+/* Every variable of a fixed-size (non-record) file must end within it. */
+static int check_length(int nc, const char *path, const char *what, const char *hint, off_t size, err_list *errs) {
+  const MPI_Offset need = ncfile_extent(nc);
   if (need > size) {
     err_add(errs, path, 0, 0, hint, "truncated: the %s's header needs %lld bytes, the file has %lld", what,
             (long long)need, (long long)size);

@@ -167,6 +167,16 @@ static void read_rapl(energy_meter *e) {
   }
 }
 
+/* The node's sensors at time now (caller holds mu): RAPL's counters, or hwmon's power integrated to now. */
+static void read_node(energy_meter *e, double now) {
+  read_rapl(e);
+  if (e->hw.n) {
+    uint64_t uj[2] = {0, 0};
+    hwmon_read(&e->hw, now, uj);
+    e->read_uj[ENERGY_CPU] += uj[HWMON_CPU], e->read_uj[ENERGY_DRAM] += uj[HWMON_DRAM];
+  }
+}
+
 /* ---- NVML through dlopen (GPU owner) ----------------------------------------------------------- */
 
 #define NVML_SUCCESS 0
@@ -249,7 +259,7 @@ static void *sampler(void *arg) {
   while (!e->stop) {
     double now = util_now(), next = 1e300;
     if (e->rapl_every > 0) {
-      if (now >= next_rapl) read_rapl(e), e->samples++, next_rapl = now + e->rapl_every;
+      if (now >= next_rapl) read_node(e, now), e->samples++, next_rapl = now + e->rapl_every;
       next = next_rapl;
     }
     if (e->power_every > 0) {
@@ -383,14 +393,24 @@ static void estimate_gpu(energy_meter *e, energy_source *g, const cfg_energy *c,
 
 /* CPU and DRAM: the leader reads RAPL, or estimates; the node's other ranks take its finding. */
 static void open_cpu_sources(energy_meter *e, const cfg_energy *c) {
-  char why[256] = "";
+  char why[600] = "";
   if (e->leader) {
     open_rapl(e, why, sizeof why);
     int have[2] = {0, 0};
     for (int z = 0; z < e->nzones; z++) have[e->comp[z]] = 1;
+    char hwhy[320] = "";
+    if (e->nzones == 0 && hwmon_open(&e->hw, hwhy, sizeof hwhy) == 0) /* no RAPL: POWER9's OCC, Arm servers */
+      util_snprintf(why + strlen(why), sizeof why - strlen(why), "; %s", hwhy);
+    for (int i = 0; i < e->hw.n; i++) have[e->hw.comp[i] == HWMON_CPU ? ENERGY_CPU : ENERGY_DRAM] = 1;
     for (int k = ENERGY_CPU; k <= ENERGY_DRAM; k++) {
       energy_source *s = &e->src[k];
-      if (have[k]) {
+      if (have[k] && e->hw.n) {
+        int o = snprintf(s->note, sizeof s->note, "hwmon power, read by local rank 0 every %g s and integrated:", c->sample_seconds);
+        for (int i = 0; i < e->hw.n && o < (int)sizeof s->note; i++)
+          if ((e->hw.comp[i] == HWMON_CPU) == (k == ENERGY_CPU))
+            o += snprintf(s->note + o, sizeof s->note - (size_t)o, " %s", e->hw.name[i]);
+        set_source(s, ENERGY_MEASURED, "hwmon_power_integrated", NULL);
+      } else if (have[k]) {
         int o = snprintf(s->note, sizeof s->note, "RAPL, read by local rank 0:");
         for (int z = 0; z < e->nzones && o < (int)sizeof s->note; z++)
           if (e->comp[z] == k) o += snprintf(s->note + o, sizeof s->note - (size_t)o, " %s", e->zone[z]);
@@ -398,7 +418,7 @@ static void open_cpu_sources(energy_meter *e, const cfg_energy *c) {
       } else if (k == ENERGY_CPU) {
         estimate_cpu(s, c, e->node_cores, why);
       } else {
-        estimate_dram(s, c, have[ENERGY_CPU] ? "no RAPL dram zone (AMD packages have none)" : why);
+        estimate_dram(s, c, have[ENERGY_CPU] ? e->hw.n ? "no hwmon memory power sensor" : "no RAPL dram zone (AMD packages have none)" : why);
       }
     }
   }
@@ -439,7 +459,7 @@ static void open_gpu_source(energy_meter *e, const cfg_energy *c, const char *gp
 /* The sampling thread (RAPL well inside the shortest wrap time, GPU power at 10 Hz) and rank 0's
  * energy.csv. Returns 0, or an errno after adding an error. */
 static int start_sampling(energy_meter *e, const cfg_energy *c, const char *csv_path, int append, err_list *errs) {
-  if (e->leader && e->nzones > 0) e->rapl_every = c->sample_seconds;
+  if (e->leader && (e->nzones > 0 || e->hw.n > 0)) e->rapl_every = c->sample_seconds;
   int rc = 0;
   if (e->rapl_every > 0 || e->power_every > 0) {
     rc = pthread_create(&e->thread, NULL, sampler, e);
@@ -472,11 +492,11 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   pthread_cond_init(&e->cv, NULL);
   open_cpu_sources(e, c);
   open_gpu_source(e, c, gpu_bus_id);
+  e->t0 = e->t_last = e->hw.last_t = util_now(); /* the integrated sensors count from here too */
   int rc = start_sampling(e, c, csv_path, append, errs), any;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, world);
   if (any) return -1;
   if (e->rank == 0) e->rec = util_calloc((size_t)e->size * ENERGY_REC, sizeof(double), "energy records");
-  e->t0 = e->t_last = util_now();
   return 0;
 }
 
@@ -518,7 +538,7 @@ void energy_sample(energy_meter *e) {
   /* this rank's sensors: their advance since the last sample */
   uint64_t mine[ENERGY_NCOMP] = {0, 0, 0};
   pthread_mutex_lock(&e->mu);
-  if (e->nzones) read_rapl(e);
+  if (e->nzones || e->hw.n) read_node(e, util_now()); /* now, under the lock: after any reading of the thread's */
   if (e->gpu_owner) read_gpu(e);
   for (int k = 0; k < ENERGY_NCOMP; k++) mine[k] = e->read_uj[k] - e->taken_uj[k], e->taken_uj[k] = e->read_uj[k];
   pthread_mutex_unlock(&e->mu);
@@ -586,6 +606,7 @@ void energy_close(energy_meter *e) {
   }
   for (int z = 0; z < e->nzones; z++) close(e->fd[z]);
   e->nzones = 0;
+  hwmon_close(&e->hw);
   if (e->nvml_lib) {
     e->nvml_shutdown();
     dlclose(e->nvml_lib);

@@ -4,7 +4,9 @@
  * Sensors, each read by exactly one rank:
  *   - CPU packages and DRAM: the RAPL powercap tree (/sys/class/powercap, or the directory in
  *     GREENLM_POWERCAP_ROOT), read by the node leader (local rank 0) only, with wrap-around
- *     handling and a sampling thread that reads often enough that no counter wraps twice;
+ *     handling and a sampling thread that reads often enough that no counter wraps twice; where
+ *     there is no RAPL (POWER9, Arm), the hwmon power sensors of processors and memory
+ *     (hwmon.h), integrated by the same thread;
  *   - the GPU a rank computes on: NVML, loaded at run time with dlopen (libnvidia-ml.so.1, or the
  *     library in GREENLM_NVML_LIBRARY), found by PCI bus id; its cumulative energy counter, or
  *     power samples integrated by the sampling thread where the counter is missing. A GPU shared
@@ -25,6 +27,7 @@
 #include <stdint.h>
 
 #include "deck/cfg.h"
+#include "energy/hwmon.h"
 
 typedef enum { ENERGY_MEASURED, ENERGY_ESTIMATED, ENERGY_NOT_MEASURED } energy_status;
 enum { ENERGY_CPU, ENERGY_DRAM, ENERGY_GPU, ENERGY_NCOMP };
@@ -35,7 +38,7 @@ enum { ENERGY_CPU, ENERGY_DRAM, ENERGY_GPU, ENERGY_NCOMP };
 /* How one component is obtained on this rank's node (CPU, DRAM) or for its GPU. */
 typedef struct {
   energy_status status;
-  char method[32]; /* rapl_sysfs, nvml_energy_counter, nvml_power_sampled (measured);
+  char method[32]; /* rapl_sysfs, hwmon_power_integrated, nvml_energy_counter, nvml_power_sampled (measured);
                       deck_tdp_estimate, tdp_table_estimate, per_core_default_estimate,
                       dram_per_gb_estimate (estimated); none */
   char note[384];  /* what was read, or why nothing was, or how the estimate is made */
@@ -74,6 +77,7 @@ typedef struct {
   int fd[ENERGY_MAX_ZONES], comp[ENERGY_MAX_ZONES]; /* ENERGY_CPU or ENERGY_DRAM */
   char zone[ENERGY_MAX_ZONES][64];
   uint64_t last_uj[ENERGY_MAX_ZONES], range_uj[ENERGY_MAX_ZONES];
+  hwmon_set hw; /* without RAPL: the leader's hwmon power sensors */
   /* NVML (GPU owner) */
   void *nvml_lib, *nvml_dev;
   int (*nvml_energy)(void *dev, unsigned long long *mj);

@@ -289,19 +289,33 @@ static void io_range(io_stream *io, int var, int cols, size_t a, size_t b, float
   }
 }
 
-/* Rank 0 reserves the whole file's blocks before the ranks write their pieces at once, so the file
- * system lays it out in one run rather than interleaving the writers' extents (which made reading
- * a piece back slower than reading a file written by one writer). Where the file system cannot
- * (posix_fallocate fails), nothing changes. */
-static void reserve(int nc, const char *path, int last_var, size_t last_numel, MPI_Comm comm) {
+/* Rank 0 reserves the whole file's blocks (extent bytes) before the ranks write their pieces at
+ * once, so the file system lays it out in one run rather than interleaving the writers' extents
+ * (which made reading a piece back slower than reading a file written by one writer). Where the
+ * file system cannot (posix_fallocate fails), nothing changes. */
+static void reserve(const char *path, MPI_Offset extent, MPI_Comm comm) {
   int rank;
   MPI_Comm_rank(comm, &rank);
-  MPI_Offset off;
-  if (rank == 0 && ncmpi_inq_varoffset(nc, last_var, &off) == NC_NOERR) {
+  if (rank == 0) {
     int fd = open(path, O_WRONLY);
-    if (fd >= 0) posix_fallocate(fd, 0, (off_t)(off + (MPI_Offset)(last_numel * sizeof(float)))), close(fd);
+    if (fd >= 0) posix_fallocate(fd, 0, (off_t)extent), close(fd);
   }
   MPI_Barrier(comm);
+}
+
+/* Rank 0: whether the closed file at path is shorter than extent, as when a write failed without
+ * the MPI-IO layer reporting it (Open MPI 4.1's OMPIO prints "error in writev" and returns
+ * success); then errs says so. */
+static int short_file(const char *path, MPI_Offset extent, MPI_Comm comm, err_list *errs) {
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  struct stat sb;
+  if (rank != 0 || stat(path, &sb) != 0 || (MPI_Offset)sb.st_size >= extent) return 0;
+  err_add(errs, path, 0, 0, CKPT_WRITE_HINT,
+          "writing the checkpoint failed: the file has %lld of its %lld bytes after every write reported "
+          "success (a full disk or a file-size limit that the MPI-IO layer did not report)",
+          (long long)sb.st_size, (long long)extent);
+  return 1;
 }
 
 /* Writes: this rank's last wait, then empty ones while other ranks still write. Reads: the last
@@ -764,13 +778,15 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
   int nc, nrc = ncmpi_create(comm, tmp, NC_CLOBBER | NC_64BIT_DATA, info, &nc);
   MPI_Info_free(&info);
   int wrc = nrc; /* this rank's first error */
+  MPI_Offset extent = 0;
   if (nrc == NC_NOERR) {
     io_stream io;
     io_open(&io, nc, 1, s, sums, nsums, tmp, comm);
     nrc = define(nc, s, all, nall, sums, vars); /* checksums 0 until the data has passed */
     if (nrc == NC_NOERR) nrc = ncmpi_enddef(nc);
     io.rc = nrc;
-    if (nrc == NC_NOERR) reserve(nc, tmp, vars[3 * nall - 1], all[nall - 1].numel, comm);
+    if (nrc == NC_NOERR) extent = ncfile_extent(nc);
+    if (nrc == NC_NOERR) reserve(tmp, extent, comm);
     size_t lo, hi;
     own_piece(s->model, lay, &lo, &hi);
     ckpt_piece *p;
@@ -797,7 +813,8 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
     wrc = io.rc == NC_NOERR ? crc : io.rc;
   }
   /* all ranks agree; rank 0 gives the file its name (durably), and drops the oldest */
-  int any = ncfile_commit(comm, wrc != NC_NOERR, tmp, st->path, "checkpoint", CKPT_WRITE_HINT, errs);
+  int lost = wrc == NC_NOERR && short_file(tmp, extent, comm, errs);
+  int any = ncfile_commit(comm, wrc != NC_NOERR || lost, tmp, st->path, "checkpoint", CKPT_WRITE_HINT, errs);
   st->seconds = util_now() - t0; /* the write, made durable and named; the pruning is housekeeping */
   if (lay->rank == 0 && !any) prune(dir, s->cfg->checkpoint.keep);
   if (wrc != NC_NOERR) err_add(errs, tmp, 0, 0, CKPT_WRITE_HINT, "writing the checkpoint failed: %s", ncmpi_strerror(wrc));

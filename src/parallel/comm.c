@@ -22,6 +22,19 @@ const char *comm_describe(const backend *be, char *buf, size_t len) {
   return buf;
 }
 
+const char *comm_library(char *buf, size_t len) {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+  int n = 0, major = 0, minor = 0;
+  MPI_Get_library_version(v, &n);
+  MPI_Get_version(&major, &minor);
+  /* its first line up to a comma ("MPICH Version:\t4.0.2", "Open MPI v4.1.4, package: ..."), blanks as spaces */
+  v[strcspn(v, "\n,")] = '\0';
+  for (char *c = v; *c; c++)
+    if (*c == '\t' || *c == '\r') *c = ' ';
+  util_snprintf(buf, len, "%s (the MPI %d.%d standard)", v[0] ? v : "an MPI library that does not name itself", major, minor);
+  return buf;
+}
+
 void comm_stage_init(comm_stage *s, const backend *be, size_t cap, size_t esize) {
   memset(s, 0, sizeof *s);
   s->be = be;

@@ -25,6 +25,9 @@ int comm_direct(const backend *be);
 /* "device-aware MPI on device buffers (...)" or "pinned host staging (...)": how messages travel, for the log. */
 const char *comm_describe(const backend *be, char *buf, size_t len);
 
+/* The MPI library in one line ("MPICH Version: 4.0.2 (the MPI 4.0 standard)"), for the run header. */
+const char *comm_library(char *buf, size_t len);
+
 typedef struct {
   const backend *be;
   int direct;    /* MPI uses backend memory itself */

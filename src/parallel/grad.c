@@ -45,6 +45,48 @@ size_t grad_exchange_bytes(size_t nparams, const par_layout *lay) {
   return most * sizeof(float);
 }
 
+/* Buckets of whole tensors from the end of the buffer (the tied embedding wte alone; -1: none), in
+ * buffer order (bucket 0 first) into b (nt at most); their number. */
+static int make_buckets(const gpt_tensor *ts, int nt, int wte, double bucket_mb, grad_bucket *b) {
+  const size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
+  int nb = 0;
+  for (int t1 = nt; t1 > 0;) {
+    int t0 = t1 - 1;
+    size_t n = ts[t0].numel;
+    while (t0 > 0 && t0 - 1 != wte && t0 != wte && n + ts[t0 - 1].numel <= cap) n += ts[--t0].numel;
+    b[nb++] = (grad_bucket){.t0 = t0, .t1 = t1, .b0 = ts[t0].offset, .b1 = ts[t1 - 1].offset + ts[t1 - 1].numel};
+    t1 = t0;
+  }
+  for (int i = 0; i < nb / 2; i++) { /* made from the end */
+    grad_bucket t = b[i];
+    b[i] = b[nb - 1 - i];
+    b[nb - 1 - i] = t;
+  }
+  return nb;
+}
+
+size_t grad_mpi_bytes(const gpt_tensor *ts, int nt, double bucket_mb, const par_layout *lay) {
+  if (lay->D == 1 || nt == 0) return 0;
+  int wte = -1;
+  for (int i = 0; i < nt; i++)
+    if (!strcmp(ts[i].name, "transformer.wte.weight")) wte = i;
+  grad_bucket *b = util_calloc((size_t)nt, sizeof *b, "buckets");
+  size_t most = 0; /* floats of the largest bucket */
+  for (int i = 0, nb = make_buckets(ts, nt, wte, bucket_mb, b); i < nb; i++)
+    if (b[i].b1 - b[i].b0 > most) most = b[i].b1 - b[i].b0;
+  free(b);
+  /* the temporaries of one bucket's MPI_Ireduce_scatter (ZeRO-1) or MPI_Iallreduce, measured on 2,
+   * 4 and 8 ranks (doc/planning.md): MPICH takes a D-th of it or half of it; Open MPI's nonblocking
+   * collectives (libnbc) the whole bucket, twice over on some ranks of a reduce-scatter beyond 2
+   * replicas; any other MPI is planned as Open MPI */
+#if defined(MPICH_VERSION)
+  const double share = lay->zero ? 1.0 / lay->D : 0.5;
+#else
+  const double share = lay->zero && lay->D > 2 ? 2.0 : 1.0;
+#endif
+  return (size_t)(share * (double)most) * sizeof(float);
+}
+
 size_t grad_own_params(size_t nparams, const par_layout *lay, int replica) {
   if (!lay->zero) return nparams;
   return par_piece(nparams, lay->D, replica + 1) - par_piece(nparams, lay->D, replica);
@@ -75,27 +117,8 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
   g->own_lo = par_piece(m->nparams, g->D, g->rank);
   g->own_hi = par_piece(m->nparams, g->D, g->rank + 1);
   g->final = util_calloc((size_t)m->ntensors, 1, "gradient flags");
-  /* buckets of whole tensors from the end of the buffer; the tied embedding alone */
-  const size_t cap = (size_t)(bucket_mb * 1024 * 1024 / sizeof(float));
   g->b = util_calloc((size_t)m->ntensors, sizeof *g->b, "buckets");
-  int t1 = m->ntensors;
-  while (t1 > 0) {
-    int t0 = t1 - 1;
-    size_t n = m->tensors[t0].numel;
-    while (t0 > 0 && t0 - 1 != g->wte && t0 != g->wte && n + m->tensors[t0 - 1].numel <= cap) n += m->tensors[--t0].numel;
-    grad_bucket *k = &g->b[g->nb++];
-    k->t0 = t0;
-    k->t1 = t1;
-    k->b0 = m->tensors[t0].offset;
-    k->b1 = m->tensors[t1 - 1].offset + m->tensors[t1 - 1].numel;
-    t1 = t0;
-  }
-  /* buckets were made from the end: put them in buffer order (bucket 0 first) */
-  for (int i = 0; i < g->nb / 2; i++) {
-    grad_bucket t = g->b[i];
-    g->b[i] = g->b[g->nb - 1 - i];
-    g->b[g->nb - 1 - i] = t;
-  }
+  g->nb = make_buckets(m->tensors, m->ntensors, g->wte, bucket_mb, g->b);
   for (int i = 0; i < g->nb; i++) {
     grad_bucket *k = &g->b[i];
     k->req = MPI_REQUEST_NULL;

@@ -42,6 +42,9 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
                            uint64_t seed);
 /* Backend bytes the exchange allocates for a stage of nparams parameters (the ZeRO-1 landing area). */
 size_t grad_exchange_bytes(size_t nparams, const par_layout *lay);
+/* Host bytes this build's MPI library takes for itself while the fp32 exchange of the stage's
+ * tensors ts[nt] (gpt_list_tensors) is in flight: the temporaries of its largest bucket. */
+size_t grad_mpi_bytes(const gpt_tensor *ts, int nt, double bucket_mb, const par_layout *lay);
 /* Parameters whose optimizer state a replica keeps: all of them, or its ZeRO-1 piece. */
 size_t grad_own_params(size_t nparams, const par_layout *lay, int replica);
 void grad_free(grad_exchange *g);

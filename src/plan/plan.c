@@ -133,15 +133,17 @@ static double pass_seconds(const plan_ctx *c, const plan_layout *l, const par_la
  * row), and the optimizer's time on it. */
 static void predict_memory(const plan_ctx *c, plan_layout *l, const par_layout *lay) {
   const double es = (double)backend_dtype_size(c->be->storage);
+  double most = 0; /* with MPI's own temporaries: a CPU rank's memory (on a GPU they are the host's) */
   for (int s = 0; s < l->P; s++) {
     trainer_memory tm = trainer_plan_fullest(c->cfg, c->be, lay, s);
     if ((double)tm.total > l->mem_planned) l->mem_planned = (double)tm.total;
+    if ((double)(tm.total + tm.mpi) > most) most = (double)(tm.total + tm.mpi);
     /* AdamW reads p, g, m, v and writes p, m, v (28 bytes), plus the compute copy below fp32 */
     double own = (double)grad_own_params(gpt_part_params(&c->s, tm.part), lay, 0);
     double t = own * (28.0 + (es < 4 ? es : 0)) / c->m->memory_bw;
     if (t > l->t_opt) l->t_opt = t;
   }
-  l->mem = l->mem_planned + c->m->overhead;
+  l->mem = (c->m->cpu ? most : l->mem_planned) + c->m->overhead;
   l->fits = l->mem <= c->m->memory;
 }
 
