@@ -20,10 +20,10 @@ int ncfile_open(MPI_Comm comm, const char *path, MPI_Info info, const char *what
 int ncfile_commit(MPI_Comm comm, int bad, const char *tmp, const char *path, const char *what, const char *hint,
                   err_list *errs);
 
-/* Read a text attribute (NC_GLOBAL when var < 0) into buf; "" when absent or longer than len - 1. */
 /* Bytes a fixed-size (non-record) file nc needs: the end of its last variable (INT64_MAX when the
  * header's sizes overflow). */
 MPI_Offset ncfile_extent(int nc);
+/* Read a text attribute (NC_GLOBAL when var < 0) into buf; "" when absent or longer than len - 1. */
 void ncfile_get_text(int ncid, int var, const char *name, char *buf, size_t len);
 
 #endif

@@ -151,6 +151,17 @@ int util_edit_distance(const char *a, const char *b) {
   return row[lb];
 }
 
+int util_read_line(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = '\0';
+  buf[strcspn(buf, "\n")] = '\0';
+  return 0;
+}
+
 char *util_read_file(const char *path, size_t max, size_t *len, const char *what, const char *hint, err_list *errs) {
   FILE *fp = fopen(path, "rb");
   if (!fp) {

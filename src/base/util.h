@@ -74,6 +74,9 @@ int util_edit_distance(const char *a, const char *b);
  * bytes in it included). Returns NULL after adding an error at the file (`what` names its kind in
  * the message: "deck"). */
 char *util_read_file(const char *path, size_t max, size_t *len, const char *what, const char *hint, err_list *errs);
+/* The first line of a small file (a sysfs attribute) into buf, without its newline; 0, or -1 when
+ * it cannot be read. */
+int util_read_line(const char *path, char *buf, size_t len);
 
 /* Crash-safe file writing: data go to "<path>.tmp", which util_atomic_close() fsyncs and renames
  * over <path>. util_atomic_abort() removes the temporary file and leaves <path> untouched. */

@@ -71,17 +71,6 @@ const char *energy_component_name(int c) { return c == ENERGY_CPU ? "cpu" : c ==
 
 /* ---- RAPL (node leader) ------------------------------------------------------------------------ */
 
-static int read_text(const char *path, char *buf, size_t len) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, len - 1);
-  close(fd);
-  if (n < 0) return -1;
-  buf[n] = '\0';
-  buf[strcspn(buf, "\n")] = '\0';
-  return 0;
-}
-
 static int read_u64_fd(int fd, uint64_t *v) {
   char buf[64];
   ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
@@ -96,11 +85,11 @@ static int read_u64_fd(int fd, uint64_t *v) {
 static int add_zone(energy_meter *e, const char *dir) {
   char path[1100], name[64], range[64];
   snprintf(path, sizeof path, "%s/name", dir);
-  if (read_text(path, name, sizeof name) != 0) return 0;
+  if (util_read_line(path, name, sizeof name) != 0) return 0;
   int comp = strncmp(name, "package-", 8) == 0 ? ENERGY_CPU : strcmp(name, "dram") == 0 ? ENERGY_DRAM : -1;
   if (comp < 0 || e->nzones == ENERGY_MAX_ZONES) return 0;
   snprintf(path, sizeof path, "%s/max_energy_range_uj", dir);
-  if (read_text(path, range, sizeof range) != 0) return -1;
+  if (util_read_line(path, range, sizeof range) != 0) return -1;
   snprintf(path, sizeof path, "%s/energy_uj", dir);
   int fd = open(path, O_RDONLY);
   uint64_t v;

@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,16 +27,6 @@ static int classify(const char *label) {
   return -1;
 }
 
-static int read_line(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  int ok = fgets(buf, (int)len, f) != NULL;
-  fclose(f);
-  if (!ok) return -1;
-  buf[strcspn(buf, "\n")] = '\0';
-  return 0;
-}
-
 /* Watts from an open power<N>_input (microwatts); -1 when it cannot be read. */
 static double watts(int fd) {
   char buf[64];
@@ -53,10 +42,10 @@ static double watts(int fd) {
 static void open_device(hwmon_set *h, const char *dir, const char *dev, int *denied) {
   char path[1200], label[96], driver[64] = "hwmon";
   util_snprintf(path, sizeof path, "%s/name", dir);
-  read_line(path, driver, sizeof driver);
+  util_read_line(path, driver, sizeof driver);
   for (int i = 1; i <= 64 && h->n < HWMON_MAX; i++) {
     util_snprintf(path, sizeof path, "%s/power%d_label", dir, i);
-    if (read_line(path, label, sizeof label) != 0) continue;
+    if (util_read_line(path, label, sizeof label) != 0) continue;
     int comp = classify(label);
     if (comp < 0) continue;
     util_snprintf(path, sizeof path, "%s/power%d_input", dir, i);

@@ -138,7 +138,7 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
   m->per_node = c->devices_per_node > 0 ? (int)c->devices_per_node : m->cpu ? here.cores : m->dev->per_node;
   m->ranks = m->nodes * m->per_node;
   const double libraries = util_peak_rss(); /* this process so far: the build's libraries and MPI */
-  if (m->cpu && be->library_bytes) { /* before any other product, as the library keeps what it takes */
+  if (m->cpu && c->overhead_gb <= 0 && be->library_bytes) { /* before any other product: the library keeps what it takes */
     be->set_threads(be, 1);
     m->library = (double)be->library_bytes(be, ops);
   }
