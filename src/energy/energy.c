@@ -522,12 +522,13 @@ static void write_csv(energy_meter *e, double t) {
 }
 
 void energy_sample(energy_meter *e) {
+  /* the sample's time taken under the lock, so no reading of the thread's falls after it */
+  pthread_mutex_lock(&e->mu);
   double now = util_now(), dt = now - e->t_last, cpu = util_cpu_seconds(), dcpu = cpu - e->cpu_last;
   e->cpu_last = cpu;
   /* this rank's sensors: their advance since the last sample */
   uint64_t mine[ENERGY_NCOMP] = {0, 0, 0};
-  pthread_mutex_lock(&e->mu);
-  if (e->nzones || e->hw.n) read_node(e, util_now()); /* now, under the lock: after any reading of the thread's */
+  if (e->nzones || e->hw.n) read_node(e, now);
   if (e->gpu_owner) read_gpu(e);
   for (int k = 0; k < ENERGY_NCOMP; k++) mine[k] = e->read_uj[k] - e->taken_uj[k], e->taken_uj[k] = e->read_uj[k];
   pthread_mutex_unlock(&e->mu);
