@@ -488,6 +488,8 @@ static backend *gpu_open(int device, const char *precision) {
   backend *be = (backend *)util_calloc(1, sizeof *be, "backend");
   be->name = "cuda";
   be->caps = gpu_caps();
+  /* this device's: bf16 and tf32 need sm_80 (the V100, sm_70, has fp16 tensor cores only) */
+  if (device >= 0 && g->prop.major < 8) be->caps.precisions &= ~(unsigned)(BACKEND_PREC_BF16 | BACKEND_PREC_TF32);
   backend_dtype want = backend_precision_storage(precision);
   be->storage = be->caps.storage & (1u << want) ? want : BACKEND_FP32;
   util_strlcpy(be->precision, precision, sizeof be->precision);

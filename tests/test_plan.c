@@ -235,6 +235,37 @@ static void check_errors(const backend *be) {
   free(cfg);
 }
 
+/* A run's device without bf16 (an instance's caps are its device's, as the CUDA backend's on a
+ * V100): an error at the deck line of &system precision naming the device, with the fp16 hint where
+ * the device has fp16 and the fp32 one where it has fp32 alone; fp16 passes. */
+static void check_device_precision(const backend *plan_be) {
+  static const char deck[] = "&job task = 'plan' /\n&system\n  precision = 'bf16' /\n";
+  const struct { unsigned can; const char *names, *hint; } dev_cases[] = {
+      {BACKEND_PREC_FP32 | BACKEND_PREC_FP16, "fp32, fp16", "set precision = 'fp16' (tensor cores"},
+      {BACKEND_PREC_FP32, "fp32:", "set precision = 'fp32'"}};
+  backend dev = *plan_be;
+  dev.name = "cuda";
+  cfg_config *cfg = load(deck, NULL, 0);
+  for (int i = 0; i < 2; i++) {
+    dev.caps.precisions = dev_cases[i].can;
+    err_list e = {0};
+    T_CHECK(backends_check_device(cfg, &dev, "GPU 0, Tesla V100-SXM2-32GB", &e) == -1 && e.n == 1 &&
+                strstr(e.v[0].msg, "precision = 'bf16'") && strstr(e.v[0].msg, "V100") &&
+                strstr(e.v[0].hint, dev_cases[i].hint) && strstr(e.v[0].hint, dev_cases[i].names) && e.v[0].line == 3,
+            "bf16 on a device of %s: line %d: %s (hint: %s)", dev_cases[i].names, e.n ? e.v[0].line : 0,
+            e.n ? e.v[0].msg : "no error", e.n ? e.v[0].hint : "");
+    err_free(&e);
+  }
+  free(cfg);
+  const char *fp16[] = {"system.precision='fp16'"};
+  cfg = load(DECK, fp16, 1);
+  dev.caps.precisions = dev_cases[0].can;
+  err_list e = {0};
+  T_CHECK(backends_check_device(cfg, &dev, "GPU 0", &e) == 0 && e.n == 0, "fp16 on a V100 refused");
+  err_free(&e);
+  free(cfg);
+}
+
 /* The GPT-Neo 13B shape on 4 x 6 V100-32GB: a layout fits, memory and counts in 64 bits. */
 static void check_13b(const backend *be) {
   const char *sets[] = {"model.n_layer=40", "model.n_embd=5120", "model.n_head=40", "model.vocab_size=50257",
@@ -264,6 +295,7 @@ int main(int argc, char **argv) {
   check_tp_divisibility(be);
   check_nothing_fits(cfg, be);
   check_errors(be);
+  check_device_precision(be);
   check_13b(be);
   backend_close(be);
   free(cfg);

@@ -6,6 +6,7 @@
 #   - the memory model stays honest: the deck's layout predicted on this machine against the
 #     peak resident memory of real runs (1 rank; 2 pipeline stages; 2 replicas with ZeRO-1; 2 tensor
 #     ranks), within 10% (not under the sanitizers, whose shadow memory is not the program's);
+#   - every machine file of input/machines plans the 1.3B deck on its ranks;
 #   - bad input: a missing machine file, a key of the wrong group in it, bf16 on a V100.
 . "$(dirname "$0")/lib.sh"
 out="$TEST_OUT/plan"
@@ -24,6 +25,17 @@ check "13B plan.json: no fastest layout per T" grep -q '"fastest_by_tensor_paral
 check "13B plan: no days, MWh, tCO2e" grep -q '^predicted: .* days for .*tokens (20 per parameter)' "$out/13b.out"
 check "13B plan: no energy line" grep -q '^energy: .* MWh (.*) with PUE 1.20; .* tCO2e' "$out/13b.out"
 check "13B plan: no plan.json" grep -q '"recommended_nodes": 4' "$out/13b/plan.json"
+
+# every machine file of input/machines plans the 1.3B deck at fp16 on all of its ranks
+for f in "$machines"/*.nml; do
+  m=$(basename "$f" .nml)
+  greenlm --plan --machine "$f" --set "system.precision='fp16'" --set "job.run_dir='$out/m-$m'" \
+    "$TOP_SRCDIR/input/neo-1.3b.nml" > "$out/m-$m.out" 2>&1
+  check "$m: the plan failed: $(tail -n 3 "$out/m-$m.out")" [ $? -eq 0 ]
+  ranks=$(( $(sed -n 's/^ *nodes *= *\([0-9]*\).*/\1/p' "$f") * $(sed -n 's/^ *devices_per_node *= *\([0-9]*\).*/\1/p' "$f") ))
+  check "$m: no recommendation on its $ranks ranks: $(grep '^recommended:' "$out/m-$m.out")" \
+    grep -q "^recommended: nodes=[0-9]* ranks=$ranks " "$out/m-$m.out"
+done
 
 greenlm --plan --machine "$machines/v100-4x6.nml" --set machine.nodes=1 --set "machine.device='v100-16gb'" \
   --set "job.run_dir='$out/20b'" "$TOP_SRCDIR/input/neo-20b.nml" > "$out/20b.out" 2>&1

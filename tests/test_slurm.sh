@@ -12,7 +12,7 @@ out="$TEST_OUT/slurm"
 rm -rf "$out"
 mkdir -p "$out/tree" "$out/bin"
 ln -s "$TOP_SRCDIR/run" "$out/tree/run"
-for s in sbatch srun scancel; do cp "$TOP_SRCDIR/tests/slurm-stub/$s" "$out/bin/$s" && chmod +x "$out/bin/$s"; done
+for s in sbatch srun scancel mpirun; do cp "$TOP_SRCDIR/tests/slurm-stub/$s" "$out/bin/$s" && chmod +x "$out/bin/$s"; done
 PATH="$out/bin:$PATH"
 STUB_LOG="$out/calls.log"
 export PATH STUB_LOG
@@ -39,6 +39,21 @@ for g in 6 8; do
   done
 done
 
+# the site templates: 4 nodes of G GPUs (--gres=gpu:G), G ranks each, 6-hour jobs, chained
+for site in aimos:6 satori:4; do
+  f="run/slurm/${site%:*}.sbatch" g=${site#*:}
+  t="$TOP_SRCDIR/$f"
+  n=$((n + 1))
+  check "$f: missing" [ -f "$t" ]
+  check "$f: not valid bash" bash -n "$t"
+  check "$f: --nodes is '$(opt "$t" nodes)', not 4" [ "$(opt "$t" nodes)" = 4 ]
+  check "$f: --ntasks-per-node is '$(opt "$t" ntasks-per-node)', not $g" [ "$(opt "$t" ntasks-per-node)" = "$g" ]
+  check "$f: --gres is '$(opt "$t" gres)', not gpu:$g" [ "$(opt "$t" gres)" = "gpu:$g" ]
+  check "$f: --time is '$(opt "$t" time)', not the sites' 06:00:00" [ "$(opt "$t" time)" = 06:00:00 ]
+  check "$f: --signal is '$(opt "$t" signal)', not USR1@300" [ "$(opt "$t" signal)" = USR1@300 ]
+  check "$f: does not resubmit itself" grep -q "^exec run/slurm/chain $f \"\$@\"\$" "$t"
+done
+
 # job SCRIPT [greenlm options]: run SCRIPT as Slurm would, from the tree, as job 4242 named
 # chaintest, on input/deck.nml; rc in $out/rc
 job() {
@@ -46,7 +61,7 @@ job() {
   shift
   [ $# -gt 0 ] || set -- --set training.max_steps=9
   (cd "$out/tree" && SLURM_SUBMIT_DIR="$out/tree" SLURM_JOB_ID=4242 SLURM_JOB_NAME=chaintest SLURM_JOB_ACCOUNT=proj \
-     SLURM_JOB_NUM_NODES=4 SLURM_CPUS_PER_TASK=4 bash "$TOP_SRCDIR/$script" input/deck.nml "$@") > "$out/job.out" 2>&1
+     SLURM_JOB_NUM_NODES=4 SLURM_NTASKS=24 SLURM_NTASKS_PER_NODE='6(x4)' SLURM_CPUS_PER_TASK=4 bash "$TOP_SRCDIR/$script" input/deck.nml "$@") > "$out/job.out" 2>&1
   echo $? > "$out/rc"
 }
 calls() { grep -c "^$1 " "$STUB_LOG"; }
@@ -120,6 +135,24 @@ check "real, link 2: the next link was not cancelled: $(cat "$STUB_LOG")" grep -
 : > "$STUB_LOG"
 GREENLM_CHAIN_LINK=3 STUB_STATUS=real job $t
 check "real, link 3: ran after the run was done: $(cat "$STUB_LOG")" [ ! -s "$STUB_LOG" ]
+
+# AiMOS: Spectrum MPI's mpirun -gpu over a hostfile of the InfiniBand names, the next link the same
+fresh
+STUB_STATUS=signal job run/slurm/aimos.sbatch
+check "aimos: the job failed ($(cat "$out/rc")): $(cat "$out/job.out")" [ "$(cat "$out/rc")" = 0 ]
+check "aimos: not Spectrum MPI's mpirun -gpu, 24 ranks, CUDA-aware, restarting: $(cat "$STUB_LOG")" \
+  grep -q "^mpirun -gpu --bind-to core -hostfile runs/chaintest/hosts.4242 -np 24 -x OPENBLAS_NUM_THREADS -x GREENLM_CUDA_AWARE_MPI=1 src/greenlm .*--set checkpoint.restart=latest .*input/deck.nml\$" "$STUB_LOG"
+check "aimos: the hostfile is not this node's InfiniBand name with 6 slots: $(cat "$STUB_LOG")" \
+  grep -qx "hostfile: $(hostname -s)-ib slots=6" "$STUB_LOG"
+check "aimos: the hostfile was left behind" [ ! -e "$out/tree/runs/chaintest/hosts.4242" ]
+check "aimos: the next link is not aimos.sbatch: $(cat "$STUB_LOG")" grep -q "^sbatch .* run/slurm/aimos.sbatch input/deck.nml" "$STUB_LOG"
+fresh
+GREENLM_LAUNCHER=mpiexec STUB_STATUS=signal job run/slurm/aimos.sbatch
+check "an unknown GREENLM_LAUNCHER: the job did not fail" [ "$(cat "$out/rc")" != 0 ]
+check "an unknown GREENLM_LAUNCHER: not named with the choices: $(cat "$out/job.out")" grep -q "GREENLM_LAUNCHER='mpiexec' names no launcher: srun or spectrum" "$out/job.out"
+fresh
+STUB_STATUS=signal job run/slurm/satori.sbatch
+check "satori: not srun one rank per task: $(cat "$STUB_LOG")" grep -q "^srun --cpu-bind=cores --cpus-per-task=4 src/greenlm " "$STUB_LOG"
 
 # run/slurm.sbatch: no chain unless asked for
 fresh

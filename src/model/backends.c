@@ -38,6 +38,20 @@ void backends_check(const cfg_config *cfg, err_list *errs) {
                sy->precision, k->name);
 }
 
+int backends_check_device(const cfg_config *cfg, const backend *be, const char *where, err_list *errs) {
+  const char *precision = cfg->system.precision;
+  unsigned can = be->caps.precisions;
+  if (can & backend_precision_bit(precision)) return 0;
+  char names[64], hint[256];
+  int fp16 = (can & BACKEND_PREC_FP16) && strcmp(precision, "bf16") == 0;
+  util_snprintf(hint, sizeof hint, "this device computes at %s: set precision = '%s'%s",
+                backend_precision_names(can, names, sizeof names), fp16 ? "fp16" : "fp32",
+                fp16 ? " (tensor cores, with dynamic loss scaling)" : "");
+  cfg_error_at(cfg, errs, "system", "precision", hint, "precision = '%s', but the %s backend's device (%s) does not compute at it",
+               precision, be->name, where);
+  return -1;
+}
+
 const backend *backends_plan(const cfg_config *cfg) {
   const char *build;
   const backend_kind *k = strcmp(cfg->system.backend, "auto") == 0 ? auto_kind() : backend_find_kind(cfg->system.backend, &build);
@@ -78,6 +92,10 @@ static const backend *choose(const cfg_config *cfg, MPI_Comm comm, err_list *err
   int d = pick_device(k, cfg, comm, why, sizeof why, where, sizeof where);
   if (d >= 0) {
     const backend *be = k->open(d, sy->precision);
+    if (backends_check_device(cfg, be, where, errs) != 0) {
+      backend_close(be);
+      return NULL;
+    }
     char how[256];
     util_snprintf(note, nlen, "backend: %s, precision %s (%s storage); %s; MPI: %s", k->name, sy->precision,
                   backend_dtype_name(be->storage), where, comm_describe(be, how, sizeof how));

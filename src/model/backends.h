@@ -23,6 +23,11 @@
  * backend does not compute at): errors at the deck keys. cfg_load calls it. */
 void backends_check(const cfg_config *cfg, err_list *errs);
 
+/* Whether the opened instance's device computes at &system precision (backend_caps.precisions of
+ * an instance are its device's: a V100, sm_70, has neither bf16 nor tf32): 0, or -1 after an error
+ * at the deck key naming the device (`where`) and the precisions it has. backends_open calls it. */
+int backends_check_device(const cfg_config *cfg, const backend *be, const char *where, err_list *errs);
+
 /* An instance of the backend the deck asks for, for planning (the dry run): no device is touched.
  * backend_close it. */
 const backend *backends_plan(const cfg_config *cfg);
