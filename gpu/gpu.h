@@ -60,6 +60,7 @@ typedef struct gpu_ctx {
   cublasHandle_t blas;
   cublasComputeType_t compute;  /* of the GEMMs, from the precision */
   char precision[8];            /* "fp32", "tf32", "bf16" or "fp16" */
+  unsigned prec;                /* its BACKEND_PREC_* bit */
   void *work;                   /* the workspace (attention's D, the norm's partial sums) */
   size_t work_bytes;
   char bus[32];                 /* PCI bus id in NVML's form, once asked */
@@ -257,6 +258,8 @@ bool gpu_lt_gemm(gpu_ctx *g, backend_dtype t, const gpu_lt_args *a);
 void gpu_lt_close(gpu_ctx *g);
 
 /* gpu_attention.cu */
+/* The attention kernels' limits: the largest head size, heads per call and sequences per call. */
+void gpu_attention_limits(int *head_size, int *heads, int *batch);
 size_t gpu_attention_scratch(int T);
 size_t gpu_attention_workspace(int B, int T, int H);
 void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,

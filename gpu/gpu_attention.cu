@@ -731,15 +731,20 @@ static void bwd_tc(gpu_ctx *g, float *dqkv, const float *dout, const float *out,
 enum tc_kind { TC_NONE, TC_BF16, TC_FP16 };
 static tc_kind tc_choice(const gpu_ctx *g, int hs) {
   if (hs <= 32 || hs > 128 || g->prop.major < 8) return TC_NONE;
-  if (strcmp(g->precision, "bf16") == 0) return TC_BF16;
-  return strcmp(g->precision, "fp16") == 0 ? TC_FP16 : TC_NONE;
+  return g->prec == BACKEND_PREC_BF16 ? TC_BF16 : g->prec == BACKEND_PREC_FP16 ? TC_FP16 : TC_NONE;
 }
 
+enum { ATT_MAX_HEAD = 256, ATT_MAX_GRID = 65535 }; /* head sizes the kernels take; grid rows (heads, sequences) */
+
+void gpu_attention_limits(int *head_size, int *heads, int *batch) {
+  *head_size = ATT_MAX_HEAD;
+  *heads = *batch = ATT_MAX_GRID;
+}
+
+/* The deck was checked against these limits (backends_check): here they are internal. */
 static void check_shape(int B, int T, int C, int H) {
-  UTIL_CHECK(C / H <= 256, "use more heads: n_embd / n_head <= 256",
-             "the CUDA attention kernels handle head sizes up to 256, not %d", C / H);
-  UTIL_CHECK(H <= 65535 && B <= 65535, "use fewer heads or a smaller micro_batch_size",
-             "CUDA attention: %d heads x %d sequences exceed the grid limits", H, B);
+  UTIL_CHECK(C / H <= ATT_MAX_HEAD && H <= ATT_MAX_GRID && B <= ATT_MAX_GRID, NULL,
+             "internal: CUDA attention of head size %d, %d heads, %d sequences (backends_check)", C / H, H, B);
   (void)T;
 }
 

@@ -28,11 +28,13 @@ static int gpu_device_bus_id(int device, char *buf, size_t len) {
   return 0;
 }
 
-static cublasComputeType_t compute_type(const char *precision) {
-  if (strcmp(precision, "tf32") == 0) return CUBLAS_COMPUTE_32F_FAST_TF32;
-  if (strcmp(precision, "bf16") == 0) return CUBLAS_COMPUTE_32F_FAST_16BF;
-  if (strcmp(precision, "fp16") == 0) return CUBLAS_COMPUTE_32F_FAST_16F;
-  UTIL_CHECK(strcmp(precision, "fp32") == 0, NULL, "internal: precision '%s'", precision);
+static cublasComputeType_t compute_type(unsigned prec) {
+  switch (prec) {
+  case BACKEND_PREC_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+  case BACKEND_PREC_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+  case BACKEND_PREC_FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
+  }
+  UTIL_CHECK(prec == BACKEND_PREC_FP32, NULL, "internal: precision bit %u", prec);
   return CUBLAS_COMPUTE_32F;
 }
 
@@ -160,7 +162,7 @@ static const char *gpu_placement(const backend *be, char *buf, size_t len) {
 /* The attention path the instance takes, for the run header and verdict.json. */
 static const char *attention_path(const backend *be, char *buf, size_t len) {
   const gpu_ctx *g = gpu_of(be);
-  const char *kernels = g->prop.major >= 8 && (!strcmp(g->precision, "bf16") || !strcmp(g->precision, "fp16"))
+  const char *kernels = g->prop.major >= 8 && (g->prec & (BACKEND_PREC_BF16 | BACKEND_PREC_FP16))
                             ? "greenlm's tensor-core kernels at the GEMM precision (head sizes 33-128; fp32 otherwise)"
                             : "greenlm's fp32 kernels";
 #ifdef GREENLM_HAVE_CUDNN
@@ -437,6 +439,7 @@ static backend_caps gpu_caps(void) {
   c.storage = 1u << BACKEND_FP32;
   c.host_memory = 0;
   c.devices = 1;
+  gpu_attention_limits(&c.max_head_size, &c.max_heads, &c.max_batch);
   c.attention =
 #ifdef GREENLM_HAVE_CUDNN
       "cuDNN's fused attention at bf16 and fp16 storage (GREENLM_ATTENTION=kernels: greenlm's); "
@@ -474,7 +477,8 @@ static void open_libraries(gpu_ctx *g) {
 static backend *gpu_open(int device, const char *precision) {
   gpu_ctx *g = new gpu_ctx();
   util_strlcpy(g->precision, precision, sizeof g->precision);
-  g->compute = compute_type(precision);
+  g->prec = backend_precision_bit(precision);
+  g->compute = compute_type(g->prec);
   if (device >= 0) {
     GPU_CHECK(cudaSetDevice(device));
     GPU_CHECK(cudaFree(0)); /* create the context now, not in the first timed op */

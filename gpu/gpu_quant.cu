@@ -11,7 +11,7 @@
 extern "C" {
 #include "base/rng.h"
 }
-#include "parallel/quant_core.h"
+#include "base/quant_core.h"
 
 enum { Q_THREADS = 256, Q_SEG_THREADS = 128 };
 enum { Q_SET = 0, Q_ADD = 1, Q_RESIDUAL = 2 }; /* what q_decode does with a value y: out = y, out += y, out = v - y */

@@ -13,7 +13,8 @@
 
 #include "base/env.h"
 #include "model/backend.h"
-#include "model/backends.h"
+#include "parallel/backends.h"
+#include "parallel/grad.h"
 #include "parallel/qexch.h"
 #include "deck/cfg.h"
 #include "config.h"
@@ -124,7 +125,7 @@ static int parse_args(int argc, char **argv, args *a, int rank, err_list *errs) 
   if (!a->deck && errs->n == 0) err_add(errs, NULL, 0, 0, USAGE_HINT, "no deck given: greenlm [options] DECK");
   if (errs->n == 0) return -1;
   if (rank == 0) err_print(errs, 20);
-  return 2;
+  return ERR_EXIT_USAGE;
 }
 
 /* The program's state, from the command line to the exit status. */
@@ -142,7 +143,7 @@ static const char NOTHING_DONE[] = "nothing was run or written";
 /* The environment: greenlm's variables checked, the file-size limit applied. Every rank. */
 static int check_environment(program *p) {
   env_check(&p->errs);
-  if (err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE)) return 1;
+  if (err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE)) return ERR_EXIT_BAD_INPUT;
   long long limit = env_file_size_limit();
   if (limit > 0) { /* after MPI has started: its shared-memory files are not limited */
     struct rlimit rl = {(rlim_t)limit, (rlim_t)limit};
@@ -159,7 +160,18 @@ static int check_builds(program *p) {
   if (lo == hi) return -1;
   err_add(&p->errs, NULL, 0, 0, "start every rank with the same greenlm binary", "the ranks run different greenlm builds");
   err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE);
-  return 1;
+  return ERR_EXIT_BAD_INPUT;
+}
+
+/* Rank 0: load the deck (and machine file) and check everything that needs no data: the keys, what
+ * this build's backends take, and for training the layout and its gradient exchange. */
+static void check_deck(program *p, const cfg_source *src) {
+  long n0 = err_count(&p->errs);
+  if (cfg_load_sources(p->cfg, src, p->a.machine ? 2 : 1, p->a.sets, p->a.nsets, &p->errs) != 0) return;
+  backends_check(p->cfg, &p->errs);
+  if (err_count(&p->errs) > n0 || !(cfg_has_task(p->cfg, CFG_TASK_TRAIN) || p->a.dry_run)) return;
+  if (cfg_resolve_layout(p->cfg, p->a.ranks > 0 ? p->a.ranks : p->size, &p->errs) == 0)
+    grad_check(p->cfg, (int)p->cfg->parallel.data_parallel, &p->errs);
 }
 
 /* Rank 0 reads, checks and resolves the deck (with the layout for the ranks the run has, or
@@ -176,13 +188,11 @@ static int read_config(program *p) {
     if (p->a.machine)
       src[1].text = util_read_file(p->a.machine, NML_MAX_BYTES, &src[1].len, "machine file",
                                    "give the path of a machine file, e.g. input/machines/v100-4x6.nml", &p->errs);
-    if (src[0].text && (!p->a.machine || src[1].text) &&
-        cfg_load_sources(p->cfg, src, p->a.machine ? 2 : 1, p->a.sets, p->a.nsets, &p->errs) == 0 &&
-        (cfg_has_task(p->cfg, "train") || p->a.dry_run))
-      cfg_resolve_layout(p->cfg, p->a.ranks > 0 ? p->a.ranks : p->size, &p->errs);
+    if (src[0].text && (!p->a.machine || src[1].text))
+      check_deck(p, src);
     free((char *)src[0].text), free((char *)src[1].text);
   }
-  if (err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE)) return 1;
+  if (err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE)) return ERR_EXIT_BAD_INPUT;
   MPI_Bcast(p->cfg, (int)sizeof *p->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
   return -1;
 }
@@ -241,7 +251,7 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
              util_fmt_bytes((double)sent, b[0], 32), util_fmt_bytes((double)fp32, b[1], 32), (double)fp32 / sent);
       size_t ef = qexch_plan_residual_bytes(&cfg->comm, gpt_part_params(&s, m.part), lay.D);
       if (ef) printf("! error-feedback residual per rank, stage %d: %s of %s memory\n", st, util_fmt_bytes((double)ef, b[0], 32),
-                     be->caps.host_memory || !strcmp(cfg->comm.exchange, "intsum") ? "host" : "device (in the total above)");
+                     be->caps.host_memory || cfg_comm_exchange_of(&cfg->comm) == CFG_EXCHANGE_INTSUM ? "host" : "device (in the total above)");
       free(t);
     }
   }
@@ -251,18 +261,41 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
 }
 
 
+/* ---- the tasks: &job task's words and order are CFG_TASKS (deck/cfg.h); here what each runs ---- */
+
+/* A task's run: its exit status, the same on every rank (0, or non-zero after adding errors: 1, or
+ * the training task's TRAIN_* status). */
+typedef int (*task_fn)(program *p);
+static int run_tokenizer(program *p) { return bpe_run_task(p->cfg, MPI_COMM_WORLD, &p->errs); }
+static int run_prepare(program *p) { return prepare_run(p->cfg, MPI_COMM_WORLD, &p->errs); }
+static int run_plan(program *p) { return plan_run(p->cfg, MPI_COMM_WORLD, &p->errs); }
+static int run_train(program *p) { return train_run(p->cfg, p->be, p->header, &p->errs); }
+static int run_eval(program *p) { return eval_run(p->cfg, p->be, MPI_COMM_WORLD, &p->errs); }
+static int run_sample(program *p) { return textgen_run(p->cfg, p->be, MPI_COMM_WORLD, &p->errs); }
+static int run_export(program *p) { return export_run(p->cfg, p->be, MPI_COMM_WORLD, &p->errs); }
+
+static const struct {
+  task_fn run;
+  int computes; /* needs the run's backend */
+} tasks[CFG_NTASKS] = {
+    [CFG_TASK_TOKENIZER] = {run_tokenizer, 0}, [CFG_TASK_PREPARE] = {run_prepare, 0}, [CFG_TASK_PLAN] = {run_plan, 0},
+    [CFG_TASK_TRAIN] = {run_train, 1},         [CFG_TASK_EVAL] = {run_eval, 1},       [CFG_TASK_SAMPLE] = {run_sample, 1},
+    [CFG_TASK_EXPORT] = {run_export, 1},
+};
+
 /* The deck's tasks in order, on the backend of the run; each task's errors reported once. */
 static int run_tasks(program *p) {
   const cfg_config *cfg = p->cfg;
   char note[640] = ""; /* how the backend was chosen, where there was a choice */
-  if (cfg_has_task(cfg, "train") && train_preflight(cfg, &p->errs)) {
+  if (cfg_has_task(cfg, CFG_TASK_TRAIN) && train_preflight(cfg, &p->errs)) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE);
-    return 1;
+    return ERR_EXIT_BAD_INPUT;
   }
-  int computes = cfg_has_task(cfg, "train") || cfg_has_task(cfg, "eval") || cfg_has_task(cfg, "sample") || cfg_has_task(cfg, "export");
+  int computes = 0;
+  for (int i = 0; i < cfg->job.task.n; i++) computes |= tasks[cfg_task_of(cfg->job.task.v[i])].computes;
   if (computes && !(p->be = backends_open(cfg, MPI_COMM_WORLD, &p->errs, note, sizeof note))) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, "the deck cannot run here; nothing was run or written");
-    return 1;
+    return ERR_EXIT_BAD_INPUT;
   }
   if (p->rank == 0) {
     printf("greenlm %s: deck %s, tasks", PACKAGE_VERSION, p->a.deck);
@@ -275,17 +308,11 @@ static int run_tasks(program *p) {
   }
   int rc = 0;
   for (int i = 0; i < cfg->job.task.n && rc == 0; i++) {
-    const char *task = cfg->job.task.v[i];
-    if (p->rank == 0) printf("== task: %s ==\n", task), fflush(stdout);
-    if (!strcmp(task, "tokenizer")) rc = bpe_run_task(cfg, MPI_COMM_WORLD, &p->errs);
-    else if (!strcmp(task, "prepare")) rc = prepare_run(cfg, MPI_COMM_WORLD, &p->errs);
-    else if (!strcmp(task, "plan")) rc = plan_run(cfg, MPI_COMM_WORLD, &p->errs);
-    else if (!strcmp(task, "train")) rc = train_run(cfg, p->be, p->header, &p->errs);
-    else if (!strcmp(task, "eval")) rc = eval_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);
-    else if (!strcmp(task, "sample")) rc = textgen_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);
-    else rc = export_run(cfg, p->be, MPI_COMM_WORLD, &p->errs);
+    cfg_task task = cfg_task_of(cfg->job.task.v[i]);
+    if (p->rank == 0) printf("== task: %s ==\n", cfg_task_name(task)), fflush(stdout);
+    rc = tasks[task].run(p);
     char outcome[160];
-    util_snprintf(outcome, sizeof outcome, "the '%s' task %s", task, rc ? "failed" : "went on");
+    util_snprintf(outcome, sizeof outcome, "the '%s' task %s", cfg_task_name(task), rc ? "failed" : "went on");
     err_report(&p->errs, MPI_COMM_WORLD, 20, rc ? outcome : NULL);
     err_free(&p->errs);
   }

@@ -30,7 +30,7 @@
 #include "base/rng.h"
 #include "base/util.h"
 #include "parallel/qexch.h"
-#include "parallel/quant.h"
+#include "base/quant.h"
 
 /* ---- --profile: a backend table that times every op ------------------------------------------ */
 
@@ -158,23 +158,14 @@ static int parse(int argc, char **argv, bench_args *a) {
       a->arch = v;
       continue;
     }
-    if (!strcmp(k, "--storage")) {
-      if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16")) {
-        fprintf(stderr, "greenlm-bench: error: --storage '%s' is not one of fp32, bf16, fp16\n", v);
+    const char *words = !strcmp(k, "--storage") ? CFG_CHOICES(CFG_DTYPES) : !strcmp(k, "--precision") ? CFG_CHOICES(CFG_PRECISIONS)
+                      : !strcmp(k, "--backend") ? "cpu|cuda" : NULL; /* the deck's words (a kind, not 'auto') */
+    if (words) {
+      if (cfg_choice_index(words, v) < 0) {
+        fprintf(stderr, "greenlm-bench: error: %s '%s' is not one of %s\n", k, v, words);
         return 2;
       }
-      a->storage = v;
-      continue;
-    }
-    if (!strcmp(k, "--backend") || !strcmp(k, "--precision")) {
-      int ok = !strcmp(k, "--backend") ? !strcmp(v, "cpu") || !strcmp(v, "cuda")
-                                       : !strcmp(v, "fp32") || !strcmp(v, "tf32") || !strcmp(v, "bf16") || !strcmp(v, "fp16");
-      if (!ok) {
-        fprintf(stderr, "greenlm-bench: error: %s '%s' is not one of %s\n", k, v,
-                !strcmp(k, "--backend") ? "cpu, cuda" : "fp32, tf32, bf16, fp16");
-        return 2;
-      }
-      *(!strcmp(k, "--backend") ? &a->backend : &a->precision) = v;
+      *(!strcmp(k, "--storage") ? &a->storage : !strcmp(k, "--backend") ? &a->backend : &a->precision) = v;
       continue;
     }
     if (*end || x < 0 || (x == 0 && strcmp(k, "--warmup") != 0)) {

@@ -123,7 +123,7 @@ static int open_loader(loadbench *b) {
   if (err_report(&errs, MPI_COMM_WORLD, 20, "the benchmark did not start")) return 1;
   MPI_Bcast(b->cfg, (int)sizeof *b->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
   const cfg_config *c = b->cfg;
-  int T = (int)c->training.seq_len, bad = tok_open(&b->tok, c->tokenizer.kind, c->tokenizer.dir, &errs) != 0;
+  int T = (int)c->training.seq_len, bad = tok_open(&b->tok, cfg_tokenizer_kind_of(&c->tokenizer), c->tokenizer.dir, &errs) != 0;
   if (!bad) bad = data_open(&b->data, c, &b->tok, T, &errs) != 0;
   if (err_report(&errs, MPI_COMM_WORLD, 20, "the benchmark did not start")) return 1;
   b->per = c->training.micro_batch_size * c->parallel.micro_batches;

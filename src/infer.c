@@ -110,7 +110,7 @@ int infer_open(infer_model *im, const cfg_config *cfg, const backend *be, MPI_Co
   im->comm = comm;
   MPI_Comm_rank(comm, &im->rank);
   MPI_Comm_size(comm, &im->size);
-  int e0 = errs->n, bad = tok_open(&im->tok, cfg->tokenizer.kind, cfg->tokenizer.dir, errs) != 0, any;
+  int e0 = errs->n, bad = tok_open(&im->tok, cfg_tokenizer_kind_of(&cfg->tokenizer), cfg->tokenizer.dir, errs) != 0, any;
   if (bad) cfg_relocate(cfg, errs, e0, "tokenizer", "dir");
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
   if (any && im->tok.bytes) tok_free(&im->tok);

@@ -9,12 +9,12 @@
 #include "deck/cfg.h"
 #include "model/backend.h"
 
-/* Exit statuses of the training task (doc/reference.md). */
+/* The exit statuses the training task returns (err.h has the table). */
 enum {
-  TRAIN_OK = 0,          /* completed, or stopped by the time limit or a signal with a checkpoint */
-  TRAIN_BAD_INPUT = 1,   /* the deck, the data, the checkpoint or the run directory: nothing was trained */
-  TRAIN_DIVERGED = 3,    /* the loss or the gradient norm stopped being finite */
-  TRAIN_IO_FAILED = 4    /* a checkpoint or a run file could not be written (the older checkpoints stay) */
+  TRAIN_OK = ERR_EXIT_OK,               /* completed, or stopped by the time limit or a signal with a checkpoint */
+  TRAIN_BAD_INPUT = ERR_EXIT_BAD_INPUT, /* the deck, the data, the checkpoint or the run directory */
+  TRAIN_DIVERGED = ERR_EXIT_DIVERGED,
+  TRAIN_IO_FAILED = ERR_EXIT_IO_FAILED
 };
 
 /* Before any task of the job runs: the run directory may take a fresh start (no finished run, no

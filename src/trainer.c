@@ -95,7 +95,7 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, e
   /* inputs: every rank reads the same headers, so all find the same problems */
   long n0 = err_count(errs);
   int e0 = errs->n;
-  if (tok_open(&t->tok, cfg->tokenizer.kind, cfg->tokenizer.dir, errs) == 0) data_open(&t->data, cfg, &t->tok, t->T, errs);
+  if (tok_open(&t->tok, cfg_tokenizer_kind_of(&cfg->tokenizer), cfg->tokenizer.dir, errs) == 0) data_open(&t->data, cfg, &t->tok, t->T, errs);
   else cfg_relocate(cfg, errs, e0, "tokenizer", "dir");
   int bad = err_count(errs) > n0, any;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
@@ -117,7 +117,7 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, e
   size_t lo, hi;
   grad_own_range(t->gx, &lo, &hi);
   optim_init(&t->opt, be, lo, hi);
-  optim_scaler_init(&t->scaler, strcmp(cfg->system.precision, "fp16") == 0, cfg->system.loss_scale,
+  optim_scaler_init(&t->scaler, cfg_system_precision_of(&cfg->system) == CFG_PREC_FP16, cfg->system.loss_scale,
                     cfg->system.loss_scale_window);
   pipe_init(&t->pipe, &t->lay, &t->model, t->B, t->T);
   t->win = util_malloc((size_t)t->G * sizeof *t->win, "step windows");

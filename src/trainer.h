@@ -88,8 +88,8 @@ int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err
 int trainer_restore(trainer *t, const char *path, long *step, double *tokens, ckpt_stats *st, err_list *errs);
 
 /* Start from the Hugging Face directory &model init_from instead of the random initialisation: its
- * config.json checked against the deck, each rank reading the tensors it holds. Collective.
- * Returns the number of errors added (the same on every rank). */
+ * config.json checked against the deck, each rank reading the tensors it holds. Collective:
+ * 0, or 1 on every rank after some rank added errors (err.h). */
 int trainer_init_from(trainer *t, err_list *errs);
 
 /* All parameters in the whole model's layout (wte, wpe, blocks, ln_f) on comm rank 0, NULL

@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/big.nc", dir);
   err_list e = {0};
   tok_tokenizer tok;
-  T_CHECK(tok_open(&tok, "bytes", "", &e) == 0, "the bytes tokenizer");
+  T_CHECK(tok_open(&tok, CFG_TOK_BYTES, "", &e) == 0, "the bytes tokenizer");
   int rc = write_sparse(path, tok.hash_hex);
   T_CHECK(rc == NC_NOERR, "writing the sparse dataset: %s", ncmpi_strerror(rc));
   struct stat st;

@@ -6,8 +6,9 @@
 #   ! expect-at: LINE:COL      (or "none" for errors without a place in the deck)
 #   ! expect-msg: TEXT         (a fragment of the message or its hint)
 # and optionally "! args: ..." (extra options), "! expect-run" (found when the run starts, not
-# by --dry-run; the run directory must then not be created) and "! only-without-cuda" (an error of
-# builds without the CUDA backend; GREENLM_CUDA=yes skips the deck). @TOP@ is the source tree and @OUT@
+# by --dry-run; the run directory must then not be created), "! only-without-cuda" (an error of
+# builds without the CUDA backend; GREENLM_CUDA=yes skips the deck) and "! only-with-cuda" (an
+# error of builds with it: skipped unless GREENLM_CUDA=yes). @TOP@ is the source tree and @OUT@
 # this test's output directory (with an empty directory empty-dir).
 . "$(dirname "$0")/lib.sh"
 out="$TEST_OUT/decks"
@@ -20,6 +21,7 @@ for src in "$TOP_SRCDIR"/tests/decks/bad/*.nml; do
   rundir="$out/$name.run"
   sed "s|@TOP@|$TOP_SRCDIR|g; s|@OUT@|$out|g" "$src" > "$deck"
   grep -q '^! only-without-cuda' "$deck" && [ "${GREENLM_CUDA:-no}" = yes ] && continue
+  grep -q '^! only-with-cuda' "$deck" && [ "${GREENLM_CUDA:-no}" != yes ] && continue
   at=$(sed -n 's/^! expect-at: //p' "$deck")
   msg=$(sed -n 's/^! expect-msg: //p' "$deck")
   args=$(sed -n 's/^! args: //p' "$deck")

@@ -139,7 +139,7 @@ static void check_fixture(loaded *l, const json_t *fx, const char *what, const c
   json_t *p;
   tok_tokenizer tok;
   err_list te = {0};
-  T_CHECK(tok_open(&tok, "bpe", tokdir, &te) == 0, "tok_open bpe %s", tokdir);
+  T_CHECK(tok_open(&tok, CFG_TOK_BPE, tokdir, &te) == 0, "tok_open bpe %s", tokdir);
   show(&te);
   json_array_foreach(json_object_get(fx, "pairs"), i, p) {
     if (te.n) break;
@@ -162,7 +162,7 @@ static void check_fixture(loaded *l, const json_t *fx, const char *what, const c
 static void check_tokenizer(const char *dir, const json_t *fx) {
   tok_tokenizer t;
   err_list e = {0};
-  T_CHECK(tok_open(&t, "bpe", dir, &e) == 0, "tok_open bpe %s (vocab.json, merges.txt)", dir);
+  T_CHECK(tok_open(&t, CFG_TOK_BPE, dir, &e) == 0, "tok_open bpe %s (vocab.json, merges.txt)", dir);
   show(&e);
   err_free(&e);
   if (e.n) return;
@@ -281,7 +281,7 @@ static void check_exports(loaded *l, const char *arch, const char *tokdir) {
   tok_tokenizer a, b;
   err_list e = {0};
   util_snprintf(p, sizeof p, "%s/export-%s", out, arch);
-  if (tok_open(&a, "bpe", tokdir, &e) == 0 && tok_open(&b, "bpe", p, &e) == 0) {
+  if (tok_open(&a, CFG_TOK_BPE, tokdir, &e) == 0 && tok_open(&b, CFG_TOK_BPE, p, &e) == 0) {
     T_CHECK(a.hash == b.hash, "exported tokenizer %s has another identity than %s", p, tokdir);
     tok_free(&b);
   }

@@ -4,7 +4,7 @@
 
 #include "testing.h"
 #include "base/util.h"
-#include "model/backends.h"
+#include "parallel/backends.h"
 #include "model/gpt.h"
 #include "parallel/par.h"
 #include "plan/plan.h"

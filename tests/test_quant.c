@@ -1,4 +1,4 @@
-/* test_quant: the stochastic quantizer (src/parallel/quant.h) against its definition.
+/* test_quant: the stochastic quantizer (src/base/quant.h) against its definition.
  *
  * For each level set (uniform with L2 and max norms, NUQSGD's exponential levels, a given table as
  * ALQ produces, min-max), each width b in {2, 3, 4, 8} and vectors of odd lengths (Gaussian,
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "parallel/quant.h"
+#include "base/quant.h"
 #include "testing.h"
 #include "base/util.h"
 

@@ -12,7 +12,7 @@
 
 #include "testing.h"
 #include "testdeck.h"
-#include "model/backends.h"
+#include "parallel/backends.h"
 #include "model/gpt.h"
 #include "parallel/comm.h"
 #include "parallel/grad.h"

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "parallel/quant.h"
+#include "base/quant.h"
 
 enum { TQ_NSEG = 7, TQ_NSCHEMES = 6 };
 

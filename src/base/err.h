@@ -8,7 +8,13 @@
  *     hint: keys of &model: arch vocab_size block_size n_layer n_embd n_head ...
  *
  * Internal errors (a broken invariant, memory exhausted) cannot wait for the other ranks: they go
- * through util_fatal (util.h), which prints the same form and ends the job with one MPI_Abort. */
+ * through util_fatal (util.h), which prints the same form and ends the job with one MPI_Abort.
+ *
+ * The one convention for "failed, errors added": a function given an err_list returns 0 when it
+ * added none and non-zero when it failed (it added errors, or for a collective function some rank
+ * did: then the same non-zero value on every rank). Callers test the result against 0 only, never
+ * its value, which a function may make an error count. A task returns an exit status instead
+ * (ERR_EXIT_*, the one table of them). */
 #ifndef GREENLM_ERR_H
 #define GREENLM_ERR_H
 
@@ -24,6 +30,16 @@
 #else
 #define ERR_PRINTF(a, b)
 #endif
+
+/* greenlm's exit statuses (doc/reference.md, "Exit statuses"). */
+enum {
+  ERR_EXIT_OK = 0,        /* the tasks ran (training completed, or stopped in time with a checkpoint) */
+  ERR_EXIT_BAD_INPUT = 1, /* the deck, the environment or the data: the errors say what; nothing was trained */
+  ERR_EXIT_USAGE = 2,     /* a bad command line */
+  ERR_EXIT_DIVERGED = 3,  /* training diverged: the loss or the gradient norm stopped being finite */
+  ERR_EXIT_IO_FAILED = 4, /* a checkpoint or a run file could not be written (the older checkpoints stay) */
+  ERR_EXIT_WATCHDOG = 5   /* no rank made progress for &job step_timeout seconds */
+};
 
 /* A list keeps the first ERR_KEEP errors whole and counts the rest, so a deck of a million bad
  * lines costs no more memory than one of a hundred. */

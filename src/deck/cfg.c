@@ -10,7 +10,6 @@
 
 #include "config.h"
 #include "base/util.h"
-#include "model/backends.h"
 
 /* ---- tables ---------------------------------------------------------------------------------- */
 
@@ -407,9 +406,50 @@ void cfg_relocate(const cfg_config *cfg, err_list *errs, int from, const char *g
 
 /* ---- cross-field checks and derived values --------------------------------------------------- */
 
-int cfg_has_task(const cfg_config *cfg, const char *task) {
+int cfg_choice_index(const char *words, const char *value) {
+  char w[CFG_ITEM_LEN];
+  int i = 0;
+  for (const char *p = words;; i++) {
+    const char *bar = strchr(p, '|');
+    size_t n = bar ? (size_t)(bar - p) : strlen(p);
+    if (n < sizeof w) {
+      memcpy(w, p, n), w[n] = '\0';
+      if (strcmp(w, value) == 0) return i;
+    }
+    if (!bar) return -1;
+    p = bar + 1;
+  }
+}
+
+/* The index of a checked key's value among its words (the range check stored the word as the
+ * range spells it). */
+static int choice_index(const char *words, const char *value) {
+  int i = cfg_choice_index(words, value);
+  UTIL_CHECK(i >= 0, NULL, "internal: '%s' is none of %s: the key was not checked", value, words);
+  return i;
+}
+
+#define CFG_CHOICE_FN(g, key, LIST)                                                                  \
+  cfg_##g##_##key cfg_##g##_##key##_of(const cfg_##g *group) {                                       \
+    return (cfg_##g##_##key)choice_index(CFG_CHOICES(LIST), group->key);                              \
+  }
+CFG_CHOICE_KEYS(CFG_CHOICE_FN)
+#undef CFG_CHOICE_FN
+
+int cfg_comm_compressed(const cfg_comm *c) { return cfg_comm_method_of(c) != CFG_COMM_NONE && c->bits != 32; }
+
+cfg_task cfg_task_of(const char *word) { return (cfg_task)choice_index(CFG_CHOICES(CFG_TASKS), word); }
+
+const char *cfg_task_name(cfg_task task) {
+#define CFG_TASK_WORD(E, w) w,
+  static const char *const words[CFG_NTASKS] = {CFG_TASKS(CFG_TASK_WORD)};
+#undef CFG_TASK_WORD
+  return words[task];
+}
+
+int cfg_has_task(const cfg_config *cfg, cfg_task task) {
   for (int i = 0; i < cfg->job.task.n; i++)
-    if (strcmp(cfg->job.task.v[i], task) == 0) return 1;
+    if (cfg_task_of(cfg->job.task.v[i]) == task) return 1;
   return 0;
 }
 
@@ -419,24 +459,24 @@ int cfg_eval_skips_val(const cfg_config *cfg) {
 
 /* The tasks' order and what each task needs. */
 static void check_tasks(const cfg_config *cfg, err_list *errs) {
-  static const char *order[] = {"tokenizer", "prepare", "plan", "train", "eval", "sample", "export"};
   const cfg_strlist *t = &cfg->job.task;
   int last = -1;
   for (int i = 0; i < t->n; i++) {
-    int k = 0;
-    while (strcmp(order[k], t->v[i]) != 0) k++;
+    int k = (int)cfg_task_of(t->v[i]);
     if (k <= last) {
-      cfg_error_at(cfg, errs, "job", "task", "list each task once, in the order they run: 'tokenizer', 'prepare', 'plan', 'train', 'eval', "
-                   "'sample', 'export'",
-                   "task '%s' is listed twice or out of order", t->v[i]);
+      char order[256];
+      choices_text(CFG_CHOICES(CFG_TASKS), order, sizeof order);
+      char hint[300];
+      snprintf(hint, sizeof hint, "list each task once, in the order they run: %s", order);
+      cfg_error_at(cfg, errs, "job", "task", hint, "task '%s' is listed twice or out of order", t->v[i]);
       return;
     }
     last = k;
   }
   if (t->n == 0) cfg_error_at(cfg, errs, "job", "task", "e.g. task = 'train'", "no task given");
   const cfg_tokenizer *tk = &cfg->tokenizer;
-  int bpe = strcmp(tk->kind, "bpe") == 0;
-  if (cfg_has_task(cfg, "tokenizer")) {
+  int bpe = cfg_tokenizer_kind_of(tk) == CFG_TOK_BPE;
+  if (cfg_has_task(cfg, CFG_TASK_TOKENIZER)) {
     if (!bpe)
       cfg_error_at(cfg, errs, "tokenizer", "kind", "set kind = 'bpe' (the 'tokenizer' task learns a BPE vocabulary)",
                    "kind = '%s' has no vocabulary to learn", tk->kind);
@@ -447,7 +487,7 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
   if (bpe && !tk->dir[0] && !cfg->model.init_from[0])
     cfg_error_at(cfg, errs, "tokenizer", "dir", "give the directory of encoder.json and vocab.bpe, e.g. dir = 'runs/tok'",
                  "kind = 'bpe' needs a tokenizer directory");
-  if (cfg_has_task(cfg, "prepare")) {
+  if (cfg_has_task(cfg, CFG_TASK_PREPARE)) {
     const cfg_prepare *pr = &cfg->prepare;
     if (pr->input.n == 0)
       cfg_error_at(cfg, errs, "prepare", "input", "list text files, directories or glob patterns, e.g. input = 'data/*.txt'",
@@ -458,11 +498,11 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
     if (!pr->val_out[0] && pr->val_fraction > 0)
       cfg_error_at(cfg, errs, "prepare", "val_out", "e.g. val_out = 'runs/data/val.nc', or val_fraction = 0",
                    "val_fraction = %g needs a validation dataset name", pr->val_fraction);
-    if (strcmp(pr->documents, "separator_line") == 0 && !pr->separator[0])
+    if (cfg_prepare_documents_of(pr) == CFG_DOCS_SEPARATOR_LINE && !pr->separator[0])
       cfg_error_at(cfg, errs, "prepare", "separator", "give the separator line, or documents = 'blank_line'",
                    "documents = 'separator_line' needs a separator");
   }
-  if (cfg_has_task(cfg, "train")) {
+  if (cfg_has_task(cfg, CFG_TASK_TRAIN)) {
     if (!cfg->data.train.n && !cfg->prepare.train_out[0])
       cfg_error_at(cfg, errs, "data", "train", "give a dataset from the 'prepare' task, e.g. train = 'runs/data/train.nc'",
                    "task 'train' needs a training dataset");
@@ -470,7 +510,7 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
       cfg_error_at(cfg, errs, "data", "val", "give a validation dataset, e.g. val = 'runs/data/val.nc'",
                    "task 'train' needs a validation dataset");
   }
-  if (cfg_has_task(cfg, "eval") && !cfg->eval.benchmarks.n && (cfg_eval_skips_val(cfg) || (!cfg->eval.val.n && !cfg->data.val.n && !cfg->prepare.val_out[0])))
+  if (cfg_has_task(cfg, CFG_TASK_EVAL) && !cfg->eval.benchmarks.n && (cfg_eval_skips_val(cfg) || (!cfg->eval.val.n && !cfg->data.val.n && !cfg->prepare.val_out[0])))
     cfg_error_at(cfg, errs, "eval", "benchmarks", "give a dataset (&eval val or &data val) or benchmarks, e.g. benchmarks = "
                  "'lambada:data/lambada_test.jsonl'", "task 'eval' has nothing to score");
   if (cfg->eval.during_training && cfg->parallel.pipeline_stages > 1)
@@ -544,7 +584,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
   if (m->attention_types.n < 1)
     cfg_error_at(cfg, errs, "model", "attention_types", "give at least one of 'global' or 'local'",
                  "the attention pattern is empty");
-  if (strcmp(m->arch, "gpt2") == 0) {
+  if (cfg_model_arch_of(m) == CFG_ARCH_GPT2) {
     for (int i = 0; i < m->attention_types.n; i++)
       if (strcmp(m->attention_types.v[i], "local") == 0) {
         cfg_error_at(cfg, errs, "model", "attention_types",
@@ -575,7 +615,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
   if (t->decay_steps > 0 && t->decay_steps < t->warmup_steps)
     cfg_error_at(cfg, errs, "training", "decay_steps", "decay_steps counts from step 0 and must be >= warmup_steps",
                  "decay_steps = %ld ends before the warm-up (warmup_steps = %ld)", t->decay_steps, t->warmup_steps);
-  if (strcmp(cfg->tokenizer.kind, "bytes") == 0 && m->vocab_size < 256)
+  if (cfg_tokenizer_kind_of(&cfg->tokenizer) == CFG_TOK_BYTES && m->vocab_size < 256)
     cfg_error_at(cfg, errs, "model", "vocab_size", "the 'bytes' tokenizer needs vocab_size >= 256",
                  "vocab_size = %ld is smaller than the 256 byte tokens of &tokenizer kind = 'bytes'", m->vocab_size);
   check_tasks(cfg, errs);
@@ -588,12 +628,12 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
   if (cfg->comm.bits > 8 && cfg->comm.bits != 32)
     cfg_error_at(cfg, errs, "comm", "bits", "2 to 8 bits per value, or 32 (no compression)",
                  "bits = %ld is not a width the quantizer packs", cfg->comm.bits);
-  if (!strcmp(cfg->comm.exchange, "intsum") && strcmp(cfg->comm.method, "qsgd") && strcmp(cfg->comm.method, "qsgdinf") &&
-      strcmp(cfg->comm.method, "none"))
+  cfg_comm_method method = cfg_comm_method_of(&cfg->comm);
+  if (cfg_comm_exchange_of(&cfg->comm) == CFG_EXCHANGE_INTSUM && method != CFG_COMM_QSGD && method != CFG_COMM_QSGDINF &&
+      method != CFG_COMM_NONE)
     cfg_error_at(cfg, errs, "comm", "exchange", "method = 'qsgd' or 'qsgdinf' (uniform levels), or exchange = 'allgather'",
                  "exchange = 'intsum' sums integer codes, which needs uniform levels; method = '%s' has none",
                  cfg->comm.method);
-  backends_check(cfg, errs); /* what this build cannot run wherever it runs; the machine decides the rest */
 }
 
 /* group.key now holds a value derived from from_group.from_key: errors point at the latter. */
@@ -619,7 +659,7 @@ static void derive(cfg_config *cfg) {
     cfg->data.val.n = 1;
     set_derived(cfg, "data", "val", "prepare", "val_out");
   }
-  if (!strcmp(cfg->tokenizer.kind, "bpe") && !cfg->tokenizer.dir[0] && cfg->model.init_from[0]) {
+  if (cfg_tokenizer_kind_of(&cfg->tokenizer) == CFG_TOK_BPE && !cfg->tokenizer.dir[0] && cfg->model.init_from[0]) {
     util_strlcpy(cfg->tokenizer.dir, cfg->model.init_from, sizeof cfg->tokenizer.dir); /* vocab.json, merges.txt */
     set_derived(cfg, "tokenizer", "dir", "model", "init_from");
   }

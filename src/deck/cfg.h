@@ -27,10 +27,55 @@ typedef struct {
   double v[CFG_LIST_MAX];
 } cfg_reallist;
 
+/* ---- choices ------------------------------------------------------------------------------------
+ * The words of each choice key, each with its enum constant, X(CONSTANT, "word"), in the order the
+ * range lists them. The key's range is made from the list (CFG_CHOICES), and so is the enum
+ * cfg_GROUP_KEY with cfg_GROUP_KEY_of(group) (CFG_CHOICE_KEYS): code switches on the constants and
+ * never compares the words. Keys whose words name rows of a data table (&energy region, &machine
+ * device) are looked up in that table instead. */
+#define CFG_TASKS(X)                                                                                  \
+  X(CFG_TASK_TOKENIZER, "tokenizer") X(CFG_TASK_PREPARE, "prepare") X(CFG_TASK_PLAN, "plan")            \
+  X(CFG_TASK_TRAIN, "train") X(CFG_TASK_EVAL, "eval") X(CFG_TASK_SAMPLE, "sample") X(CFG_TASK_EXPORT, "export")
+#define CFG_ARCHS(X) X(CFG_ARCH_GPT_NEO, "gpt-neo") X(CFG_ARCH_GPT2, "gpt2")
+#define CFG_LR_DECAYS(X) X(CFG_DECAY_COSINE, "cosine") X(CFG_DECAY_LINEAR, "linear") X(CFG_DECAY_CONSTANT, "constant")
+#define CFG_TOKENIZER_KINDS(X) X(CFG_TOK_BYTES, "bytes") X(CFG_TOK_BPE, "bpe")
+#define CFG_DOCUMENTS(X)                                                                              \
+  X(CFG_DOCS_FILE, "file") X(CFG_DOCS_LINE, "line") X(CFG_DOCS_BLANK_LINE, "blank_line")                \
+  X(CFG_DOCS_SEPARATOR_LINE, "separator_line")
+#define CFG_FORMATS(X) X(CFG_FORMAT_AUTO, "auto") X(CFG_FORMAT_TEXT, "text") X(CFG_FORMAT_JSONL, "jsonl")
+#define CFG_BAD_RECORDS(X) X(CFG_BAD_SKIP, "skip") X(CFG_BAD_FATAL, "fatal")
+#define CFG_RANK_ORDERS(X) X(CFG_ORDER_REPLICAS_ADJACENT, "replicas_adjacent") X(CFG_ORDER_STAGES_ADJACENT, "stages_adjacent")
+#define CFG_BINDS(X) X(CFG_BIND_AUTO, "auto") X(CFG_BIND_NONE, "none")
+#define CFG_COMM_METHODS(X)                                                                           \
+  X(CFG_COMM_NONE, "none") X(CFG_COMM_QSGD, "qsgd") X(CFG_COMM_QSGDINF, "qsgdinf") X(CFG_COMM_NUQSGD, "nuqsgd") \
+  X(CFG_COMM_MINMAX, "minmax") X(CFG_COMM_ALQ, "alq") X(CFG_COMM_AMQ, "amq")
+#define CFG_EXCHANGES(X) X(CFG_EXCHANGE_ALLGATHER, "allgather") X(CFG_EXCHANGE_SRA, "sra") X(CFG_EXCHANGE_INTSUM, "intsum")
+#define CFG_DTYPES(X) X(CFG_DTYPE_FP32, "fp32") X(CFG_DTYPE_BF16, "bf16") X(CFG_DTYPE_FP16, "fp16")
+#define CFG_BACKENDS(X) X(CFG_BACKEND_AUTO, "auto") X(CFG_BACKEND_CPU, "cpu") X(CFG_BACKEND_CUDA, "cuda")
+#define CFG_PRECISIONS(X) X(CFG_PREC_FP32, "fp32") X(CFG_PREC_TF32, "tf32") X(CFG_PREC_BF16, "bf16") X(CFG_PREC_FP16, "fp16")
+#define CFG_ATTRIBUTIONS(X) X(CFG_ATTRIB_EQUAL, "equal") X(CFG_ATTRIB_CPU_TIME, "cpu_time")
+
+#define CFG_RANGE_WORD(E, w) "|" w
+#define CFG_CHOICES(LIST) (LIST(CFG_RANGE_WORD) + 1) /* "a|b|c": the list without its first '|' */
+
+/* The choice keys of one word each: X(group, key, LIST). */
+#define CFG_CHOICE_KEYS(X)                                                                            \
+  X(model, arch, CFG_ARCHS) X(training, lr_decay, CFG_LR_DECAYS) X(tokenizer, kind, CFG_TOKENIZER_KINDS) \
+  X(prepare, documents, CFG_DOCUMENTS) X(prepare, format, CFG_FORMATS) X(prepare, bad_records, CFG_BAD_RECORDS) \
+  X(parallel, rank_order, CFG_RANK_ORDERS) X(parallel, bind, CFG_BINDS) X(comm, method, CFG_COMM_METHODS)  \
+  X(comm, exchange, CFG_EXCHANGES) X(export, dtype, CFG_DTYPES) X(system, backend, CFG_BACKENDS)           \
+  X(system, precision, CFG_PRECISIONS) X(energy, attribution, CFG_ATTRIBUTIONS)
+
+#define CFG_ENUM_ITEM(E, w) E,
+typedef enum { CFG_TASKS(CFG_ENUM_ITEM) CFG_NTASKS } cfg_task;
+#define CFG_CHOICE_ENUM(g, key, LIST) typedef enum { LIST(CFG_ENUM_ITEM) } cfg_##g##_##key;
+CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
+#undef CFG_CHOICE_ENUM
+
 /* ---- the groups ------------------------------------------------------------------------------ */
 
 #define CFG_GROUP_JOB(X, g)                                                                           \
-  X(g, STRLIST, task, "'train'", "tokenizer|prepare|plan|train|eval|sample|export", "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'plan' predicts the training run's memory, time, energy and CO2e on the machine of &machine for every layout and recommends one (doc/planning.md; nothing is trained), 'train' trains the model on &data, 'eval' scores a model on a dataset and benchmarks (&eval), 'sample' generates text (&sample), 'export' writes a Hugging Face model directory (&export). eval, sample and export take the model from &checkpoint restart, else the newest checkpoint in &checkpoint dir, else &model init_from") \
+  X(g, STRLIST, task, "'train'", CFG_CHOICES(CFG_TASKS), "What the run does, in this order: 'tokenizer' learns a BPE vocabulary (&tokenizer), 'prepare' turns text into token datasets (&prepare), 'plan' predicts the training run's memory, time, energy and CO2e on the machine of &machine for every layout and recommends one (doc/planning.md; nothing is trained), 'train' trains the model on &data, 'eval' scores a model on a dataset and benchmarks (&eval), 'sample' generates text (&sample), 'export' writes a Hugging Face model directory (&export). eval, sample and export take the model from &checkpoint restart, else the newest checkpoint in &checkpoint dir, else &model init_from") \
   X(g, STR, name, "'greenlm'", "", "Name of the run, used in reports")                               \
   X(g, STR, run_dir, "'runs/default'", "", "Directory that receives deck.resolved.nml, log.txt, metrics.csv and verdict.json") \
   X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
@@ -39,7 +84,7 @@ typedef struct {
   X(g, REAL, step_timeout, "1800", "[0, inf)", "Seconds a training job may go without any rank making progress (a step, a micro-batch, a checkpoint batch) before it ends with a message naming the rank that stopped answering; 0 disables the watchdog")
 
 #define CFG_GROUP_MODEL(X, g)                                                                         \
-  X(g, STR, arch, "'gpt-neo'", "gpt-neo|gpt2", "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers) or 'gpt2' (scaled scores, q/k/v bias, all global)") \
+  X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers) or 'gpt2' (scaled scores, q/k/v bias, all global)") \
   X(g, INT, vocab_size, "50257", "[2, 16777216]", "Vocabulary size V (rows of the tied token embedding wte)") \
   X(g, INT, block_size, "2048", "[1, 1048576]", "Longest sequence the model can see: rows of the position embedding wpe") \
   X(g, INT, n_layer, "12", "[1, 4096]", "Number of transformer blocks L")                          \
@@ -61,7 +106,7 @@ typedef struct {
   X(g, REAL, lr, "6e-4", "(0, 10]", "Peak learning rate")                                           \
   X(g, REAL, min_lr, "6e-5", "[0, 10]", "Learning rate at the end of the decay (the floor)")       \
   X(g, INT, warmup_steps, "100", "[0, inf)", "Steps of linear warm-up from lr/warmup_steps to lr") \
-  X(g, STR, lr_decay, "'cosine'", "cosine|linear|constant", "Decay from lr to min_lr after the warm-up") \
+  X(g, STR, lr_decay, "'cosine'", CFG_CHOICES(CFG_LR_DECAYS), "Decay from lr to min_lr after the warm-up") \
   X(g, INT, decay_steps, "0", "[0, inf)", "Step at which the decay reaches min_lr; 0 means max_steps") \
   X(g, REAL, beta1, "0.9", "[0, 1)", "AdamW first-moment decay")                                    \
   X(g, REAL, beta2, "0.95", "[0, 1)", "AdamW second-moment decay")                                  \
@@ -73,18 +118,18 @@ typedef struct {
   X(g, INT, eval_batches, "8", "[1, inf)", "Micro-batches of validation data per evaluation")
 
 #define CFG_GROUP_TOKENIZER(X, g)                                                                  \
-  X(g, STR, kind, "'bytes'", "bytes|bpe", "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary)") \
+  X(g, STR, kind, "'bytes'", CFG_CHOICES(CFG_TOKENIZER_KINDS), "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary)") \
   X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe (or Hugging Face's vocab.json and merges.txt): read by 'bpe', written by the 'tokenizer' task; empty with &model init_from means that directory") \
   X(g, INT, vocab_size, "4096", "[258, 16777216]", "Vocabulary the 'tokenizer' task learns, <|endoftext|> included") \
   X(g, STRLIST, corpus, "", "", "Text the 'tokenizer' task learns from (files, directories, glob patterns); empty means &prepare input")
 
 #define CFG_GROUP_PREPARE(X, g)                                                                    \
   X(g, STRLIST, input, "", "", "Text to turn into token datasets: files, directories (their files) or glob patterns") \
-  X(g, STR, documents, "'file'", "file|line|blank_line|separator_line", "How the text divides into documents: one per 'file', one per 'line', separated by blank lines ('blank_line') or by lines equal to separator ('separator_line')") \
+  X(g, STR, documents, "'file'", CFG_CHOICES(CFG_DOCUMENTS), "How the text divides into documents: one per 'file', one per 'line', separated by blank lines ('blank_line') or by lines equal to separator ('separator_line')") \
   X(g, STR, separator, "'<|endoftext|>'", "", "The separator line of documents = 'separator_line'") \
-  X(g, STR, format, "'auto'", "auto|text|jsonl", "What the input files hold: 'text', or 'jsonl' (JSON Lines: one document per line, its text in the field text_field, as The Pile and exported Hugging Face datasets have it); 'auto' takes JSON Lines for names ending in .jsonl, .ndjson or .json (before a .gz or .zst) and text otherwise. gzip and zstd compression is recognised by the files' first bytes, whatever their names") \
+  X(g, STR, format, "'auto'", CFG_CHOICES(CFG_FORMATS), "What the input files hold: 'text', or 'jsonl' (JSON Lines: one document per line, its text in the field text_field, as The Pile and exported Hugging Face datasets have it); 'auto' takes JSON Lines for names ending in .jsonl, .ndjson or .json (before a .gz or .zst) and text otherwise. gzip and zstd compression is recognised by the files' first bytes, whatever their names") \
   X(g, STR, text_field, "'text'", "", "The field of each JSON Lines record that holds its document's text") \
-  X(g, STR, bad_records, "'skip'", "skip|fatal", "A JSON Lines record that is not a JSON object, lacks text_field, has a non-string there or invalid UTF-8: 'skip' counts it, names the first one, and goes on; 'fatal' reports each (file and line) and writes nothing") \
+  X(g, STR, bad_records, "'skip'", CFG_CHOICES(CFG_BAD_RECORDS), "A JSON Lines record that is not a JSON object, lacks text_field, has a non-string there or invalid UTF-8: 'skip' counts it, names the first one, and goes on; 'fatal' reports each (file and line) and writes nothing") \
   X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of the documents held out for validation (chosen by a seeded shuffle)") \
   X(g, REAL, buffer_mb, "1024", "(0, 1e9]", "MiB of tokens a rank holds while preparing; beyond them its tokens wait in a spill file beside train_out (about the datasets' size on disk, removed at the end), and the datasets are written in rounds of this size, so memory does not grow with the corpus") \
   X(g, STR, train_out, "''", "", "Training dataset to write (NetCDF)")                             \
@@ -105,12 +150,12 @@ typedef struct {
   X(g, INT, data_parallel, "0", "[0, 1048576]", "Data-parallel replicas D; 0 means ranks / (pipeline_stages x tensor_parallel). P x T x D must equal the rank count") \
   X(g, INT, micro_batches, "0", "[0, 1048576]", "Micro-batches m per optimizer step on each replica; 0 means global_batch_size / (micro_batch_size x D)") \
   X(g, INT, zero_stage, "0", "[0, 1]", "0: every replica keeps all optimizer state; 1: AdamW state sharded across the replicas of a stage (ZeRO-1)") \
-  X(g, STR, rank_order, "'replicas_adjacent'", "replicas_adjacent|stages_adjacent", "Which ranks are consecutive: the D replicas of a stage ('replicas_adjacent') or the P stages of a pipeline ('stages_adjacent')") \
+  X(g, STR, rank_order, "'replicas_adjacent'", CFG_CHOICES(CFG_RANK_ORDERS), "Which ranks are consecutive: the D replicas of a stage ('replicas_adjacent') or the P stages of a pipeline ('stages_adjacent')") \
   X(g, REAL, bucket_mb, "25", "(0, 1e6]", "Size in MiB of the gradient buckets exchanged across replicas while the backward pass goes on") \
-  X(g, STR, bind, "'auto'", "auto|none", "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
+  X(g, STR, bind, "'auto'", CFG_CHOICES(CFG_BINDS), "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
 
 #define CFG_GROUP_COMM(X, g)                                                                       \
-  X(g, STR, method, "'none'", "none|qsgd|qsgdinf|nuqsgd|minmax|alq|amq", "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps), 'alq' and 'amq' (L2 norm, levels fitted to the gradients' statistics on the adapt_every schedule, starting from NUQSGD's)") \
+  X(g, STR, method, "'none'", CFG_CHOICES(CFG_COMM_METHODS), "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps), 'alq' and 'amq' (L2 norm, levels fitted to the gradients' statistics on the adapt_every schedule, starting from NUQSGD's)") \
   X(g, INT, bits, "4", "[2, 32]", "Bits per gradient value, the sign included: 2 to 8, or 32 (no compression, the fp32 exchange itself)") \
   X(g, INT, bucket, "0", "[0, 1048576]", "Values per quantization bucket (one scale each; buckets never cross tensors); 0: 8192 with the L2 norm (qsgd, nuqsgd), 512 otherwise") \
   X(g, INT, min_numel, "10000", "[0, inf)", "Tensors with fewer values (LayerNorm parameters, biases) travel uncompressed in the same message") \
@@ -118,7 +163,7 @@ typedef struct {
   X(g, BOOL, error_feedback, ".false.", "", "Each replica carries what quantization dropped of its gradients into its next message (e = p - Q(p), p = g + e): the residual costs the stage's parameter count in fp32 host memory and is kept in checkpoints") \
   X(g, INT, adapt_every, "0", "[0, inf)", "alq, amq: the levels are fitted after steps 0, 100 and 2000 and then every this many steps; 0: every max_steps / 10") \
   X(g, INT, error_every, "100", "[0, inf)", "Every this many steps, measure each replica's relative quantization error ||Q(g) - g||^2 / ||g||^2 beside its exact expectation (metrics.csv q_error, q_error_expected); 0: never") \
-  X(g, STR, exchange, "'allgather'", "allgather|sra|intsum", "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica); 'sra' (reduce-scatter/all-gather: each replica owns a D-th of every bucket, sums the replicas' parts of it, quantizes the sum again and all-gathers it: fewer bytes received at large D, a second rounding); 'intsum' (uniform levels only: a scale shared by the replicas, integers summed by MPI_Allreduce in 8 or 16 bits)")
+  X(g, STR, exchange, "'allgather'", CFG_CHOICES(CFG_EXCHANGES), "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica); 'sra' (reduce-scatter/all-gather: each replica owns a D-th of every bucket, sums the replicas' parts of it, quantizes the sum again and all-gathers it: fewer bytes received at large D, a second rounding); 'intsum' (uniform levels only: a scale shared by the replicas, integers summed by MPI_Allreduce in 8 or 16 bits)")
 
 #define CFG_GROUP_CHECKPOINT(X, g)                                                                 \
   X(g, STR, dir, "''", "", "Directory of the checkpoints; empty means run_dir/checkpoints")     \
@@ -154,12 +199,12 @@ typedef struct {
 
 #define CFG_GROUP_EXPORT(X, g)                                                                        \
   X(g, STR, dir, "''", "", "Directory the 'export' task writes (a Hugging Face model: config.json, model.safetensors, tokenizer files); empty means run_dir/hf") \
-  X(g, STR, dtype, "'fp32'", "fp32|bf16|fp16", "Element type of the exported weights") \
+  X(g, STR, dtype, "'fp32'", CFG_CHOICES(CFG_DTYPES), "Element type of the exported weights") \
   X(g, REAL, shard_mb, "5000", "(0, 1e9]", "Largest model.safetensors file in MB (10^6 bytes); a larger model is split into model-0000i-of-0000n.safetensors with model.safetensors.index.json")
 
 #define CFG_GROUP_SYSTEM(X, g)                                                                        \
-  X(g, STR, backend, "'auto'", "auto|cpu|cuda", "Compute backend: 'cpu' (OpenBLAS and C kernels), 'cuda' (cuBLAS and CUDA kernels; a build configured --with-cuda, doc/gpu.md), 'auto' (CUDA where built and a GPU is visible, else the CPU)") \
-  X(g, STR, precision, "'fp32'", "fp32|tf32|bf16|fp16", "Precision: 'fp32'; 'bf16' and 'fp16' store activations and the parameters' compute copy in 16 bits where the backend has that storage (the CPU does; master weights, gradients, AdamW and checkpoints stay fp32; fp16 with dynamic loss scaling), and run the CUDA GEMMs and attention on tensor cores; 'tf32' (CUDA): fp32 storage, TF32 GEMMs. The run header names the storage type") \
+  X(g, STR, backend, "'auto'", CFG_CHOICES(CFG_BACKENDS), "Compute backend: 'cpu' (OpenBLAS and C kernels), 'cuda' (cuBLAS and CUDA kernels; a build configured --with-cuda, doc/gpu.md), 'auto' (CUDA where built and a GPU is visible, else the CPU)") \
+  X(g, STR, precision, "'fp32'", CFG_CHOICES(CFG_PRECISIONS), "Precision: 'fp32'; 'bf16' and 'fp16' store activations and the parameters' compute copy in 16 bits where the backend has that storage (the CPU does; master weights, gradients, AdamW and checkpoints stay fp32; fp16 with dynamic loss scaling), and run the CUDA GEMMs and attention on tensor cores; 'tf32' (CUDA): fp32 storage, TF32 GEMMs. The run header names the storage type") \
   X(g, REAL, loss_scale, "65536", "[1, 1e300]", "precision = 'fp16': initial loss scale; halved (and the step skipped) when the gradients overflow") \
   X(g, INT, loss_scale_window, "2000", "[1, inf)", "precision = 'fp16': good steps in a row after which the loss scale doubles") \
   X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 gives each rank as many threads as it has cores (after binding)") \
@@ -172,7 +217,7 @@ typedef struct {
   X(g, BOOL, estimate, ".true.", "", "Where no sensor can be read, estimate the component and label it so: CPU from its model's TDP in the built-in table (or a per-core default) x greenlm's CPU time, DRAM per GB of memory x wall time, GPU from its board power x wall time (doc/energy.md); .false. reports it 'not measured' unless cpu_tdp_w or gpu_tdp_w is given") \
   X(g, REAL, cpu_tdp_w, "0", "[0, 100000]", "CPU power in W per node for a labelled estimate where RAPL is missing (W x utilisation), in place of the built-in table; 0 takes the table") \
   X(g, REAL, gpu_tdp_w, "0", "[0, 100000]", "GPU board power in W for a labelled estimate where NVML is missing (an upper bound), in place of the built-in table; 0 takes the table") \
-  X(g, STR, attribution, "'equal'", "equal|cpu_time", "How a node's CPU and DRAM energy is shared among its ranks: equal shares, or shares of CPU time") \
+  X(g, STR, attribution, "'equal'", CFG_CHOICES(CFG_ATTRIBUTIONS), "How a node's CPU and DRAM energy is shared among its ranks: equal shares, or shares of CPU time") \
   X(g, REAL, sample_seconds, "5", "[0.01, 60]", "Seconds between RAPL reads by the sampling thread (well below the counters' wrap time)")
 
 #define CFG_GROUP_MACHINE(X, g)                                                                       \
@@ -290,7 +335,20 @@ int cfg_load_sources(cfg_config *cfg, const cfg_source *src, int nsrc, char *con
 int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs);
 
 /* Whether the deck's &job task list has this task. */
-int cfg_has_task(const cfg_config *cfg, const char *task);
+int cfg_has_task(const cfg_config *cfg, cfg_task task);
+/* The task a word of &job task names (a checked deck's words are all tasks), and a task's word. */
+cfg_task cfg_task_of(const char *word);
+const char *cfg_task_name(cfg_task task);
+
+/* The index of value among the words "a|b|c" (CFG_CHOICES(LIST)), or -1. */
+int cfg_choice_index(const char *words, const char *value);
+/* The constant of a checked choice key's value: cfg_comm_method_of(&cfg->comm), ... */
+#define CFG_CHOICE_OF(g, key, LIST) cfg_##g##_##key cfg_##g##_##key##_of(const cfg_##g *group);
+CFG_CHOICE_KEYS(CFG_CHOICE_OF)
+#undef CFG_CHOICE_OF
+/* Whether &comm compresses the exchange: a method other than 'none' at fewer than 32 bits. */
+int cfg_comm_compressed(const cfg_comm *c);
+
 /* Whether &eval val is 'none': the eval task scores no dataset. */
 int cfg_eval_skips_val(const cfg_config *cfg);
 

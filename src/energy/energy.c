@@ -473,7 +473,7 @@ int energy_open(energy_meter *e, const cfg_energy *c, MPI_Comm world, MPI_Comm n
   e->gpu_comm = MPI_COMM_NULL;
   number_nodes(e, world, node);
   e->node_cores = node_cores > 0 ? node_cores : 1;
-  e->by_cpu_time = strcmp(c->attribution, "cpu_time") == 0;
+  e->by_cpu_time = cfg_energy_attribution_of(c) == CFG_ATTRIB_CPU_TIME;
   e->pue = c->pue;
   e->region = c->grid_intensity > 0 ? NULL : energy_find_region(c->region);
   e->intensity = e->region ? e->region->g_per_kwh : c->grid_intensity;

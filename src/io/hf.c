@@ -169,7 +169,7 @@ int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
   if (hf_config_to_model(dir, &f, errs) != 0) return (int)added_since(errs, before);
   char path[UTIL_PATH_MAX], hint[160];
   util_snprintf(path, sizeof path, "%s/config.json", dir);
-  int neo = strcmp(f.arch, "gpt-neo") == 0;
+  int neo = cfg_model_arch_of(&f) == CFG_ARCH_GPT_NEO;
 #define HF_MISMATCH(key, hfkey, fv, dv, fmt)                                                                        \
   do {                                                                                                           \
     util_snprintf(hint, sizeof hint, "set &model " key " = " fmt " to match the Hugging Face model", fv);         \
@@ -188,7 +188,7 @@ int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
     HF_MISMATCH("layer_norm_epsilon", "layer_norm_epsilon", f.layer_norm_epsilon, m->layer_norm_epsilon, "%g");
   int any_local = 0;
   for (int l = 0; l < f.n_layer; l++) {
-    const char *fk = layer_kind(&f, l), *dk = strcmp(m->arch, "gpt2") == 0 ? "global" : layer_kind(m, l);
+    const char *fk = layer_kind(&f, l), *dk = cfg_model_arch_of(m) == CFG_ARCH_GPT2 ? "global" : layer_kind(m, l);
     any_local |= strcmp(fk, "local") == 0;
     if (l < m->n_layer && strcmp(fk, dk) != 0) {
       util_snprintf(hint, sizeof hint, "set &model attention_types to the config's pattern ('%s'%s)", f.attention_types.v[0],
@@ -665,7 +665,7 @@ int hf_export(const char *dir, const gpt_shape *s, const float *params, const cf
     err_add(errs, dir, 0, 0, "choose another &export dir, remove this one, or allow overwriting",
             "the export directory exists and is not empty");
   tok_tokenizer t;
-  if (added_since(errs, before) || tok_open(&t, tk->kind, tk->dir, errs) != 0) return (int)added_since(errs, before);
+  if (added_since(errs, before) || tok_open(&t, cfg_tokenizer_kind_of(tk), tk->dir, errs) != 0) return (int)added_since(errs, before);
   if (t.vocab_size > s->V)
     err_add(errs, tk->dir, 0, 0, "set &model vocab_size to at least the tokenizer's vocabulary",
             "the tokenizer has %d tokens, more than the model's vocabulary of %d", t.vocab_size, s->V);

@@ -6,6 +6,12 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "deck/cfg.h"
+
+/* the precision bits are &system precision's words in order */
+_Static_assert(BACKEND_PREC_FP32 == 1u << CFG_PREC_FP32 && BACKEND_PREC_TF32 == 1u << CFG_PREC_TF32 &&
+                   BACKEND_PREC_BF16 == 1u << CFG_PREC_BF16 && BACKEND_PREC_FP16 == 1u << CFG_PREC_FP16,
+               "BACKEND_PREC_* follow CFG_PRECISIONS");
 
 size_t backend_dtype_size(backend_dtype t) { return t == BACKEND_FP32 ? 4 : 2; }
 
@@ -14,14 +20,13 @@ const char *backend_dtype_name(backend_dtype t) {
 }
 
 backend_dtype backend_precision_storage(const char *precision) {
-  return strcmp(precision, "bf16") == 0 ? BACKEND_BF16 : strcmp(precision, "fp16") == 0 ? BACKEND_FP16 : BACKEND_FP32;
+  unsigned bit = backend_precision_bit(precision);
+  return bit == BACKEND_PREC_BF16 ? BACKEND_BF16 : bit == BACKEND_PREC_FP16 ? BACKEND_FP16 : BACKEND_FP32;
 }
 
 unsigned backend_precision_bit(const char *precision) {
-  static const char *const names[] = {"fp32", "tf32", "bf16", "fp16"};
-  for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strcmp(precision, names[i]) == 0) return 1u << i;
-  return 0;
+  int i = cfg_choice_index(CFG_CHOICES(CFG_PRECISIONS), precision); /* the bits in the words' order */
+  return i < 0 ? 0 : 1u << i;
 }
 
 #define BACKEND_OP_NAME(name, params, args) #name,
@@ -58,7 +63,9 @@ const backend_kind *backend_find_kind(const char *name, const char **build) {
 }
 
 const char *backend_precision_names(unsigned mask, char *buf, size_t len) {
-  static const char *const names[] = {"fp32", "tf32", "bf16", "fp16"};
+#define BACKEND_PREC_WORD(E, w) w,
+  static const char *const names[] = {CFG_PRECISIONS(BACKEND_PREC_WORD)};
+#undef BACKEND_PREC_WORD
   size_t o = 0;
   buf[0] = '\0';
   for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -26,7 +26,7 @@
 extern "C" { /* gpu/ is CUDA C++ */
 #endif
 
-#include "parallel/quant.h" /* quant_scheme, quant_seg: the compressed exchange's ops */
+#include "base/quant.h" /* quant_scheme, quant_seg: the compressed exchange's ops */
 
 /* Storage types of activations; the values index bit masks (backend_caps.storage). */
 typedef enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1, BACKEND_FP16 = 2 } backend_dtype;
@@ -50,6 +50,9 @@ typedef struct {
   int host_memory;     /* backend memory is ordinary host memory (MPI and I/O read it directly) */
   int devices;         /* computes on devices that are counted and chosen per rank (GPUs) */
   const char *attention; /* the attention paths it has, for the documentation and the header */
+  /* the attention kernels' limits, 0 for none: head size (n_embd / n_head), heads on one rank
+   * (n_head / tensor_parallel), sequences of one call (micro_batch_size) */
+  int max_head_size, max_heads, max_batch;
 } backend_caps;
 
 typedef struct {
@@ -219,7 +222,7 @@ typedef struct backend backend;
     (const backend *be, void *out, const void *qkv, const void *kc, const void *vc, const int32_t *seq,                \
      const int32_t *pos, int N, int C, int H, int ring, int window, float scale),                                      \
     (out, qkv, kc, vc, seq, pos, N, C, H, ring, window, scale))                                                      \
-  /* The compressed gradient exchange (src/parallel/quant.h), on backend memory: seg (nseg) a table of segments in     \
+  /* The compressed gradient exchange (src/base/quant.h), on backend memory: seg (nseg) a table of segments in     \
    * backend memory, q the scheme (host). quant_encode: the segments of v F encoded into msg (bytes, each segment at    \
    * its off) with the random bits of rng_hash(key, seg.id); with ef F (indexed as v; NULL: none) v += ef first on the  \
    * quantized segments, the messages contracted, and ef = v - Q(v) after (quant_encode_segs, bit for bit) */          \

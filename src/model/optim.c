@@ -22,11 +22,12 @@ size_t optim_bytes(size_t n) { return 2 * n * sizeof(float); }
 
 double optim_lr(const cfg_training *t, long step) {
   if (step < t->warmup_steps) return t->lr * (double)(step + 1) / (double)t->warmup_steps;
-  if (strcmp(t->lr_decay, "constant") == 0) return t->lr;
+  cfg_training_lr_decay decay = cfg_training_lr_decay_of(t);
+  if (decay == CFG_DECAY_CONSTANT) return t->lr;
   if (step >= t->decay_steps) return t->min_lr;
   double span = (double)(t->decay_steps - t->warmup_steps);
   double p = span > 0 ? (double)(step - t->warmup_steps) / span : 1.0;
-  if (strcmp(t->lr_decay, "linear") == 0) return t->lr - p * (t->lr - t->min_lr);
+  if (decay == CFG_DECAY_LINEAR) return t->lr - p * (t->lr - t->min_lr);
   return t->min_lr + 0.5 * (1.0 + cos(3.14159265358979323846 * p)) * (t->lr - t->min_lr);
 }
 

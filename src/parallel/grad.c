@@ -1,6 +1,7 @@
 /* grad: bucketed, overlapped gradient reduction (allreduce or ZeRO-1 reduce-scatter/all-gather). */
 #include "parallel/grad.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,29 @@ static int make_buckets(const gpt_tensor *ts, int nt, int wte, double bucket_mb,
   return nb;
 }
 
+/* Values of the largest tensor one rank holds of the deck's model (tensor_parallel splits the
+ * vocabulary rows, the heads and the MLP units). */
+static double largest_tensor(const cfg_config *cfg) {
+  const cfg_model *m = &cfg->model;
+  double C = (double)m->n_embd, tp = (double)cfg->parallel.tensor_parallel;
+  double F = m->n_inner ? (double)m->n_inner : 4 * C, most = (double)m->block_size * C; /* wpe */
+  most = fmax(most, ceil((double)m->vocab_size / tp) * C);                             /* wte */
+  return fmax(most, fmax(3 * C * C, F * C) / tp);                                      /* c_attn, c_fc */
+}
+
+int grad_check(const cfg_config *cfg, int D, err_list *errs) {
+  if (D < 2) return 0;
+  long n0 = err_count(errs);
+  /* a bucket holds whole tensors up to bucket_mb, or one larger tensor alone */
+  double values = fmax(cfg->parallel.bucket_mb * 1048576.0 / sizeof(float), largest_tensor(cfg));
+  if (values >= 2147483648.0)
+    cfg_error_at(cfg, errs, "parallel", "bucket_mb", "lower bucket_mb (a tensor larger than it travels alone)",
+                 "a gradient bucket of %.0f values is beyond MPI's 32-bit counts", values);
+  else
+    qexch_check(cfg, D, values, errs);
+  return (int)(err_count(errs) - n0);
+}
+
 size_t grad_mpi_bytes(const gpt_tensor *ts, int nt, double bucket_mb, const par_layout *lay) {
   if (lay->D == 1 || nt == 0) return 0;
   int wte = -1;
@@ -127,8 +151,7 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
     for (int r = 0; r < g->D; r++) {
       size_t lo = par_piece(m->nparams, g->D, r), hi = par_piece(m->nparams, g->D, r + 1);
       size_t a = k->b0 > lo ? k->b0 : lo, e = k->b1 < hi ? k->b1 : hi;
-      UTIL_CHECK(k->b1 - k->b0 < (size_t)1 << 31, "lower &parallel bucket_mb", "a bucket of %zu floats is too large",
-                 k->b1 - k->b0);
+      UTIL_CHECK(k->b1 - k->b0 < (size_t)1 << 31, NULL, "internal: a bucket of %zu floats (grad_check)", k->b1 - k->b0);
       k->counts[r] = e > a ? (int)(e - a) : 0;
       k->displs[r] = e > a ? (int)(a - k->b0) : 0;
     }

@@ -36,6 +36,11 @@ typedef struct {
 
 typedef struct grad_exchange grad_exchange;
 
+/* What the gradient exchange among D replicas cannot do on the deck's model: a bucket beyond MPI's
+ * 32-bit counts, and what the compressed exchange cannot (qexch_check). 0, or the number of errors
+ * added at the deck keys; checked once the layout is known, before anything is read. */
+int grad_check(const cfg_config *cfg, int D, err_list *errs);
+
 /* comm (may be NULL: fp32), adapt_period (steps between fits of adaptive levels) and seed choose
  * and key the compressed exchange (qexch.h). */
 grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, long adapt_period,

@@ -62,7 +62,7 @@ void par_plan(par_layout *lay, const cfg_config *cfg, int nranks, int rank) {
              lay->D, nranks);
   int group = rank / lay->tp; /* the tensor group's place among the P x D */
   lay->tp_rank = rank % lay->tp;
-  if (strcmp(cfg->parallel.rank_order, "stages_adjacent") == 0) {
+  if (cfg_parallel_rank_order_of(&cfg->parallel) == CFG_ORDER_STAGES_ADJACENT) {
     lay->stage = group % lay->P;
     lay->replica = group / lay->P;
   } else {

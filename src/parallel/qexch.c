@@ -1,6 +1,7 @@
 /* qexch: compressed all-gather of gradient buckets (see qexch.h). */
 #include "parallel/qexch.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,10 +61,13 @@ struct qexch {
 };
 
 static void scheme_of(const cfg_comm *c, quant_scheme *q) {
-  const char *m = c->method;
   int bits = (int)c->bits;
-  if (!strcmp(m, "nuqsgd") || !strcmp(m, "alq") || !strcmp(m, "amq")) quant_exponential(q, bits, QUANT_L2);
-  else quant_uniform(q, bits, !strcmp(m, "qsgd") ? QUANT_L2 : !strcmp(m, "qsgdinf") ? QUANT_MAX : QUANT_MINMAX);
+  switch (cfg_comm_method_of(c)) {
+  case CFG_COMM_NUQSGD: case CFG_COMM_ALQ: case CFG_COMM_AMQ: quant_exponential(q, bits, QUANT_L2); break;
+  case CFG_COMM_QSGD: quant_uniform(q, bits, QUANT_L2); break;
+  case CFG_COMM_QSGDINF: quant_uniform(q, bits, QUANT_MAX); break;
+  case CFG_COMM_MINMAX: case CFG_COMM_NONE: quant_uniform(q, bits, QUANT_MINMAX); break;
+  }
 }
 
 static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
@@ -74,7 +78,7 @@ static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
  * compresses nothing) and its segments into *nseg. */
 static size_t plan_message(const cfg_comm *c, const gpt_tensor *t, int n, int D, size_t *nseg) {
   size_t bytes = 0;
-  int on = strcmp(c->method, "none") != 0 && c->bits != 32, intsum = !strcmp(c->exchange, "intsum");
+  int on = cfg_comm_compressed(c), intsum = cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM;
   quant_scheme q;
   if (on) scheme_of(c, &q);
   *nseg = 0;
@@ -94,15 +98,39 @@ static size_t plan_message(const cfg_comm *c, const gpt_tensor *t, int n, int D,
   return bytes;
 }
 
+int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs) {
+  const cfg_comm *c = &cfg->comm;
+  if (!cfg_comm_compressed(c) || D < 2) return 0;
+  long n0 = err_count(errs);
+  quant_scheme q;
+  scheme_of(c, &q);
+  if (cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM && (long)D * (q.nlevels - 1) > 32767) {
+    int bits = (int)c->bits - 1; /* the widest that fits, if any */
+    for (quant_scheme f; bits >= 2; bits--) {
+      quant_uniform(&f, bits, q.norm);
+      if ((long)D * (f.nlevels - 1) <= 32767) break;
+    }
+    char hint[160];
+    if (bits >= 2) util_snprintf(hint, sizeof hint, "set &comm bits = %d or fewer, or exchange = 'allgather'", bits);
+    else util_snprintf(hint, sizeof hint, "use fewer replicas, or exchange = 'allgather'");
+    cfg_error_at(cfg, errs, "comm", "exchange", hint,
+                 "exchange = 'intsum' with %d replicas: %d x %d levels overflow the 16-bit integer sums", D, D, q.nlevels - 1);
+  }
+  double qb = (double)bucket_size(c, &q), bytes = ceil(values / qb) * (double)quant_bytes(&q, (size_t)qb);
+  if (bytes >= 2147483648.0)
+    cfg_error_at(cfg, errs, "parallel", "bucket_mb", "lower bucket_mb, or raise &comm bucket (fewer scales)",
+                 "a compressed bucket of %.0f values would take %.3g bytes, beyond MPI's 32-bit counts", values, bytes);
+  return (int)(err_count(errs) - n0);
+}
+
 size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D) {
   size_t nseg, bytes = plan_message(c, t, n, D, &nseg);
-  int on = strcmp(c->method, "none") != 0 && c->bits != 32;
-  if (on && !strcmp(c->exchange, "sra") && D > 0) bytes += bytes / (size_t)D; /* and a D-th of it, the sums */
+  if (cfg_comm_compressed(c) && cfg_comm_exchange_of(c) == CFG_EXCHANGE_SRA && D > 0) bytes += bytes / (size_t)D; /* and a D-th of it, the sums */
   return bytes;
 }
 
 size_t qexch_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D, const backend *be, size_t nparams) {
-  if (be->caps.host_memory || D < 2 || !strcmp(c->method, "none") || c->bits == 32 || !strcmp(c->exchange, "intsum"))
+  if (be->caps.host_memory || D < 2 || !cfg_comm_compressed(c) || cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM)
     return 0;
   size_t nseg, bytes = plan_message(c, t, n, D, &nseg); /* the buckets' together: segments, a message, D + 1 */
   return nseg * sizeof(quant_seg) + bytes * (size_t)(D + 2) + (c->error_feedback ? (nparams ? nparams : 1) * sizeof(float) : 0);
@@ -153,8 +181,7 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
       k->bytes += quant_bytes(&x->q, n);
     }
   }
-  UTIL_CHECK(k->bytes < (size_t)1 << 31, "lower &parallel bucket_mb", "a compressed bucket of %zu bytes is too large",
-             k->bytes);
+  UTIL_CHECK(k->bytes < (size_t)1 << 31, NULL, "internal: a compressed bucket of %zu bytes (qexch_check)", k->bytes);
   if (x->sra) {
     plan_owners(x, k);
     return;
@@ -194,7 +221,7 @@ static void device_buffers(qexch *x, qbucket *k) {
 
 qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
                     const size_t *b1, const int *t0, const int *t1, MPI_Comm dp, MPI_Comm all) {
-  if (!strcmp(c->method, "none") || c->bits == 32) return NULL;
+  if (!cfg_comm_compressed(c)) return NULL;
   qexch *x = util_calloc(1, sizeof *x, "compressed exchange");
   scheme_of(c, &x->q);
   x->seed = seed;
@@ -205,15 +232,16 @@ qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const g
   MPI_Comm_rank(dp, &x->rank);
   x->nb = nb;
   x->error_every = c->error_every;
-  x->adaptive = !strcmp(c->method, "alq") ? 1 : !strcmp(c->method, "amq") ? 2 : 0;
+  cfg_comm_method method = cfg_comm_method_of(c);
+  x->adaptive = method == CFG_COMM_ALQ ? 1 : method == CFG_COMM_AMQ ? 2 : 0;
   x->adapt_period = adapt_period > 0 ? adapt_period : 1;
   if (x->adaptive) x->hist = util_calloc(1, sizeof *x->hist, "level statistics");
-  x->intsum = !strcmp(c->exchange, "intsum");
-  x->sra = !strcmp(c->exchange, "sra");
+  x->intsum = cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM;
+  x->sra = cfg_comm_exchange_of(c) == CFG_EXCHANGE_SRA;
   if (x->intsum) { /* D integers of at most s each must add up without overflow */
     long most = (long)x->D * (x->q.nlevels - 1);
-    UTIL_CHECK(most <= 32767, "use fewer bits, or exchange = 'allgather'",
-               "&comm exchange = 'intsum': %d replicas x %d levels overflow 16-bit sums", x->D, x->q.nlevels - 1);
+    UTIL_CHECK(most <= 32767, NULL, "internal: %d replicas x %d levels overflow 16-bit sums (qexch_check)", x->D,
+               x->q.nlevels - 1);
     x->narrow = most <= 127;
   }
   const backend *be = m->be;
@@ -468,7 +496,7 @@ void qexch_residual_sync(qexch *x, int to_host) {
 }
 
 size_t qexch_plan_residual_bytes(const cfg_comm *c, size_t nparams, int D) {
-  int on = strcmp(c->method, "none") != 0 && c->bits != 32 && D > 1;
+  int on = cfg_comm_compressed(c) && D > 1;
   return on && c->error_feedback ? (nparams ? nparams : 1) * sizeof(float) : 0;
 }
 

@@ -37,7 +37,7 @@
 
 #include "deck/cfg.h"
 #include "model/gpt.h"
-#include "parallel/quant.h"
+#include "base/quant.h"
 
 typedef struct qexch qexch;
 
@@ -47,6 +47,11 @@ typedef struct qexch qexch;
 qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
                     const size_t *b1, const int *t0, const int *t1, MPI_Comm dp, MPI_Comm all);
 void qexch_free(qexch *x);
+
+/* What &comm cannot exchange among D replicas in buckets of at most `values` values (the integer
+ * sum's overflow, a message of 2^31 bytes or more): 0, or the number of errors added at the deck
+ * keys. grad_check calls it. */
+int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs);
 
 /* Bytes of the message of tensors t (n of them) under &comm c with D replicas: what one replica
  * hands to the collectives for them per step (their fp32 bytes when c compresses nothing). For the

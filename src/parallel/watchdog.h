@@ -24,8 +24,10 @@
 
 #include <mpi.h>
 
+#include "base/err.h"
+
 /* Exit status of a job the watchdog ended. */
-enum { WATCHDOG_EXIT = 5 };
+enum { WATCHDOG_EXIT = ERR_EXIT_WATCHDOG };
 
 /* Start watching the ranks of comm: collective; timeout in seconds (0 or less: no watchdog, only
  * the fault injection). Needs MPI_THREAD_MULTIPLE; without it the watchdog says so on rank 0 and

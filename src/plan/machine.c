@@ -51,20 +51,16 @@ const machine_device *machine_find(const char *name) {
   return NULL;
 }
 
-static int precision_index(const char *p) {
-  return !strcmp(p, "tf32") ? 1 : !strcmp(p, "bf16") ? 2 : !strcmp(p, "fp16") ? 3 : 0;
-}
-
 /* x when the deck gives it (> 0), else the default; `from` notes which. */
 static double pick(double deck, double def) { return deck > 0 ? deck : def; }
 
 /* The peak and efficiency of one rank: the deck's, the table's, or a GEMM measured here. */
 static int resolve_compute(machine_plan *m, const cfg_config *cfg, const backend *be, err_list *errs) {
   const cfg_machine *c = &cfg->machine;
-  const int pi = precision_index(cfg->system.precision);
+  const cfg_system_precision pi = cfg_system_precision_of(&cfg->system); /* indexes tflops[] */
   if (!m->cpu && m->dev->tflops[pi] <= 0) {
     cfg_error_at(cfg, errs, "system", "precision",
-                 m->dev->tflops[3] > 0 ? "the V100 computes at fp16 (tensor cores, loss scaling) or fp32: set precision = 'fp16'" : "",
+                 m->dev->tflops[CFG_PREC_FP16] > 0 ? "the V100 computes at fp16 (tensor cores, loss scaling) or fp32: set precision = 'fp16'" : "",
                  "&machine device = '%s' has no %s arithmetic", m->dev->name, cfg->system.precision);
     return 1;
   }

@@ -88,7 +88,7 @@ static double dp_exposed(const plan_ctx *c, const plan_layout *l, const par_layo
   const double fp32 = (double)gpt_part_params(&c->s, part) * sizeof(float);
   const double sent = (double)qexch_plan_bytes(&c->cfg->comm, t, nt, l->D);
   free(t);
-  const int gather = sent < fp32 && !strcmp(c->cfg->comm.exchange, "allgather");
+  const int gather = sent < fp32 && cfg_comm_exchange_of(&c->cfg->comm) == CFG_EXCHANGE_ALLGATHER;
   const double volume = gather ? (l->D - 1) * sent : 2.0 * (l->D - 1) / l->D * sent; /* bytes in per rank */
   const double nb = ceil(fp32 / (c->cfg->parallel.bucket_mb * 1048576.0));
   double total = 0;
@@ -286,7 +286,7 @@ static int deck_layout(plan_ctx *c, const cfg_config *cfg, int R, plan_layout *l
   const int D = R / (P * T);
   if (c->G % ((long)B * D)) return 0;
   *l = (plan_layout){.P = P, .tp = T, .D = D, .B = B, .m = (int)(c->G / ((long)B * D)), .zero = (int)p->zero_stage,
-                     .recompute = cfg->training.recompute, .stages_adjacent = !strcmp(p->rank_order, "stages_adjacent")};
+                     .recompute = cfg->training.recompute, .stages_adjacent = cfg_parallel_rank_order_of(p) == CFG_ORDER_STAGES_ADJACENT};
   if (l->D == 1) l->zero = 0;
   predict(c, l);
   return 1;

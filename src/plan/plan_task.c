@@ -8,7 +8,7 @@
 #include "base/util.h"
 #include "energy/energy.h"
 #include "energy/metrics.h"
-#include "model/backends.h"
+#include "parallel/backends.h"
 #include "plan/plan.h"
 
 enum { TABLE_ROWS = 12 };

@@ -471,7 +471,7 @@ int bpe_run_task(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
   int own = tc->corpus.n > 0; /* else &prepare input */
   corpus_set cs;
   if (corpus_open(&cs, cfg, own ? "tokenizer" : "prepare", own ? "corpus" : "input", own ? &tc->corpus : &cfg->prepare.input,
-                  cfg->prepare.documents, cfg->prepare.separator, comm, errs))
+                  comm, errs))
     return 1;
   tok_tokenizer pre;
   UTIL_CHECK(tok_init_pretokenizer(&pre, errs) == 0, NULL, "%s", errs->n ? errs->v[errs->n - 1].msg : "PCRE2");

@@ -165,13 +165,13 @@ static int boundary_in(const corpus_set *c, const char *buf, int64_t base, int64
   const char *b = buf - base; /* b[x] is file byte x */
   size_t sl = strlen(c->separator);
   switch (c->mode) {
-  case CORPUS_DOC_LINE: return 1;
-  case CORPUS_DOC_BLANK_LINE: return p >= 2 && b[p - 2] == '\n' ? 1 : p == 1;
-  case CORPUS_DOC_SEPARATOR_LINE:
+  case CFG_DOCS_LINE: return 1;
+  case CFG_DOCS_BLANK_LINE: return p >= 2 && b[p - 2] == '\n' ? 1 : p == 1;
+  case CFG_DOCS_SEPARATOR_LINE:
     if (p - 1 < (int64_t)sl) return 0;
     if (memcmp(b + p - 1 - (int64_t)sl, c->separator, sl) != 0) return 0;
     return p - 1 == (int64_t)sl || b[p - 2 - (int64_t)sl] == '\n';
-  case CORPUS_DOC_FILE: return 0;
+  case CFG_DOCS_FILE: return 0;
   }
   return 0;
 }
@@ -232,12 +232,13 @@ static int detect_kinds(corpus_set *c, const cfg_config *cfg, MPI_Comm comm, err
   c->kind = util_calloc((size_t)c->nfiles + 1, 1, "input kinds");
   c->jsonl = util_calloc((size_t)c->nfiles + 1, 1, "input kinds");
   util_strlcpy(c->text_field, pc->text_field, sizeof c->text_field);
-  c->bad_fatal = !strcmp(pc->bad_records, "fatal");
+  c->bad_fatal = cfg_prepare_bad_records_of(pc) == CFG_BAD_FATAL;
+  cfg_prepare_format format = cfg_prepare_format_of(pc);
   for (int i = 0; rank == 0 && i < c->nfiles; i++) {
     int k = reader_detect(c->path[i]);
     if (k < 0 && ++bad) err_add(errs, c->path[i], 0, 0, "check the file's permissions", "cannot read: %s", strerror(errno));
     c->kind[i] = (unsigned char)(k < 0 ? READER_PLAIN : k);
-    c->jsonl[i] = !strcmp(pc->format, "jsonl") || (!strcmp(pc->format, "auto") && jsonl_name(c->path[i]));
+    c->jsonl[i] = format == CFG_FORMAT_JSONL || (format == CFG_FORMAT_AUTO && jsonl_name(c->path[i]));
   }
   MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
   MPI_Bcast(c->kind, c->nfiles, MPI_UNSIGNED_CHAR, 0, comm);
@@ -284,16 +285,13 @@ const char *corpus_describe(const corpus_set *c, int nranks, char *buf, size_t l
 /* ---- open / close ------------------------------------------------------------------------------ */
 
 int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const char *key, const cfg_strlist *inputs,
-                const char *documents, const char *separator, MPI_Comm comm, err_list *errs) {
+                MPI_Comm comm, err_list *errs) {
   memset(c, 0, sizeof *c);
   int rank, P;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &P);
-  c->mode = !strcmp(documents, "line") ? CORPUS_DOC_LINE
-          : !strcmp(documents, "blank_line") ? CORPUS_DOC_BLANK_LINE
-          : !strcmp(documents, "separator_line") ? CORPUS_DOC_SEPARATOR_LINE
-                                                 : CORPUS_DOC_FILE;
-  util_strlcpy(c->separator, c->mode == CORPUS_DOC_SEPARATOR_LINE ? separator : "", sizeof c->separator);
+  c->mode = cfg_prepare_documents_of(&cfg->prepare);
+  util_strlcpy(c->separator, c->mode == CFG_DOCS_SEPARATOR_LINE ? cfg->prepare.separator : "", sizeof c->separator);
   int nerr = 0;
   file_list l = {0};
   if (rank == 0) {
@@ -360,7 +358,7 @@ void corpus_close(corpus_set *c) {
 static void split_block(const corpus_set *c, const char *buf, int64_t b0, int64_t b1, int begins_at_b0,
                         int ends_at_b1, corpus_fn fn, void *ctx) {
   size_t n = (size_t)(b1 - b0), sl = strlen(c->separator);
-  if (c->mode == CORPUS_DOC_FILE) {
+  if (c->mode == CFG_DOCS_FILE) {
     fn(buf, n, begins_at_b0, ends_at_b1, ctx);
     return;
   }
@@ -370,10 +368,10 @@ static void split_block(const corpus_set *c, const char *buf, int64_t b0, int64_
     const char *nl = memchr(buf + i, '\n', n - i);
     size_t line_end = nl ? (size_t)(nl - buf) : n, next = nl ? line_end + 1 : n;
     size_t len = line_end - i;
-    int is_sep = c->mode == CORPUS_DOC_LINE ? 1
-               : c->mode == CORPUS_DOC_BLANK_LINE ? len == 0
+    int is_sep = c->mode == CFG_DOCS_LINE ? 1
+               : c->mode == CFG_DOCS_BLANK_LINE ? len == 0
                                                    : len == sl && memcmp(buf + i, c->separator, sl) == 0;
-    if (c->mode == CORPUS_DOC_LINE) {
+    if (c->mode == CFG_DOCS_LINE) {
       /* the line itself is the document, without its newline */
       if (len) fn(buf + i, len, doc_begins, nl != NULL || ends_at_b1, ctx);
       doc_begins = 1;
@@ -385,7 +383,7 @@ static void split_block(const corpus_set *c, const char *buf, int64_t b0, int64_
     }
     i = next;
   }
-  if (c->mode != CORPUS_DOC_LINE && doc < n) fn(buf + doc, n - doc, doc_begins, ends_at_b1, ctx);
+  if (c->mode != CFG_DOCS_LINE && doc < n) fn(buf + doc, n - doc, doc_begins, ends_at_b1, ctx);
 }
 
 /* The last cut point q in (lo, n) of buf (decompressed bytes of one file, buf[i] its byte base + i)

@@ -32,7 +32,6 @@
  * sooner): a piece is at most this many tokens. */
 enum { CORPUS_PIECE_TOKENS = 32 << 20 };
 
-typedef enum { CORPUS_DOC_FILE, CORPUS_DOC_LINE, CORPUS_DOC_BLANK_LINE, CORPUS_DOC_SEPARATOR_LINE } corpus_doc_mode;
 
 typedef struct {
   int nfiles;
@@ -40,7 +39,7 @@ typedef struct {
   int64_t *bytes;  /* size of each file */
   int64_t *start;  /* offset of each file in the stream */
   int64_t total;
-  corpus_doc_mode mode;
+  cfg_prepare_documents mode;
   char separator[CFG_STR_LEN];
   /* this rank's share [lo, hi) of the stream */
   int64_t lo, hi;
@@ -56,10 +55,11 @@ typedef struct {
 } corpus_set;
 
 /* Expand the inputs on rank 0 (every input must name at least one non-empty regular file; a
- * directory stands for the regular files in it) and share the list. Problems are reported at
- * the deck key `group.key` that lists the inputs; returns the error count (same on all ranks). */
+ * directory stands for the regular files in it) and share the list; documents divide as &prepare
+ * documents and separator say. Problems are reported at the deck key `group.key` that lists the
+ * inputs; returns the error count (same on all ranks). */
 int corpus_open(corpus_set *c, const cfg_config *cfg, const char *group, const char *key, const cfg_strlist *inputs,
-                const char *documents, const char *separator, MPI_Comm comm, err_list *errs);
+                MPI_Comm comm, err_list *errs);
 void corpus_close(corpus_set *c);
 
 /* Called for each piece of a document in this rank's share, in stream order. begins: the piece is

@@ -207,7 +207,7 @@ static int define_split(int nc, const split_out *s, const prep_job *j, int64_t n
                             {"tokenizer_dir", tok->kind == TOK_BPE ? cfg->tokenizer.dir : ""},
                             {"tokenizer_hash", hash},
                             {"documents", cfg->prepare.documents},
-                            {"separator", j->cs.mode == CORPUS_DOC_SEPARATOR_LINE ? cfg->prepare.separator : ""},
+                            {"separator", j->cs.mode == CFG_DOCS_SEPARATOR_LINE ? cfg->prepare.separator : ""},
                             {"greenlm_version", PACKAGE_VERSION},
                             {"created", created}};
   for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
@@ -348,12 +348,12 @@ static int write_split(const split_out *s, int which, const prep_job *j, err_lis
 static int open_inputs(prep_job *j, err_list *errs) {
   const cfg_config *cfg = j->cfg;
   const cfg_prepare *pc = &cfg->prepare;
-  int e0 = errs->n, bad = tok_open(&j->tok, cfg->tokenizer.kind, cfg->tokenizer.dir, errs) != 0, any;
+  int e0 = errs->n, bad = tok_open(&j->tok, cfg_tokenizer_kind_of(&cfg->tokenizer), cfg->tokenizer.dir, errs) != 0, any;
   if (bad) cfg_relocate(cfg, errs, e0, "tokenizer", "dir");
   j->have_tok = !bad;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, j->comm);
   if (any) return 1;
-  if (corpus_open(&j->cs, cfg, "prepare", "input", &pc->input, pc->documents, pc->separator, j->comm, errs)) return 1;
+  if (corpus_open(&j->cs, cfg, "prepare", "input", &pc->input, j->comm, errs)) return 1;
   j->have_cs = 1;
   return 0;
 }

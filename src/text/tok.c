@@ -356,8 +356,8 @@ int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs) {
   return 0;
 }
 
-int tok_open(tok_tokenizer *t, const char *kind, const char *dir, err_list *errs) {
-  if (strcmp(kind, "bpe") == 0) return tok_load_bpe(t, dir, errs);
+int tok_open(tok_tokenizer *t, cfg_tokenizer_kind kind, const char *dir, err_list *errs) {
+  if (kind == CFG_TOK_BPE) return tok_load_bpe(t, dir, errs);
   tok_init_bytes(t);
   return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "base/err.h"
 #include "base/hmap.h"
+#include "deck/cfg.h"
 
 typedef enum { TOK_BYTES, TOK_BPE } tok_kind;
 
@@ -56,8 +57,8 @@ void tok_init_bytes(tok_tokenizer *t);
  * line) that names what is wrong. */
 int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs);
 void tok_free(tok_tokenizer *t);
-/* kind "bytes" or "bpe" (then from dir). Returns 0, or -1 after adding errors. */
-int tok_open(tok_tokenizer *t, const char *kind, const char *dir, err_list *errs);
+/* &tokenizer kind: bytes, or BPE from dir. Returns 0, or -1 after adding errors. */
+int tok_open(tok_tokenizer *t, cfg_tokenizer_kind kind, const char *dir, err_list *errs);
 /* Only GPT-2's pre-tokenization pattern (for tok_pieces), no vocabulary. */
 int tok_init_pretokenizer(tok_tokenizer *t, err_list *errs);
 

@@ -7,8 +7,9 @@
  *
  * A device kind gives each rank the device nearest its cores (hwloc PCI locality), the node's
  * devices shared evenly. What cannot work with this build at all (a kind it was built without, a
- * precision the backend does not compute at) is a deck error found by cfg_load and the dry run;
- * what depends on the machine is found by backends_open. */
+ * precision the backend does not compute at) is a deck error found by backends_check right after
+ * the deck is loaded, before anything is read; what depends on the machine is found by
+ * backends_open. */
 #ifndef GREENLM_BACKENDS_H
 #define GREENLM_BACKENDS_H
 
@@ -20,12 +21,14 @@
 #include "deck/nml.h"
 
 /* What this build cannot run wherever it runs (a backend it was built without, a precision the
- * backend does not compute at): errors at the deck keys. cfg_load calls it. */
+ * backend does not compute at, a shape beyond the named backend's attention limits): errors at the
+ * deck keys. greenlm calls it after cfg_load, before anything is read. */
 void backends_check(const cfg_config *cfg, err_list *errs);
 
 /* Whether the opened instance's device computes at &system precision (backend_caps.precisions of
- * an instance are its device's: a V100, sm_70, has neither bf16 nor tf32): 0, or -1 after an error
- * at the deck key naming the device (`where`) and the precisions it has. backends_open calls it. */
+ * an instance are its device's: a V100, sm_70, has neither bf16 nor tf32) and takes the deck's
+ * shape (its attention limits, for backend = 'auto'): 0, or -1 after errors at the deck keys naming
+ * the device (`where`) and what it has. backends_open calls it. */
 int backends_check_device(const cfg_config *cfg, const backend *be, const char *where, err_list *errs);
 
 /* An instance of the backend the deck asks for, for planning (the dry run): no device is touched.

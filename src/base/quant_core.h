@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "parallel/quant.h"
+#include "base/quant.h"
 
 #ifdef __CUDACC__
 #define QC_FN __host__ __device__ static inline

@@ -1,7 +1,7 @@
 /* quant: bucketed stochastic quantization (see quant.h). */
-#include "parallel/quant.h"
+#include "base/quant.h"
 
-#include "parallel/quant_core.h"
+#include "base/quant_core.h"
 
 #include <math.h>
 #include <stdlib.h>
