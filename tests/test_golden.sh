@@ -1,8 +1,8 @@
 #!/bin/sh
 # test_golden: the whole pipeline (tests/decks/golden.nml: BPE vocabulary, datasets, training) on
 # a fixed slice of text trains to a validation loss below THRESHOLD, and a second run repeats it
-# bit for bit (same vocabulary, losses, parameter hash, sample). Tensor parallelism (T = 2, and
-# P = 2 x T = 2) repeats the serial run's losses over 20 steps. Also: a wall-time limit ends a run
+# bit for bit (same vocabulary, losses, parameter hash, sample). Tensor parallelism (tp = 2, and
+# P = 2 x tp = 2) repeats the serial run's losses over 20 steps. Also: a wall-time limit ends a run
 # with a verdict, and a finished run directory is not overwritten without &job overwrite.
 . "$(dirname "$0")/lib.sh"
 THRESHOLD=4.35   # validation loss after 80 steps (512-token BPE); 4.172 when committed (doc/performance.md)
@@ -51,7 +51,7 @@ for prec in bf16 fp16; do
   echo "golden deck at $prec storage: validation loss $v16 (fp32 $val)"
 done
 
-# tensor parallelism reproduces the serial run over 20 steps: T = 2 on 2 ranks, P = 2 x T = 2 on 4
+# tensor parallelism reproduces the serial run over 20 steps: tp = 2 on 2 ranks, P = 2 x tp = 2 on 4
 # (oversubscribed on small machines); every step's loss within 1e-5 relative
 for lay in 1:1:1 2:1:2 4:2:2; do
   np=${lay%%:*} rest=${lay#*:} P=${rest%%:*} T=${rest#*:}

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_plan_task: the 'plan' task end to end.
 #   - the 13B deck on the first target (4 x 6 V100 32 GB) finds a layout that fits, prints the
-#     deck lines, days, MWh and tCO2e, the fastest layout for each T (1 and 2), and writes plan.json;
+#     deck lines, days, MWh and tCO2e, the fastest layout for each tp (1 and 2), and writes plan.json;
 #     the 20B deck on one 16 GB node finds nothing and says how many nodes would do;
 #   - the memory model stays honest: the deck's layout predicted on this machine against the
 #     peak resident memory of real runs (1 rank; 2 pipeline stages; 2 replicas with ZeRO-1; 2 tensor
@@ -19,8 +19,8 @@ check "13B plan failed: $(tail -n 3 "$out/13b.out")" [ $? -eq 0 ]
 check "13B plan: no recommendation" grep -q '^recommended (the fastest that fits' "$out/13b.out"
 check "13B plan: no deck lines" \
   grep -q '^&parallel pipeline_stages = [0-9]*, tensor_parallel = [12], data_parallel = [0-9]*' "$out/13b.out"
-by_t=$(grep -A2 '^the fastest that fits for each T' "$out/13b.out" | tail -n 2 | cut -c8-10 | tr -d ' ' | tr '\n' ' ')
-check "13B plan: no fastest layout for T = 1 and T = 2: '$by_t'" [ "$by_t" = "1 2 " ]
+by_t=$(grep -A2 '^the fastest that fits for each tp' "$out/13b.out" | tail -n 2 | cut -c8-10 | tr -d ' ' | tr '\n' ' ')
+check "13B plan: no fastest layout for tp = 1 and tp = 2: '$by_t'" [ "$by_t" = "1 2 " ]
 check "13B plan.json: no fastest layout per T" grep -q '"fastest_by_tensor_parallel"' "$out/13b/plan.json"
 check "13B plan: no days, MWh, tCO2e" grep -q '^predicted: .* days for .*tokens (20 per parameter)' "$out/13b.out"
 check "13B plan: no energy line" grep -q '^energy: .* MWh (.*) with PUE 1.20; .* tCO2e' "$out/13b.out"

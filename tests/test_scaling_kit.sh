@@ -41,8 +41,8 @@ table="$res/table.md"
 check "table.md: not 2 layouts: $(cat "$table" 2> /dev/null)" [ "$(grep -c '^| [0-9]' "$table" 2> /dev/null)" = 2 ]
 # | ranks | P | T | D | global batch | tokens/s | MFU | bubble | exchange | efficiency | predicted | measured / predicted |
 row() { grep "^| $1 |" "$table" | tr -d ' ' | cut -d'|' -f"$2"; }
-check "1 rank: not P = 1, T = 1, D = 1, global batch 8" [ "$(row 1 3-6)" = "1|1|1|8" ]
-check "2 ranks (weak): not P = 1, T = 1, D = 2, global batch 16" [ "$(row 2 3-6)" = "1|1|2|16" ]
+check "1 rank: not P = 1, tp = 1, D = 1, global batch 8" [ "$(row 1 3-6)" = "1|1|1|8" ]
+check "2 ranks (weak): not P = 1, tp = 1, D = 2, global batch 16" [ "$(row 2 3-6)" = "1|1|2|16" ]
 for n in 1 2; do
   check "$n rank(s): tokens/s '$(row $n 7)' is not a positive number" awk -v t="$(row $n 7)" 'BEGIN { exit !(t + 0 > 0) }'
 done

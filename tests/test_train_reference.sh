@@ -4,7 +4,7 @@
 # initial weights and the same windows: 250 steps of tests/decks/reference-train.nml (accumulation over 2
 # and 4 micro-batches, clipping active, weight decay, warm-up and cosine, tied embeddings, global and
 # local layers). Every step's loss within RTOL of the reference's (fp32), in every layout that must
-# reproduce the serial run: 1 rank, D = 2 with ZeRO-1, P = 2, T = 2, recomputation; GPT-2 too; bf16
+# reproduce the serial run: 1 rank, D = 2 with ZeRO-1, P = 2, tp = 2, recomputation; GPT-2 too; bf16
 # storage against the reference's bf16 autocast within BF16_RTOL a step and BF16_MEAN on average; the
 # gradient norms and the validation losses too (fp32). The
 # window order itself must be the committed one. Fixtures: tests/reference/make_training.py.

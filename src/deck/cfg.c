@@ -683,32 +683,32 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs) {
   long n0 = err_count(errs);
   cfg_parallel *p = &cfg->parallel;
   cfg_training *t = &cfg->training;
-  const long TP = p->tensor_parallel, P = p->pipeline_stages * TP; /* ranks per replica */
+  const long tp = p->tensor_parallel, per_replica = p->pipeline_stages * tp; /* ranks per replica */
   char fits[256] = "";
   int o = snprintf(fits, sizeof fits, "with %d rank%s and tensor_parallel = %ld: pipeline_stages =", nranks,
-                   nranks == 1 ? "" : "s", TP);
+                   nranks == 1 ? "" : "s", tp);
   int any = 0;
-  for (long q = 1; q * TP <= nranks && q <= cfg->model.n_layer && o < (int)sizeof fits - 8; q++)
-    if (nranks % (q * TP) == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q), any = 1;
+  for (long q = 1; q * tp <= nranks && q <= cfg->model.n_layer && o < (int)sizeof fits - 8; q++)
+    if (nranks % (q * tp) == 0) o += snprintf(fits + o, sizeof fits - (size_t)o, " %ld", q), any = 1;
   if (!any)
-    snprintf(fits, sizeof fits, "start a multiple of tensor_parallel = %ld ranks, or lower tensor_parallel", TP);
-  if (nranks % P != 0) {
+    snprintf(fits, sizeof fits, "start a multiple of tensor_parallel = %ld ranks, or lower tensor_parallel", tp);
+  if (nranks % per_replica != 0) {
     cfg_error_at(cfg, errs, "parallel", "pipeline_stages", fits,
                  "%d rank%s cannot form pipelines of %ld stages x %ld tensor rank%s (pipeline_stages x tensor_parallel x "
-                 "data_parallel must equal the rank count)", nranks, nranks == 1 ? "" : "s", p->pipeline_stages, TP,
-                 TP == 1 ? "" : "s");
+                 "data_parallel must equal the rank count)", nranks, nranks == 1 ? "" : "s", p->pipeline_stages, tp,
+                 tp == 1 ? "" : "s");
     return (int)(err_count(errs) - n0);
   }
   if (p->data_parallel == 0) {
-    p->data_parallel = nranks / P;
+    p->data_parallel = nranks / per_replica;
     set_derived(cfg, "parallel", "data_parallel", "parallel", "pipeline_stages");
-  } else if (p->data_parallel * P != nranks) {
+  } else if (p->data_parallel * per_replica != nranks) {
     char hint[300];
-    snprintf(hint, sizeof hint, "set data_parallel = %ld (or 0 to derive it), or start %ld ranks", nranks / P,
-             p->data_parallel * P);
+    snprintf(hint, sizeof hint, "set data_parallel = %ld (or 0 to derive it), or start %ld ranks", nranks / per_replica,
+             p->data_parallel * per_replica);
     cfg_error_at(cfg, errs, "parallel", "data_parallel", hint,
                  "pipeline_stages x tensor_parallel x data_parallel = %ld x %ld x %ld = %ld, not the %d rank%s of the job",
-                 p->pipeline_stages, TP, p->data_parallel, P * p->data_parallel, nranks, nranks == 1 ? "" : "s");
+                 p->pipeline_stages, tp, p->data_parallel, per_replica * p->data_parallel, nranks, nranks == 1 ? "" : "s");
     return (int)(err_count(errs) - n0);
   }
   long D = p->data_parallel, B = t->micro_batch_size, per = B * D; /* sequences per micro-batch round */

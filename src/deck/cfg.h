@@ -146,8 +146,8 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
 
 #define CFG_GROUP_PARALLEL(X, g)                                                                   \
   X(g, INT, pipeline_stages, "1", "[1, 4096]", "Pipeline stages P: the layers are split into P consecutive groups, one per rank of a pipeline") \
-  X(g, INT, tensor_parallel, "1", "[1, 4096]", "Tensor-parallel ranks T: each layer's heads, MLP units and vocabulary rows are split across T consecutive ranks (doc/parallel.md); n_head and n_inner must be multiples of T") \
-  X(g, INT, data_parallel, "0", "[0, 1048576]", "Data-parallel replicas D; 0 means ranks / (pipeline_stages x tensor_parallel). P x T x D must equal the rank count") \
+  X(g, INT, tensor_parallel, "1", "[1, 4096]", "Tensor-parallel ranks tp: each layer's heads, MLP units and vocabulary rows are split across tp consecutive ranks (doc/parallel.md); n_head and n_inner must be multiples of T") \
+  X(g, INT, data_parallel, "0", "[0, 1048576]", "Data-parallel replicas D; 0 means ranks / (pipeline_stages x tensor_parallel). P x tp x D must equal the rank count") \
   X(g, INT, micro_batches, "0", "[0, 1048576]", "Micro-batches m per optimizer step on each replica; 0 means global_batch_size / (micro_batch_size x D)") \
   X(g, INT, zero_stage, "0", "[0, 1]", "0: every replica keeps all optimizer state; 1: AdamW state sharded across the replicas of a stage (ZeRO-1)") \
   X(g, STR, rank_order, "'replicas_adjacent'", CFG_CHOICES(CFG_RANK_ORDERS), "Which ranks are consecutive: the D replicas of a stage ('replicas_adjacent') or the P stages of a pipeline ('stages_adjacent')") \

@@ -1,4 +1,4 @@
-/* tp: the collectives of a tensor-parallel group (the T ranks holding the shards of one stage of one
+/* tp: the collectives of a tensor-parallel group (the tp ranks holding the shards of one stage of one
  * replica, par.h's `tensor` communicator), given to the model as its gpt_tp_comm.
  *
  * Per block and micro-batch the model sums (N,C) activations twice in the forward pass and twice in
@@ -27,7 +27,7 @@ void tp_open(tp_group *g, gpt_model *m, MPI_Comm comm, int B, int T);
 void tp_close(tp_group *g);
 /* Floats a rank of a T-way group hands to the sums per micro-batch of N tokens, forward and backward, for
  * blocks [lo, hi), the embedding and the head it holds: (4 per block, 5 with recomputation, + 1 for the
- * embedding + 1 for the head) x N x C when T > 1. */
+ * embedding + 1 for the head) x N x C when tp > 1. */
 double tp_floats_per_micro(const gpt_shape *s, gpt_part part, int N);
 
 #endif

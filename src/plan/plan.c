@@ -33,7 +33,7 @@ static const double TIME_RANGE[3] = {0.8, 1.0, 1.2};
 /* Node of rank r: ranks fill the nodes in order. */
 static int node_of(const plan_ctx *c, int r) { return r / c->m->per_node; }
 
-/* Rank of tensor rank t of (stage, replica) in the layout's rank order (par.h): the T tensor ranks of
+/* Rank of tensor rank t of (stage, replica) in the layout's rank order (par.h): the tp tensor ranks of
  * a stage are consecutive, group = the (stage, replica)'s place. */
 static int rank_of(const plan_layout *l, int stage, int replica, int t) {
   int group = l->stages_adjacent ? replica * l->P + stage : stage * l->D + replica;
@@ -103,7 +103,7 @@ static double dp_exposed(const plan_ctx *c, const plan_layout *l, const par_layo
 }
 
 /* Seconds of one micro-batch's forward and backward computation on stage s: its FLOPs per token
- * (par's stage cost), the recomputed forward of its blocks, shared by its T tensor ranks, at the
+ * (par's stage cost), the recomputed forward of its blocks, shared by its tp tensor ranks, at the
  * machine's efficiency. */
 static double stage_seconds(const plan_ctx *c, const plan_layout *l, const par_layout *lay, int s) {
   double head = s == l->P - 1 ? 6.0 * c->s.V * (double)c->s.C : 0.0;
@@ -218,11 +218,11 @@ static void push(plan_result *r, const plan_layout *l, int *cap) {
   r->v[r->n++] = *l;
 }
 
-/* Whether T tensor ranks split the model: heads and MLP units evenly, a vocabulary row each at
+/* Whether tp tensor ranks split the model: heads and MLP units evenly, a vocabulary row each at
  * least (the deck's check of &parallel tensor_parallel). */
 static int tp_splits(const gpt_shape *s, int T) { return s->H % T == 0 && s->F % T == 0 && s->V >= T; }
 
-/* The layouts of P stages x T tensor ranks x D replicas into r->v: micro-batches from the deck's down
+/* The layouts of P stages x tp tensor ranks x D replicas into r->v: micro-batches from the deck's down
  * to 1 that divide the global batch, ZeRO-1 and the rank order where there are replicas,
  * recomputation or not. */
 static void enumerate_micro(plan_ctx *c, plan_result *r, int P, int T, int D, int *cap) {
@@ -240,7 +240,7 @@ static void enumerate_micro(plan_ctx *c, plan_result *r, int P, int T, int D, in
 }
 
 /* Every layout of R ranks into r->v: tensor ranks T dividing the ranks of a node (a stage's tensor
- * ranks share it) and splitting the model, stages P (at most one layer each) with P x T dividing R,
+ * ranks share it) and splitting the model, stages P (at most one layer each) with P x tp dividing R,
  * D = R / (P T) replicas. */
 static void enumerate(plan_ctx *c, plan_result *r, int R) {
   int cap = 0;

@@ -3,7 +3,7 @@
  * A layout is pipeline stages P x tensor ranks T x replicas D, micro-batch B (m micro-batches per
  * step and replica for the deck's global batch), ZeRO-1 or not, recomputation or not, and the rank
  * order. For each: memory per rank from the same code as the dry run (trainer_plan_memory) plus the
- * rank's overhead; a step's time from the FLOPs of the busiest stage shared by its T tensor ranks at
+ * rank's overhead; a step's time from the FLOPs of the busiest stage shared by its tp tensor ranks at
  * the machine's efficiency, the tensor ranks' all-reduces, the 1F1B bubble, the pipeline's and the
  * replicas' exchanges over alpha-beta links, the tied embedding's exchange and the optimizer's
  * memory traffic; then tokens/s, MFU, the time to the token budget, energy and CO2e with their

@@ -42,7 +42,7 @@ static void print_table(const plan_result *r) {
   char mem[32];
   printf("layouts: %d planned, %d fit in %s per rank; %s:\n", r->n, fit, util_fmt_bytes(r->mach.memory, mem, sizeof mem),
          fit ? "the fastest" : "none fits, the smallest");
-  printf("  %4s %3s %4s %3s %5s %4s %9s %-9s %10s %5s %9s %10s %6s %10s %9s %9s\n", "P", "T", "D", "B", "m", "ZeRO", "recompute",
+  printf("  %4s %3s %4s %3s %5s %4s %9s %-9s %10s %5s %9s %10s %6s %10s %9s %9s\n", "P", "tp", "D", "B", "m", "ZeRO", "recompute",
          "adjacent", "mem/rank", "fits", "step s", "tokens/s", "MFU", "duration", "MWh", "tCO2e");
   plan_layout *v = util_malloc((size_t)r->n * sizeof *v, "layouts");
   memcpy(v, r->v, (size_t)r->n * sizeof *v);
@@ -51,11 +51,11 @@ static void print_table(const plan_result *r) {
   free(v);
 }
 
-/* The fastest layout that fits for each tensor-rank count T (T = 1: pipeline stages and replicas only). */
+/* The fastest layout that fits for each tensor-rank count tp (tp = 1: pipeline stages and replicas only). */
 static void print_by_tp(const plan_result *r) {
   int tps[64];
   const int n = plan_tp_values(r, tps, 64);
-  printf("the fastest that fits for each T (tensor ranks per stage):\n");
+  printf("the fastest that fits for each tp (tensor ranks per stage):\n");
   for (int i = 0; i < n; i++) {
     int b = plan_fastest(r, tps[i]);
     if (b >= 0) print_row(&r->v[b], b == r->best);
@@ -73,7 +73,7 @@ static void print_deck(const plan_result *r) {
   const plan_layout *l = &r->deck;
   printf("the deck's layout:\n");
   print_row(l, 0);
-  printf("result: P=%d T=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d memory_bytes=%.0f planned_bytes=%.0f "
+  printf("result: P=%d tp=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d memory_bytes=%.0f planned_bytes=%.0f "
          "fits=%d step_s=%.6g compute_s=%.6g bubble_s=%.6g tensor_allreduce_s=%.6g pipeline_transfer_s=%.6g "
          "replica_exchange_s=%.6g embedding_exchange_s=%.6g optimizer_s=%.6g tokens_per_s=%.6g peak_flops=%.6g\n", l->P,
          l->tp, l->D, l->B, l->m, l->zero, l->recompute, l->stages_adjacent, l->mem, l->mem_planned, l->fits, l->t_step,
@@ -101,7 +101,7 @@ static void print_verdict(const plan_result *r) {
   } else {
     printf("recommended (the fastest that fits, marked *):\n%s\n", plan_deck_lines(r, b, lines, sizeof lines));
   }
-  printf("recommended: nodes=%d ranks=%d P=%d T=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d\n",
+  printf("recommended: nodes=%d ranks=%d P=%d tp=%d D=%d B=%d m=%d zero=%d recompute=%d stages_adjacent=%d\n",
          r->best >= 0 ? r->mach.nodes : r->nodes_needed, b->P * b->tp * b->D, b->P, b->tp, b->D, b->B, b->m, b->zero,
          b->recompute, b->stages_adjacent);
   printf("predicted: %.4g tokens/s, MFU %.1f%%, %s for %.4g tokens (%.0f per parameter); peak memory %s per rank\n",
@@ -149,7 +149,7 @@ static json_t *plan_json(const plan_result *r) {
   json_t *a = json_array();
   for (int i = 0; i < r->n; i++) json_array_append_new(a, layout_json(&r->v[i]));
   json_object_set_new(j, "layouts", a);
-  json_t *by = json_array(); /* the fastest that fits for each T, ascending */
+  json_t *by = json_array(); /* the fastest that fits for each tp, ascending */
   int tps[64];
   for (int i = 0, n = plan_tp_values(r, tps, 64); i < n; i++) {
     int k = plan_fastest(r, tps[i]);
