@@ -81,6 +81,17 @@ static void test_overrides(void) {
   free(c);
 }
 
+/* A renamed key's old name still sets the new key (with a warning on stderr), in decks and --set. */
+static void test_renamed(void) {
+  cfg_config *c = calloc(1, sizeof *c);
+  char *sets[] = {"comm.bucket=128"};
+  T_CHECK(load(c, "&comm bucket = 64 / &data train='a', val='b' /", NULL, 0) == 0 && c->comm.quant_bucket == 64,
+          "&comm bucket did not set quant_bucket: %ld", c->comm.quant_bucket);
+  T_CHECK(load(c, "&data train='a', val='b' /", sets, 1) == 0 && c->comm.quant_bucket == 128,
+          "--set comm.bucket did not set quant_bucket: %ld", c->comm.quant_bucket);
+  free(c);
+}
+
 /* The resolved deck is itself a deck that resolves to the same configuration. */
 static void test_echo_roundtrip(void) {
   cfg_config *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
@@ -134,6 +145,7 @@ int main(int argc, char **argv) {
   test_syntax();
   test_logicals();
   test_overrides();
+  test_renamed();
   test_echo_roundtrip();
   test_error_places();
   int rc = t_done("test_nml");

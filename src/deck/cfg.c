@@ -314,6 +314,27 @@ static int close_enough(const char *a, int d) {
 }
 
 /* Apply one parsed document (deck or override) to cfg. */
+/* Keys renamed since a release: the old name still sets the new key, with a warning at its place. */
+static const struct {
+  const char *group, *old, *now, *why;
+} renamed[] = {
+    {"comm", "bucket", "quant_bucket", "the values per quantization bucket; gradient buckets are &parallel bucket_mb"},
+};
+
+/* The key an old name of group g stands for (after the warning), or -1. */
+static int renamed_key(int g, const nml_entry *e) {
+  const char *group = cfg_groups(NULL)[g].name;
+  for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++) {
+    if (strcmp(renamed[i].group, group) != 0 || !util_strieq(renamed[i].old, e->key)) continue;
+    char place[CFG_STR_LEN + 32] = "--set"; /* an override's text has no lines of its own */
+    if (strcmp(e->file, "--set") != 0) util_snprintf(place, sizeof place, "%s:%d:%d", e->file, e->line, e->col);
+    fprintf(stderr, "%s: warning: &%s %s is now %s (%s); the old name still works\n", place, group, renamed[i].old,
+            renamed[i].now, renamed[i].why);
+    return cfg_find(group, renamed[i].now);
+  }
+  return -1;
+}
+
 static void apply_doc(cfg_config *cfg, const nml_doc *doc, err_list *errs) {
   for (int i = 0; i < doc->n; i++) {
     const nml_group *gr = &doc->groups[i];
@@ -344,6 +365,7 @@ static void apply_doc(cfg_config *cfg, const nml_doc *doc, err_list *errs) {
     for (int j = 0; j < gr->n; j++) {
       const nml_entry *e = &gr->entries[j];
       int k = find_key_in(g, e->key);
+      if (k < 0) k = renamed_key(g, e);
       if (k < 0) {
         int d;
         const char *best = closest_key(g, e->key, &d);

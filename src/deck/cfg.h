@@ -157,7 +157,7 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
 #define CFG_GROUP_COMM(X, g)                                                                       \
   X(g, STR, method, "'none'", CFG_CHOICES(CFG_COMM_METHODS), "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps), 'alq' and 'amq' (L2 norm, levels fitted to the gradients' statistics on the adapt_every schedule, starting from NUQSGD's)") \
   X(g, INT, bits, "4", "[2, 32]", "Bits per gradient value, the sign included: 2 to 8, or 32 (no compression, the fp32 exchange itself)") \
-  X(g, INT, bucket, "0", "[0, 1048576]", "Values per quantization bucket (one scale each; buckets never cross tensors); 0: 8192 with the L2 norm (qsgd, nuqsgd), 512 otherwise") \
+  X(g, INT, quant_bucket, "0", "[0, 1048576]", "Values per quantization bucket (one scale each; buckets never cross tensors); 0: 8192 with the L2 norm (qsgd, nuqsgd), 512 otherwise") \
   X(g, INT, min_numel, "10000", "[0, inf)", "Tensors with fewer values (LayerNorm parameters, biases) travel uncompressed in the same message") \
   X(g, INT, warmup_steps, "0", "[0, inf)", "Steps exchanged uncompressed (fp32) at the start of training") \
   X(g, BOOL, error_feedback, ".false.", "", "Each replica carries what quantization dropped of its gradients into its next message (e = p - Q(p), p = g + e): the residual costs the stage's parameter count in fp32 host memory and is kept in checkpoints") \

@@ -71,7 +71,7 @@ static void scheme_of(const cfg_comm *c, quant_scheme *q) {
 }
 
 static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
-  return c->bucket ? (size_t)c->bucket : q->norm == QUANT_L2 ? 8192 : 512;
+  return c->quant_bucket ? (size_t)c->quant_bucket : q->norm == QUANT_L2 ? 8192 : 512;
 }
 
 /* The message of tensors t (n) under &comm c: its bytes (the all-gather's; its fp32 bytes when c
@@ -118,7 +118,7 @@ int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs) {
   }
   double qb = (double)bucket_size(c, &q), bytes = ceil(values / qb) * (double)quant_bytes(&q, (size_t)qb);
   if (bytes >= 2147483648.0)
-    cfg_error_at(cfg, errs, "parallel", "bucket_mb", "lower bucket_mb, or raise &comm bucket (fewer scales)",
+    cfg_error_at(cfg, errs, "parallel", "bucket_mb", "lower bucket_mb, or raise &comm quant_bucket (fewer scales)",
                  "a compressed bucket of %.0f values would take %.3g bytes, beyond MPI's 32-bit counts", values, bytes);
   return (int)(err_count(errs) - n0);
 }

@@ -3,7 +3,7 @@
  *
  * A bucket (whole tensors, [b0, b1) of the stage's gradient buffer) becomes one message of a size
  * every replica knows in advance: each tensor of at least &comm min_numel values is cut into
- * quantization buckets of &comm bucket values (never across tensors) encoded with quant.h; smaller
+ * quantization buckets of &comm quant_bucket values (never across tensors) encoded with quant.h; smaller
  * tensors (LayerNorm parameters, biases) are copied as fp32. The messages are all-gathered
  * (MPI_Iallgather, bytes), and every replica decodes the D messages and sums them in rank order,
  * so that the summed gradient is the same bit for bit on every replica. With &comm exchange = 'sra'
