@@ -535,37 +535,34 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
   if (cfg_has_task(cfg, CFG_TASK_EVAL) && !cfg->eval.benchmarks.n && (cfg_eval_skips_val(cfg) || (!cfg->eval.val.n && !cfg->data.val.n && !cfg->prepare.val_out[0])))
     cfg_error_at(cfg, errs, "eval", "benchmarks", "give a dataset (&eval val or &data val) or benchmarks, e.g. benchmarks = "
                  "'lambada:data/lambada_test.jsonl'", "task 'eval' has nothing to score");
-  if (cfg->eval.during_training && cfg->parallel.pipeline_stages > 1)
+  const cfg_parallel *pa = &cfg->parallel;
+  if (cfg->eval.during_training && (pa->pipeline_stages > 1 || pa->tensor_parallel > 1))
     cfg_error_at(cfg, errs, "eval", "during_training", "score the benchmarks with the 'eval' task after training, or train "
-                 "with pipeline_stages = 1", "benchmarks during training need the whole model on every rank; pipeline_stages = %ld",
-                 cfg->parallel.pipeline_stages);
+                 "with pipeline_stages = 1 and tensor_parallel = 1", "benchmarks during training need the whole model on "
+                 "every rank; pipeline_stages = %ld, tensor_parallel = %ld", pa->pipeline_stages, pa->tensor_parallel);
   if (cfg->eval.seq_len > cfg->model.block_size)
     cfg_error_at(cfg, errs, "eval", "seq_len", "lower seq_len to at most &model block_size", "seq_len = %ld exceeds "
                  "&model block_size = %ld", cfg->eval.seq_len, cfg->model.block_size);
 }
 
-/* Tensor parallelism cuts heads, MLP units and vocabulary rows into T pieces: the first two evenly. */
+/* Tensor parallelism cuts heads, MLP units and vocabulary rows into tp pieces: the first two evenly. */
 static void check_tensor_parallel(cfg_config *cfg, err_list *errs) {
   const cfg_model *m = &cfg->model;
-  const long T = cfg->parallel.tensor_parallel, F = m->n_inner ? m->n_inner : 4 * m->n_embd;
-  if (T == 1) return;
+  const long tp = cfg->parallel.tensor_parallel, F = m->n_inner ? m->n_inner : 4 * m->n_embd;
+  if (tp == 1) return;
   char hint[256];
   int o = snprintf(hint, sizeof hint, "tensor_parallel must divide n_head = %ld and the MLP width %ld; these do:", m->n_head, F);
   for (long d = 1; d <= m->n_head && o < (int)sizeof hint - 8; d++)
     if (m->n_head % d == 0 && F % d == 0) o += snprintf(hint + o, sizeof hint - (size_t)o, " %ld", d);
-  if (m->n_head % T != 0)
+  if (m->n_head % tp != 0)
     cfg_error_at(cfg, errs, "parallel", "tensor_parallel", hint, "n_head = %ld heads cannot be split evenly across "
-                 "tensor_parallel = %ld ranks", m->n_head, T);
-  else if (F % T != 0)
+                 "tensor_parallel = %ld ranks", m->n_head, tp);
+  else if (F % tp != 0)
     cfg_error_at(cfg, errs, "parallel", "tensor_parallel", hint, "the MLP width (n_inner, or 4 x n_embd) = %ld cannot be "
-                 "split evenly across tensor_parallel = %ld ranks", F, T);
-  if (m->vocab_size < T)
+                 "split evenly across tensor_parallel = %ld ranks", F, tp);
+  if (m->vocab_size < tp)
     cfg_error_at(cfg, errs, "parallel", "tensor_parallel", "every tensor rank needs vocabulary rows: tensor_parallel <= "
-                 "vocab_size", "vocab_size = %ld is smaller than tensor_parallel = %ld", m->vocab_size, T);
-  if (cfg->eval.during_training)
-    cfg_error_at(cfg, errs, "eval", "during_training", "score the benchmarks with the 'eval' task after training, or train "
-                 "with tensor_parallel = 1", "benchmarks during training need the whole model on every rank; "
-                 "tensor_parallel = %ld", T);
+                 "vocab_size", "vocab_size = %ld is smaller than tensor_parallel = %ld", m->vocab_size, tp);
 }
 
 /* A blend (&data `key`, with weights `wkey`): one weight per dataset when weights are given, no dataset
