@@ -25,6 +25,32 @@
 #include "parallel/watchdog.h"
 #include "trainer.h"
 
+/* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
+typedef struct {
+  double time, tokens, steps, compute, bubble, exchange, bytes, tensor; /* tensor: the tensor ranks' sums */
+  double grad_bytes, grad_fp32, encode, decode; /* the gradient exchange: bytes, their fp32 equivalent, seconds */
+  double q_measured, q_expected, q_norm2;       /* its quantization error, where measured (qexch_error) */
+} train_window;
+
+/* The run so far, carried from step to step: every rank's, the same on all, unless marked rank 0. */
+typedef struct {
+  long start;          /* the step the job began at: the restored checkpoint's, else 0 */
+  long steps_done;     /* steps done, by this job and the ones before it */
+  double tokens0;      /* tokens trained before this job (the checkpoint's count) */
+  double tokens;       /* tokens trained by this job */
+  double t_start;      /* util_now() when the steps began */
+  double t_ckpt;       /* util_now() at the last checkpoint, else when the steps began (&checkpoint every_minutes) */
+  double train_time;   /* the steps' wall time, each step's slowest rank's */
+  double last_loss;    /* the last step's training loss */
+  double val_loss;     /* the last evaluation's loss, weighted over the validation datasets; NaN before one */
+  double *val_losses;  /* (nval) the last evaluation's loss of each validation dataset */
+  double grad_bytes;   /* rank 0: the gradient exchange's bytes handed to the collectives (all ranks) */
+  double grad_fp32;    /* rank 0: the same exchanges' bytes in fp32 */
+  double tp_bytes;     /* rank 0: bytes handed to the tensor-parallel sums (all ranks) */
+  double tp_s;         /* rank 0: rank-seconds in the tensor-parallel sums */
+  train_window win;    /* since the last progress line */
+} train_tally;
+
 /* One training job on this rank: the trainer and everything that reports on it. */
 typedef struct {
   const cfg_config *cfg;
@@ -37,14 +63,8 @@ typedef struct {
   double flops_per_token, peak_gflops; /* the job's peak: all ranks */
   char engine[256];
   topo_machine machine;
-  /* the run so far */
   int resuming;                        /* &checkpoint restart is set: continue the run in run_dir */
-  long start, steps_done;              /* the step the job began at, the steps done */
-  double tokens0, tokens;              /* tokens trained before this job, by it */
-  double t_start, train_time, last_loss, val_loss;
-  double *val_losses;                  /* the last evaluation's loss of each validation dataset (nval) */
-  double grad_bytes, grad_fp32;        /* rank 0: the job's gradient-exchange bytes (all ranks), their fp32 equivalent */
-  double tp_bytes, tp_s;               /* rank 0: the job's tensor-parallel sums (all ranks): bytes, rank-seconds */
+  train_tally tally;                   /* the run so far */
   const char *status;                  /* completed, diverged, time_limit, signal, checkpoint_failed */
   eval_benchmarks bench;               /* &eval benchmarks, scored at each evaluation (one stage) */
 } train_job;
@@ -287,7 +307,7 @@ static int describe_job(train_job *j, err_list *errs) {
   trainer *t = j->t;
   char bind[320];
   topo_discover(&j->machine);
-  int cores = topo_bind(t->lay.node, strcmp(cfg->parallel.bind, "none") != 0, bind, sizeof bind);
+  int cores = topo_bind(t->lay.node, cfg_parallel_bind_of(&cfg->parallel) != CFG_BIND_NONE, bind, sizeof bind);
   if (be->placement) { /* this rank's GPU and its PCI bus id, in the topology lines */
     char dev[200];
     size_t o = strlen(bind);
@@ -327,6 +347,7 @@ static int init_from(train_job *j, err_list *errs) {
  * &checkpoint fallback is set; the errors that condemned it are printed. Returns 0, or 1 after
  * errors (every rank). */
 static int restore(train_job *j, err_list *errs) {
+  train_tally *k = &j->tally;
   const cfg_config *cfg = j->cfg;
   char (*paths)[CKPT_PATH_MAX];
   int n = ckpt_candidates(cfg, &paths), rc = 1;
@@ -340,10 +361,10 @@ static int restore(train_job *j, err_list *errs) {
   for (int i = 0; i < n && rc != 0; i++) {
     ckpt_stats st;
     err_list tried = {0};
-    if (trainer_restore(j->t, paths[i], &j->start, &j->tokens0, &st, &tried) == 0) {
+    if (trainer_restore(j->t, paths[i], &k->start, &k->tokens0, &st, &tried) == 0) {
       if (j->rank == 0)
         metrics_printf(&j->out, "restart: %s, step %ld: run state and checksums verified, %.3g GB read in %.2f s (%.2f GB/s, "
-                       "%s; %.2f s of it sharing pieces between replicas)%s\n", paths[i], j->start, st.bytes / 1e9,
+                       "%s; %.2f s of it sharing pieces between replicas)%s\n", paths[i], k->start, st.bytes / 1e9,
                        st.seconds, st.bytes / 1e9 / st.seconds, st.direct ? "straight from the disk" : "through the page cache",
                        st.share_seconds, st.residual == 1 ? "; error-feedback residual restored"
                        : st.residual == 0 ? "; the error-feedback residual starts from zero (the checkpoint has none for "
@@ -412,7 +433,8 @@ static void score_benchmarks(train_job *j) {
     long cut;
     eval_benchmark_score(set, &t->model, &t->tok, MPI_COMM_WORLD, &sc, &tokens, &cut);
     if (j->rank != 0) continue;
-    metrics_printf(&j->out, "bench: step %ld | %s | acc %.4f ± %.4f", j->steps_done, set->name, sc.acc, sc.acc_stderr);
+    metrics_printf(&j->out, "bench: step %ld | %s | acc %.4f ± %.4f", j->tally.steps_done, set->name, sc.acc,
+                   sc.acc_stderr);
     if (!isnan(sc.acc_norm)) metrics_printf(&j->out, " | acc_norm %.4f ± %.4f", sc.acc_norm, sc.acc_norm_stderr);
     if (!isnan(sc.ppl)) metrics_printf(&j->out, " | ppl %.4g", sc.ppl);
     metrics_printf(&j->out, " | %ld items%s\n", sc.n, cut ? ", contexts cut to seq_len" : "");
@@ -425,7 +447,7 @@ static void score_benchmarks(train_job *j) {
     double v[3] = {sc.acc, sc.acc_norm, sc.ppl}, e[3] = {sc.acc_stderr, sc.acc_norm_stderr, NAN};
     for (int k = 0; k < 3; k++) {
       if (isnan(v[k])) continue;
-      fprintf(fp, "%ld,%s,%s,%.10g,", j->steps_done, set->name, name[k], v[k]);
+      fprintf(fp, "%ld,%s,%s,%.10g,", j->tally.steps_done, set->name, name[k], v[k]);
       if (!isnan(e[k])) fprintf(fp, "%.10g", e[k]);
       fprintf(fp, ",%ld\n", sc.n);
     }
@@ -438,12 +460,13 @@ static void score_benchmarks(train_job *j) {
 /* Rank 0, after an evaluation: rows of val.csv (step, dataset, weight, loss), and for a blend of
  * validation datasets a line with each one's loss. */
 static void log_validation(train_job *j) {
+  const train_tally *k = &j->tally;
   const data_loader *d = &j->t->data;
   if (j->rank != 0) return;
   if (d->nval > 1) {
-    metrics_printf(&j->out, "val: step %ld | loss %.4f =", j->steps_done, j->val_loss);
+    metrics_printf(&j->out, "val: step %ld | loss %.4f =", k->steps_done, k->val_loss);
     for (int v = 0; v < d->nval; v++)
-      metrics_printf(&j->out, "%s %.4g x %.4f (%s)", v ? " +" : "", d->val[v].weight, j->val_losses[v], d->val[v].file.path);
+      metrics_printf(&j->out, "%s %.4g x %.4f (%s)", v ? " +" : "", d->val[v].weight, k->val_losses[v], d->val[v].file.path);
     metrics_printf(&j->out, "\n");
   }
   char path[UTIL_PATH_MAX];
@@ -452,7 +475,7 @@ static void log_validation(train_job *j) {
   if (!fp) return; /* metrics.csv and the log have the loss */
   if (ftell(fp) == 0) fprintf(fp, "step,dataset,weight,loss\n");
   for (int v = 0; v < d->nval; v++)
-    fprintf(fp, "%ld,%s,%.10g,%.10g\n", j->steps_done, d->val[v].file.path, d->val[v].weight, j->val_losses[v]);
+    fprintf(fp, "%ld,%s,%.10g,%.10g\n", k->steps_done, d->val[v].file.path, d->val[v].weight, k->val_losses[v]);
   fclose(fp);
 }
 
@@ -482,20 +505,15 @@ static void trace_step(const train_job *j, FILE *fp, long step) {
   fflush(fp); /* whole steps on disk when a job is stopped */
 }
 
-/* Since the last progress line: time, tokens, steps, compute, bubble, exchange (rank-seconds), bytes. */
-typedef struct {
-  double time, tokens, steps, compute, bubble, exchange, bytes, tensor; /* tensor: the tensor ranks' sums */
-  double grad_bytes, grad_fp32, encode, decode; /* the gradient exchange: bytes, their fp32 equivalent, seconds */
-  double q_measured, q_expected, q_norm2;       /* its quantization error, where measured (qexch_error) */
-} train_window;
-
 /* The progress line and the metrics.csv row (rank 0), after the collective energy sample. */
-static void progress(train_job *j, const trainer_step_info *info, double vl, int evaluated, train_window *w) {
+static void progress(train_job *j, const trainer_step_info *info, double vl, int evaluated) {
+  train_tally *k = &j->tally;
+  train_window *w = &k->win;
   energy_sample(&j->energy); /* collective */
   if (j->rank == 0) {
     const cfg_training *tc = &j->cfg->training;
     double tps = w->tokens / w->time, mfu = tps * j->flops_per_token / (j->peak_gflops * 1e9);
-    double eta = (double)(tc->max_steps - j->steps_done) * (j->train_time / (double)(j->steps_done - j->start));
+    double eta = (double)(tc->max_steps - k->steps_done) * (k->train_time / (double)(k->steps_done - k->start));
     double busy = w->time * j->size; /* rank-seconds */
     const energy_meter *e = &j->energy;
     int measured = energy_any_measured(e), shown = measured || e->est_joules > 0;
@@ -514,9 +532,9 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
                  w->q_expected / w->q_norm2);
     }
     metrics_printf(&j->out, "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%%%s | %s | %s | ETA %s\n",
-                   (int)snprintf(NULL, 0, "%ld", tc->max_steps), j->steps_done, tc->max_steps, info->loss, vs, info->lr,
+                   (int)snprintf(NULL, 0, "%ld", tc->max_steps), k->steps_done, tc->max_steps, info->loss, vs, info->lr,
                    tps, 100.0 * mfu, ps, wt, en, util_fmt_duration(eta, es, sizeof es));
-    metrics_row row = {j->steps_done, info->loss, info->lr, info->grad_norm, 1e3 * w->time / w->steps, tps, mfu, vl,
+    metrics_row row = {k->steps_done, info->loss, info->lr, info->grad_norm, 1e3 * w->time / w->steps, tps, mfu, vl,
                        !shown ? NAN : measured ? e->watts : e->est_watts, !shown ? NAN : measured ? e->joules : e->est_joules,
                        energy_kind(e), w->compute / busy, w->bubble / busy, w->exchange / busy, w->bytes / w->steps,
                        w->grad_bytes / w->steps, w->grad_fp32 > 0 ? w->grad_bytes / w->grad_fp32 : NAN,
@@ -527,108 +545,143 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
   memset(w, 0, sizeof *w);
 }
 
-/* The step's figures: the wall time is the slowest rank's, the breakdown summed over ranks. */
-static void account(train_job *j, const trainer_step_info *info, train_window *w) {
+/* What every rank acts on after a step, agreed in one MPI_Allreduce (MAX): the slowest rank's step time, and the
+ * decisions that stop the steps or write a checkpoint. */
+typedef struct {
+  double step_s;   /* the step's wall time: each rank contributes its own */
+  int out_of_time; /* &training max_minutes reached since the steps began: rank 0's clock (the others give 0) */
+  int ckpt_due;    /* &checkpoint every_minutes passed since the last checkpoint: rank 0's clock (the others 0) */
+  int sig;         /* a signal caught (train_signal): any rank's, the highest number when several */
+} train_agreement;
+
+static train_agreement agree(const train_job *j, double step_s) {
+  const cfg_training *tc = &j->cfg->training;
+  const cfg_checkpoint *ck = &j->cfg->checkpoint;
+  const double now = util_now();
+  const int judge = j->rank == 0; /* the time limits are rank 0's to judge, so every rank stops at the same step */
+  double v[4] = {step_s, judge && tc->max_minutes > 0 && now - j->tally.t_start >= 60.0 * tc->max_minutes,
+                 judge && ck->every_minutes > 0 && now - j->tally.t_ckpt >= 60.0 * ck->every_minutes, train_signal};
+  MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return (train_agreement){v[0], v[1] != 0, v[2] != 0, (int)v[3]};
+}
+
+/* The step's figures: the wall time dt is the slowest rank's (the agreement's), the breakdown summed over ranks. */
+static void account(train_job *j, const trainer_step_info *info, double dt) {
   double mine[13] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
                      info->grad.bytes,     info->grad.fp32_bytes, info->grad.encode_s, info->grad.decode_s,
                      info->grad.q_measured, info->grad.q_expected, info->grad.q_norm2, info->tp_s, info->tp_bytes},
          sum[13];
-  double dt;
-  MPI_Allreduce(&info->step_s, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   MPI_Reduce(mine, sum, 13, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  train_tally *k = &j->tally;
+  train_window *w = &k->win;
   double tokens = (double)j->t->G * j->t->T;
-  j->train_time += dt;
-  j->tokens += tokens;
+  k->train_time += dt;
+  k->tokens += tokens;
   w->time += dt, w->tokens += tokens, w->steps += 1;
   if (j->rank == 0) {
     w->compute += sum[0], w->bubble += sum[1], w->exchange += sum[2], w->bytes += sum[3];
     w->grad_bytes += sum[4], w->grad_fp32 += sum[5], w->encode += sum[6], w->decode += sum[7];
-    j->grad_bytes += sum[4], j->grad_fp32 += sum[5];
+    k->grad_bytes += sum[4], k->grad_fp32 += sum[5];
     w->q_measured += sum[8], w->q_expected += sum[9], w->q_norm2 += sum[10];
     w->tensor += sum[11], w->bytes += sum[12];
-    j->tp_s += sum[11], j->tp_bytes += sum[12];
+    k->tp_s += sum[11], k->tp_bytes += sum[12];
   }
 }
 
-/* A checkpoint now: by step count, by wall time, on a signal, at the end. Returns 0 or -1 (every
- * rank) after errors. */
-static int checkpoint_if_due(train_job *j, int stop, int last, int sig, double *t_ckpt, err_list *errs) {
+/* A checkpoint now: by step count, by wall time (ag), on a signal (ag), when stopping or at the end (with
+ * &checkpoint at_end). Returns 0 or -1 (every rank) after errors. */
+static int checkpoint_if_due(train_job *j, const train_agreement *ag, int stop, int last, err_list *errs) {
   const cfg_checkpoint *ck = &j->cfg->checkpoint;
-  int due_time = ck->every_minutes > 0 && util_now() - *t_ckpt >= 60.0 * ck->every_minutes;
-  MPI_Bcast(&due_time, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (!((ck->every_steps > 0 && j->steps_done % ck->every_steps == 0) || due_time || ((stop || last) && ck->at_end) || sig))
-    return 0;
+  train_tally *k = &j->tally;
+  int due = (ck->every_steps > 0 && k->steps_done % ck->every_steps == 0) || ag->ckpt_due || ag->sig;
+  if (!due && !((stop || last) && ck->at_end)) return 0;
   ckpt_stats st;
-  if (trainer_checkpoint(j->t, j->steps_done, j->tokens0 + j->tokens, &st, errs) != 0) return -1;
-  *t_ckpt = util_now();
+  if (trainer_checkpoint(j->t, k->steps_done, k->tokens0 + k->tokens, &st, errs) != 0) return -1;
+  k->t_ckpt = util_now();
   if (j->rank == 0)
-    metrics_printf(&j->out, "checkpoint: %s, step %ld: %.3g GB in %.2f s (%.2f GB/s)\n", st.path, j->steps_done,
+    metrics_printf(&j->out, "checkpoint: %s, step %ld: %.3g GB in %.2f s (%.2f GB/s)\n", st.path, k->steps_done,
                    st.bytes / 1e9, st.seconds, st.bytes / 1e9 / st.seconds);
   return 0;
 }
 
-/* Steps from j->start to &training max_steps, or to the first stop (divergence, time limit,
- * signal, failed checkpoint), their windows into trace (may be NULL). Returns the exit status so far. */
+/* The loss or the gradient norm of step `step` (0-based) stopped being finite: the error, TRAIN_DIVERGED. */
+static int diverged(train_job *j, long step, const trainer_step_info *info, err_list *errs) {
+  if (j->rank == 0) {
+    err_add(errs, NULL, 0, 0, "lower &training lr, raise warmup_steps, or keep grad_clip > 0",
+            "training diverged at step %ld (loss %g, gradient norm %g)", step + 1, info->loss, info->grad_norm);
+    metrics_log(&j->out, "error: training diverged at step %ld (loss %g, gradient norm %g)\n", step + 1, info->loss,
+                info->grad_norm);
+  }
+  j->status = "diverged";
+  return TRAIN_DIVERGED;
+}
+
+/* An evaluation after this step: the validation loss (into the tally, and returned), its rows, the benchmarks. */
+static double evaluate(train_job *j) {
+  j->tally.val_loss = trainer_eval(j->t, j->tally.val_losses);
+  log_validation(j);
+  if (j->bench.n) score_benchmarks(j);
+  return j->tally.val_loss;
+}
+
+/* After the step's checkpoint: a signal or the time limit ends the steps (TRAIN_OK); else -1, go on. */
+static int stop_if_asked(train_job *j, int sig, int out_of_time) {
+  if (sig) {
+    j->status = "signal";
+    if (j->rank == 0)
+      metrics_printf(&j->out, "stopping: signal %d (%s) at step %ld; continue with &checkpoint restart = 'latest'\n", sig,
+                     signal_name(sig), j->tally.steps_done);
+    return TRAIN_OK;
+  }
+  if (out_of_time) {
+    j->status = "time_limit";
+    if (j->rank == 0)
+      metrics_printf(&j->out, "stopping: &training max_minutes = %g reached\n", j->cfg->training.max_minutes);
+    return TRAIN_OK;
+  }
+  return -1;
+}
+
+/* Step `step` (0-based), its windows into trace (may be NULL), and what follows it: the agreement, the figures,
+ * an evaluation, the progress line, a checkpoint, a stop. Returns -1 to go on, else the exit status so far. */
+static int one_step(train_job *j, long step, FILE *trace, err_list *errs) {
+  const cfg_training *tc = &j->cfg->training;
+  train_tally *k = &j->tally;
+  trainer_step_info info;
+  watchdog_step(step + 1);
+  int res = trainer_step(j->t, step, &info);
+  trace_step(j, trace, step + 1);
+  k->last_loss = info.loss;
+  if (res != 0) return diverged(j, step, &info, errs); /* the same on every rank: no agreement needed */
+  if (info.skipped && j->rank == 0)
+    metrics_printf(&j->out, "step %ld: fp16 gradients overflowed at loss scale %g: update skipped, scale now %g\n",
+                   step + 1, info.loss_scale, info.loss_scale / 2);
+  k->steps_done = step + 1;
+  const train_agreement ag = agree(j, info.step_s);
+  account(j, &info, ag.step_s);
+  const int last = k->steps_done == tc->max_steps, out_of_time = ag.out_of_time && !last;
+  const int eval = last || out_of_time || (tc->eval_every > 0 && k->steps_done % tc->eval_every == 0);
+  double vl = eval ? evaluate(j) : NAN;
+  if (k->steps_done % j->cfg->job.log_every == 0 || eval) progress(j, &info, vl, eval);
+  if (checkpoint_if_due(j, &ag, out_of_time || ag.sig, last, errs) != 0) {
+    j->status = "checkpoint_failed";
+    return TRAIN_IO_FAILED;
+  }
+  return stop_if_asked(j, ag.sig, out_of_time);
+}
+
+/* Steps from the tally's start to &training max_steps, or to the first stop (divergence, time limit, signal,
+ * failed checkpoint), their windows into trace (may be NULL). Returns the exit status so far. */
 static int steps(train_job *j, FILE *trace, err_list *errs) {
   const cfg_training *tc = &j->cfg->training;
-  trainer *t = j->t;
-  train_window w = {0};
-  double t_ckpt = util_now();
-  if (j->rank == 0) metrics_printf(&j->out, "== training: steps %ld to %ld ==\n", j->start + 1, tc->max_steps);
+  train_tally *k = &j->tally;
+  if (j->rank == 0) metrics_printf(&j->out, "== training: steps %ld to %ld ==\n", k->start + 1, tc->max_steps);
   catch_signals();
-  j->t_start = util_now();
-  j->steps_done = j->start;
-  for (long step = j->start; step < tc->max_steps; step++) {
-    trainer_step_info info;
-    watchdog_step(step + 1);
-    int res = trainer_step(t, step, &info);
-    trace_step(j, trace, step + 1);
-    j->last_loss = info.loss;
-    if (res != 0) {
-      if (j->rank == 0) {
-        err_add(errs, NULL, 0, 0, "lower &training lr, raise warmup_steps, or keep grad_clip > 0",
-                "training diverged at step %ld (loss %g, gradient norm %g)", step + 1, info.loss, info.grad_norm);
-        metrics_log(&j->out, "error: training diverged at step %ld (loss %g, gradient norm %g)\n", step + 1, info.loss,
-                    info.grad_norm);
-      }
-      j->status = "diverged";
-      return TRAIN_DIVERGED;
-    }
-    if (info.skipped && j->rank == 0)
-      metrics_printf(&j->out, "step %ld: fp16 gradients overflowed at loss scale %g: update skipped, scale now %g\n",
-                     step + 1, info.loss_scale, info.loss_scale / 2);
-    j->steps_done = step + 1;
-    account(j, &info, &w);
-    int last = j->steps_done == tc->max_steps;
-    int out_of_time = tc->max_minutes > 0 && util_now() - j->t_start >= 60.0 * tc->max_minutes;
-    MPI_Bcast(&out_of_time, 1, MPI_INT, 0, MPI_COMM_WORLD); /* every rank stops at the same step */
-    out_of_time = out_of_time && !last;
-    int evaluate = last || out_of_time || (tc->eval_every > 0 && j->steps_done % tc->eval_every == 0);
-    double vl = NAN;
-    if (evaluate) vl = j->val_loss = trainer_eval(t, j->val_losses);
-    if (evaluate) log_validation(j);
-    if (evaluate && j->bench.n) score_benchmarks(j);
-    if (j->steps_done % j->cfg->job.log_every == 0 || evaluate) progress(j, &info, vl, evaluate, &w);
-    int sig = train_signal, any_sig;
-    MPI_Allreduce(&sig, &any_sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (checkpoint_if_due(j, out_of_time || any_sig, last, any_sig, &t_ckpt, errs) != 0) {
-      j->status = "checkpoint_failed";
-      return TRAIN_IO_FAILED;
-    }
-    if (any_sig) {
-      j->status = "signal";
-      if (j->rank == 0)
-        metrics_printf(&j->out, "stopping: signal %d (%s) at step %ld; continue with &checkpoint restart = 'latest'\n",
-                       any_sig, signal_name(any_sig), j->steps_done);
-      return TRAIN_OK;
-    }
-    if (out_of_time) {
-      j->status = "time_limit";
-      if (j->rank == 0) metrics_printf(&j->out, "stopping: &training max_minutes = %g reached\n", tc->max_minutes);
-      return TRAIN_OK;
-    }
-  }
-  return TRAIN_OK;
+  k->t_start = k->t_ckpt = util_now();
+  k->steps_done = k->start;
+  int rc = -1;
+  for (long step = k->start; step < tc->max_steps && rc < 0; step++) rc = one_step(j, step, trace, errs);
+  return rc < 0 ? TRAIN_OK : rc;
 }
 
 /* The steps, with &data trace_windows' file open around them. */
@@ -639,25 +692,26 @@ static int step_loop(train_job *j, err_list *errs) {
   return rc;
 }
 
-static json_t *verdict_json(const train_job *r, const char *status, long steps, double wall, double train_time,
-                            double train_loss, double val_loss, double tokens0, double tokens, uint64_t param_hash,
-                            size_t nparams) {
+/* verdict.json's object: the run's outcome and figures after `wall` seconds, the final parameters' hash and count. */
+static json_t *verdict_json(const train_job *r, double wall, uint64_t param_hash, size_t nparams) {
+  const train_tally *k = &r->tally;
+  const double tokens = k->tokens;
   const cfg_config *cfg = r->cfg;
   const energy_meter *e = &r->energy;
-  double tps = train_time > 0 ? tokens / train_time : 0.0;
+  double tps = k->train_time > 0 ? tokens / k->train_time : 0.0;
   double mfu = r->peak_gflops > 0 ? tps * r->flops_per_token / (r->peak_gflops * 1e9) : 0.0;
   double kwh = e->joules / 3.6e6, fac = kwh * e->pue;
   int measured = energy_any_measured(e);
   json_t *j = json_object();
   json_object_set_new(j, "run", json_string(cfg->job.name));
-  json_object_set_new(j, "status", json_string(status));
-  json_object_set_new(j, "steps", json_integer(steps));
-  json_object_set_new(j, "tokens_trained", json_real(tokens0 + tokens));
+  json_object_set_new(j, "status", json_string(r->status));
+  json_object_set_new(j, "steps", json_integer(k->steps_done));
+  json_object_set_new(j, "tokens_trained", json_real(k->tokens0 + tokens));
   json_object_set_new(j, "tokens_this_job", json_real(tokens));
   json_object_set_new(j, "duration_s", json_real(wall));
-  json_object_set_new(j, "train_time_s", json_real(train_time));
-  json_object_set_new(j, "train_loss", isfinite(train_loss) ? json_real(train_loss) : json_null());
-  json_object_set_new(j, "val_loss", isfinite(val_loss) ? json_real(val_loss) : json_null());
+  json_object_set_new(j, "train_time_s", json_real(k->train_time));
+  json_object_set_new(j, "train_loss", isfinite(k->last_loss) ? json_real(k->last_loss) : json_null());
+  json_object_set_new(j, "val_loss", isfinite(k->val_loss) ? json_real(k->val_loss) : json_null());
   json_object_set_new(j, "tokens_per_s", json_real(tps));
   json_object_set_new(j, "mfu", json_real(mfu));
   json_object_set_new(j, "peak_gflops", json_real(r->peak_gflops));
@@ -673,8 +727,8 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
   json_object_set_new(j, "data_parallel", json_integer(r->t->lay.D));
   if (r->t->lay.tp > 1) { /* the tensor ranks' sums over the whole job */
     json_t *ts = json_object();
-    json_object_set_new(ts, "bytes", json_real(r->tp_bytes));
-    json_object_set_new(ts, "rank_seconds", json_real(r->tp_s));
+    json_object_set_new(ts, "bytes", json_real(k->tp_bytes));
+    json_object_set_new(ts, "rank_seconds", json_real(k->tp_s));
     json_object_set_new(j, "tensor_sums", ts);
   }
   json_object_set_new(j, "zero_stage", json_integer(r->t->lay.zero));
@@ -683,9 +737,9 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
   json_object_set_new(gx, "bits", json_integer(cfg->comm.bits));
   json_object_set_new(gx, "exchange", json_string(cfg->comm.exchange));
   json_object_set_new(gx, "error_feedback", json_boolean(cfg->comm.error_feedback));
-  json_object_set_new(gx, "bytes", json_real(r->grad_bytes));
-  json_object_set_new(gx, "fp32_bytes", json_real(r->grad_fp32));
-  json_object_set_new(gx, "fewer", r->grad_bytes > 0 ? json_real(r->grad_fp32 / r->grad_bytes) : json_null());
+  json_object_set_new(gx, "bytes", json_real(k->grad_bytes));
+  json_object_set_new(gx, "fp32_bytes", json_real(k->grad_fp32));
+  json_object_set_new(gx, "fewer", k->grad_bytes > 0 ? json_real(k->grad_fp32 / k->grad_bytes) : json_null());
   json_object_set_new(j, "gradient_exchange", gx);
   /* the final parameters' hash (trainer_params_hash): equal hashes mean bitwise-equal models */
   char hash[32];
@@ -715,6 +769,7 @@ static json_t *verdict_json(const train_job *r, const char *status, long steps, 
  * verdict.json's "data_blend"; for a blend of validation datasets each one's last loss, a line each and
  * "val_blend". */
 static void print_blend(train_job *j, json_t *v) {
+  const train_tally *k = &j->tally;
   const data_loader *d = &j->t->data;
   double all = (double)data_drawn_all(d);
   json_t *a = json_array();
@@ -731,15 +786,15 @@ static void print_blend(train_job *j, json_t *v) {
     json_array_append_new(a, e);
   }
   json_object_set_new(v, "data_blend", a);
-  if (d->nval < 2 || !isfinite(j->val_loss)) return;
+  if (d->nval < 2 || !isfinite(k->val_loss)) return;
   a = json_array();
   for (int s = 0; s < d->nval; s++) {
-    metrics_printf(&j->out, "validation: %s: loss %.4f, weight %.4f\n", d->val[s].file.path, j->val_losses[s],
+    metrics_printf(&j->out, "validation: %s: loss %.4f, weight %.4f\n", d->val[s].file.path, k->val_losses[s],
                    d->val[s].weight);
     json_t *e = json_object();
     json_object_set_new(e, "path", json_string(d->val[s].file.path));
     json_object_set_new(e, "weight", json_real(d->val[s].weight));
-    json_object_set_new(e, "loss", json_real(j->val_losses[s]));
+    json_object_set_new(e, "loss", json_real(k->val_losses[s]));
     json_array_append_new(a, e);
   }
   json_object_set_new(v, "val_blend", a);
@@ -749,6 +804,7 @@ static void print_blend(train_job *j, json_t *v) {
  * gather of the parameters (their hash) and the last energy sample. Returns 0, or -1 when a file
  * could not be written (an error added). */
 static int verdict(train_job *j, err_list *errs) {
+  const train_tally *k = &j->tally;
   const cfg_config *cfg = j->cfg;
   size_t np;
   uint64_t param_hash = trainer_params_hash(j->t, &np);
@@ -758,17 +814,16 @@ static int verdict(train_job *j, err_list *errs) {
   int rc = 0;
   if (j->rank == 0) {
     metrics_out *out = &j->out;
-    double wall = util_now() - j->t_start;
-    json_t *v = verdict_json(j, j->status, j->steps_done, wall, j->train_time, j->last_loss, j->val_loss, j->tokens0,
-                             j->tokens, param_hash, np);
+    double wall = util_now() - k->t_start;
+    json_t *v = verdict_json(j, wall, param_hash, np);
     double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = json_real_value(json_object_get(v, "mfu"));
     metrics_printf(out, "== verdict: %s ==\n", j->status);
-    metrics_printf(out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", j->steps_done,
-                   j->tokens0 + j->tokens, wall, j->train_time, j->size, j->size == 1 ? "" : "s");
-    if (isfinite(j->val_loss))
-      metrics_printf(out, "loss: train %.4f, validation %.4f\n", j->last_loss, j->val_loss);
+    metrics_printf(out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", k->steps_done,
+                   k->tokens0 + k->tokens, wall, k->train_time, j->size, j->size == 1 ? "" : "s");
+    if (isfinite(k->val_loss))
+      metrics_printf(out, "loss: train %.4f, validation %.4f\n", k->last_loss, k->val_loss);
     else
-      metrics_printf(out, "loss: train %.4f (not evaluated)\n", j->last_loss);
+      metrics_printf(out, "loss: train %.4f (not evaluated)\n", k->last_loss);
     metrics_printf(out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu, j->peak_gflops);
     char b[2][32];
     metrics_printf(out, "memory: peak resident %s on the fullest rank; planned buffers %s on the fullest rank\n",
@@ -778,14 +833,14 @@ static int verdict(train_job *j, err_list *errs) {
     json_object_set_new(v, "planned_bytes", json_real(most[1]));
     if (j->t->lay.tp > 1)
       metrics_printf(out, "tensor-parallel sums: %.4g GB handed to them by all ranks, %.1f%% of the ranks' time\n",
-                     j->tp_bytes / 1e9, 100.0 * j->tp_s / (j->train_time * j->size));
-    if (j->grad_bytes > 0 && j->grad_bytes < j->grad_fp32) /* compressed */
+                     k->tp_bytes / 1e9, 100.0 * k->tp_s / (k->train_time * j->size));
+    if (k->grad_bytes > 0 && k->grad_bytes < k->grad_fp32) /* compressed */
       metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.1fx fewer than fp32 (%s %ld-bit, %s%s)\n",
-                     j->grad_bytes / 1e9, j->grad_fp32 / j->grad_bytes, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,
+                     k->grad_bytes / 1e9, k->grad_fp32 / k->grad_bytes, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,
                      cfg->comm.error_feedback ? ", error feedback" : "");
-    double flops = j->flops_per_token * j->tokens;
-    energy_report_print(&j->energy, j->tokens, flops, print_to_out, out);
-    json_t *rep = energy_report_json(&j->energy, cfg, wall, j->tokens, flops, mfu, j->machine.cpu_model,
+    double flops = j->flops_per_token * k->tokens;
+    energy_report_print(&j->energy, k->tokens, flops, print_to_out, out);
+    json_t *rep = energy_report_json(&j->energy, cfg, wall, k->tokens, flops, mfu, j->machine.cpu_model,
                                      j->machine.cores, j->machine.memory_gib);
     const char *name[2] = {"report.json", "verdict.json"};
     json_t *obj[2] = {rep, v};
@@ -877,7 +932,7 @@ static int set_up(train_job *j, const char *header, err_list *errs) {
   if (bad) return 1;
   j->t = trainer_open(cfg, j->be, MPI_COMM_WORLD, errs);
   if (!j->t) return 1;
-  j->val_losses = util_calloc((size_t)j->t->data.nval, sizeof *j->val_losses, "validation losses");
+  j->tally.val_losses = util_calloc((size_t)j->t->data.nval, sizeof *j->tally.val_losses, "validation losses");
   if (cfg->eval.during_training && j->t->lay.P == 1 && eval_benchmarks_load(&j->bench, cfg, MPI_COMM_WORLD, errs)) return 1;
   bad = j->rank == 0 && open_outputs(j, set_aside, header, errs) != 0;
   MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -897,19 +952,19 @@ static int clean_up(train_job *j, err_list *errs) {
   if (j->energy_opened) energy_close(&j->energy);
   eval_benchmarks_free(&j->bench);
   trainer_close(j->t);
-  free(j->val_losses);
+  free(j->tally.val_losses);
   return rc;
 }
 
 int train_run(const cfg_config *cfg, const backend *be, const char *header, err_list *errs) {
-  train_job j = {.cfg = cfg, .be = be, .status = "completed", .last_loss = NAN, .val_loss = NAN};
+  train_job j = {.cfg = cfg, .be = be, .status = "completed", .tally = {.last_loss = NAN, .val_loss = NAN}};
   MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &j.size);
   j.resuming = cfg->checkpoint.restart[0] != '\0';
   watchdog_start(MPI_COMM_WORLD, cfg->job.step_timeout);
   int rc = set_up(&j, header, errs);
   if (rc == TRAIN_OK && j.resuming) rc = restore(&j, errs);
-  if (rc == TRAIN_OK && j.start == 0 && cfg->model.init_from[0]) rc = init_from(&j, errs);
+  if (rc == TRAIN_OK && j.tally.start == 0 && cfg->model.init_from[0]) rc = init_from(&j, errs);
   if (rc == TRAIN_OK) rc = step_loop(&j, errs);
   if (rc != TRAIN_BAD_INPUT && verdict(&j, errs) != 0 && rc == TRAIN_OK) rc = TRAIN_IO_FAILED;
   if (rc == TRAIN_OK && strcmp(j.status, "signal") != 0) write_sample(&j);

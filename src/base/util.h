@@ -64,6 +64,10 @@ double util_cpu_seconds(void);
 /* Peak resident memory of this process so far, bytes (getrusage). */
 double util_peak_rss(void);
 
+/* Start of piece r of n things cut into k nearly equal pieces (the longest one element longer than the
+ * shortest): piece r is [util_piece(n, k, r), util_piece(n, k, r + 1)). */
+static inline size_t util_piece(size_t n, int k, int r) { return n * (size_t)r / (size_t)k; }
+
 /* Case-insensitive string compare and bounded copy. */
 int util_strieq(const char *a, const char *b);
 void util_strlcpy(char *dst, const char *src, size_t size);

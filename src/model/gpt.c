@@ -13,7 +13,7 @@
 
 void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m) {
   memset(s, 0, sizeof *s);
-  s->arch = strcmp(m->arch, "gpt2") == 0 ? GPT_ARCH_GPT2 : GPT_ARCH_NEO;
+  s->arch = cfg_model_arch_of(m) == CFG_ARCH_GPT2 ? GPT_ARCH_GPT2 : GPT_ARCH_NEO;
   s->V = (int)m->vocab_size;
   s->maxT = (int)m->block_size;
   s->L = (int)m->n_layer;
@@ -45,9 +45,6 @@ typedef struct {
   int tp, tp_rank; /* the part's tensor parallelism (tp >= 1) */
 } tensor_list;
 
-/* Start of piece r of n things cut into T nearly equal pieces. */
-static int piece(int n, int T, int r) { return (int)((long long)n * r / T); }
-
 /* A tensor of the whole model, (rows, cols), cut as `split` (groups: row groups, for GPT_SPLIT_ROWS). */
 typedef struct {
   const char *name;
@@ -71,13 +68,13 @@ static void add_tensor(tensor_list *tl, int keep, tensor_spec ts, int decay, int
   t->groups = 1;
   t->split = tl->tp > 1 ? ts.split : GPT_SPLIT_NONE;
   if (t->split == GPT_SPLIT_ROWS) {
-    int per = ts.rows / ts.groups; /* rows of a group */
+    size_t per = (size_t)(ts.rows / ts.groups); /* rows of a group */
     t->groups = ts.groups;
-    t->r0 = piece(per, tl->tp, tl->tp_rank);
-    t->rows = ts.groups * (piece(per, tl->tp, tl->tp_rank + 1) - t->r0);
+    t->r0 = (int)util_piece(per, tl->tp, tl->tp_rank);
+    t->rows = ts.groups * ((int)util_piece(per, tl->tp, tl->tp_rank + 1) - t->r0);
   } else if (t->split == GPT_SPLIT_COLS) {
-    t->c0 = piece(ts.cols, tl->tp, tl->tp_rank);
-    t->cols = piece(ts.cols, tl->tp, tl->tp_rank + 1) - t->c0;
+    t->c0 = (int)util_piece((size_t)ts.cols, tl->tp, tl->tp_rank);
+    t->cols = (int)util_piece((size_t)ts.cols, tl->tp, tl->tp_rank + 1) - t->c0;
   }
   t->numel = (size_t)t->rows * (size_t)t->cols;
   t->offset = tl->offset;
@@ -109,8 +106,8 @@ size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run) {
 
 gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
   int T = part.tp > 1 ? part.tp : 1, r = part.tp > 1 ? part.tp_rank : 0;
-  gpt_dims d = {s->C / T, s->H / T, s->F / T, piece(s->V, T, r), 0, 0};
-  d.nv = piece(s->V, T, r + 1) - d.v0;
+  gpt_dims d = {s->C / T, s->H / T, s->F / T, (int)util_piece((size_t)s->V, T, r), 0, 0};
+  d.nv = (int)util_piece((size_t)s->V, T, r + 1) - d.v0;
   d.ldv = (d.nv + GPT_LOGITS_ALIGN - 1) / GPT_LOGITS_ALIGN * GPT_LOGITS_ALIGN;
   return d;
 }
@@ -285,6 +282,74 @@ gpt_memory gpt_plan_memory(const gpt_shape *s, const backend *be, int B, int T, 
   return m;
 }
 
+/* ---- tensors in a buffer --------------------------------------------------------------------- */
+
+const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+  return NULL;
+}
+
+void *gpt_param(const gpt_model *m, const char *name) {
+  const gpt_tensor *t = gpt_find_tensor(m, name);
+  UTIL_CHECK(t, NULL, "internal: tensor %s is not held by this rank", name);
+  return (char *)m->cparams + t->offset * backend_dtype_size(m->be->storage);
+}
+
+/* Offset (elements) of block l's first tensor, ln_1.weight: the blocks' tensors are consecutive, in
+ * build_tensors() order. */
+static size_t block_offset(const gpt_model *m, int l) {
+  for (int i = 0; i < m->ntensors; i++)
+    if (m->tensors[i].layer == l) return m->tensors[i].offset;
+  UTIL_FATAL(NULL, "internal: block %d is not held by this rank", l);
+}
+
+/* Block l's tensors in a buffer of `es`-byte elements, from the block's offset `at` (elements). */
+static void block_at(const gpt_model *m, void *buf, size_t es, size_t at, gpt_block_ptrs *p) {
+  char *q = (char *)buf + at * es;
+  /* bytes of C elements; the shards' Cl and F elements (tensor parallelism) */
+  const size_t C = (size_t)m->s.C * es, Cl = (size_t)m->d.Cl, F = (size_t)m->d.Fl;
+  memset(p, 0, sizeof *p);
+  p->ln1_w = q, q += C;
+  p->ln1_b = q, q += C;
+  p->qkv_w = q, q += 3 * Cl * C;      /* (3Cl, C) */
+  if (m->s.qkv_bias) p->qkv_b = q, q += 3 * Cl * es;
+  p->out_w = q, q += C * Cl;          /* (C, Cl) */
+  p->out_b = q, q += C;
+  p->ln2_w = q, q += C;
+  p->ln2_b = q, q += C;
+  p->fc_w = q, q += F * C;            /* (Fl, C) */
+  p->fc_b = q, q += F * es;
+  p->proj_w = q, q += C * F;          /* (C, Fl) */
+  p->proj_b = q;
+}
+
+/* The tensor of that name in buf, or NULL when the part does not hold it. */
+static void *end_at(const gpt_model *m, void *buf, size_t es, const char *name) {
+  const gpt_tensor *t = gpt_find_tensor(m, name);
+  return t ? (char *)buf + t->offset * es : NULL;
+}
+
+/* A parameter-layout buffer's tensors, once (gpt_init): the blocks' and the ends'. */
+static void fill_ptrs(const gpt_model *m, void *buf, size_t es, gpt_ptrs *p) {
+  const int nl = m->layer_hi - m->layer_lo;
+  p->blk = util_calloc(nl > 0 ? (size_t)nl : 1, sizeof *p->blk, "block pointers");
+  for (int l = m->layer_lo; l < m->layer_hi; l++) block_at(m, buf, es, block_offset(m, l), &p->blk[l - m->layer_lo]);
+  p->ends.wte = end_at(m, buf, es, "transformer.wte.weight");
+  p->ends.wpe = end_at(m, buf, es, "transformer.wpe.weight");
+  p->ends.lnf_w = end_at(m, buf, es, "transformer.ln_f.weight");
+  p->ends.lnf_b = end_at(m, buf, es, "transformer.ln_f.bias");
+}
+
+void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p) {
+  block_at(m, buf, sizeof(float), block_offset(m, l), p);
+}
+
+void gpt_block_compute(const gpt_model *m, int l, gpt_block_ptrs *p) {
+  UTIL_CHECK(l >= m->layer_lo && l < m->layer_hi, NULL, "internal: block %d is not held by this rank", l);
+  *p = m->w.blk[l - m->layer_lo];
+}
+
 /* ---- init ------------------------------------------------------------------------------------ */
 
 /* A tensor's initial values (host memory, its part): the whole tensor's stream (seed, RNG_INIT, index) in
@@ -347,6 +412,8 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
     }
   }
 
+  fill_ptrs(m, m->cparams, backend_dtype_size(be->storage), &m->w);
+  if (m->grads) fill_ptrs(m, m->grads, sizeof(float), &m->g);
   float *host = util_malloc(pb ? pb : 1, "parameter staging");
   for (int i = 0; i < m->ntensors; i++) init_tensor(&m->tensors[i], host + m->tensors[i].offset, seed);
   be->to_device(be, m->params, host, pb);
@@ -365,6 +432,8 @@ void gpt_free(gpt_model *m) {
   be->free(be, m->losses);
   if (m->losses_host) be->host_free(be, m->losses_host);
   free(m->tp_host);
+  free(m->w.blk);
+  free(m->g.blk);
   free(m->tensors);
   free(m->s.window);
   memset(m, 0, sizeof *m);
@@ -387,54 +456,6 @@ void *gpt_compute_params(const gpt_model *m, size_t at) {
 void gpt_params_changed(gpt_model *m, size_t lo, size_t hi) {
   if (hi > lo && m->cparams != m->params) m->be->to_storage(m->be, gpt_compute_params(m, lo), m->params + lo, hi - lo);
 }
-
-const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name) {
-  for (int i = 0; i < m->ntensors; i++)
-    if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
-  return NULL;
-}
-
-/* The tensor of that name in buf, a parameter-layout buffer of `es`-byte elements. */
-static void *tensor_at(const gpt_model *m, void *buf, size_t es, const char *name) {
-  const gpt_tensor *t = gpt_find_tensor(m, name);
-  UTIL_CHECK(t, NULL, "internal: tensor %s is not held by this rank", name);
-  return (char *)buf + t->offset * es;
-}
-/* ... in the gradients (fp32), and in the compute copy of the parameters (the storage type) */
-static float *grad_of(const gpt_model *m, const char *name) { return tensor_at(m, m->grads, sizeof(float), name); }
-static void *param_of(const gpt_model *m, const char *name) {
-  return tensor_at(m, m->cparams, backend_dtype_size(m->be->storage), name);
-}
-
-/* Block l's tensors in a buffer of `es`-byte elements: they are consecutive, in build_tensors() order. */
-static void block_at(const gpt_model *m, void *buf, size_t es, int l, gpt_block_ptrs *p) {
-  char n[96];
-  snprintf(n, sizeof n, "transformer.h.%d.ln_1.weight", l);
-  char *q = tensor_at(m, buf, es, n);
-  /* bytes of C elements; the shards' Cl and F elements (tensor parallelism) */
-  const size_t C = (size_t)m->s.C * es, Cl = (size_t)m->d.Cl, F = (size_t)m->d.Fl;
-  memset(p, 0, sizeof *p);
-  p->ln1_w = q, q += C;
-  p->ln1_b = q, q += C;
-  p->qkv_w = q, q += 3 * Cl * C;      /* (3Cl, C) */
-  if (m->s.qkv_bias) p->qkv_b = q, q += 3 * Cl * es;
-  p->out_w = q, q += C * Cl;          /* (C, Cl) */
-  p->out_b = q, q += C;
-  p->ln2_w = q, q += C;
-  p->ln2_b = q, q += C;
-  p->fc_w = q, q += F * C;            /* (Fl, C) */
-  p->fc_b = q, q += F * es;
-  p->proj_w = q, q += C * F;          /* (C, Fl) */
-  p->proj_b = q;
-}
-
-void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p) { block_at(m, buf, sizeof(float), l, p); }
-
-void gpt_block_compute(const gpt_model *m, int l, gpt_block_ptrs *p) {
-  block_at(m, m->cparams, backend_dtype_size(m->be->storage), l, p);
-}
-
-void *gpt_param(const gpt_model *m, const char *name) { return param_of(m, name); }
 
 /* ---- forward / backward ---------------------------------------------------------------------- */
 
@@ -529,8 +550,7 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   const gpt_shape *s = &m->s;
   const int C = s->C, Cl = m->d.Cl, F = m->d.Fl, N = B * T, first = m->tp_rank == 0;
   void *tmp = arena(m, a->dsmall), *scratch = arena(m, a->scratch);
-  gpt_block_ptrs p;
-  block_at(m, m->cparams, backend_dtype_size(be->storage), l, &p);
+  const gpt_block_ptrs p = m->w.blk[l - m->layer_lo];
   be->layernorm_fwd(be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
   be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, 3 * Cl);                           /* (N,3Cl) */
   be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l], s->attn_scale); /* (N,Cl) */
@@ -548,11 +568,12 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, N = B * T;
+  const gpt_ends_ptrs *w = &m->w.ends;
   act_layout a = layout(m);
   if (m->has_embed) { /* a vocabulary shard's rows, summed over the tensor ranks; wpe added once */
     void *x0 = res_at(m, &a, slot, 0, (size_t)N);
-    be->embed_fwd(be, x0, m->tokens + (size_t)slot * m->B * m->T, param_of(m, "transformer.wte.weight"),
-                  m->tp_rank == 0 ? param_of(m, "transformer.wpe.weight") : NULL, B, T, C, m->d.v0, m->d.nv);
+    be->embed_fwd(be, x0, m->tokens + (size_t)slot * m->B * m->T, w->wte, m->tp_rank == 0 ? w->wpe : NULL, B, T, C,
+                  m->d.v0, m->d.nv);
     tp_sum(m, &a, x0, (size_t)N * C);
   }
   for (int l = m->layer_lo; l < m->layer_hi; l++) {
@@ -564,9 +585,9 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
   if (m->has_head) {
     void *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N);
     char *base = slot_base(m, &a, slot);
-    be->layernorm_fwd(be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x,
-                      param_of(m, "transformer.ln_f.weight"), param_of(m, "transformer.ln_f.bias"), N, C, s->eps);
-    be->matmul_fwd(be, base + a.logits, base + a.lnf, param_of(m, "transformer.wte.weight"), NULL, N, C, m->d.nv,
+    be->layernorm_fwd(be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x, w->lnf_w,
+                      w->lnf_b, N, C, s->eps);
+    be->matmul_fwd(be, base + a.logits, base + a.lnf, w->wte, NULL, N, C, m->d.nv,
                    m->d.ldv); /* (N,nv; rows ldv apart): the shard's columns of the vocabulary */
   }
 }
@@ -656,13 +677,12 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N, in
   void *x = res_at(m, a, slot, m->layer_hi - m->layer_lo, (size_t)N), *dres = arena(m, a->dres),
        *dsmall = arena(m, a->dsmall);
   char *base = slot_base(m, a, slot);
+  const gpt_ends_ptrs *w = &m->w.ends, *g = &m->g.ends;
   /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf (the shard's vocabulary rows; dlnf summed over them) */
-  be->matmul_bwd(be, dsmall, grad_of(m, "transformer.wte.weight"), NULL, base + a->logits, base + a->lnf,
-                 param_of(m, "transformer.wte.weight"), N, C, m->d.nv, m->d.ldv, acc);
+  be->matmul_bwd(be, dsmall, g->wte, NULL, base + a->logits, base + a->lnf, w->wte, N, C, m->d.nv, m->d.ldv, acc);
   tp_sum(m, a, dsmall, (size_t)N * C);
   be->zero(be, dres, (size_t)N * C * backend_dtype_size(be->storage));
-  be->layernorm_bwd(be, dres, grad_of(m, "transformer.ln_f.weight"), grad_of(m, "transformer.ln_f.bias"), dsmall, x,
-                    param_of(m, "transformer.ln_f.weight"), (float *)(base + a->lnf_mean),
+  be->layernorm_bwd(be, dres, g->lnf_w, g->lnf_b, dsmall, x, w->lnf_w, (float *)(base + a->lnf_mean),
                     (float *)(base + a->lnf_rstd), N, C, acc);
 }
 
@@ -670,7 +690,6 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, Cl = m->d.Cl, F = m->d.Fl, N = B * T;
-  const size_t es = backend_dtype_size(be->storage);
   act_layout a = layout(m);
   void *dres = arena(m, a.dres), *dsmall = arena(m, a.dsmall), *dbig = arena(m, a.dbig), *scratch = arena(m, a.scratch);
   const int acc = !m->grads_unset; /* the first pass after gpt_zero_grad writes, later ones add */
@@ -681,10 +700,8 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
   }
   /* without the head, dres holds the gradient received from the next stage */
   for (int l = m->layer_hi - 1; l >= m->layer_lo; l--) {
-    gpt_block_ptrs p, g;
+    const gpt_block_ptrs p = m->w.blk[l - m->layer_lo], g = m->g.blk[l - m->layer_lo];
     block_acts ba;
-    block_at(m, m->cparams, es, l, &p);
-    gpt_block(m, m->grads, l, &g);
     block_acts_of(m, &a, slot, l, &ba);
     void *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
@@ -703,23 +720,19 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
     if (hook) hook(ctx, l);
   }
   if (m->has_embed) {
-    be->embed_bwd(be, grad_of(m, "transformer.wte.weight"), grad_of(m, "transformer.wpe.weight"), dres,
-                  m->tokens + (size_t)slot * m->B * m->T, B, T, C, m->d.v0, m->d.nv);
+    be->embed_bwd(be, m->g.ends.wte, m->g.ends.wpe, dres, m->tokens + (size_t)slot * m->B * m->T, B, T, C, m->d.v0,
+                  m->d.nv);
     if (hook) hook(ctx, GPT_HOOK_EMBED);
   }
 }
 
-/* The gradients no op overwrites: the embedding's, which embed_bwd adds row by row (wte's only where no head on this
- * rank writes it first); zeroed. */
-static void zero_added(gpt_model *m, const char *name) {
-  const gpt_tensor *t = gpt_find_tensor(m, name);
-  if (t) m->be->zero(m->be, m->grads + t->offset, t->numel * sizeof(float));
-}
-
+/* The gradients no op overwrites, zeroed: the embedding's, which embed_bwd adds row by row (wte's only where no
+ * head on this rank writes it first). */
 void gpt_zero_grad(gpt_model *m) {
   if (!m->grads) return;
   m->grads_unset = 1;
   if (!m->has_embed) return;
-  zero_added(m, "transformer.wpe.weight");
-  if (!m->has_head) zero_added(m, "transformer.wte.weight");
+  const size_t row = (size_t)m->s.C * sizeof(float);
+  m->be->zero(m->be, m->g.ends.wpe, (size_t)m->s.maxT * row);                 /* (maxT, C) */
+  if (!m->has_head) m->be->zero(m->be, m->g.ends.wte, (size_t)m->d.nv * row); /* (nv, C): the shard's rows */
 }

@@ -80,6 +80,21 @@ typedef struct {
   void *proj_w, *proj_b; /* (C, F), (C) */
 } gpt_block_ptrs;
 
+/* The same for the tensors outside the blocks; NULL where the part holds none. */
+typedef struct {
+  void *wte;           /* (V, C): the embedding's and the tied head's */
+  void *wpe;           /* (maxT, C): the embedding's */
+  void *lnf_w, *lnf_b; /* (C): the head's */
+} gpt_ends_ptrs;
+
+/* Where a parameter-layout buffer's tensors are: gpt_init fills it once, the passes read it. With tensor
+ * parallelism the shapes are the shard's (gpt_dims: Cl for 3C's and C's attention channels, Fl for F,
+ * nv of V's rows). */
+typedef struct {
+  gpt_block_ptrs *blk; /* (layer_hi - layer_lo): held block l at blk[l - layer_lo] */
+  gpt_ends_ptrs ends;
+} gpt_ptrs;
+
 /* Byte counts the model allocates; the dry run prints them and gpt_init allocates exactly these. */
 typedef struct {
   size_t params, grads; /* fp32 master parameters, their gradients */
@@ -137,6 +152,7 @@ typedef struct {
   float *params, *grads; /* backend memory, (nparams) each */
   int grads_unset;       /* gpt_zero_grad was called: the next backward pass writes the gradients, not adds */
   void *cparams;         /* backend memory: the compute copy (nparams in the storage type); = params at fp32 */
+  gpt_ptrs w, g;         /* the tensors in cparams (what the ops read) and in grads (g.blk NULL without gradients) */
 
   void *acts;        /* backend memory: nslots activation slots, then the shared gradient buffers */
   int32_t *tokens;   /* backend memory (nslots, B, T) */
@@ -179,18 +195,19 @@ size_t gpt_part_params(const gpt_shape *s, gpt_part part);
 void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T, gpt_part part, uint64_t seed);
 void gpt_free(gpt_model *m);
 
-/* Block l's pointers within an fp32 buffer (m->params or m->grads). */
+/* Block l's pointers within an fp32 buffer in the parameters' layout (m->params, a copy of them). */
 void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p);
-/* Block l's pointers within the parameters' compute copy (the storage type: what the ops read). */
+/* Block l's pointers within the parameters' compute copy (the storage type: what the ops read): m->w's. */
 void gpt_block_compute(const gpt_model *m, int l, gpt_block_ptrs *p);
-/* The tensor of that name in the parameters' compute copy (fatal when this rank does not hold it). */
+/* The tensor of that name in the parameters' compute copy (fatal when this rank does not hold it); the passes
+ * use m->w and m->g instead. */
 void *gpt_param(const gpt_model *m, const char *name);
 /* The compute copy at parameter `at`, or NULL when there is none (fp32 storage). */
 void *gpt_compute_params(const gpt_model *m, size_t at);
 /* Master parameters [lo, hi) were written (initialisation, the optimizer, a checkpoint, an
  * exchange): round them into the compute copy. Nothing to do at fp32 storage. */
 void gpt_params_changed(gpt_model *m, size_t lo, size_t hi);
-/* The tensor of that name, or NULL. */
+/* The tensor of that name, or NULL: for names from outside (checkpoints, Hugging Face files). */
 const gpt_tensor *gpt_find_tensor(const gpt_model *m, const char *name);
 
 /* Copy B*T token ids and targets (either may be NULL) from host memory into a slot. */

@@ -1,4 +1,4 @@
-/* par: the MPI decomposition of a training job: P pipeline stages x T tensor ranks x D data-parallel
+/* par: the MPI decomposition of a training job: P pipeline stages x tp tensor ranks x D data-parallel
  * replicas.
  *
  * Each rank holds one tensor rank's shard (gpt.h, GPT_SPLIT_*) of one stage of one replica. The layers are split into P consecutive groups
@@ -7,12 +7,12 @@
  * the tied token embedding, whose gradients they sum every step.
  *
  * Communicators, all split from the job's communicator:
- *   tensor the T ranks of one stage of one replica, ranked by tensor rank (the layers' sums)
+ *   tensor the tp ranks of one stage of one replica, ranked by tensor rank (the layers' sums)
  *   pipe   the P ranks of one replica and tensor rank, ranked by stage (activations go to stage +- 1)
  *   dp     the D ranks of one stage and tensor rank, ranked by replica (gradients are reduced here)
  *   embed  the first and the last stage of one replica and tensor rank (the tied embedding), when P > 1
  *   node   the ranks sharing this node's memory (MPI_COMM_TYPE_SHARED), for topology
- * Rank order: the T tensor ranks of a stage are consecutive (tensor rank = rank % T, so they share a
+ * Rank order: the tp tensor ranks of a stage are consecutive (tensor rank = rank % tp, so they share a
  * node whenever T divides the ranks per node); of the groups, 'replicas_adjacent' puts the D replicas of
  * a stage next to each other (stage = group / D), 'stages_adjacent' a pipeline's stages (stage = group % P). */
 #ifndef GREENLM_PAR_H
@@ -21,6 +21,7 @@
 #include <mpi.h>
 #include <stddef.h>
 
+#include "base/util.h"
 #include "deck/cfg.h"
 #include "model/gpt.h"
 
@@ -43,8 +44,9 @@ void par_create(par_layout *lay, const cfg_config *cfg, MPI_Comm comm);
 void par_free(par_layout *lay);
 
 /* Start of replica r's piece of a stage buffer of n elements, in D equal pieces (the ZeRO-1 pieces
- * and the checkpoints' pieces): piece r is [par_piece(n, D, r), par_piece(n, D, r + 1)). */
-static inline size_t par_piece(size_t n, int D, int r) { return n * (size_t)r / (size_t)D; }
+ * and the checkpoints' pieces): piece r is [par_piece(n, D, r), par_piece(n, D, r + 1)); the model's
+ * tensor shards are cut the same way (util_piece). */
+static inline size_t par_piece(size_t n, int D, int r) { return util_piece(n, D, r); }
 
 /* What this rank's stage holds (with its activation slots: min(nmicro, P - stage) for 1F1B). */
 gpt_part par_part(const par_layout *lay);
