@@ -171,7 +171,7 @@ static void pass_embed(gen *g, const pass_layout *a, int n) {
   const gpt_model *m = g->m;
   const backend *be = m->be;
   const size_t row = (size_t)m->s.C * backend_dtype_size(be->storage);
-  const char *wte = gpt_param(m, "transformer.wte.weight"), *wpe = gpt_param(m, "transformer.wpe.weight");
+  const char *wte = m->w.ends.wte, *wpe = m->w.ends.wpe;
   for (int r0 = 0, r1; r0 < n; r0 = r1) {
     for (r1 = r0 + 1; r1 < n && g->seq_h[r1] == g->seq_h[r0] && g->pos_h[r1] == g->pos_h[r1 - 1] + 1; r1++) {}
     be->embed_fwd(be, (char *)g->acts + a->x + (size_t)r0 * row, g->io + r0, wte, wpe + (size_t)g->pos_h[r0] * row, 1,
@@ -188,8 +188,8 @@ static void pass_head(gen *g, const pass_layout *a, int nh) {
   char *A = g->acts;
   for (int h = 0; h < nh; h++) be->copy(be, A + a->hx + h * row, A + a->x + (size_t)g->heads[h] * row, row);
   be->layernorm_fwd(be, A + a->hln, (float *)(A + a->hmean), (float *)(A + a->hrstd), A + a->hx,
-                    gpt_param(m, "transformer.ln_f.weight"), gpt_param(m, "transformer.ln_f.bias"), nh, C, m->s.eps);
-  be->matmul_fwd(be, A + a->logits, A + a->hln, gpt_param(m, "transformer.wte.weight"), NULL, nh, C, V, V); /* (nh,V) */
+                    m->w.ends.lnf_w, m->w.ends.lnf_b, nh, C, m->s.eps);
+  be->matmul_fwd(be, A + a->logits, A + a->hln, m->w.ends.wte, NULL, nh, C, V, V); /* (nh,V) */
   if (be->storage == BACKEND_FP32) {
     be->to_host(be, g->logits_h, A + a->logits, nv * sizeof(float));
     return;
