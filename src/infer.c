@@ -32,7 +32,7 @@ static int checkpoints(const cfg_config *cfg, char (**paths)[CKPT_PATH_MAX]) {
   if (cfg->checkpoint.restart[0]) return ckpt_candidates(cfg, paths);
   cfg_config *c = util_malloc(sizeof *c, "configuration");
   memcpy(c, cfg, sizeof *c);
-  util_strlcpy(c->checkpoint.restart, "latest", sizeof c->checkpoint.restart);
+  util_strlcpy(c->checkpoint.restart, CFG_RESTART_LATEST, sizeof c->checkpoint.restart);
   int n = ckpt_candidates(c, paths);
   free(c);
   return n;

@@ -357,7 +357,7 @@ static int restore(train_job *j, err_list *errs) {
     if (j->rank == 0) metrics_printf(&j->out, "restart: no checkpoint in %s yet: starting from step 0\n", dir);
     rc = 0;
   }
-  int latest = strcmp(cfg->checkpoint.restart, "latest") == 0;
+  int latest = cfg_restart_latest(&cfg->checkpoint);
   for (int i = 0; i < n && rc != 0; i++) {
     ckpt_stats st;
     err_list tried = {0};

@@ -475,6 +475,8 @@ int cfg_has_task(const cfg_config *cfg, cfg_task task) {
   return 0;
 }
 
+int cfg_restart_latest(const cfg_checkpoint *c) { return strcmp(c->restart, CFG_RESTART_LATEST) == 0; }
+
 int cfg_eval_skips_val(const cfg_config *cfg) {
   return cfg->eval.val.n == 1 && strcmp(cfg->eval.val.v[0], "none") == 0;
 }

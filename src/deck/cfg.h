@@ -351,6 +351,10 @@ int cfg_comm_compressed(const cfg_comm *c);
 
 /* Whether &eval val is 'none': the eval task scores no dataset. */
 int cfg_eval_skips_val(const cfg_config *cfg);
+/* The word of &checkpoint restart that means the newest checkpoint in the directory. */
+#define CFG_RESTART_LATEST "latest"
+/* Whether &checkpoint restart is 'latest' (else a path, or empty: a fresh start). */
+int cfg_restart_latest(const cfg_checkpoint *c);
 
 /* Report an error at the place where group.key was set (or "default"). */
 void cfg_error_at(const cfg_config *cfg, err_list *errs, const char *group, const char *key, const char *hint,

@@ -829,7 +829,7 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
 
 int ckpt_candidates(const cfg_config *cfg, char (**paths)[CKPT_PATH_MAX]) {
   const char *r = cfg->checkpoint.restart;
-  if (strcmp(r, "latest") != 0) {
+  if (!cfg_restart_latest(&cfg->checkpoint)) {
     *paths = util_malloc(sizeof **paths, "checkpoint paths");
     util_snprintf((*paths)[0], CKPT_PATH_MAX, "%s", r);
     return 1;
