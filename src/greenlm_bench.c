@@ -154,18 +154,15 @@ static int parse(int argc, char **argv, bench_args *a) {
     const char *v = argv[++i];
     char *end;
     double x = strtod(v, &end);
-    if (!strcmp(k, "--arch")) {
-      a->arch = v;
-      continue;
-    }
     const char *words = !strcmp(k, "--storage") ? CFG_CHOICES(CFG_DTYPES) : !strcmp(k, "--precision") ? CFG_CHOICES(CFG_PRECISIONS)
-                      : !strcmp(k, "--backend") ? "cpu|cuda" : NULL; /* the deck's words (a kind, not 'auto') */
+                      : !strcmp(k, "--arch") ? CFG_CHOICES(CFG_ARCHS) : !strcmp(k, "--backend") ? "cpu|cuda" : NULL; /* the deck's words (a kind, not 'auto') */
     if (words) {
       if (cfg_choice_index(words, v) < 0) {
         fprintf(stderr, "greenlm-bench: error: %s '%s' is not one of %s\n", k, v, words);
         return 2;
       }
-      *(!strcmp(k, "--storage") ? &a->storage : !strcmp(k, "--backend") ? &a->backend : &a->precision) = v;
+      *(!strcmp(k, "--storage") ? &a->storage : !strcmp(k, "--backend") ? &a->backend : !strcmp(k, "--arch") ? &a->arch
+                                                                                            : &a->precision) = v;
       continue;
     }
     if (*end || x < 0 || (x == 0 && strcmp(k, "--warmup") != 0)) {
@@ -243,7 +240,7 @@ static void model_config(const bench_args *a, cfg_model *mc) {
   mc->window_size = 256, mc->layer_norm_epsilon = 1e-5, mc->init_std = 0.02;
   util_strlcpy(mc->attention_types.v[0], "global", CFG_ITEM_LEN);
   util_strlcpy(mc->attention_types.v[1], "local", CFG_ITEM_LEN);
-  mc->attention_types.n = strcmp(a->arch, "gpt2") ? 2 : 1;
+  mc->attention_types.n = cfg_model_arch_of(mc) == CFG_ARCH_GPT2 ? 1 : 2;
 }
 
 /* What the steps measured: mean seconds per phase, the median step, the last loss. */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_layers: the source folders are layers, and a file includes headers of its own folder and of
 # folders below its own only (README.md, "Layout"): no upward or sideways include, so that no
-# decision is reached from two directions. The layers, lowest first:
+# decision is reached from two directions; and no choice key of the deck is compared as a string
+# outside the deck module. The layers, lowest first:
 #   base            utilities, errors, the environment, NetCDF helpers, the quantizer's arithmetic
 #   deck            namelist parsing and the typed configuration
 #   text energy     tokenizers, corpora and datasets; energy meters and run files
@@ -37,5 +38,15 @@ for f in "$TOP_SRCDIR"/src/*.[ch] "$TOP_SRCDIR"/src/*/*.[ch] "$TOP_SRCDIR"/cpu/*
       allowed "$dir" "$mine" "$inc"
   done
 done
-echo "test_layers: $n files"
+# choices are decided by their enums (deck/cfg.h, CFG_CHOICE_KEYS): no string compare of a choice
+# key's value outside the deck module
+keys=$(sed -n '/^#define CFG_CHOICE_KEYS/,/^$/p' "$TOP_SRCDIR/src/deck/cfg.h" | grep -o 'X([a-z_]*, [a-z_]*,' | sed 's/.*, \([a-z_]*\),/\1/' | sort -u)
+check "no choice keys found in src/deck/cfg.h's CFG_CHOICE_KEYS" [ -n "$keys" ]
+pattern=$(printf '%s\n' $keys | paste -sd'|' -)
+words=$(sed -n '/---- choices/,/^#define CFG_RANGE_WORD/p' "$TOP_SRCDIR/src/deck/cfg.h" | grep -o 'X(CFG_[A-Z0-9_]*, "[^"]*")' |
+  sed 's/.*"\([^"]*\)")/\1/' | sort -u | paste -sd'|' -)
+hits=$(grep -nE "(strcmp|strcasecmp|util_strieq)\([^();]*(->|\.)($pattern|task\.v\[[^]]*\]), *\"($words)\"\)" \
+  "$TOP_SRCDIR"/src/*.c "$TOP_SRCDIR"/src/*/*.c "$TOP_SRCDIR"/cpu/*.c "$TOP_SRCDIR"/gpu/*.cu 2>/dev/null | grep -v "/src/deck/")
+check "a choice key's value compared as a string outside src/deck (use its cfg_GROUP_KEY_of): $hits" [ -z "$hits" ]
+echo "test_layers: $n files; choice keys: $(printf '%s ' $keys)"
 finish

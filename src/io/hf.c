@@ -175,7 +175,7 @@ int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
     util_snprintf(hint, sizeof hint, "set &model " key " = " fmt " to match the Hugging Face model", fv);         \
     err_add(errs, path, 0, 0, hint, "%s = " fmt " in config.json, but &model " key " = " fmt " in the deck", hfkey, fv, dv); \
   } while (0)
-  if (strcmp(f.arch, m->arch) != 0) HF_MISMATCH("arch", "model_type", f.arch, m->arch, "'%s'");
+  if (cfg_model_arch_of(&f) != cfg_model_arch_of(m)) HF_MISMATCH("arch", "model_type", f.arch, m->arch, "'%s'");
   if (f.vocab_size != m->vocab_size) HF_MISMATCH("vocab_size", "vocab_size", f.vocab_size, m->vocab_size, "%ld");
   if (f.block_size != m->block_size)
     HF_MISMATCH("block_size", neo ? "max_position_embeddings" : "n_positions", f.block_size, m->block_size, "%ld");
