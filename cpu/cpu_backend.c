@@ -42,6 +42,8 @@ static const char *cpu_describe(const backend *be, char *buf, size_t len) {
   if (core && better && strcmp(core, "Prescott") == 0 && n > 0 && (size_t)n < len)
     snprintf(buf + n, len - (size_t)n, " (OpenBLAS did not recognise this CPU; OPENBLAS_CORETYPE=%s may be several times faster)",
              better);
+#else
+  (void)n; /* the hint above is for x86-64's kernels only */
 #endif
   return buf;
 }
