@@ -114,16 +114,9 @@ static const char *walk_header(const unsigned char *b, size_t n) {
 /* The checks that need no PnetCDF; rank 0 makes them. Returns 0 or -1 after adding an error. */
 static int check_file(const char *path, const char *what, const char *hint, off_t *size, err_list *errs) {
   struct stat st;
+  if (util_check_regular(path, what, hint, errs) != 0) return -1;
   if (stat(path, &st) != 0) {
     err_add(errs, path, 0, 0, hint, "cannot open the %s: %s", what, strerror(errno));
-    return -1;
-  }
-  if (S_ISDIR(st.st_mode)) {
-    err_add(errs, path, 0, 0, hint, "a directory, not a %s file", what);
-    return -1;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    err_add(errs, path, 0, 0, hint, "not a regular file (a %s is a NetCDF file)", what);
     return -1;
   }
   if (st.st_size == 0) {

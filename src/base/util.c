@@ -162,16 +162,58 @@ int util_read_line(const char *path, char *buf, size_t len) {
   return 0;
 }
 
-char *util_read_file(const char *path, size_t max, size_t *len, const char *what, const char *hint, err_list *errs) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) {
+const char *util_file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return NULL;
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/* The error of a path that is kind (a directory, ...) where a `what` file belongs. */
+static void not_regular(err_list *errs, const char *path, const char *kind, const char *what, const char *hint) {
+  err_add(errs, path, 0, 0, hint, "%s, not a %s file", kind, what);
+}
+
+int util_open_regular(const char *path, const char *what, const char *hint, err_list *errs) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     err_add(errs, path, 0, 0, hint, "cannot open the %s: %s", what, strerror(errno));
-    return NULL;
+    return -1;
   }
   struct stat st;
-  if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-    err_add(errs, path, 0, 0, hint, "%s, not a %s file", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", what);
-    fclose(fp);
+  const char *kind = fstat(fd, &st) != 0 ? "unreadable" : util_file_kind(st.st_mode);
+  if (kind) {
+    not_regular(errs, path, kind, what, hint);
+    close(fd);
+    return -1;
+  }
+  int fl = fcntl(fd, F_GETFL); /* a regular file: blocking reads from here on */
+  if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+int util_check_regular(const char *path, const char *what, const char *hint, err_list *errs) {
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    err_add(errs, path, 0, 0, hint, "cannot open the %s: %s", what, strerror(errno));
+    return -1;
+  }
+  const char *kind = util_file_kind(st.st_mode);
+  if (kind) not_regular(errs, path, kind, what, hint);
+  return kind ? -1 : 0;
+}
+
+char *util_read_file(const char *path, size_t max, size_t *len, const char *what, const char *hint, err_list *errs) {
+  int fd = util_open_regular(path, what, hint, errs);
+  if (fd < 0) return NULL;
+  FILE *fp = fdopen(fd, "rb");
+  struct stat st;
+  if (!fp || fstat(fd, &st) != 0) {
+    err_add(errs, path, 0, 0, hint, "cannot read the %s: %s", what, strerror(errno));
+    if (fp) fclose(fp); else close(fd);
     return NULL;
   }
   if ((size_t)st.st_size > max) {

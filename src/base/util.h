@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "base/err.h"
 
@@ -73,6 +74,17 @@ int util_strieq(const char *a, const char *b);
 void util_strlcpy(char *dst, const char *src, size_t size);
 /* Levenshtein distance between two short strings, case-insensitive. */
 int util_edit_distance(const char *a, const char *b);
+
+/* What a path that is not a regular file is ("a directory", "a FIFO (named pipe)", "a character
+ * device", "a block device", "a socket", "a symbolic link loop"...), or NULL for a regular file. */
+const char *util_file_kind(mode_t mode);
+/* Open a regular file for reading without blocking on what is not one (a FIFO's open would wait
+ * for a writer): returns the descriptor (close-on-exec), or -1 after adding the error at path
+ * ("cannot open the <what>: <reason>", or "<path> is a directory, not a <what> file"). */
+int util_open_regular(const char *path, const char *what, const char *hint, err_list *errs);
+/* The same check for a path a library opens itself (PnetCDF, jansson, zlib): 0 when path is a
+ * regular file (or a symbolic link to one), else -1 after adding the error. */
+int util_check_regular(const char *path, const char *what, const char *hint, err_list *errs);
 
 /* Read a whole file of at most max bytes into a NUL-terminated buffer (*len: its length, NUL
  * bytes in it included). Returns NULL after adding an error at the file (`what` names its kind in
