@@ -67,6 +67,11 @@ typedef struct {
   train_tally tally;                   /* the run so far */
   const char *status;                  /* completed, diverged, time_limit, signal, checkpoint_failed */
   eval_benchmarks bench;               /* &eval benchmarks, scored at each evaluation (one stage) */
+  double watch_shown;                  /* rank 0: the watchdog's limit last announced */
+  int job;                             /* rank 0: this job's number in the run's restart chain (jobs.csv) */
+  double mfu_high;                     /* rank 0: the highest MFU a progress line showed */
+  const char *peak_source;             /* where peak_gflops came from */
+  char restored[CKPT_PATH_MAX];        /* the checkpoint this job continues, "" for none */
 } train_job;
 
 /* ---- signals: a batch system's warning before the time limit, or Ctrl-C --------------------------- */
@@ -169,6 +174,22 @@ static int open_outputs(train_job *j, int set_aside, const char *header, err_lis
   metrics_log(&j->out, "greenlm %s: deck %s\n== resolved deck ==\n%s", PACKAGE_VERSION, cfg->deck_path, echo);
   free(echo);
   return 0;
+}
+
+/* The watchdog's rule, from &job. */
+static watchdog_rule watch_rule(const cfg_job *c) {
+  return (watchdog_rule){.on = c->watchdog, .fixed = c->step_timeout, .floor = c->watchdog_floor};
+}
+
+/* Rank 0: the adaptive watchdog's limit, announced when a slower phase raised it by a quarter or more. */
+static void announce_watchdog(train_job *j) {
+  const cfg_job *c = &j->cfg->job;
+  const double limit = watchdog_limit();
+  if (j->rank != 0 || c->step_timeout > 0 || limit < 1.25 * (j->watch_shown > 0 ? j->watch_shown : c->watchdog_floor))
+    return;
+  j->watch_shown = limit;
+  metrics_printf(&j->out, "watchdog: the limit is now %.0f s (%d x the slowest phase so far, %.2f s)\n", limit,
+                 WATCHDOG_FACTOR, limit / WATCHDOG_FACTOR);
 }
 
 /* ---- the job's header -------------------------------------------------------------------------- */
@@ -276,7 +297,7 @@ static void print_header(train_job *j) {
                  t->B, t->T, t->nmicro, t->nmicro == 1 ? "" : "es", t->lay.D, t->lay.D == 1 ? "" : "s", t->G * t->T);
   metrics_printf(out, "compute: %s backend, %s\n", j->be->name, j->engine);
   metrics_printf(out, "MFU basis: %.4g GFLOP per token (6N + 12LCT), peak %.1f GFLOP/s for the job (%s)\n",
-                 j->flops_per_token / 1e9, j->peak_gflops, cfg->system.peak_gflops > 0 ? "from the deck" : "measured SGEMM, all ranks");
+                 j->flops_per_token / 1e9, j->peak_gflops, j->peak_source);
   const data_loader *d = &t->data;
   char names[2048], vnames[2048];
   int v1 = blend_names(d->set, d->nsets, names, sizeof names) | blend_names(d->val, d->nval, vnames, sizeof vnames);
@@ -296,8 +317,27 @@ static void print_header(train_job *j) {
   if (t->lay.P > 1)
     metrics_printf(out, "pipeline: 1F1B, theoretical bubble (p-1)/(m+p-1) = %.1f%%\n",
                    100.0 * (t->lay.P - 1) / (t->nmicro + t->lay.P - 1));
+  char wd[320];
+  metrics_printf(out, "watchdog: %s\n", watchdog_describe(watch_rule(&cfg->job), wd, sizeof wd));
 }
 
+
+/* Why the run went faster than its peak. */
+static const char *peak_low_why(const cfg_config *cfg) {
+  return cfg->system.peak_gflops > 0 ? "&system peak_gflops is below what the run reaches; raise it, or 0 measures it"
+                                     : "other work shared the cores while the peak was measured, so MFU figures read high; the "
+                                       "verdict measures it again";
+}
+
+/* The job's peak for MFU: the deck's, or each rank's SGEMM rate measured now, summed over the ranks
+ * (collective); `source` says when it was measured. */
+static void measure_peak(train_job *j, const char *source) {
+  const double deck = j->cfg->system.peak_gflops;
+  double mine = deck > 0 ? deck : j->be->measure_gflops(j->be, 1024, 1.0), all;
+  MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  j->peak_source = deck > 0 ? "from the deck" : source;
+  if (all > j->peak_gflops) j->peak_gflops = all;
+}
 
 /* Placement, threads, the peak for MFU, the energy meter, and the header lines. Returns 0, or 1
  * (on every rank) after errors. */
@@ -316,8 +356,7 @@ static int describe_job(train_job *j, err_list *errs) {
   be->set_threads(be, cfg->system.blas_threads > 0 ? (int)cfg->system.blas_threads : cores);
   be->describe(be, j->engine, sizeof j->engine);
   print_topology(j, bind);
-  double my_peak = cfg->system.peak_gflops > 0 ? cfg->system.peak_gflops : be->measure_gflops(be, 1024, 1.0);
-  MPI_Allreduce(&my_peak, &j->peak_gflops, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  measure_peak(j, "measured SGEMM at start-up, all ranks");
   j->flops_per_token = gpt_flops_per_token(&t->shape, t->T);
   char ecsv[UTIL_PATH_MAX];
   util_snprintf(ecsv, sizeof ecsv, "%s/energy.csv", cfg->job.run_dir);
@@ -362,6 +401,7 @@ static int restore(train_job *j, err_list *errs) {
     ckpt_stats st;
     err_list tried = {0};
     if (trainer_restore(j->t, paths[i], &k->start, &k->tokens0, &st, &tried) == 0) {
+      util_strlcpy(j->restored, paths[i], sizeof j->restored);
       if (j->rank == 0)
         metrics_printf(&j->out, "restart: %s, step %ld: run state and checksums verified, %.3g GB read in %.2f s (%.2f GB/s, "
                        "%s; %.2f s of it sharing pieces between replicas)%s\n", paths[i], k->start, st.bytes / 1e9,
@@ -531,6 +571,10 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
         snprintf(ps + o, sizeof ps - (size_t)o, " | q-error %.3g (expected %.3g)", w->q_measured / w->q_norm2,
                  w->q_expected / w->q_norm2);
     }
+    if (mfu > 1 && j->mfu_high <= 1)
+      metrics_printf(&j->out, "warning: MFU %.0f%%, above the peak of %.1f GFLOP/s (%s): %s\n", 100.0 * mfu, j->peak_gflops,
+                     j->peak_source, peak_low_why(j->cfg));
+    j->mfu_high = fmax(j->mfu_high, mfu);
     metrics_printf(&j->out, "step %*ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%%%s | %s | %s | ETA %s\n",
                    (int)snprintf(NULL, 0, "%ld", tc->max_steps), k->steps_done, tc->max_steps, info->loss, vs, info->lr,
                    tps, 100.0 * mfu, ps, wt, en, util_fmt_duration(eta, es, sizeof es));
@@ -662,7 +706,10 @@ static int one_step(train_job *j, long step, FILE *trace, err_list *errs) {
   const int last = k->steps_done == tc->max_steps, out_of_time = ag.out_of_time && !last;
   const int eval = last || out_of_time || (tc->eval_every > 0 && k->steps_done % tc->eval_every == 0);
   double vl = eval ? evaluate(j) : NAN;
-  if (k->steps_done % j->cfg->job.log_every == 0 || eval) progress(j, &info, vl, eval);
+  if (k->steps_done % j->cfg->job.log_every == 0 || eval) {
+    progress(j, &info, vl, eval);
+    announce_watchdog(j);
+  }
   if (checkpoint_if_due(j, &ag, out_of_time || ag.sig, last, errs) != 0) {
     j->status = "checkpoint_failed";
     return TRAIN_IO_FAILED;
@@ -684,12 +731,32 @@ static int steps(train_job *j, FILE *trace, err_list *errs) {
   return rc < 0 ? TRAIN_OK : rc;
 }
 
+/* Rank 0: this job's row in the run's chain (jobs.csv), and its number there. */
+static void begin_job(train_job *j) {
+  if (j->rank != 0) return;
+  j->job = metrics_job_begin(j->cfg->job.run_dir, j->resuming, j->tally.start, j->restored);
+  if (j->job < 0)
+    metrics_printf(&j->out, "warning: cannot write %s/jobs.csv (%s): the verdict will not say which job of the chain it "
+                   "describes\n", j->cfg->job.run_dir, strerror(errno));
+}
+
 /* The steps, with &data trace_windows' file open around them. */
 static int step_loop(train_job *j, err_list *errs) {
   FILE *trace = trace_open(j);
   int rc = steps(j, trace, errs);
   if (trace) fclose(trace);
   return rc;
+}
+
+/* Which job of the run's restart chain a verdict or report describes (jobs.csv has them all). */
+static json_t *job_json(const train_job *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "index", r->job > 0 ? json_integer(r->job) : json_null());
+  json_object_set_new(o, "first_step", json_integer(r->tally.start + 1));
+  json_object_set_new(o, "last_step", json_integer(r->tally.steps_done));
+  json_object_set_new(o, "restarted_from", r->restored[0] ? json_string(r->restored) : json_null());
+  json_object_set_new(o, "chain", json_string("jobs.csv"));
+  return o;
 }
 
 /* verdict.json's object: the run's outcome and figures after `wall` seconds, the final parameters' hash and count. */
@@ -705,6 +772,7 @@ static json_t *verdict_json(const train_job *r, double wall, uint64_t param_hash
   json_t *j = json_object();
   json_object_set_new(j, "run", json_string(cfg->job.name));
   json_object_set_new(j, "status", json_string(r->status));
+  json_object_set_new(j, "job", job_json(r));
   json_object_set_new(j, "steps", json_integer(k->steps_done));
   json_object_set_new(j, "tokens_trained", json_real(k->tokens0 + tokens));
   json_object_set_new(j, "tokens_this_job", json_real(tokens));
@@ -713,8 +781,10 @@ static json_t *verdict_json(const train_job *r, double wall, uint64_t param_hash
   json_object_set_new(j, "train_loss", isfinite(k->last_loss) ? json_real(k->last_loss) : json_null());
   json_object_set_new(j, "val_loss", isfinite(k->val_loss) ? json_real(k->val_loss) : json_null());
   json_object_set_new(j, "tokens_per_s", json_real(tps));
-  json_object_set_new(j, "mfu", json_real(mfu));
+  json_object_set_new(j, "mfu", mfu <= 1 ? json_real(mfu) : json_null()); /* above the peak: not a figure */
+  json_object_set_new(j, "mfu_valid", json_boolean(mfu <= 1));
   json_object_set_new(j, "peak_gflops", json_real(r->peak_gflops));
+  json_object_set_new(j, "peak_source", json_string(r->peak_source));
   json_object_set_new(j, "flops_per_token", json_real(r->flops_per_token));
   json_object_set_new(j, "flops_total", json_real(r->flops_per_token * tokens));
   json_object_set_new(j, "flops_formula", json_string("6N + 12*lay*C*T per token (PaLM), N without wpe"));
@@ -800,6 +870,14 @@ static void print_blend(train_job *j, json_t *v) {
   json_object_set_new(v, "val_blend", a);
 }
 
+/* A progress line showed MFU above 100%: the peak measured at start-up was lowered by other work; it is
+ * measured again and the higher one kept (collective). */
+static void recheck_peak(train_job *j) {
+  int again = j->rank == 0 && j->mfu_high > 1 && j->cfg->system.peak_gflops <= 0;
+  MPI_Bcast(&again, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (again) measure_peak(j, "measured SGEMM at start-up and again at the end, the higher");
+}
+
 /* The end-of-run verdict: lines, verdict.json and report.json (rank 0), after the collective
  * gather of the parameters (their hash) and the last energy sample. Returns 0, or -1 when a file
  * could not be written (an error added). */
@@ -808,6 +886,7 @@ static int verdict(train_job *j, err_list *errs) {
   const cfg_config *cfg = j->cfg;
   size_t np;
   uint64_t param_hash = trainer_params_hash(j->t, &np);
+  recheck_peak(j);
   energy_sample(&j->energy); /* collective */
   double rss = util_peak_rss(), planned = (double)planned_bytes(j), mine[2] = {rss, planned}, most[2];
   MPI_Reduce(mine, most, 2, MPI_DOUBLE, MPI_MAX, 0, j->t->comm); /* the fullest rank's */
@@ -816,15 +895,23 @@ static int verdict(train_job *j, err_list *errs) {
     metrics_out *out = &j->out;
     double wall = util_now() - k->t_start;
     json_t *v = verdict_json(j, wall, param_hash, np);
-    double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = json_real_value(json_object_get(v, "mfu"));
-    metrics_printf(out, "== verdict: %s ==\n", j->status);
+    double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = tps * j->flops_per_token / (j->peak_gflops * 1e9);
+    char chain[96] = "";
+    if (j->job > 1) util_snprintf(chain, sizeof chain, " (job %d of the run's chain, steps %ld to %ld)", j->job,
+                                  k->start + 1, k->steps_done);
+    metrics_printf(out, "== verdict: %s%s ==\n", j->status, chain);
     metrics_printf(out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", k->steps_done,
                    k->tokens0 + k->tokens, wall, k->train_time, j->size, j->size == 1 ? "" : "s");
     if (isfinite(k->val_loss))
       metrics_printf(out, "loss: train %.4f, validation %.4f\n", k->last_loss, k->val_loss);
     else
       metrics_printf(out, "loss: train %.4f (not evaluated)\n", k->last_loss);
-    metrics_printf(out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s\n", tps, 100.0 * mfu, j->peak_gflops);
+    if (mfu <= 1)
+      metrics_printf(out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s (%s)\n", tps, 100.0 * mfu, j->peak_gflops,
+                     j->peak_source);
+    else
+      metrics_printf(out, "figure of merit: %.1f tokens/s; MFU not valid: %.0f%% of %.1f GFLOP/s (%s), above the peak: %s\n",
+                     tps, 100.0 * mfu, j->peak_gflops, j->peak_source, peak_low_why(cfg));
     char b[2][32];
     metrics_printf(out, "memory: peak resident %s on the fullest rank; planned buffers %s on the fullest rank\n",
                    util_fmt_bytes(most[0], b[0], 32), util_fmt_bytes(most[1], b[1], 32));
@@ -840,8 +927,9 @@ static int verdict(train_job *j, err_list *errs) {
                      cfg->comm.error_feedback ? ", error feedback" : "");
     double flops = j->flops_per_token * k->tokens;
     energy_report_print(&j->energy, k->tokens, flops, print_to_out, out);
-    json_t *rep = energy_report_json(&j->energy, cfg, wall, k->tokens, flops, mfu, j->machine.cpu_model,
+    json_t *rep = energy_report_json(&j->energy, cfg, wall, k->tokens, flops, mfu <= 1 ? mfu : NAN, j->machine.cpu_model,
                                      j->machine.cores, j->machine.memory_gib);
+    json_object_set_new(rep, "job", job_json(j)); /* the energy of this job only */
     const char *name[2] = {"report.json", "verdict.json"};
     json_t *obj[2] = {rep, v};
     for (int k = 0; k < 2; k++) {
@@ -961,10 +1049,11 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header, err_
   MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &j.size);
   j.resuming = cfg->checkpoint.restart[0] != '\0';
-  watchdog_start(MPI_COMM_WORLD, cfg->job.step_timeout);
+  watchdog_start(MPI_COMM_WORLD, watch_rule(&cfg->job));
   int rc = set_up(&j, header, errs);
   if (rc == TRAIN_OK && j.resuming) rc = restore(&j, errs);
   if (rc == TRAIN_OK && j.tally.start == 0 && cfg->model.init_from[0]) rc = init_from(&j, errs);
+  if (rc == TRAIN_OK) begin_job(&j);
   if (rc == TRAIN_OK) rc = step_loop(&j, errs);
   if (rc != TRAIN_BAD_INPUT && verdict(&j, errs) != 0 && rc == TRAIN_OK) rc = TRAIN_IO_FAILED;
   if (rc == TRAIN_OK && strcmp(j.status, "signal") != 0) write_sample(&j);

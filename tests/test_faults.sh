@@ -146,6 +146,18 @@ t0=$(date +%s)
 expect $name batch-job 5 "rank 1 stopped answering: busy outside MPI" \
   env GREENLM_FAULT=stall:1:3 $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name.run" --set job.step_timeout=2 "$deck"
 check "$name: the stalled job took $(($(date +%s) - t0)) s to end" [ $(($(date +%s) - t0)) -lt 30 ]
+# the adaptive limit (the default): a stopped process (SIGSTOP: no heartbeats) ends the job after the floor
+name=job-stopped-rank
+t0=$(date +%s)
+expect $name batch-job 5 "rank 1 stopped answering: no heartbeat" \
+  env GREENLM_FAULT=stop:1:5 $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name.run" --set job.watchdog_floor=4 \
+  --set training.max_steps=100000 --set checkpoint.every_steps=0 --set checkpoint.at_end=F "$deck"
+check "$name: the stopped job took $(($(date +%s) - t0)) s to end" [ $(($(date +%s) - t0)) -lt 60 ]
+# a phase slower than the floor / 10 raises the limit, announced, and the job goes on
+name=job-slower-phase
+expect $name batch-job 0 "watchdog: the limit is now" \
+  env GREENLM_FAULT=slow:1:8 $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name.run" --set job.watchdog_floor=3 "$deck"
+check "$name: the header does not announce the adaptive watchdog" grep -q "^watchdog: adaptive" "$out/$name.run/log.txt"
 name=job-full-run-dir
 limit=$(($(wc -c < "$out/ref/deck.resolved.nml") + 400))
 expect $name batch-job 4 "writing log.txt or metrics.csv failed" \
@@ -166,8 +178,20 @@ check "$name: exit status $rc after SIGINT, expected 0" [ "$rc" -eq 0 ]
 check "$name: no 'signal 2 (SIGINT)' in the log" grep -q "stopping: signal 2 (SIGINT)" "$out/$name.out"
 check "$name: no checkpoint written on SIGINT" [ -n "$(ls "$out/$name.run/checkpoints" | grep '^ckpt-.*\.nc$')" ]
 printf '%-28s %-18s %-6s %-6s %s\n' "$name" batch-job "$rc" 0 "stopping: signal 2 (SIGINT)" >> "$out/table.txt"
+# a restart chain: each job's verdict says which job of the chain it is (jobs.csv lists them all)
+name=job-chain
+cp -r "$out/ref" "$out/$name.run"
+expect $name batch-job 0 "== verdict: completed (job 2 of the run's chain, steps 31 to 34) ==" \
+  run --set checkpoint.restart=latest --set training.max_steps=34
+check "$name: jobs.csv does not list both jobs: $(cat "$out/$name.run/jobs.csv")" \
+  grep -q '^2,.*,31,".*ckpt-00000030.nc"$' "$out/$name.run/jobs.csv"
+check "$name: verdict.json does not name the job" grep -q '"index": 2' "$out/$name.run/verdict.json"
 
 # ---- messages ------------------------------------------------------------------------------------
+# a run faster than its peak: MFU is not a figure of merit then
+name=msg-mfu-above-peak
+expect $name message 0 "MFU not valid" run --set system.peak_gflops=0.001 --set training.max_steps=10
+check "$name: verdict.json's mfu is not null" grep -q '"mfu": null' "$out/$name.run/verdict.json"
 printf '&job name = %s /\n' "$(head -c 5000 /dev/zero | tr '\0' x)" > "$out/long.nml"
 name=msg-long-token
 expect $name message 1 "xxx...'); logicals are .true. or .false." greenlm --dry-run "$out/long.nml"

@@ -29,7 +29,7 @@ static const struct {
     {"GREENLM_FILE_SIZE_LIMIT", ENV_BYTES, "For testing: a file-size limit in bytes on the run (RLIMIT_FSIZE), to rehearse a full disk or a quota"},
     {"GREENLM_FAULT", ENV_FAULT,
      "For testing: KIND:RANK:STEP makes rank RANK fail at the start of step STEP; KIND is stall (stops answering), "
-     "exit (exits with status 1 without MPI_Finalize) or crash (SIGSEGV); doc/testing.md"},
+     "exit (exits with status 1 without MPI_Finalize), crash (SIGSEGV), stop (SIGSTOP: the whole process stops, as a job-control stop or a frozen node) or slow (sleeps one second outside MPI, then goes on); doc/testing.md"},
 };
 enum { ENV_N = sizeof env_table / sizeof env_table[0] };
 
@@ -45,17 +45,18 @@ static int parse_long(const char *s, long long lo, long long hi, long long *out)
 }
 
 static int parse_fault(const char *s, env_fault *f) {
-  static const char *const kinds[] = {"stall", "exit", "crash"};
+  static const char *const kinds[] = {"stall", "exit", "crash", "stop", "slow"}; /* in env_fault_kind's order */
+  const int nkinds = (int)(sizeof kinds / sizeof *kinds);
   char word[16];
   const char *c1 = strchr(s, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
   if (!c1 || !c2 || c1 - s >= (long)sizeof word) return -1;
   util_snprintf(word, sizeof word, "%.*s", (int)(c1 - s), s);
   int k = 0;
-  while (k < 3 && strcmp(word, kinds[k]) != 0) k++;
+  while (k < nkinds && strcmp(word, kinds[k]) != 0) k++;
   char rank[24];
   long long r, st;
   util_snprintf(rank, sizeof rank, "%.*s", (int)(c2 - c1 - 1), c1 + 1);
-  if (k == 3 || c2 - c1 - 1 >= (long)sizeof rank || parse_long(rank, 0, 1 << 24, &r) || parse_long(c2 + 1, 1, 1LL << 50, &st))
+  if (k == nkinds || c2 - c1 - 1 >= (long)sizeof rank || parse_long(rank, 0, 1 << 24, &r) || parse_long(c2 + 1, 1, 1LL << 50, &st))
     return -1;
   *f = (env_fault){(env_fault_kind)k, (int)r, (long)st};
   return 0;

@@ -10,7 +10,7 @@
 
 #include "base/err.h"
 
-typedef enum { ENV_FAULT_STALL, ENV_FAULT_EXIT, ENV_FAULT_CRASH } env_fault_kind;
+typedef enum { ENV_FAULT_STALL, ENV_FAULT_EXIT, ENV_FAULT_CRASH, ENV_FAULT_STOP, ENV_FAULT_SLOW } env_fault_kind;
 
 typedef struct {
   env_fault_kind kind;

@@ -81,7 +81,9 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, BOOL, overwrite, ".false.", "", "Allow a run directory that already holds a finished run's files to be reused") \
   X(g, INT, seed, "1234", "[0, 9007199254740991]", "Seed of parameter initialisation, data order and sampling") \
   X(g, INT, log_every, "10", "[1, inf)", "Optimizer steps between progress lines and metrics.csv rows") \
-  X(g, REAL, step_timeout, "1800", "[0, inf)", "Seconds a training job may go without any rank making progress (a step, a micro-batch, a checkpoint batch) before it ends with a message naming the rank that stopped answering; 0 disables the watchdog")
+  X(g, BOOL, watchdog, ".true.", "", "Watch a training job: a rank that stops answering (stopped, dead, or a frozen node), or a job in which no rank makes progress (a deadlock, a stalled device or file system), ends the job with a message naming the rank (exit status 5), instead of a hang until the batch system's time limit") \
+  X(g, REAL, step_timeout, "0", "[0, inf)", "The watchdog's limit: seconds a training job may go without any rank making progress (a forward or backward pass, a checkpoint batch, an MPI-IO call) or with a rank silent; 0 makes it adaptive: max(watchdog_floor, 10 x the slowest such phase seen since the first step), and at least 1800 s before the first step") \
+  X(g, REAL, watchdog_floor, "180", "[1, inf)", "The adaptive watchdog limit's least value in seconds (step_timeout = 0)")
 
 #define CFG_GROUP_MODEL(X, g)                                                                         \
   X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers) or 'gpt2' (scaled scores, q/k/v bias, all global)") \

@@ -749,7 +749,7 @@ json_t *energy_report_json(const energy_meter *e, const cfg_config *cfg, double 
   json_object_set_new(j, "ci_source", json_string(e->region ? e->region->source : "&energy grid_intensity"));
   json_object_set_new(j, "tokens", json_real(tokens));
   json_object_set_new(j, "flops_total", json_real(flops));
-  json_object_set_new(j, "mfu", json_real(mfu));
+  json_object_set_new(j, "mfu", isfinite(mfu) ? json_real(mfu) : json_null());
   json_object_set_new(j, "j_per_token", measured && tokens > 0 ? json_real(e->joules / tokens) : json_null());
   json_object_set_new(j, "j_per_flop", measured && flops > 0 ? json_real(e->joules / flops) : json_null());
   json_object_set_new(j, "kwh_per_1e18_flop", measured && flops > 0 ? json_real(it / (flops / 1e18)) : json_null());

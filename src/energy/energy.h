@@ -144,7 +144,7 @@ const energy_region *energy_find_region(const char *name);
 const energy_reference *energy_references(int *n);
 
 /* The end-of-run report (rank 0): printed lines via the callback, and report.json's object.
- * tokens and flops are this job's; duration in seconds. */
+ * tokens and flops are this job's; duration in seconds; mfu NAN when it is not a valid figure. */
 typedef void (*energy_print_fn)(void *ctx, const char *fmt, ...);
 void energy_report_print(const energy_meter *e, double tokens, double flops, energy_print_fn print, void *ctx);
 json_t *energy_report_json(const energy_meter *e, const cfg_config *cfg, double duration, double tokens,

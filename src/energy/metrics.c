@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
 
 static const char RUN_DIR_HINT[] = "check that &job run_dir is writable and the disk is not full";
 
@@ -103,4 +104,33 @@ int metrics_write_json(const char *run_dir, const char *name, json_t *obj) {
     return -1;
   }
   return util_atomic_close(&af);
+}
+
+/* The data rows of a CSV file with a header: its lines but the first (0 when it cannot be read). */
+static int csv_rows(const char *path) {
+  FILE *fp = fopen(path, "r");
+  if (!fp) return 0;
+  int lines = 0;
+  for (int c, at_start = 1; (c = fgetc(fp)) != EOF; at_start = c == '\n') lines += at_start;
+  fclose(fp);
+  return lines > 1 ? lines - 1 : 0;
+}
+
+int metrics_job_begin(const char *run_dir, int resuming, long start, const char *from) {
+  char path[UTIL_PATH_MAX], when[64];
+  util_snprintf(path, sizeof path, "%s/jobs.csv", run_dir);
+  int before = resuming ? csv_rows(path) : 0;
+  FILE *fp = fopen(path, before ? "a" : "w");
+  if (!fp) return -1;
+  time_t now = time(NULL);
+  struct tm utc;
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
+  if (!before) fprintf(fp, "job,started_utc,first_step,restarted_from\n");
+  fprintf(fp, "%d,%s,%ld,\"", before + 1, when, start + 1);
+  for (const char *c = from; *c; c++) { /* a quoted CSV field: quotes doubled */
+    if (*c == '"') fputc('"', fp);
+    fputc(*c, fp);
+  }
+  fprintf(fp, "\"\n");
+  return fclose(fp) == 0 ? before + 1 : -1;
 }

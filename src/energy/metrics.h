@@ -39,6 +39,11 @@ void metrics_printf(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);
 /* Append to log.txt only (what stdout already showed). */
 void metrics_log(metrics_out *mo, const char *fmt, ...) UTIL_PRINTF(2, 3);
 void metrics_csv_row(metrics_out *mo, const metrics_row *r);
+/* A job of the run's restart chain begins after step `start` (from: the checkpoint it restarted
+ * from, "" for none): its row goes to run_dir/jobs.csv (job, started_utc, first_step,
+ * restarted_from; appended when resuming, else the file starts anew), and its number in the chain
+ * (1 for the first job) is returned, or -1 when the file cannot be written (errno set). */
+int metrics_job_begin(const char *run_dir, int resuming, long start, const char *from);
 /* Write obj as run_dir/name crash-safely. Returns 0 or -1. */
 int metrics_write_json(const char *run_dir, const char *name, json_t *obj);
 

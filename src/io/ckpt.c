@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "base/ncfile.h"
+#include "base/progress.h"
 #include "io/rdahead.h"
 #include "base/util.h"
 
@@ -199,6 +200,7 @@ static void io_start(io_stream *io, const char *path, const cfg_checkpoint *ck) 
  * (no collectives); returns 0. */
 static int io_flush(io_stream *io, int more) {
   int rc = NC_NOERR, any = 0;
+  progress_mark();
   if (io->write) {
     MPI_Allreduce(&more, &any, 1, MPI_INT, MPI_LOR, io->comm);
     if (!any) return 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/progress.h"
 #include "base/rng.h"
 #include "base/util.h"
 
@@ -565,6 +566,7 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
 }
 
 void gpt_forward(gpt_model *m, int slot, int B, int T) {
+  progress_mark();
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, N = B * T;
@@ -687,6 +689,7 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N, in
 }
 
 void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {
+  progress_mark();
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, Cl = m->d.Cl, F = m->d.Fl, N = B * T;

@@ -1,6 +1,7 @@
 /* watchdog: heartbeats to rank 0, the culprit named, the job ended; MPI calls counted through PMPI. */
 #include "parallel/watchdog.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -11,32 +12,41 @@
 #include <unistd.h>
 
 #include "base/env.h"
+#include "base/progress.h"
 #include "base/util.h"
 
 /* ---- what the main thread is doing (written by it, read by the watchdog thread) ----------------- */
 
+/* What the main thread is doing, as its heartbeats say. */
+enum { WD_BUSY, WD_MPI, WD_IO }; /* computing (or in a file system outside MPI), waiting in MPI, in MPI-IO */
+
 static _Thread_local int wd_is_main;            /* this thread is the one watched */
-static atomic_int wd_in_mpi;                    /* the main thread is inside a blocking MPI call */
-static _Atomic(const char *) wd_call = "";      /* which one */
-static atomic_llong wd_last_ns;                 /* CLOCK_MONOTONIC of the last progress */
+static atomic_int wd_state;                     /* WD_BUSY, WD_MPI or WD_IO */
+static _Atomic(const char *) wd_call = "";      /* the MPI call it is in */
 static atomic_long wd_step;
-
-static long long now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-void watchdog_tick(void) { atomic_store_explicit(&wd_last_ns, now_ns(), memory_order_relaxed); }
 
 /* The blocking calls: entering and leaving one marks the main thread as waiting. */
 static inline void enter(const char *name) {
   if (!wd_is_main) return;
   atomic_store_explicit(&wd_call, name, memory_order_relaxed);
-  atomic_store_explicit(&wd_in_mpi, 1, memory_order_relaxed);
+  atomic_store_explicit(&wd_state, WD_MPI, memory_order_relaxed);
 }
 static inline int leave(int rc) {
-  if (wd_is_main) atomic_store_explicit(&wd_in_mpi, 0, memory_order_relaxed);
+  if (wd_is_main) atomic_store_explicit(&wd_state, WD_BUSY, memory_order_relaxed);
+  return rc;
+}
+/* MPI-IO: entering and leaving a call is progress of the rank doing it (a checkpoint's collective
+ * writes take as long as the file system does). */
+static inline void enter_io(const char *name) {
+  if (!wd_is_main) return;
+  progress_mark();
+  atomic_store_explicit(&wd_call, name, memory_order_relaxed);
+  atomic_store_explicit(&wd_state, WD_IO, memory_order_relaxed);
+}
+static inline int leave_io(int rc) {
+  if (!wd_is_main) return rc;
+  progress_mark();
+  atomic_store_explicit(&wd_state, WD_BUSY, memory_order_relaxed);
   return rc;
 }
 
@@ -99,16 +109,65 @@ int MPI_Waitall(int n, MPI_Request r[], MPI_Status st[]) {
   return leave(PMPI_Waitall(n, r, st));
 }
 
+/* The MPI-IO calls PnetCDF makes. */
+int MPI_File_open(MPI_Comm c, const char *name, int mode, MPI_Info info, MPI_File *fh) {
+  enter_io("MPI_File_open");
+  return leave_io(PMPI_File_open(c, name, mode, info, fh));
+}
+int MPI_File_close(MPI_File *fh) {
+  enter_io("MPI_File_close");
+  return leave_io(PMPI_File_close(fh));
+}
+int MPI_File_sync(MPI_File fh) {
+  enter_io("MPI_File_sync");
+  return leave_io(PMPI_File_sync(fh));
+}
+int MPI_File_set_view(MPI_File fh, MPI_Offset disp, MPI_Datatype et, MPI_Datatype ft, const char *rep, MPI_Info info) {
+  enter_io("MPI_File_set_view");
+  return leave_io(PMPI_File_set_view(fh, disp, et, ft, rep, info));
+}
+int MPI_File_write_at(MPI_File fh, MPI_Offset o, const void *b, int n, MPI_Datatype t, MPI_Status *st) {
+  enter_io("MPI_File_write_at");
+  return leave_io(PMPI_File_write_at(fh, o, b, n, t, st));
+}
+int MPI_File_write_at_all(MPI_File fh, MPI_Offset o, const void *b, int n, MPI_Datatype t, MPI_Status *st) {
+  enter_io("MPI_File_write_at_all");
+  return leave_io(PMPI_File_write_at_all(fh, o, b, n, t, st));
+}
+int MPI_File_write_all(MPI_File fh, const void *b, int n, MPI_Datatype t, MPI_Status *st) {
+  enter_io("MPI_File_write_all");
+  return leave_io(PMPI_File_write_all(fh, b, n, t, st));
+}
+int MPI_File_read_at(MPI_File fh, MPI_Offset o, void *b, int n, MPI_Datatype t, MPI_Status *st) {
+  enter_io("MPI_File_read_at");
+  return leave_io(PMPI_File_read_at(fh, o, b, n, t, st));
+}
+int MPI_File_read_at_all(MPI_File fh, MPI_Offset o, void *b, int n, MPI_Datatype t, MPI_Status *st) {
+  enter_io("MPI_File_read_at_all");
+  return leave_io(PMPI_File_read_at_all(fh, o, b, n, t, st));
+}
+int MPI_File_read_all(MPI_File fh, void *b, int n, MPI_Datatype t, MPI_Status *st) {
+  enter_io("MPI_File_read_all");
+  return leave_io(PMPI_File_read_all(fh, b, n, t, st));
+}
+
+static void sleep_s(double s);
+
 /* ---- faults for tests ------------------------------------------------------------------------------ */
 
 static void inject_fault(long step, int rank) {
   env_fault f;
   if (!env_get_fault(&f) || f.rank != rank || f.step != step) return;
-  fprintf(stderr, "greenlm: GREENLM_FAULT: rank %d %s at step %ld\n", rank,
-          f.kind == ENV_FAULT_STALL ? "stops answering" : f.kind == ENV_FAULT_EXIT ? "exits" : "crashes", step);
+  static const char *const what[] = {"stops answering", "exits", "crashes", "stops (SIGSTOP)", "pauses for 1 s"};
+  fprintf(stderr, "greenlm: GREENLM_FAULT: rank %d %s at step %ld\n", rank, what[f.kind], step);
   fflush(stderr);
-  if (f.kind == ENV_FAULT_EXIT) _exit(1);
-  if (f.kind == ENV_FAULT_CRASH) raise(SIGSEGV);
+  switch (f.kind) {
+  case ENV_FAULT_EXIT: _exit(1);
+  case ENV_FAULT_CRASH: raise(SIGSEGV); return;
+  case ENV_FAULT_STOP: raise(SIGSTOP); return; /* every thread stops: the watchdog's heartbeats too */
+  case ENV_FAULT_SLOW: sleep_s(1.0); return;
+  case ENV_FAULT_STALL: break;
+  }
   for (;;) pause(); /* stall: outside MPI, for ever */
 }
 
@@ -117,9 +176,10 @@ static void inject_fault(long step, int rank) {
 enum { TAG_BEAT = 1, TAG_LAST = 2 };
 
 typedef struct {
-  double idle;  /* seconds since the main thread's last progress */
-  long step;
-  int in_mpi;
+  double idle;    /* seconds since the main thread's last progress */
+  double longest; /* the longest interval between its progress marks since the first step */
+  long step;      /* 0 before the first step */
+  int state;      /* WD_BUSY, WD_MPI or WD_IO */
   char call[24];
 } wd_beat;
 
@@ -130,23 +190,37 @@ typedef struct {
 
 static struct {
   int on, rank, size;
-  double timeout, period;
+  watchdog_rule rule;
+  double period;
+  atomic_llong limit_ms; /* the limit now (watchdog_limit) */
   MPI_Comm comm;
   pthread_t thread;
   atomic_int stop;
   wd_seen *seen; /* rank 0: (size) */
 } wd;
 
-static double seconds(void) { return (double)now_ns() * 1e-9; }
+static double seconds(void) { return (double)progress_now_ns() * 1e-9; }
 
 static wd_beat my_beat(void) {
   wd_beat b;
   memset(&b, 0, sizeof b);
-  b.idle = (double)(now_ns() - atomic_load(&wd_last_ns)) * 1e-9;
+  b.idle = (double)(progress_now_ns() - progress_last_ns()) * 1e-9;
+  b.longest = progress_longest();
   b.step = atomic_load(&wd_step);
-  b.in_mpi = atomic_load(&wd_in_mpi);
-  util_strlcpy(b.call, b.in_mpi ? atomic_load(&wd_call) : "", sizeof b.call);
+  b.state = atomic_load(&wd_state);
+  util_strlcpy(b.call, b.state != WD_BUSY ? atomic_load(&wd_call) : "", sizeof b.call);
   return b;
+}
+
+/* The limit for a job whose slowest phase so far took `longest` seconds. */
+static double limit_for(double longest) {
+  const watchdog_rule *r = &wd.rule;
+  return r->fixed > 0 ? r->fixed : fmax(r->floor, WATCHDOG_FACTOR * longest);
+}
+
+/* The limit on progress: before the first step at least WATCHDOG_STARTUP, unless it is fixed. */
+static double progress_limit(double limit, int started) {
+  return started || wd.rule.fixed > 0 ? limit : fmax(limit, WATCHDOG_STARTUP);
 }
 
 /* Rank 0: take every heartbeat that has arrived; returns the ranks that sent their last one. */
@@ -167,43 +241,95 @@ static int drain(int *finished) {
   }
 }
 
-/* Rank 0: has every rank gone without progress for the timeout? Then name the culprit and end. */
+/* End the job: the reason, and a hint that says which limit was reached. */
+static void end_job(const char *why, double limit) {
+  char hint[256];
+  if (wd.rule.fixed > 0)
+    util_snprintf(hint, sizeof hint, "&job step_timeout = %g sets the limit", wd.rule.fixed);
+  else
+    util_snprintf(hint, sizeof hint, "the limit is adaptive, max(&job watchdog_floor = %g s, %d x the slowest phase so far); "
+                  "&job step_timeout = SECONDS fixes it", wd.rule.floor, WATCHDOG_FACTOR);
+  fprintf(stderr, "greenlm: error: the watchdog ends the job at a limit of %.0f s: %s\n"
+                  "  hint: %s; the checkpoints written so far are intact\n", limit, why, hint);
+  util_abort(WATCHDOG_EXIT);
+}
+
+/* Seconds rank r has gone without progress, at time t. */
+static double idle_of(int r, double t) { return wd.seen[r].beat.idle + (t - wd.seen[r].at); }
+
+/* Rank 0: the ranks whose heartbeats stopped for the limit, into msg; how many. */
+static int silent_ranks(double t, double limit, char *msg, size_t len) {
+  int n = 0, o = 0;
+  for (int r = 1; r < wd.size && o < (int)len - 200; r++)
+    if (t - wd.seen[r].at > limit)
+      o += util_snprintf(msg + o, len - (size_t)o, "%srank %d stopped answering: no heartbeat for %.0f s, last in step %ld "
+                         "(its process was stopped or died, or its node froze)", n++ ? "; " : "", r, t - wd.seen[r].at,
+                         wd.seen[r].beat.step);
+  return n;
+}
+
+/* Rank 0, when no rank progressed: the culprit into msg, in the order of evidence (module comment). */
+static void name_culprit(double t, char *msg, size_t len) {
+  static const int order[] = {WD_BUSY, WD_IO}; /* busy outside MPI, then in MPI-IO */
+  int o = 0, n = 0;
+  for (int i = 0; i < 2 && !n; i++)
+    for (int r = 0, kind = order[i]; r < wd.size && o < (int)len - 200; r++)
+      if (wd.seen[r].beat.state == kind)
+        o += util_snprintf(msg + o, len - (size_t)o, kind == WD_BUSY ? "%srank %d stopped answering: busy outside MPI for "
+                           "%.0f s in step %ld%s (a stall in computation, a device or a file system)" : "%srank %d stopped "
+                           "answering: in MPI-IO for %.0f s in step %ld, in %s (a file system stall, or a rank missing from "
+                           "a collective write)", n++ ? "; " : "", r, idle_of(r, t), wd.seen[r].beat.step,
+                           kind == WD_BUSY ? "" : wd.seen[r].beat.call);
+  if (n) return;
+  int worst = 0;
+  for (int r = 1; r < wd.size; r++)
+    if (idle_of(r, t) > idle_of(worst, t)) worst = r;
+  util_snprintf(msg, len, "no rank made progress: every rank waits in MPI (a deadlock); rank %d progressed least recently, "
+                "%.0f s ago, in step %ld, now in %s", worst, idle_of(worst, t), wd.seen[worst].beat.step,
+                wd.seen[worst].beat.call);
+}
+
+/* Rank 0: a rank silent for the limit, or no rank progressing for it, ends the job. */
 static void judge(double t) {
   wd.seen[0] = (wd_seen){my_beat(), t};
-  double least = 1e300;
+  double longest = 0, least = 1e300;
+  int started = 1;
   for (int r = 0; r < wd.size; r++) {
-    double idle = wd.seen[r].beat.idle + (t - wd.seen[r].at);
-    if (idle < least) least = idle;
+    longest = fmax(longest, wd.seen[r].beat.longest);
+    started &= wd.seen[r].beat.step > 0;
+    least = fmin(least, idle_of(r, t));
   }
-  if (least < wd.timeout) return;
+  const double limit = limit_for(longest);
+  atomic_store(&wd.limit_ms, (long long)(limit * 1e3));
   char msg[1024];
-  int o = 0, culprits = 0;
-  for (int r = 0; r < wd.size && o < (int)sizeof msg - 200; r++) /* silent ranks first */
-    if (t - wd.seen[r].at > wd.timeout)
-      o += util_snprintf(msg + o, sizeof msg - (size_t)o, "%srank %d stopped answering: no heartbeat for %.0f s (its "
-                         "process or its node died)", culprits++ ? "; " : "", r, t - wd.seen[r].at);
-  for (int r = 0; r < wd.size && !culprits; r++)
-    if (!wd.seen[r].beat.in_mpi)
-      o += util_snprintf(msg + o, sizeof msg - (size_t)o, "%srank %d stopped answering: busy outside MPI for %.0f s in "
-                         "step %ld (a stall in computation, a device or a file system)", culprits++ ? "; " : "", r,
-                         wd.seen[r].beat.idle + (t - wd.seen[r].at), wd.seen[r].beat.step);
-  if (!culprits) {
-    int worst = 0;
-    for (int r = 1; r < wd.size; r++)
-      if (wd.seen[r].beat.idle + (t - wd.seen[r].at) > wd.seen[worst].beat.idle + (t - wd.seen[worst].at)) worst = r;
-    o += util_snprintf(msg + o, sizeof msg - (size_t)o, "every rank waits in MPI (a deadlock); rank %d progressed least "
-                       "recently, %.0f s ago, in step %ld, now in %s", worst, wd.seen[worst].beat.idle + (t - wd.seen[worst].at),
-                       wd.seen[worst].beat.step, wd.seen[worst].beat.call);
-  }
-  fprintf(stderr, "greenlm: error: the watchdog ends the job: no rank made progress for %.0f s: %s\n"
-                  "  hint: &job step_timeout = %g sets the limit; the checkpoints written so far are intact\n",
-          wd.timeout, msg, wd.timeout);
-  util_abort(WATCHDOG_EXIT);
+  if (silent_ranks(t, limit, msg, sizeof msg)) end_job(msg, limit);
+  if (least < progress_limit(limit, started)) return;
+  name_culprit(t, msg, sizeof msg);
+  end_job(msg, progress_limit(limit, started));
 }
 
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   nanosleep(&ts, NULL);
+}
+
+/* A rank other than 0: a heartbeat when the last one has left; its own limit; and, should rank 0's
+ * watchdog have acted long ago, the end of the job (rank 0 may have stopped). */
+static void beat(MPI_Request *req, wd_beat *out) {
+  int done = 1;
+  if (*req != MPI_REQUEST_NULL) PMPI_Test(req, &done, MPI_STATUS_IGNORE);
+  wd_beat now = my_beat();
+  if (done) {
+    *out = now;
+    PMPI_Isend(out, (int)sizeof *out, MPI_BYTE, 0, TAG_BEAT, wd.comm, req);
+  }
+  const double limit = limit_for(now.longest);
+  atomic_store(&wd.limit_ms, (long long)(limit * 1e3));
+  if (now.idle > 2 * progress_limit(limit, now.step > 0) + 10 * wd.period) {
+    fprintf(stderr, "greenlm: error: the watchdog ends the job: rank %d made no progress for %.0f s and rank 0 did not "
+                    "answer (rank 0 may have stopped or died)\n", wd.rank, now.idle);
+    util_abort(WATCHDOG_EXIT);
+  }
 }
 
 static void *watch(void *arg) {
@@ -213,22 +339,11 @@ static void *watch(void *arg) {
   int *finished = wd.rank == 0 ? util_calloc((size_t)wd.size, sizeof(int), "watchdog") : NULL, nfinished = 1;
   while (!atomic_load(&wd.stop)) {
     sleep_s(wd.period);
-    double t = seconds();
     if (wd.rank == 0) {
       nfinished += drain(finished);
-      judge(t);
-      continue;
-    }
-    int done = 1;
-    if (req != MPI_REQUEST_NULL) PMPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (done) {
-      out = my_beat();
-      PMPI_Isend(&out, (int)sizeof out, MPI_BYTE, 0, TAG_BEAT, wd.comm, &req);
-    }
-    if (out.idle > 2 * wd.timeout + 10 * wd.period) { /* rank 0's watchdog should have acted: it may be gone */
-      fprintf(stderr, "greenlm: error: the watchdog ends the job: rank %d made no progress for %.0f s and rank 0 did "
-                      "not answer (rank 0 may have died)\n", wd.rank, out.idle);
-      util_abort(WATCHDOG_EXIT);
+      judge(seconds());
+    } else {
+      beat(&req, &out);
     }
   }
   /* the end: every rank's last message reaches rank 0, so no send is left pending */
@@ -246,35 +361,53 @@ static void *watch(void *arg) {
   return NULL;
 }
 
-void watchdog_start(MPI_Comm comm, double timeout) {
+void watchdog_start(MPI_Comm comm, watchdog_rule rule) {
   wd_is_main = 1;
-  watchdog_tick();
+  progress_measure(0);
+  progress_mark();
   atomic_store(&wd_step, 0);
   memset(&wd, 0, sizeof wd);
   MPI_Comm_rank(comm, &wd.rank);
   MPI_Comm_size(comm, &wd.size);
   int level;
   MPI_Query_thread(&level);
-  if (timeout <= 0 || level < MPI_THREAD_MULTIPLE) {
-    if (timeout > 0 && wd.rank == 0)
+  if (!rule.on || level < MPI_THREAD_MULTIPLE) {
+    if (rule.on && wd.rank == 0)
       fprintf(stderr, "greenlm: warning: no watchdog: the MPI library does not support MPI_THREAD_MULTIPLE\n");
     return;
   }
-  wd.timeout = timeout;
-  wd.period = timeout / 20 < 0.05 ? 0.05 : timeout / 20 > 2 ? 2 : timeout / 20;
+  wd.rule = rule;
+  const double least = rule.fixed > 0 ? rule.fixed : rule.floor;
+  wd.period = least / 20 < 0.05 ? 0.05 : least / 20 > 2 ? 2 : least / 20;
+  atomic_store(&wd.limit_ms, (long long)(limit_for(0) * 1e3));
   MPI_Comm_dup(comm, &wd.comm);
   if (wd.rank == 0) {
     wd.seen = util_malloc((size_t)wd.size * sizeof *wd.seen, "watchdog");
     double t = seconds();
-    for (int r = 0; r < wd.size; r++) wd.seen[r] = (wd_seen){.at = t}; /* a grace of one timeout for the first beat */
+    for (int r = 0; r < wd.size; r++) wd.seen[r] = (wd_seen){.at = t}; /* a grace of one limit for the first beat */
   }
   UTIL_CHECK(pthread_create(&wd.thread, NULL, watch, NULL) == 0, NULL, "cannot start the watchdog thread");
   wd.on = 1;
 }
 
+double watchdog_limit(void) { return wd.on ? (double)atomic_load(&wd.limit_ms) * 1e-3 : 0.0; }
+
+const char *watchdog_describe(watchdog_rule rule, char *buf, size_t len) {
+  if (!rule.on) util_snprintf(buf, len, "off (&job watchdog = .false.)");
+  else if (rule.fixed > 0)
+    util_snprintf(buf, len, "fixed: the job ends when a rank's heartbeats stop, or no rank progresses, for %g s (&job "
+                  "step_timeout)", rule.fixed);
+  else
+    util_snprintf(buf, len, "adaptive: the job ends when a rank's heartbeats stop, or no rank progresses, for max(%g s, %d x "
+                  "the slowest phase so far) (progress: %g s before the first step)", rule.floor, WATCHDOG_FACTOR,
+                  WATCHDOG_STARTUP);
+  return buf;
+}
+
 void watchdog_step(long step) {
+  if (atomic_load(&wd_step) == 0) progress_measure(1);
   atomic_store(&wd_step, step);
-  watchdog_tick();
+  progress_mark();
   inject_fault(step, wd.rank);
 }
 
