@@ -163,6 +163,12 @@ limit=$(($(wc -c < "$out/ref/deck.resolved.nml") + 400))
 expect $name batch-job 4 "writing log.txt or metrics.csv failed" \
   env GREENLM_FILE_SIZE_LIMIT=$limit $MPIEXEC -n 1 "$GREENLM" --set "job.run_dir=$out/$name.run" --set checkpoint.at_end=F \
   --set checkpoint.every_steps=0 "$deck"
+# a checkpoint that does not fit: the message says how much it needed and what stood in the way
+name=job-checkpoint-does-not-fit
+expect $name batch-job 4 "above the process's file-size limit" \
+  env GREENLM_FILE_SIZE_LIMIT=500000 $MPIEXEC -n 1 "$GREENLM" --set "job.run_dir=$out/$name.run" "$deck"
+check "$name: a checkpoint under a final name: $(ls "$out/$name.run/checkpoints" 2>&1)" \
+  [ -z "$(ls "$out/$name.run/checkpoints" 2>/dev/null | grep '^ckpt-.*\.nc$')" ]
 echo x > "$out/blocker"
 name=job-checkpoint-dir-unusable
 expect $name batch-job 1 "cannot create the checkpoint directory" run --set "checkpoint.dir=$out/blocker/ckpt"

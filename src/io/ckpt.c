@@ -8,7 +8,9 @@
 #include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -305,6 +307,28 @@ static void reserve(const char *path, MPI_Offset extent, MPI_Comm comm) {
   MPI_Barrier(comm);
 }
 
+/* What stood between a checkpoint of `extent` bytes at path and the disk, into buf: the file-size
+ * limit of the process, or the free space of the file system that holds it (measured after the
+ * failed file is gone); "" when neither explains it. */
+static const char *room_note(const char *path, MPI_Offset extent, char *buf, size_t len) {
+  char dir[CKPT_PATH_MAX], need[32], have[32];
+  util_strlcpy(dir, path, sizeof dir);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  else util_strlcpy(dir, ".", sizeof dir);
+  struct rlimit rl;
+  struct statvfs vs;
+  util_fmt_bytes((double)extent, need, sizeof need);
+  buf[0] = '\0';
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (MPI_Offset)rl.rlim_cur < extent)
+    util_snprintf(buf, len, ": the checkpoint needs %s (%lld bytes), above the process's file-size limit of %s (ulimit -f)",
+                  need, (long long)extent, util_fmt_bytes((double)rl.rlim_cur, have, sizeof have));
+  else if (statvfs(dir, &vs) == 0 && (double)vs.f_bavail * (double)vs.f_frsize < (double)extent)
+    util_snprintf(buf, len, ": the checkpoint needs %s (%lld bytes) and the file system holding %s has %s free", need,
+                  (long long)extent, dir, util_fmt_bytes((double)vs.f_bavail * (double)vs.f_frsize, have, sizeof have));
+  return buf;
+}
+
 /* Rank 0: whether the closed file at path is shorter than extent, as when a write failed without
  * the MPI-IO layer reporting it (Open MPI 4.1's OMPIO prints "error in writev" and returns
  * success); then errs says so. */
@@ -313,10 +337,11 @@ static int short_file(const char *path, MPI_Offset extent, MPI_Comm comm, err_li
   MPI_Comm_rank(comm, &rank);
   struct stat sb;
   if (rank != 0 || stat(path, &sb) != 0 || (MPI_Offset)sb.st_size >= extent) return 0;
+  char room[512];
   err_add(errs, path, 0, 0, CKPT_WRITE_HINT,
           "writing the checkpoint failed: the file has %lld of its %lld bytes after every write reported "
-          "success (a full disk or a file-size limit that the MPI-IO layer did not report)",
-          (long long)sb.st_size, (long long)extent);
+          "success (a full disk or a file-size limit that the MPI-IO layer did not report)%s",
+          (long long)sb.st_size, (long long)extent, room_note(path, extent, room, sizeof room));
   return 1;
 }
 
@@ -819,7 +844,10 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
   int any = ncfile_commit(comm, wrc != NC_NOERR || lost, tmp, st->path, "checkpoint", CKPT_WRITE_HINT, errs);
   st->seconds = util_now() - t0; /* the write, made durable and named; the pruning is housekeeping */
   if (lay->rank == 0 && !any) prune(dir, s->cfg->checkpoint.keep);
-  if (wrc != NC_NOERR) err_add(errs, tmp, 0, 0, CKPT_WRITE_HINT, "writing the checkpoint failed: %s", ncmpi_strerror(wrc));
+  char room[512];
+  if (wrc != NC_NOERR)
+    err_add(errs, tmp, 0, 0, CKPT_WRITE_HINT, "writing the checkpoint failed: %s%s", ncmpi_strerror(wrc),
+            extent > 0 ? room_note(tmp, extent, room, sizeof room) : "");
   if (any) rc = -1;
   st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape); /* parameters and two moments */
   free(all), free(sums), free(total), free(vars);
