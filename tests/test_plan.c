@@ -57,7 +57,7 @@ static double model_cost(double L, double C, double V, double T) {
 static void check_data_parallel(const cfg_config *cfg, const backend *be) {
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
   err_free(&e);
   const plan_layout *l = find(&r, 1, 2, 2, 0, 0, 0);
   T_CHECK(l != NULL, "layout 1 x 2, B 2 missing among %d", r.n);
@@ -103,7 +103,7 @@ static void check_data_parallel(const cfg_config *cfg, const backend *be) {
 static void check_pipeline(const cfg_config *cfg, const backend *be) {
   plan_result r;
   err_list e = {0};
-  plan_make(&r, cfg, be, &e);
+  plan_make(&r, cfg, be, NULL, &e);
   err_free(&e);
   const plan_layout *l = find(&r, 2, 1, 2, 0, 0, 0);
   T_CHECK(l != NULL, "layout 2 x 1 missing");
@@ -131,7 +131,7 @@ static void check_pipeline(const cfg_config *cfg, const backend *be) {
 static void check_tensor_parallel(const cfg_config *cfg, const backend *be) {
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
   err_free(&e);
   const double C = 64, T = 32, B = 2, m = 4, peak = 0.1e12 * 0.5;
   const double allreduce = 2.0 * (2 - 1) / 2 * B * T * C * 4 / 1e9 + 2.0 * (2 - 1) * 1e-6;
@@ -185,7 +185,7 @@ static void check_tp_divisibility(const backend *be) {
   cfg_config *cfg = load(DECK, sets, 3);
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
   err_free(&e);
   int seen[13] = {0};
   for (int i = 0; i < r.n; i++) {
@@ -205,7 +205,7 @@ static void check_tp_divisibility(const backend *be) {
 static void check_nothing_fits(const cfg_config *cfg0, const backend *be) {
   plan_result r;
   err_list e = {0};
-  plan_make(&r, cfg0, be, &e);
+  plan_make(&r, cfg0, be, NULL, &e);
   double least = r.v[0].mem;
   for (int i = 1; i < r.n; i++) least = fmin(least, r.v[i].mem);
   plan_free(&r);
@@ -213,7 +213,7 @@ static void check_nothing_fits(const cfg_config *cfg0, const backend *be) {
   snprintf(mem, sizeof mem, "machine.memory_gb=%.9f", (least - 1) / 1e9);
   const char *sets[] = {mem};
   cfg_config *cfg = load(DECK, sets, 1);
-  plan_make(&r, cfg, be, &e);
+  plan_make(&r, cfg, be, NULL, &e);
   err_free(&e);
   T_CHECK(r.best < 0, "a layout fits in %.0f bytes", least - 1);
   T_CHECK(r.nodes_needed == 2 && r.alt.fits && r.alt.P * r.alt.tp * r.alt.D == 4 && r.alt.mem < least,
@@ -228,7 +228,7 @@ static void check_errors(const backend *be) {
   cfg_config *cfg = load(DECK, sets, 3);
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) != 0 && e.n == 1 && strstr(e.v[0].msg, "no bf16") && strstr(e.v[0].hint, "fp16"),
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) != 0 && e.n == 1 && strstr(e.v[0].msg, "no bf16") && strstr(e.v[0].hint, "fp16"),
           "bf16 on a V100: %s", e.n ? e.v[0].msg : "no error");
   err_free(&e);
   plan_free(&r);
@@ -276,7 +276,7 @@ static void check_13b(const backend *be) {
   cfg_config *cfg = load(DECK, sets, 16);
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "13B plan failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "13B plan failed");
   err_free(&e);
   T_CHECK(r.nparams > 12.8e9 && r.nparams < 12.9e9, "13B parameters %.4g", r.nparams);
   T_CHECK(r.best >= 0 && r.v[r.best].P * r.v[r.best].tp * r.v[r.best].D == 24 && r.v[r.best].mem < 32e9 && r.v[r.best].mem > 4e9,
