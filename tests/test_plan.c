@@ -266,6 +266,34 @@ static void check_device_precision(const backend *plan_be) {
   free(cfg);
 }
 
+/* Counts each within its range whose product is not: nodes x devices per node beyond the ranks a
+ * plan lays out is an error at &machine nodes (it overflowed an int: SIGFPE); on 2^21 ranks the
+ * layouts keep to the deck's ranges (no layout of more than data_parallel's 2^20 replicas). */
+static void check_bounds(const backend *be) {
+  const char *huge[] = {"machine.device='h100-80gb'", "machine.nodes=1048576", "machine.devices_per_node=4096"};
+  cfg_config *cfg = load(DECK, huge, 3);
+  plan_result r;
+  err_list e = {0};
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) != 0 && e.n == 1 && !strcmp(e.v[0].file, "--set machine.nodes=1048576") &&
+              strstr(e.v[0].msg, "1048576 x 4096 = 4294967296 ranks, more than the 16777216 a plan lays out") &&
+              e.v[0].hint[0], "nodes x devices_per_node beyond PAR_MAX_RANKS: %s: %s", e.n ? e.v[0].file : "",
+          e.n ? e.v[0].msg : "no error");
+  plan_free(&r);
+  err_free(&e);
+  free(cfg);
+  const char *big[] = {"machine.device='h100-80gb'", "machine.nodes=4096", "machine.devices_per_node=512",
+                       "training.micro_batch_size=1", "training.global_batch_size=1073741824"};
+  cfg = load(DECK, big, 5);
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0 && r.n > 0, "a plan on 2^21 ranks");
+  int in_range = 1;
+  for (int i = 0; i < r.n; i++)
+    in_range &= r.v[i].D <= (1 << 20) && (long)r.v[i].P * r.v[i].tp * r.v[i].D == (1 << 21) && r.v[i].m <= (1 << 20);
+  T_CHECK(in_range, "every layout's replicas and micro-batches within their ranges, of 2^21 ranks");
+  plan_free(&r);
+  err_free(&e);
+  free(cfg);
+}
+
 /* The GPT-Neo 13B shape on 4 x 6 V100-32GB: a layout fits, memory and counts in 64 bits. */
 static void check_13b(const backend *be) {
   const char *sets[] = {"model.n_layer=40", "model.n_embd=5120", "model.n_head=40", "model.vocab_size=50257",
@@ -297,6 +325,7 @@ int main(int argc, char **argv) {
   check_errors(be);
   check_device_precision(be);
   check_13b(be);
+  check_bounds(be);
   backend_close(be);
   free(cfg);
   int rc = t_done("test_plan");
