@@ -106,9 +106,9 @@ static int parse_args(int argc, char **argv, args *a, int rank, err_list *errs) 
       const char *v = s[7] == '=' ? s + 8 : i + 1 < argc ? argv[++i] : "";
       char *end, shown[80];
       long n = strtol(v, &end, 10);
-      if (!*v || *end || n < 1 || n > 1 << 24)
-        err_add(errs, "--ranks", 0, 0, "e.g. --dry-run --ranks 24", "expects a positive rank count, got '%s'",
-                err_quote(shown, sizeof shown, v, strlen(v)));
+      if (!*v || *end || n < 1 || n > PAR_MAX_RANKS)
+        err_add(errs, "--ranks", 0, 0, "e.g. --dry-run --ranks 24", "expects a rank count from 1 to %d, got '%s'",
+                PAR_MAX_RANKS, err_quote(shown, sizeof shown, v, strlen(v)));
       a->ranks = (int)n;
     } else if (!strcmp(s, "--set") && i + 1 >= argc) {
       err_add(errs, "--set", 0, 0, "e.g. --set training.lr=3e-4", "needs group.key=value");

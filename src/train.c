@@ -381,6 +381,22 @@ static int init_from(train_job *j, err_list *errs) {
   return TRAIN_OK;
 }
 
+/* A checkpoint restored at or past &training max_steps: at it the run is complete and the job has
+ * nothing to do (a later link of a restart chain: it ends with 0 and leaves the run's files alone);
+ * past it the deck asks for fewer steps than were trained, an error at the key. Returns 0 or 1. */
+static int at_max_steps(train_job *j, const char *path, err_list *errs) {
+  const long step = j->tally.start, max = j->cfg->training.max_steps;
+  if (step == max && j->rank == 0)
+    metrics_printf(&j->out, "restart: step %ld is &training max_steps: the run is complete, nothing to train\n", step);
+  if (step <= max) return 0;
+  char hint[256];
+  util_snprintf(hint, sizeof hint, "set max_steps above %ld to train on, or restart from an earlier checkpoint "
+                "(&checkpoint restart = its path)", step);
+  cfg_error_at(j->cfg, errs, "training", "max_steps", hint, "%ld, but the checkpoint %s is at step %ld: the steps "
+               "trained cannot be undone", max, path, step);
+  return 1;
+}
+
 /* Continue from &checkpoint restart: its path, or with 'latest' the newest complete checkpoint. A
  * damaged newest checkpoint is set aside (PATH.damaged) and the next older one tried when
  * &checkpoint fallback is set; the errors that condemned it are printed. Returns 0, or 1 after
@@ -409,7 +425,9 @@ static int restore(train_job *j, err_list *errs) {
                        st.share_seconds, st.residual == 1 ? "; error-feedback residual restored"
                        : st.residual == 0 ? "; the error-feedback residual starts from zero (the checkpoint has none for "
                                             "this many replicas)" : "");
-      rc = 0;
+      rc = at_max_steps(j, paths[i], errs);
+      err_free(&tried);
+      break; /* past max_steps: an older checkpoint is no answer */
     } else if (latest && cfg->checkpoint.fallback && i + 1 < n && st.damaged) {
       char moved[CKPT_PATH_MAX + 16], outcome[3 * CKPT_PATH_MAX];
       int mv = j->rank == 0 ? ckpt_set_aside_file(paths[i], moved, sizeof moved) : 0;
@@ -1052,11 +1070,12 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header, err_
   watchdog_start(MPI_COMM_WORLD, watch_rule(&cfg->job));
   int rc = set_up(&j, header, errs);
   if (rc == TRAIN_OK && j.resuming) rc = restore(&j, errs);
+  const int done = rc == TRAIN_OK && j.tally.start == cfg->training.max_steps; /* restored complete: nothing to do */
   if (rc == TRAIN_OK && j.tally.start == 0 && cfg->model.init_from[0]) rc = init_from(&j, errs);
-  if (rc == TRAIN_OK) begin_job(&j);
-  if (rc == TRAIN_OK) rc = step_loop(&j, errs);
-  if (rc != TRAIN_BAD_INPUT && verdict(&j, errs) != 0 && rc == TRAIN_OK) rc = TRAIN_IO_FAILED;
-  if (rc == TRAIN_OK && strcmp(j.status, "signal") != 0) write_sample(&j);
+  if (rc == TRAIN_OK && !done) begin_job(&j);
+  if (rc == TRAIN_OK && !done) rc = step_loop(&j, errs);
+  if (rc != TRAIN_BAD_INPUT && !done && verdict(&j, errs) != 0 && rc == TRAIN_OK) rc = TRAIN_IO_FAILED;
+  if (rc == TRAIN_OK && !done && strcmp(j.status, "signal") != 0) write_sample(&j);
   if (clean_up(&j, errs) != 0 && rc == TRAIN_OK) rc = TRAIN_IO_FAILED;
   watchdog_stop();
   int worst; /* the ranks agree on the exit status */

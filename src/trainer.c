@@ -29,34 +29,59 @@
 
 /* ---- the trainer ---------------------------------------------------------------------------- */
 
-trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage, int replica) {
+trainer_memory trainer_plan_memory_of(const cfg_config *cfg, const backend *be, const gpt_shape *s, const par_layout *lay,
+                                      int stage, int replica, const trainer_tensors *tt) {
   trainer_memory t;
-  gpt_shape s;
-  gpt_shape_from_cfg(&s, &cfg->model);
   int B = (int)cfg->training.micro_batch_size, T = (int)cfg->training.seq_len;
   t.part = par_stage_part(lay, stage);
-  t.model = gpt_plan_memory(&s, be, B, T, t.part);
-  size_t n = gpt_part_params(&s, t.part);
-  t.adam = optim_bytes(grad_own_params(n, lay, replica));
-  int nt;
-  gpt_tensor *ts = gpt_list_tensors(&s, t.part, &nt);
-  t.exchange = grad_exchange_bytes(n, lay) + qexch_plan_device_bytes(&cfg->comm, ts, nt, lay->D, be, n);
-  t.mpi = grad_mpi_bytes(ts, nt, cfg->parallel.bucket_mb, lay);
-  free(ts);
-  t.pipe = pipe_bytes(&s, t.part, B, T, backend_dtype_size(be->storage));
+  t.model = gpt_plan_memory(s, be, B, T, t.part);
+  t.adam = optim_bytes(grad_own_params(tt->n, lay, replica));
+  t.exchange = grad_exchange_bytes(tt->n, lay) + qexch_plan_device_bytes(&cfg->comm, tt->t, tt->nt, lay->D, be, tt->n);
+  t.mpi = grad_mpi_bytes(tt->t, tt->nt, cfg->parallel.bucket_mb, lay);
+  t.pipe = pipe_bytes(s, t.part, B, T, backend_dtype_size(be->storage));
   t.total = t.model.total + t.adam + t.exchange + t.pipe;
+  return t;
+}
+
+trainer_tensors trainer_tensors_of(const gpt_shape *s, gpt_part part) {
+  trainer_tensors tt;
+  tt.t = gpt_list_tensors(s, part, &tt.nt);
+  tt.n = gpt_part_params(s, part);
+  return tt;
+}
+
+trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage, int replica) {
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &cfg->model);
+  trainer_tensors tt = trainer_tensors_of(&s, par_stage_part(lay, stage));
+  trainer_memory t = trainer_plan_memory_of(cfg, be, &s, lay, stage, replica, &tt);
+  free(tt.t);
   gpt_shape_free(&s);
   return t;
 }
 
-trainer_memory trainer_plan_fullest(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage) {
+trainer_memory trainer_plan_fullest_of(const cfg_config *cfg, const backend *be, const gpt_shape *s, const par_layout *lay,
+                                       int stage, const trainer_tensors *tt) {
   par_layout l = *lay; /* a copy whose tensor rank varies */
   trainer_memory most = {0};
   for (int r = 0; r < lay->tp; r++) {
     l.tp_rank = r;
-    trainer_memory m = trainer_plan_memory(cfg, be, &l, stage, 0);
+    trainer_memory m = trainer_plan_memory_of(cfg, be, s, &l, stage, 0, &tt[r]);
     if (r == 0 || m.total > most.total) most = m;
   }
+  return most;
+}
+
+trainer_memory trainer_plan_fullest(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage) {
+  gpt_shape s;
+  gpt_shape_from_cfg(&s, &cfg->model);
+  trainer_tensors *tt = util_malloc((size_t)lay->tp * sizeof *tt, "tensor lists");
+  par_layout l = *lay;
+  for (int r = 0; r < lay->tp; r++) l.tp_rank = r, tt[r] = trainer_tensors_of(&s, par_stage_part(&l, stage));
+  trainer_memory most = trainer_plan_fullest_of(cfg, be, &s, lay, stage, tt);
+  for (int r = 0; r < lay->tp; r++) free(tt[r].t);
+  free(tt);
+  gpt_shape_free(&s);
   return most;
 }
 

@@ -55,6 +55,22 @@ trainer_memory trainer_plan_memory(const cfg_config *cfg, const backend *be, con
 /* The same for stage `stage`'s fullest tensor rank of replica 0 (their vocabulary rows may differ by one). */
 trainer_memory trainer_plan_fullest(const cfg_config *cfg, const backend *be, const par_layout *lay, int stage);
 
+/* A rank's tensors (gpt_list_tensors of its part) and their parameter count: what its memory plan
+ * reads that neither the batch, the replicas nor the micro-batches change, so that a planner trying
+ * many layouts of the same stages and tensor ranks lists them once. free(tt.t) after use. */
+typedef struct {
+  gpt_tensor *t;
+  int nt;
+  size_t n;
+} trainer_tensors;
+trainer_tensors trainer_tensors_of(const gpt_shape *s, gpt_part part);
+/* trainer_plan_memory and trainer_plan_fullest from the model's shape s and the listed tensors of the
+ * stage's rank (tt: its tensor rank's), or of each of its tensor ranks (tt[lay->tp]). */
+trainer_memory trainer_plan_memory_of(const cfg_config *cfg, const backend *be, const gpt_shape *s, const par_layout *lay,
+                                      int stage, int replica, const trainer_tensors *tt);
+trainer_memory trainer_plan_fullest_of(const cfg_config *cfg, const backend *be, const gpt_shape *s, const par_layout *lay,
+                                       int stage, const trainer_tensors *tt);
+
 typedef struct {
   double loss;      /* mean token loss of the global batch */
   double grad_norm; /* before clipping */

@@ -3,6 +3,9 @@
  *
  *   nc_edit FILE att NAME int64|double|text VALUE   set global attribute NAME
  *   nc_edit FILE var NAME INDEX VALUE               set element INDEX of 1-D integer variable NAME
+ *   nc_edit FILE float NAME INDEX VALUE             set element INDEX (row-major) of float variable NAME
+ *                                                   ("nan", "inf" or a number) and keep its checkpoint
+ *                                                   checksum true, as a file written so would have it
  *
  * Exits 0, or 1 with a message. */
 #include <mpi.h>
@@ -41,13 +44,44 @@ static int set_var(int nc, const char *name, const char *index, const char *valu
   return ncmpi_put_vara_longlong_all(nc, var, &start, &count, &v);
 }
 
+/* The checkpoint checksum's term of element i (src/io/ckpt.c, doc/formats.md): bits x (2 i + 1). */
+static unsigned long long term(float x, unsigned long long i) {
+  unsigned int bits;
+  memcpy(&bits, &x, sizeof bits);
+  return (unsigned long long)bits * (2 * i + 1);
+}
+
+static int set_float(int nc, const char *name, const char *index, const char *value) {
+  int var, ndim, dims[2], rc = ncmpi_inq_varid(nc, name, &var);
+  if (rc == NC_NOERR) rc = ncmpi_inq_varndims(nc, var, &ndim);
+  if (rc == NC_NOERR && (ndim < 1 || ndim > 2)) return NC_EINVAL;
+  if (rc == NC_NOERR) rc = ncmpi_inq_vardimid(nc, var, dims);
+  MPI_Offset cols = 1, i = strtoll(index, NULL, 10), start[2], count[2] = {1, 1};
+  if (rc == NC_NOERR && ndim == 2) rc = ncmpi_inq_dimlen(nc, dims[1], &cols);
+  start[0] = ndim == 2 ? i / cols : i, start[1] = i % cols;
+  float old, x = strtof(value, NULL);
+  unsigned long long sum = 0;
+  if (rc == NC_NOERR) rc = ncmpi_get_vara_float_all(nc, var, start, count, &old);
+  if (rc == NC_NOERR) rc = ncmpi_put_vara_float_all(nc, var, start, count, &x);
+  if (rc == NC_NOERR && ncmpi_get_att_ulonglong(nc, var, "checksum", &sum) == NC_NOERR) { /* a checkpoint's */
+    sum += term(x, (unsigned long long)i) - term(old, (unsigned long long)i);
+    rc = ncmpi_redef(nc);
+    if (rc == NC_NOERR) rc = ncmpi_put_att_ulonglong(nc, var, "checksum", NC_UINT64, 1, &sum);
+    int rc2 = ncmpi_enddef(nc);
+    if (rc == NC_NOERR) rc = rc2;
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  if (argc < 6 || (strcmp(argv[2], "att") && strcmp(argv[2], "var")) || (!strcmp(argv[2], "att") && argc < 6))
-    return fail("usage: nc_edit FILE att NAME TYPE VALUE | nc_edit FILE var NAME INDEX VALUE", 0);
+  if (argc < 6 || (strcmp(argv[2], "att") && strcmp(argv[2], "var") && strcmp(argv[2], "float")))
+    return fail("usage: nc_edit FILE att NAME TYPE VALUE | nc_edit FILE var|float NAME INDEX VALUE", 0);
   int nc, rc = ncmpi_open(MPI_COMM_WORLD, argv[1], NC_WRITE, MPI_INFO_NULL, &nc);
   if (rc != NC_NOERR) return fail(argv[1], rc);
-  rc = !strcmp(argv[2], "att") ? set_att(nc, argv[3], argv[4], argv[5]) : set_var(nc, argv[3], argv[4], argv[5]);
+  rc = !strcmp(argv[2], "att")   ? set_att(nc, argv[3], argv[4], argv[5])
+       : !strcmp(argv[2], "var") ? set_var(nc, argv[3], argv[4], argv[5])
+                                 : set_float(nc, argv[3], argv[4], argv[5]);
   int rc2 = ncmpi_close(nc);
   if (rc != NC_NOERR || rc2 != NC_NOERR) return fail(argv[3], rc != NC_NOERR ? rc : rc2);
   MPI_Finalize();

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -358,19 +359,24 @@ static const char *bad_dir(const char *name) {
 }
 
 /* Import from dir must fail with an error at a file containing `file` whose message names `tensor`
- * and says `what`, and leave the parameters alone. */
-static void expect_import_error(loaded *l, const char *dir, const char *file, const char *tensor, const char *what) {
+ * and says `what`, and (when `alone`) leave the parameters alone: every check of the files comes
+ * before the first tensor is read, but a NaN is found as its tensor is read. */
+static void expect_error(loaded *l, const char *dir, const char *file, const char *tensor, const char *what, int alone) {
   float *p = malloc(l->m.nparams * sizeof(float));
   for (size_t i = 0; i < l->m.nparams; i++) p[i] = 7.0f;
   err_list e = {0};
   int n = hf_read_params(dir, &l->s, l->m.tensors, l->m.ntensors, p, &e);
   int untouched = 1;
   for (size_t i = 0; i < l->m.nparams; i++) untouched &= p[i] == 7.0f;
-  T_CHECK(n > 0 && has_error(&e, file, tensor) && has_error(&e, file, what) && untouched,
+  T_CHECK(n > 0 && has_error(&e, file, tensor) && has_error(&e, file, what) && (untouched || !alone),
           "%s: expected an error at %s naming %s (\"%s\"), parameters untouched (%d)", dir, file, tensor, what, untouched);
   if (e.n) printf("  %s -> %s: %s\n", strrchr(dir, '/') + 1, e.v[0].msg, e.v[0].hint);
   free(p);
   err_free(&e);
+}
+
+static void expect_import_error(loaded *l, const char *dir, const char *file, const char *tensor, const char *what) {
+  expect_error(l, dir, file, tensor, what, 1);
 }
 
 /* Write ts (without tensor `skip`, -1 for none) to dir/model.safetensors. */
@@ -508,6 +514,79 @@ static void bad_weights(loaded *l) {
   err_free(&e);
 }
 
+/* Weights that are not all finite: a NaN (F32), an infinity (BF16) refused by name and index; a value
+ * beyond fp16's range refused by the export instead of written as an infinity. */
+static void bad_values(loaded *l) {
+  char src[4096], p[4096];
+  util_snprintf(src, sizeof src, "%s/hf-gpt2/model.safetensors", ref);
+  tensors ts;
+  read_all(src, &ts);
+  if (!ts.n) return;
+  int fc = find(&ts, "transformer.h.1.mlp.c_fc.weight"), wte = find(&ts, "transformer.wte.weight");
+  float keep = ts.data[fc][5];
+  ts.data[fc][5] = NAN;
+  const char *d = bad_dir("nan");
+  write_model(d, &ts, -1);
+  expect_error(l, d, "bad-nan/model.safetensors", "transformer.h.1.mlp.c_fc.weight", "element 5 [0, 5] is NaN", 0);
+  ts.data[fc][5] = keep;
+  ts.data[wte][32 * 2 + 7] = -INFINITY;
+  err_list e = {0};
+  path_of(p, d = bad_dir("inf-bf16"), "model.safetensors");
+  T_CHECK(safetensors_write(p, ts.t, ts.n, SAFETENSORS_BF16, &e) == 0, "write %s", p);
+  expect_error(l, d, "bad-inf-bf16/model.safetensors", "transformer.wte.weight", "element 71 [2, 7] is -infinity", 0);
+  float *params = malloc(l->m.nparams * sizeof(float));
+  memcpy(params, l->host, l->m.nparams * sizeof(float));
+  params[l->m.nparams - 1] = 1e6f; /* the last tensor: ln_f.bias */
+  cfg_tokenizer tk;
+  cfg_sample smp = {.temperature = 0};
+  memset(&tk, 0, sizeof tk);
+  strcpy(tk.kind, "bytes");
+  path_of(p, out, "bad-fp16-range");
+  T_CHECK(hf_export(p, &l->s, params, &l->mc, &tk, &smp, "fp16", 5000, 0, &e) == 1 &&
+          has_error(&e, "bad-fp16-range", "transformer.ln_f.bias: element 31 = 1e+06 is beyond the range of F16") &&
+          access(p, F_OK) != 0, "a value beyond fp16's range is an export error, and nothing is written");
+  show(&e);
+  for (int i = 0; i < ts.n; i++) free(ts.data[i]);
+  free(params), free(ts.data), free(ts.t), free(ts.names);
+  err_free(&e);
+}
+
+/* config.json's counts beyond the deck's ranges (a loop or a product over them would run away), and
+ * paths that are not files where the directory's files belong. */
+static void hostile_config(loaded *neo) {
+  static const struct {
+    const char *name, *json, *what;
+  } cases[] = {
+      {"layers", "{\"model_type\": \"gpt_neo\", \"num_layers\": 1000000000000}",
+       "num_layers = 1000000000000 is more than greenlm takes (&model n_layer, at most 4096)"},
+      {"inner", "{\"model_type\": \"gpt2\", \"n_inner\": 9223372036854775807}",
+       "n_inner = 9223372036854775807 is more than greenlm takes (&model n_inner, at most 4194304)"},
+      {"repeats", "{\"model_type\": \"gpt_neo\", \"num_layers\": 2, \"attention_types\": [[[], 1000000000000000000]]}",
+       "attention_types entry 0 repeats its kinds 1000000000000000000 times: not in 0 .. 2"},
+  };
+  err_list e = {0};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *d = bad_dir(cases[i].name);
+    write_bytes(d, "config.json", cases[i].json, strlen(cases[i].json));
+    T_CHECK(hf_check_config(d, &neo->mc, &e) == 1 && has_error(&e, "config.json", cases[i].what), "%s: expected \"%s\"",
+            cases[i].name, cases[i].what);
+    show(&e);
+    err_free(&e);
+  }
+  char p[4096], dir[4096];
+  const char *d = bad_dir("config-dir");
+  path_of(p, d, "config.json");
+  mkdir(p, 0755);
+  T_CHECK(hf_check_config(d, &neo->mc, &e) == 1 && has_error(&e, "config.json", "a directory, not a model config file"),
+          "a directory where config.json belongs is named as such");
+  err_free(&e);
+  path_of(dir, ref, "hf-neo");
+  d = bad_dir("weights-fifo");
+  path_of(p, d, "model.safetensors");
+  T_CHECK(mkfifo(p, 0644) == 0, "mkfifo %s", p);
+  expect_import_error(neo, d, "bad-weights-fifo/model.safetensors", "", "a FIFO (named pipe), not a safetensors file");
+}
+
 static void bad_config(loaded *neo) {
   char dir[4096];
   path_of(dir, ref, "hf-gpt2");
@@ -588,10 +667,12 @@ int main(int argc, char **argv) {
   path_of(dir, ref, "hf-gpt2");
   load(&gpt2, dir, 2, 16);
   bad_weights(&gpt2);
+  bad_values(&gpt2);
   bad_export(&gpt2);
   path_of(dir, ref, "hf-neo");
   load(&neo, dir, 2, 16);
   bad_config(&neo);
+  hostile_config(&neo);
   unload(&gpt2);
   unload(&neo);
   int rc = t_done("test_hf");

@@ -57,7 +57,7 @@ static double model_cost(double L, double C, double V, double T) {
 static void check_data_parallel(const cfg_config *cfg, const backend *be) {
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
   err_free(&e);
   const plan_layout *l = find(&r, 1, 2, 2, 0, 0, 0);
   T_CHECK(l != NULL, "layout 1 x 2, B 2 missing among %d", r.n);
@@ -103,7 +103,7 @@ static void check_data_parallel(const cfg_config *cfg, const backend *be) {
 static void check_pipeline(const cfg_config *cfg, const backend *be) {
   plan_result r;
   err_list e = {0};
-  plan_make(&r, cfg, be, &e);
+  plan_make(&r, cfg, be, NULL, &e);
   err_free(&e);
   const plan_layout *l = find(&r, 2, 1, 2, 0, 0, 0);
   T_CHECK(l != NULL, "layout 2 x 1 missing");
@@ -131,7 +131,7 @@ static void check_pipeline(const cfg_config *cfg, const backend *be) {
 static void check_tensor_parallel(const cfg_config *cfg, const backend *be) {
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
   err_free(&e);
   const double C = 64, T = 32, B = 2, m = 4, peak = 0.1e12 * 0.5;
   const double allreduce = 2.0 * (2 - 1) / 2 * B * T * C * 4 / 1e9 + 2.0 * (2 - 1) * 1e-6;
@@ -185,7 +185,7 @@ static void check_tp_divisibility(const backend *be) {
   cfg_config *cfg = load(DECK, sets, 3);
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "plan_make failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
   err_free(&e);
   int seen[13] = {0};
   for (int i = 0; i < r.n; i++) {
@@ -205,7 +205,7 @@ static void check_tp_divisibility(const backend *be) {
 static void check_nothing_fits(const cfg_config *cfg0, const backend *be) {
   plan_result r;
   err_list e = {0};
-  plan_make(&r, cfg0, be, &e);
+  plan_make(&r, cfg0, be, NULL, &e);
   double least = r.v[0].mem;
   for (int i = 1; i < r.n; i++) least = fmin(least, r.v[i].mem);
   plan_free(&r);
@@ -213,7 +213,7 @@ static void check_nothing_fits(const cfg_config *cfg0, const backend *be) {
   snprintf(mem, sizeof mem, "machine.memory_gb=%.9f", (least - 1) / 1e9);
   const char *sets[] = {mem};
   cfg_config *cfg = load(DECK, sets, 1);
-  plan_make(&r, cfg, be, &e);
+  plan_make(&r, cfg, be, NULL, &e);
   err_free(&e);
   T_CHECK(r.best < 0, "a layout fits in %.0f bytes", least - 1);
   T_CHECK(r.nodes_needed == 2 && r.alt.fits && r.alt.P * r.alt.tp * r.alt.D == 4 && r.alt.mem < least,
@@ -228,7 +228,7 @@ static void check_errors(const backend *be) {
   cfg_config *cfg = load(DECK, sets, 3);
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) != 0 && e.n == 1 && strstr(e.v[0].msg, "no bf16") && strstr(e.v[0].hint, "fp16"),
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) != 0 && e.n == 1 && strstr(e.v[0].msg, "no bf16") && strstr(e.v[0].hint, "fp16"),
           "bf16 on a V100: %s", e.n ? e.v[0].msg : "no error");
   err_free(&e);
   plan_free(&r);
@@ -266,6 +266,34 @@ static void check_device_precision(const backend *plan_be) {
   free(cfg);
 }
 
+/* Counts each within its range whose product is not: nodes x devices per node beyond the ranks a
+ * plan lays out is an error at &machine nodes (it overflowed an int: SIGFPE); on 2^21 ranks the
+ * layouts keep to the deck's ranges (no layout of more than data_parallel's 2^20 replicas). */
+static void check_bounds(const backend *be) {
+  const char *huge[] = {"machine.device='h100-80gb'", "machine.nodes=1048576", "machine.devices_per_node=4096"};
+  cfg_config *cfg = load(DECK, huge, 3);
+  plan_result r;
+  err_list e = {0};
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) != 0 && e.n == 1 && !strcmp(e.v[0].file, "--set machine.nodes=1048576") &&
+              strstr(e.v[0].msg, "1048576 x 4096 = 4294967296 ranks, more than the 16777216 a plan lays out") &&
+              e.v[0].hint[0], "nodes x devices_per_node beyond PAR_MAX_RANKS: %s: %s", e.n ? e.v[0].file : "",
+          e.n ? e.v[0].msg : "no error");
+  plan_free(&r);
+  err_free(&e);
+  free(cfg);
+  const char *big[] = {"machine.device='h100-80gb'", "machine.nodes=4096", "machine.devices_per_node=512",
+                       "training.micro_batch_size=1", "training.global_batch_size=1073741824"};
+  cfg = load(DECK, big, 5);
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0 && r.n > 0, "a plan on 2^21 ranks");
+  int in_range = 1;
+  for (int i = 0; i < r.n; i++)
+    in_range &= r.v[i].D <= (1 << 20) && (long)r.v[i].P * r.v[i].tp * r.v[i].D == (1 << 21) && r.v[i].m <= (1 << 20);
+  T_CHECK(in_range, "every layout's replicas and micro-batches within their ranges, of 2^21 ranks");
+  plan_free(&r);
+  err_free(&e);
+  free(cfg);
+}
+
 /* The GPT-Neo 13B shape on 4 x 6 V100-32GB: a layout fits, memory and counts in 64 bits. */
 static void check_13b(const backend *be) {
   const char *sets[] = {"model.n_layer=40", "model.n_embd=5120", "model.n_head=40", "model.vocab_size=50257",
@@ -276,7 +304,7 @@ static void check_13b(const backend *be) {
   cfg_config *cfg = load(DECK, sets, 16);
   plan_result r;
   err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, &e) == 0, "13B plan failed");
+  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "13B plan failed");
   err_free(&e);
   T_CHECK(r.nparams > 12.8e9 && r.nparams < 12.9e9, "13B parameters %.4g", r.nparams);
   T_CHECK(r.best >= 0 && r.v[r.best].P * r.v[r.best].tp * r.v[r.best].D == 24 && r.v[r.best].mem < 32e9 && r.v[r.best].mem > 4e9,
@@ -297,6 +325,7 @@ int main(int argc, char **argv) {
   check_errors(be);
   check_device_precision(be);
   check_13b(be);
+  check_bounds(be);
   backend_close(be);
   free(cfg);
   int rc = t_done("test_plan");

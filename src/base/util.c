@@ -172,9 +172,12 @@ const char *util_file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-/* The error of a path that is kind (a directory, ...) where a `what` file belongs. */
+/* The error of a path that is kind (a directory, ...) where a `what` file belongs ("a deck file";
+ * a `what` that says "file" itself, "machine file", is not followed by another). */
 static void not_regular(err_list *errs, const char *path, const char *kind, const char *what, const char *hint) {
-  err_add(errs, path, 0, 0, hint, "%s, not a %s file", kind, what);
+  size_t n = strlen(what);
+  int has_file = n >= 4 && strcmp(what + n - 4, "file") == 0;
+  err_add(errs, path, 0, 0, hint, "%s, not a %s%s", kind, what, has_file ? "" : " file");
 }
 
 int util_open_regular(const char *path, const char *what, const char *hint, err_list *errs) {

@@ -99,6 +99,13 @@ static int parse_interval(const char *r, cfg_interval *iv) {
   return 0;
 }
 
+double cfg_key_max(const char *group, const char *key) {
+  int k = cfg_find(group, key);
+  cfg_interval iv;
+  UTIL_CHECK(k >= 0 && parse_interval(cfg_keys()[k].range, &iv) == 0, NULL, "internal: %s.%s has no interval", group, key);
+  return iv.hi;
+}
+
 static int in_interval(double x, const cfg_interval *iv) {
   if (iv->lo_open ? !(x > iv->lo) : !(x >= iv->lo)) return 0;
   if (iv->hi_open ? !(x < iv->hi) : !(x <= iv->hi)) return 0;

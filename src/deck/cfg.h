@@ -315,6 +315,9 @@ const cfg_group *cfg_groups(int *ngroups);
 unsigned long long cfg_table_hash(void);
 /* Index of group.key in cfg_keys(), or -1. */
 int cfg_find(const char *group, const char *key);
+/* The largest value the range of number key group.key allows (INFINITY for "[a, inf)"): the bound of
+ * what a value read elsewhere (a model's config.json, a product of keys) may take. */
+double cfg_key_max(const char *group, const char *key);
 
 /* Fill cfg from defaults, the deck text (deck_len bytes) and the --set overrides
  * ("group.key=value", each setting exactly one key), then check types, ranges and cross-field

@@ -91,14 +91,17 @@ static uint64_t checksum_part(float *restrict y, const float *restrict x, size_t
 }
 
 /* The same sum over elements [a, b) as they lie in the file (big-endian IEEE 754 bytes, raw),
- * converted to host floats on the way into y unless y is NULL: the read side's one pass. */
-static uint64_t checksum_from_file(float *y, const unsigned char *raw, size_t a, size_t b) { /* y may be raw */
+ * converted to host floats on the way into y unless y is NULL: the read side's one pass. *nonfinite
+ * receives the first element that is a NaN or an infinity, if one is and *nonfinite is SIZE_MAX. */
+static uint64_t checksum_from_file(float *y, const unsigned char *raw, size_t a, size_t b, /* y may be raw */
+                                   size_t *nonfinite) {
   uint64_t s = 0;
   for (size_t i = a; i < b; i++) {
     const unsigned char *q = raw + 4 * (i - a);
     uint32_t bits = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | (uint32_t)q[3];
     if (y) memcpy(&y[i - a], &bits, sizeof bits);
     s += checksum_term(bits, i);
+    if ((bits & 0x7f800000u) == 0x7f800000u && *nonfinite == SIZE_MAX) *nonfinite = i; /* exponent all ones */
   }
   return s;
 }
@@ -161,6 +164,7 @@ typedef struct {
   rdahead *ra;          /* read: the reader threads, once started (io_start) */
   int direct;           /* read: the file was read straight from the disk (known at io_close) */
   int host;             /* the memory the elements come from or go to is host memory, whatever the backend's */
+  MPI_Offset nonfinite; /* read: file offset of the first NaN or infinity read, or -1 */
 } io_stream;
 
 /* Whether the stream's elements come from or go to host memory. */
@@ -174,7 +178,8 @@ static size_t stage_elems(const ckpt_state *s) {
 
 static void io_open(io_stream *io, int nc, int write, const ckpt_state *s, uint64_t *sums, int nsums, const char *path,
                     MPI_Comm comm) {
-  *io = (io_stream){.nc = nc, .write = write, .be = s->model->be, .sums = sums, .cap = stage_elems(s), .comm = comm};
+  *io = (io_stream){.nc = nc, .write = write, .be = s->model->be, .sums = sums, .cap = stage_elems(s), .comm = comm,
+                    .nonfinite = -1};
   if (write) io->stage = util_malloc(io->cap * sizeof(float), "checkpoint staging");
   io->fd = open(path, O_RDONLY);
   memset(sums, 0, (size_t)nsums * sizeof *sums);
@@ -221,8 +226,10 @@ static int io_flush(io_stream *io, int more) {
       }
       size_t k = got / sizeof(float);
       float *host = host_side(io) ? g->dst + done : (float *)raw; /* in place for devices */
-      uint64_t s = checksum_from_file(host, raw, g->a + done, g->a + done + k); /* converted and summed in one pass */
+      size_t bad = SIZE_MAX;
+      uint64_t s = checksum_from_file(host, raw, g->a + done, g->a + done + k, &bad); /* converted and summed in one pass */
       if (g->sum >= 0) io->sums[g->sum] += s;
+      if (bad != SIZE_MAX && io->nonfinite < 0) io->nonfinite = g->off + (MPI_Offset)((bad - g->a) * sizeof(float));
       if (!host_side(io)) io->be->to_device(io->be, g->dst + done, host, got);
       done += k;
     }
@@ -1005,8 +1012,53 @@ static void seek_state(data_loader *d, const run_state *r) {
     data_seek(d, k, (long)((uint64_t)r->blend[k] / d->set[k].nwin), (uint64_t)r->blend[k] % d->set[k].nwin);
 }
 
+/* The integer group.key of a parsed deck, or 0. */
+static long doc_int(const nml_doc *doc, const char *group, const char *key) {
+  for (int g = 0; g < doc->n; g++)
+    for (int k = 0; k < doc->groups[g].n && !strcmp(doc->groups[g].name, group); k++) {
+      const nml_entry *en = &doc->groups[g].entries[k];
+      if (!strcmp(en->key, key) && en->nvals == 1 && en->vals[0].kind == NML_INT) return (long)en->vals[0].i;
+    }
+  return 0;
+}
+
+/* The &training seq_len of the deck the checkpoint holds (its "deck" attribute), or 0 when it
+ * holds none that says. */
+static long deck_seq_len(int nc) {
+  MPI_Offset len = 0;
+  if (ncmpi_inq_attlen(nc, NC_GLOBAL, "deck", &len) != NC_NOERR || len <= 0 || len > NML_MAX_BYTES) return 0;
+  char *text = util_malloc((size_t)len + 1, "the checkpoint's deck");
+  long T = 0;
+  if (ncmpi_get_att_text(nc, NC_GLOBAL, "deck", text) == NC_NOERR) {
+    text[len] = '\0';
+    nml_doc doc = {0};
+    err_list e = {0};
+    if (nml_parse(text, (size_t)len, "checkpoint deck", &doc, &e) == 0) T = doc_int(&doc, "training", "seq_len");
+    nml_doc_free(&doc);
+    err_free(&e);
+  }
+  free(text);
+  return T;
+}
+
+/* A training restart continues the loader's cursor, which counts windows of the checkpoint's
+ * seq_len: another seq_len would draw other windows than the ones the run promised (and the
+ * cursor's bounds would not hold), so it is refused at the deck's key. 0, or -1 after the error. */
+static int check_seq_len(const ckpt_state *s, int nc, const char *path, err_list *errs) {
+  const long T = deck_seq_len(nc), mine = s->cfg->training.seq_len;
+  if (!s->data || T <= 0 || T == mine) return 0;
+  char hint[384];
+  util_snprintf(hint, sizeof hint, "set &training seq_len = %ld to continue the run; to train on with windows of %ld, "
+                "export the model (task 'export') and start a new run from it (&model init_from)", T, mine);
+  cfg_error_at(s->cfg, errs, "training", "seq_len", hint, "%ld, but the checkpoint %s was trained on windows of seq_len = "
+               "%ld: its data loader's cursor counts those windows and does not continue in windows of %ld", mine, path,
+               T, mine);
+  return -1;
+}
+
 /* The run state against its checksum, its bounds and this run's deck, tokenizer and data. Every
- * problem is an error at the file; *damaged says whether the file itself is at fault. */
+ * problem is an error at the file (seq_len at its deck key); *damaged says whether the file itself
+ * is at fault. */
 static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, err_list *errs) {
   run_state r;
   char sum[32] = "", want[32];
@@ -1021,6 +1073,8 @@ static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, e
   if (sum[0] && strcmp(sum, want) != 0) {
     err_add(errs, path, 0, 0, DAMAGED_HINT, "the run state does not match its checksum (%s, computed %s)", sum, want);
     *damaged = 1;
+  } else if (check_seq_len(s, nc, path, errs) != 0) {
+    return; /* the cursor's bounds are another seq_len's */
   } else if (r.step < 0 || r.step > (1LL << 53) || !(r.tokens >= 0 && r.tokens < 1e300) || r.epoch < 0 ||
              r.position < 0 || (single && (uint64_t)r.position > nwin) || blend_damaged(&r) || !(r.loss_scale > 0 && r.loss_scale <= 1e300)) {
     err_add(errs, path, 0, 0, MISMATCH_HINT, "the run state is out of bounds: step %lld, tokens %g, loader at window %lld "
@@ -1079,8 +1133,28 @@ static int open_checkpoint(const ckpt_state *s, const char *path, int *nc, int *
   return 0;
 }
 
+/* The error of a NaN or infinity at file offset `at` (io_stream.nonfinite): its variable and element.
+ * A run that meets one stops before any checkpoint, so the file is damaged (its checksums agree
+ * only when it was written so). */
+static void nonfinite_error(int nc, const char *path, const gpt_tensor *all, int nall, const int *vars, int nkinds,
+                            MPI_Offset at, err_list *errs) {
+  for (int i = 0; i < nall; i++)
+    for (int k = 0; k < nkinds; k++) {
+      MPI_Offset off;
+      const size_t n = (size_t)all[i].rows * (size_t)all[i].cols;
+      if (ncmpi_inq_varoffset(nc, vars[3 * i + k], &off) != NC_NOERR || at < off ||
+          at >= off + (MPI_Offset)(n * sizeof(float)))
+        continue;
+      const long long e = (long long)((at - off) / (MPI_Offset)sizeof(float));
+      err_add(errs, path, 0, 0, DAMAGED_HINT, "variable %s%s: element %lld (row %lld, column %lld) is a NaN or an infinity",
+              KIND_PREFIX[k], all[i].name, e, e / all[i].cols, e % all[i].cols);
+      return;
+    }
+}
+
 /* This replica's piece of every variable, read, verified against the checksums and shared with
- * the other replicas. Adds an error per damaged variable; returns the count. */
+ * the other replicas. Adds an error per damaged variable (a checksum that disagrees; then a NaN or
+ * an infinity, on the ranks that read one); returns the count. */
 static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tensor *all, int nall, const int *vars,
                         ckpt_stats *st, err_list *errs) {
   const par_layout *lay = s->lay;
@@ -1124,6 +1198,10 @@ static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tenso
           err_add(errs, path, 0, 0, DAMAGED_HINT, "checksum mismatch in variable %s%s", KIND_PREFIX[k], all[i].name);
       }
     if (shown > 10) err_add(errs, path, 0, 0, NULL, "... and %d more variables with wrong checksums", shown - 10);
+    int mine = !shown && io.nonfinite >= 0, nonfinite;
+    if (mine) nonfinite_error(nc, path, all, nall, vars, kinds(s), io.nonfinite, errs);
+    MPI_Allreduce(&mine, &nonfinite, 1, MPI_INT, MPI_MAX, comm);
+    shown += nonfinite;
     if (!shown && !overlap) {
       double t1 = util_now();
       share_pieces(s, 0);

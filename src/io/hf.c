@@ -23,15 +23,43 @@ static long added_since(const err_list *errs, long before) { return err_count(er
 
 /* ---- config.json -------------------------------------------------------------------------------- */
 
-/* An integer key of the config (absent: def; null allowed when null_ok, giving 0). -1 after an error. */
-static int get_int(const json_t *c, const char *key, long def, int null_ok, long *out, const char *path, err_list *errs) {
+/* The JSON file path (a config or an index, at most HF_JSON_MAX bytes), or NULL after an error at the
+ * file (its line and column for bad JSON; a directory or a FIFO by name, never read). */
+enum { HF_JSON_MAX = 64 << 20 };
+static json_t *load_json(const char *path, const char *what, const char *hint, err_list *errs) {
+  size_t len;
+  char *text = util_read_file(path, HF_JSON_MAX, &len, what, hint, errs);
+  if (!text) return NULL;
+  json_error_t je;
+  json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  free(text);
+  if (!j || !json_is_object(j))
+    err_add(errs, path, j ? 0 : je.line, j ? 0 : je.column, hint, "cannot read the %s: %s", what,
+            j ? "not a JSON object" : je.text);
+  if (j && !json_is_object(j)) json_decref(j), j = NULL;
+  return j;
+}
+
+/* An integer key of the config (absent: def; null allowed when null_ok, giving 0), at most what the
+ * deck's &model key for it allows (so that no product or loop over it can overflow or run away).
+ * -1 after an error. */
+static int get_int(const json_t *c, const char *key, const char *deck_key, long def, int null_ok, long *out,
+                   const char *path, err_list *errs) {
   const json_t *v = json_object_get(c, key);
   if (!v || (null_ok && json_is_null(v))) {
     *out = v ? 0 : def;
     return 0;
   }
+  const double most = cfg_key_max("model", deck_key);
   if (!json_is_integer(v) || json_integer_value(v) < 0) {
     err_add(errs, path, 0, 0, HF_HINT_SAVE, "%s must be an integer >= 0%s", key, null_ok ? " or null" : "");
+    return -1;
+  }
+  if ((double)json_integer_value(v) > most) {
+    char hint[160];
+    util_snprintf(hint, sizeof hint, "greenlm's &model %s is at most %.0f: this model is beyond what it trains", deck_key, most);
+    err_add(errs, path, 0, 0, hint, "%s = %lld is more than greenlm takes (&model %s, at most %.0f)", key,
+            (long long)json_integer_value(v), deck_key, most);
     return -1;
   }
   *out = (long)json_integer_value(v);
@@ -83,6 +111,12 @@ static int neo_attention(const json_t *c, long L, cfg_model *out, const char *pa
   for (size_t i = 0; ok && i < json_array_size(at); i++) {
     const json_t *item = json_array_get(at, i), *ks = json_array_get(item, 0), *rep = json_array_get(item, 1);
     ok = json_is_array(item) && json_array_size(item) == 2 && json_is_array(ks) && json_is_integer(rep);
+    if (ok && (json_integer_value(rep) < 0 || json_integer_value(rep) > L)) { /* a repeat count bounded by the layers */
+      err_add(errs, path, 0, 0, HINT, "attention_types entry %zu repeats its kinds %lld times: not in 0 .. %ld, the layers", i,
+              (long long)json_integer_value(rep), L);
+      free(kinds);
+      return -1;
+    }
     for (json_int_t r = 0; ok && r < json_integer_value(rep); r++)
       for (size_t k = 0; ok && k < json_array_size(ks); k++) {
         const char *kind = json_string_value(json_array_get(ks, k));
@@ -112,9 +146,10 @@ static int parse_config(const json_t *c, const char *path, cfg_model *out, err_l
   static const char *keys[2][6] = {{"vocab_size", "n_positions", "n_layer", "n_embd", "n_head", "n_inner"},
                                    {"vocab_size", "max_position_embeddings", "num_layers", "hidden_size", "num_heads",
                                     "intermediate_size"}};
+  static const char *deck_keys[6] = {"vocab_size", "block_size", "n_layer", "n_embd", "n_head", "n_inner"};
   static const long defs[2][6] = {{50257, 1024, 12, 768, 12, 0}, {50257, 2048, 24, 2048, 16, 0}};
-  for (int k = 0; k < 6; k++) rc |= get_int(c, keys[neo][k], defs[neo][k], k == 5, &v[k], path, errs);
-  rc |= get_int(c, "window_size", 256, 0, &v[6], path, errs);
+  for (int k = 0; k < 6; k++) rc |= get_int(c, keys[neo][k], deck_keys[k], defs[neo][k], k == 5, &v[k], path, errs);
+  rc |= get_int(c, "window_size", "window_size", 256, 0, &v[6], path, errs);
   const json_t *e = json_object_get(c, "layer_norm_epsilon");
   if (e && !json_is_number(e)) err_add(errs, path, 0, 0, HF_HINT_SAVE, "layer_norm_epsilon must be a number"), eps_ok = 0;
   rc |= want_str(c, "activation_function", "gelu_new", "gelu_new", path, errs);
@@ -146,13 +181,8 @@ int hf_config_to_model(const char *dir, cfg_model *out, err_list *errs) {
   long before = err_count(errs);
   char path[UTIL_PATH_MAX];
   util_snprintf(path, sizeof path, "%s/config.json", dir);
-  json_error_t je;
-  json_t *c = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-  if (!c || !json_is_object(c))
-    err_add(errs, path, c ? 0 : je.line, c ? 0 : je.column, "a Hugging Face model directory has a config.json",
-            "cannot read the model's config: %s", c ? "not a JSON object" : je.text);
-  else
-    parse_config(c, path, out, errs);
+  json_t *c = load_json(path, "model config", "a Hugging Face model directory has a config.json", errs);
+  if (c) parse_config(c, path, out, errs);
   json_decref(c);
   return (int)added_since(errs, before);
 }
@@ -221,11 +251,9 @@ static void close_weights(hf_weights *w) {
 /* Open the shards an index names; every tensor must be in the shard the index gives for it, and
  * every tensor of a shard in the index. */
 static int open_index(const char *dir, const char *path, hf_weights *w, err_list *errs) {
-  json_error_t je;
-  json_t *idx = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *map = json_object_get(idx, "weight_map");
+  json_t *idx = load_json(path, "safetensors index", HF_HINT_SAVE, errs), *map = json_object_get(idx, "weight_map");
   if (!json_is_object(map)) {
-    err_add(errs, path, idx ? 0 : je.line, 0, HF_HINT_SAVE, "not a safetensors index: %s",
-            idx ? "no \"weight_map\" object" : je.text);
+    if (idx) err_add(errs, path, 0, 0, HF_HINT_SAVE, "not a safetensors index: no \"weight_map\" object");
     json_decref(idx);
     return -1;
   }
@@ -373,7 +401,8 @@ static int check_lm_head(hf_weights *w, const safetensors_tensor *wte, int wfi, 
   const safetensors_tensor *h = find_weight(w, "lm_head.weight", &fi);
   if (!h) return 0;
   if (h->dtype == SAFETENSORS_OTHER || h->numel != wte->numel) {
-    err_add(errs, w->f[fi].path, 0, 0, NULL, "tensor lm_head.weight: %s, unlike transformer.wte.weight's",
+    err_add(errs, w->f[fi].path, 0, 0, "greenlm ties the output head to the token embedding: lm_head.weight, when a "
+            "model has it, is a copy of it", "tensor lm_head.weight: %s, unlike transformer.wte.weight's",
             h->dtype == SAFETENSORS_OTHER ? "an unsupported dtype" : "another size");
     return -1;
   }

@@ -34,13 +34,15 @@ int hf_config_to_model(const char *dir, cfg_model *out, err_list *errs);
  * prefix; the attention-mask buffers (attn.bias, attn.masked_bias) are ignored, and
  * lm_head.weight, when present, must equal transformer.wte.weight (greenlm ties them). Every
  * other tensor must be one of the whole model's (s): an extra tensor, a missing one, a wrong
- * shape or an unsupported dtype is an error. Nothing is read into params before all of that checks out. */
+ * shape or an unsupported dtype is an error. Nothing is read into params before all of that checks out;
+ * a tensor holding a NaN or an infinity is an error too, found as it is read (params are then partly
+ * read: the caller fails). */
 int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int nt, float *params, err_list *errs);
 
 /* Start a model from dir: config.json checked against m, then the tensors the model holds read into
  * its master parameters (backend memory, through a host copy where the backend's memory is not the
- * host's) and its compute copy updated. Not collective. Returns the errors added; the model is
- * unchanged on errors. */
+ * host's) and its compute copy updated. Not collective. Returns the errors added; on errors the model
+ * is not to be used (its parameters may be partly read: a NaN is found as its tensor is read). */
 int hf_load_model(const char *dir, const cfg_model *mc, gpt_model *m, err_list *errs);
 
 /* Write a Hugging Face model directory: config.json, generation_config.json (from &sample),

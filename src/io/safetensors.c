@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "base/util.h"
 
@@ -16,6 +17,7 @@
 
 /* The safetensors library refuses headers larger than this; so do we. */
 #define ST_MAX_HEADER (100u << 20)
+#define ST_HINT_OPEN "give the path of a safetensors file (save_pretrained(safe_serialization=True) writes them)"
 #define ST_HINT_FILE "the file is damaged or not a safetensors file: write it again (save_pretrained(safe_serialization=True))"
 
 /* ---- dtypes ------------------------------------------------------------------------------------ */
@@ -218,9 +220,11 @@ static int parse_header(safetensors_file *f, const char *text, size_t len, err_l
 int safetensors_open(safetensors_file *f, const char *path, err_list *errs) {
   memset(f, 0, sizeof *f);
   util_strlcpy(f->path, path, sizeof f->path);
-  f->fp = fopen(path, "rb");
-  if (!f->fp) {
+  int fd = util_open_regular(path, "safetensors file", ST_HINT_OPEN, errs); /* a directory, a FIFO: named, never read */
+  if (fd < 0) return -1;
+  if (!(f->fp = fdopen(fd, "rb"))) {
     err_add(errs, path, 0, 0, NULL, "cannot open the safetensors file: %s", strerror(errno));
+    close(fd);
     return -1;
   }
   unsigned char lenb[8];
@@ -270,6 +274,33 @@ const safetensors_tensor *safetensors_find(const safetensors_file *f, const char
 
 /* ---- reading: data ------------------------------------------------------------------------------ */
 
+/* Element e of t as an index per dimension, "[r, c]", into buf. */
+static const char *element_index(const safetensors_tensor *t, uint64_t e, char *buf, size_t len) {
+  uint64_t idx[SAFETENSORS_MAX_DIMS];
+  for (int d = t->ndim - 1; d >= 0; d--) { /* a tensor with an element has no dimension of size 0 */
+    idx[d] = e % (uint64_t)t->shape[d];
+    e /= (uint64_t)t->shape[d];
+  }
+  size_t o = (size_t)util_snprintf(buf, len, "[");
+  for (int d = 0; d < t->ndim && o < len; d++)
+    o += (size_t)util_snprintf(buf + o, len - o, "%s%llu", d ? ", " : "", (unsigned long long)idx[d]);
+  if (o < len) util_snprintf(buf + o, len - o, "]");
+  return buf;
+}
+
+/* A tensor whose values are not all finite is refused, naming its first NaN or infinity: weights
+ * never hold one (a run that meets one stops), so the file is damaged. */
+static int check_finite(const safetensors_file *f, const safetensors_tensor *t, const float *x, err_list *errs) {
+  uint64_t e = 0;
+  while (e < t->numel && isfinite(x[e])) e++;
+  if (e == t->numel) return 0;
+  char at[160];
+  err_add(errs, f->path, 0, 0, "the weights are damaged (or were saved from a diverged model): save or export them again",
+          "tensor %s: element %llu %s is %s", t->name, (unsigned long long)e, element_index(t, e, at, sizeof at),
+          isnan(x[e]) ? "NaN" : x[e] > 0 ? "+infinity" : "-infinity");
+  return -1;
+}
+
 int safetensors_read(safetensors_file *f, const safetensors_tensor *t, float *out, err_list *errs) {
   if (t->dtype == SAFETENSORS_OTHER) {
     err_add(errs, f->path, 0, 0, "convert the weights to float32, bfloat16 or float16 before saving them",
@@ -279,7 +310,7 @@ int safetensors_read(safetensors_file *f, const safetensors_tensor *t, float *ou
   if (fseeko(f->fp, (off_t)(f->data_start + t->begin), SEEK_SET) != 0) goto short_read;
   if (t->dtype == SAFETENSORS_F32) {
     if (fread(out, 4, (size_t)t->numel, f->fp) != (size_t)t->numel) goto short_read;
-    return 0;
+    return check_finite(f, t, out, errs);
   }
   uint16_t buf[32768]; /* 16-bit elements, converted a chunk at a time */
   for (uint64_t i = 0; i < t->numel;) {
@@ -289,7 +320,7 @@ int safetensors_read(safetensors_file *f, const safetensors_tensor *t, float *ou
       out[i + j] = t->dtype == SAFETENSORS_BF16 ? safetensors_bf16_to_f32(buf[j]) : safetensors_f16_to_f32(buf[j]);
     i += k;
   }
-  return 0;
+  return check_finite(f, t, out, errs);
 short_read:
   err_add(errs, f->path, 0, 0, ST_HINT_FILE, "tensor %s: cannot read its %llu bytes: %s", t->name,
           (unsigned long long)(t->end - t->begin), ferror(f->fp) ? strerror(errno) : "the file ended early");
@@ -350,7 +381,26 @@ static int write_data(FILE *fp, const safetensors_out *t, safetensors_dtype d) {
   return 0;
 }
 
+/* Every finite value of the n tensors stays finite in dtype d (fp16 ends at 65504): a value that
+ * would be written as an infinity is an error naming the tensor and the element. 0, or -1. */
+static int check_fits(const char *path, const safetensors_out *t, int n, safetensors_dtype d, err_list *errs) {
+  for (int i = 0; i < n && d != SAFETENSORS_F32; i++)
+    for (uint64_t e = 0, numel = out_numel(&t[i]); e < numel; e++) {
+      const float x = t[i].data[e];
+      const float y = d == SAFETENSORS_BF16 ? safetensors_bf16_to_f32(safetensors_f32_to_bf16(x))
+                                            : safetensors_f16_to_f32(safetensors_f32_to_f16(x));
+      if (isfinite(x) && !isfinite(y)) {
+        err_add(errs, path, 0, 0, "write the weights in bf16 or fp32 (&export dtype), whose range holds them",
+                "tensor %s: element %llu = %g is beyond the range of %s: it would be written as an infinity", t[i].name,
+                (unsigned long long)e, x, safetensors_dtype_name(d));
+        return -1;
+      }
+    }
+  return 0;
+}
+
 int safetensors_write(const char *path, const safetensors_out *t, int n, safetensors_dtype d, err_list *errs) {
+  if (check_fits(path, t, n, d, errs) != 0) return -1;
   util_atomic_file af;
   if (util_atomic_open(&af, path) != 0) {
     err_add(errs, path, 0, 0, "check that the directory exists and is writable", "cannot create the safetensors file: %s",

@@ -6,10 +6,11 @@
  * padded with spaces, then the data area: each tensor's elements, row-major and little-endian, at
  * [begin, end) of the data area. The reader validates the header strictly (length within the
  * file, valid JSON, known dtypes, offsets that tile the data area exactly, end - begin = numel x
- * element size) before any tensor is read, and converts F32, BF16 and F16 to fp32; the other
- * safetensors dtypes are known (so their offsets are checked) but not read. The writer writes fp32
- * data as F32, BF16 or F16 (rounded to nearest even) with the header Hugging Face writes, through
- * a temporary file renamed at the end. */
+ * element size) before any tensor is read, and converts F32, BF16 and F16 to fp32 (a tensor with a
+ * NaN or an infinity is refused: weights are finite); the other safetensors dtypes are known (so
+ * their offsets are checked) but not read. Only a regular file is opened (a directory or a FIFO is
+ * named as such). The writer writes fp32 data as F32, BF16 or F16 (rounded to nearest even) with
+ * the header Hugging Face writes, through a temporary file renamed at the end. */
 #ifndef GREENLM_SAFETENSORS_H
 #define GREENLM_SAFETENSORS_H
 
@@ -51,7 +52,7 @@ void safetensors_close(safetensors_file *f);
 /* The tensor of that name, or NULL. */
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
 /* Read a tensor's numel elements into out as fp32 (out: numel floats). Returns 0, or -1 after
- * adding an error (unsupported dtype, a short read). */
+ * adding an error (unsupported dtype, a short read, a NaN or an infinity: named by its index). */
 int safetensors_read(safetensors_file *f, const safetensors_tensor *t, float *out, err_list *errs);
 
 /* "fp32" | "bf16" | "fp16" (deck spelling) or "F32" | "BF16" | "F16" (file spelling) -> dtype;
@@ -79,7 +80,8 @@ typedef struct {
 /* Bytes a tensor takes in a file of dtype d. */
 uint64_t safetensors_out_bytes(const safetensors_out *t, safetensors_dtype d);
 /* Write the n tensors, in this order, to path (via path.tmp, renamed when complete), with
- * {"format": "pt"} metadata. Returns 0, or -1 after adding an error (nothing left behind). */
+ * {"format": "pt"} metadata. Returns 0, or -1 after adding an error (nothing left behind); a value
+ * beyond d's range (above 65504 in fp16), which would be written as an infinity, is one. */
 int safetensors_write(const char *path, const safetensors_out *t, int n, safetensors_dtype d, err_list *errs);
 /* Write a model's tensors into directory dir as Hugging Face does: dir/model.safetensors when
  * their data take at most max_bytes, else dir/model-0000i-of-0000k.safetensors files of at most

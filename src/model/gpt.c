@@ -44,6 +44,7 @@ typedef struct {
   int n, cap, index;
   size_t offset;
   int tp, tp_rank; /* the part's tensor parallelism (tp >= 1) */
+  int names;       /* the tensors get their names (counting alone needs none) */
 } tensor_list;
 
 /* A tensor of the whole model, (rows, cols), cut as `split` (groups: row groups, for GPT_SPLIT_ROWS). */
@@ -113,9 +114,10 @@ gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
   return d;
 }
 
-/* The model's tensors in buffer order. Tensors outside [lo, hi) (and the embedding/head when not
- * held) are skipped but still numbered, so a tensor's index is the same in every layout. */
-static void build_tensors(const gpt_shape *s, gpt_part part, tensor_list *tl) {
+/* The model's tensors in buffer order (named when `names`). Tensors outside [lo, hi) (and the
+ * embedding/head when not held) are skipped but still numbered, so a tensor's index is the same in
+ * every layout; the blocks outside are only counted, so a stage's list costs its own tensors. */
+static void build_tensors(const gpt_shape *s, gpt_part part, tensor_list *tl, int names) {
   const int C = s->C, F = s->F, lo = part.lo, hi = part.hi;
   const float std = s->init_std;
   /* GPT-2 scales the residual projections' init by 1/sqrt(2L) (as Hugging Face's GPT2 does) */
@@ -124,13 +126,19 @@ static void build_tensors(const gpt_shape *s, gpt_part part, tensor_list *tl) {
   memset(tl, 0, sizeof *tl);
   tl->tp = part.tp > 1 ? part.tp : 1;
   tl->tp_rank = part.tp > 1 ? part.tp_rank : 0;
+  tl->names = names;
   add_tensor(tl, part.has_embed || part.has_head, (tensor_spec){"transformer.wte.weight", s->V, C, R, 1}, 1, -1,
              GPT_INIT_NORMAL, std);
   add_tensor(tl, part.has_embed, (tensor_spec){"transformer.wpe.weight", s->maxT, C, W, 1}, 1, -1, GPT_INIT_NORMAL, std);
   char n[96];
-  for (int l = 0; l < s->L; l++) {
+  for (int l = 0, per_block = 0, first; l < s->L; l++, per_block = tl->index - first) {
     int k = l >= lo && l < hi;
-#define NAME(fmt) (snprintf(n, sizeof n, "transformer.h.%d." fmt, l), n)
+    first = tl->index;
+    if (!k && per_block) { /* a block outside the part: its tensors numbered, as the first block's */
+      tl->index += per_block;
+      continue;
+    }
+#define NAME(fmt) (k && tl->names ? (snprintf(n, sizeof n, "transformer.h.%d." fmt, l), n) : "")
 #define SPEC(fmt, rows, cols, split, groups) ((tensor_spec){NAME(fmt), rows, cols, split, groups})
     add_tensor(tl, k, SPEC("ln_1.weight", C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
     add_tensor(tl, k, SPEC("ln_1.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
@@ -245,14 +253,14 @@ gpt_part gpt_whole(const gpt_shape *s) { return (gpt_part){0, s->L, 1, 1, 1, 0, 
 
 gpt_tensor *gpt_list_tensors(const gpt_shape *s, gpt_part part, int *n) {
   tensor_list tl;
-  build_tensors(s, part, &tl);
+  build_tensors(s, part, &tl, 1);
   *n = tl.n;
   return tl.v;
 }
 
 size_t gpt_part_params(const gpt_shape *s, gpt_part part) {
   tensor_list tl;
-  build_tensors(s, part, &tl);
+  build_tensors(s, part, &tl, 0);
   free(tl.v);
   return tl.offset;
 }
@@ -389,7 +397,7 @@ void gpt_init(gpt_model *m, const gpt_shape *s, const backend *be, int B, int T,
   m->tp_rank = part.tp > 1 ? part.tp_rank : 0;
   m->d = gpt_part_dims(s, part);
   tensor_list tl;
-  build_tensors(s, part, &tl);
+  build_tensors(s, part, &tl, 1);
   m->tensors = tl.v;
   m->ntensors = tl.n;
   m->nparams = tl.offset;

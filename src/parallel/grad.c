@@ -40,9 +40,8 @@ static int compressed(const grad_exchange *g) { return g->qx && g->D > 1 && g->s
 
 size_t grad_exchange_bytes(size_t nparams, const par_layout *lay) {
   if (!lay->zero || lay->D == 1) return 0;
-  size_t most = 0; /* the largest piece: the landing area of any replica */
-  for (int r = 0; r < lay->D; r++)
-    if (par_piece(nparams, lay->D, r + 1) - par_piece(nparams, lay->D, r) > most) most = par_piece(nparams, lay->D, r + 1) - par_piece(nparams, lay->D, r);
+  /* the largest piece, the landing area of any replica: D pieces of par_piece are floor(n / D) or ceil(n / D) long */
+  const size_t D = (size_t)lay->D, most = (nparams + D - 1) / D;
   return most * sizeof(float);
 }
 

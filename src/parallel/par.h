@@ -25,6 +25,10 @@
 #include "deck/cfg.h"
 #include "model/gpt.h"
 
+/* The most ranks a layout is planned for (greenlm --dry-run --ranks, the machines of the 'plan' task):
+ * far beyond any machine, and every count and product of a layout's stays an int. */
+enum { PAR_MAX_RANKS = 1 << 24 };
+
 typedef struct {
   int size, rank;  /* in the job's communicator */
   int P, D, nmicro, zero; /* stages, replicas, micro-batches per step and replica, ZeRO stage */

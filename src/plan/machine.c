@@ -7,6 +7,7 @@
 #include "base/util.h"
 #include "energy/energy.h"
 #include "energy/hwpower.h"
+#include "parallel/par.h"
 #include "parallel/topo.h"
 
 /* The share of the peak greenlm's step reaches on a GPU, at fp32 and at the tensor-core precisions
@@ -132,6 +133,13 @@ int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, d
   if (m->cpu && topo_discover(&here) != 0) here.cores = 1, here.memory_gib = 1;
   m->nodes = (int)c->nodes;
   m->per_node = c->devices_per_node > 0 ? (int)c->devices_per_node : m->cpu ? here.cores : m->dev->per_node;
+  if ((long)m->nodes * m->per_node > PAR_MAX_RANKS) { /* each in its range, their product need not be */
+    cfg_error_at(cfg, errs, "machine", "nodes",
+                 "plan for fewer nodes or devices per node: a plan lays out at most as many ranks as --ranks takes",
+                 "nodes x devices_per_node = %d x %d = %ld ranks, more than the %d a plan lays out", m->nodes, m->per_node,
+                 (long)m->nodes * m->per_node, PAR_MAX_RANKS);
+    return 1;
+  }
   m->ranks = m->nodes * m->per_node;
   const double libraries = util_peak_rss(); /* this process so far: the build's libraries and MPI */
   if (m->cpu && c->overhead_gb <= 0 && be->library_bytes) { /* before any other product: the library keeps what it takes */

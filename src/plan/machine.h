@@ -52,7 +52,8 @@ const machine_device *machine_find(const char *name);
 /* Resolve &machine (and &energy pue, region) for the deck's precision and model of nparams
  * parameters whose ops run on shapes up to ops: table defaults where the deck gives 0; for 'cpu',
  * the math library's buffers measured on be for those shapes and, without peak_tflops, a GEMM's
- * rate. Returns the number of errors added (a precision the device does not have). */
+ * rate. Returns the number of errors added (a precision the device does not have; nodes x devices
+ * per node beyond PAR_MAX_RANKS, which each key's range allows). */
 int machine_resolve(machine_plan *m, const cfg_config *cfg, const backend *be, double nparams, const backend_shape *ops,
                     err_list *errs);
 

@@ -12,6 +12,7 @@
 #define GREENLM_PLAN_H
 
 #include <mpi.h>
+#include <stdio.h>
 
 #include "base/err.h"
 #include "deck/cfg.h"
@@ -41,12 +42,16 @@ typedef struct {
   int n, best;       /* best: index of the fastest layout that fits, or -1 */
   plan_layout deck;  /* the deck's own layout (&parallel, &training) on the machine's ranks */
   int has_deck;      /* 0 when it is not a layout of them (stages not dividing the ranks, ...) */
-  int nodes_needed;  /* nothing fits: the node count at which something would (0: none up to 64x) */
+  int nodes_needed;  /* nothing fits: the node count at which something would (0: none up to nodes_tried) */
+  int nodes_tried;   /* nothing fits: the most nodes tried (64x, or fewer where that passes PAR_MAX_RANKS ranks) */
   plan_layout alt;   /* its best layout */
 } plan_result;
 
-/* Plan every layout of the resolved machine for cfg (on a copy). Returns the number of errors. */
-int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, err_list *errs);
+/* Plan every layout of the resolved machine for cfg (on a copy). A plan that takes long says how far
+ * it is on progress (every few seconds; NULL: quiet), and so does the search for more nodes when
+ * nothing fits. Returns the number of errors (a machine of more than PAR_MAX_RANKS ranks, a global
+ * batch beyond the deck's range: at their keys). */
+int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, FILE *progress, err_list *errs);
 void plan_free(plan_result *r);
 /* Index of the fastest layout that fits with tp tensor ranks (0: any), or -1. */
 int plan_fastest(const plan_result *r, int tp);

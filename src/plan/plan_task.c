@@ -92,7 +92,8 @@ static void print_verdict(const plan_result *r) {
            "stages and the smallest micro-batch tried\n", util_fmt_bytes(s->mem, mem, sizeof mem),
            util_fmt_bytes(r->mach.memory, lines, sizeof lines));
     if (!r->nodes_needed) {
-      printf("what would: no layout fits even on 64 times the nodes; a device with more memory (&machine device)\n");
+      printf("what would: no layout fits even on %d nodes (%d ranks); a device with more memory (&machine device)\n",
+             r->nodes_tried, r->nodes_tried * r->mach.per_node);
       return;
     }
     printf("what would: %d nodes (%d ranks), with\n%s\n", r->nodes_needed, r->nodes_needed * r->mach.per_node,
@@ -183,7 +184,7 @@ int plan_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
   if (rank == 0) {
     const backend *be = plan_backend(cfg);
     plan_result r;
-    rc = plan_make(&r, cfg, be, errs) != 0;
+    rc = plan_make(&r, cfg, be, stdout, errs) != 0;
     if (!rc) {
       char desc[2048];
       printf("plan: %.4g parameters, seq_len %d, %ld sequences per step (%.4g tokens), %.4g FLOPs per token\n%s\n", r.nparams,

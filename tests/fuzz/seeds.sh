@@ -1,7 +1,9 @@
 #!/bin/sh
 # seeds.sh: make the seed inputs of the fuzz targets in tests/fuzz/corpus/ with greenlm itself
-# (a BPE vocabulary, a token dataset, a checkpoint of the checkpoint target's tiny model, --set
-# lines). The deck target's seeds are the decks of input/ and tests/decks/, used where they are.
+# (a BPE vocabulary, a token dataset, a checkpoint of the checkpoint target's tiny model and its
+# bf16 export, --set lines) and from the test fixtures (Hugging Face models, benchmark files). The
+# deck target's seeds are the decks of input/ and tests/decks/, the machine target's the machine
+# files of input/machines/, used where they are.
 #
 #   tests/fuzz/seeds.sh BUILD_DIR      (BUILD_DIR/src/greenlm is run)
 set -eu
@@ -54,4 +56,24 @@ EOD
 run "$work/ck.nml"
 mkdir -p "$corpus/checkpoint"
 cp "$work/run/checkpoints/ckpt-00000002.nc" "$corpus/checkpoint/tiny-step2.nc"
+
+# Hugging Face models: config.json, a NUL byte, model.safetensors (the fixtures, and the tiny
+# checkpoint above exported in bf16)
+run --set "job.task='export'" --set "export.dir='$work/hf'" --set "export.dtype='bf16'" "$work/ck.nml"
+mkdir -p "$corpus/hf"
+hf_seed() { { cat "$1/config.json"; printf '\000'; cat "$1/model.safetensors"; } > "$corpus/hf/$2"; }
+hf_seed "$top/tests/reference/hf-neo" neo-f32
+hf_seed "$top/tests/reference/hf-gpt2" gpt2-f32
+hf_seed "$work/hf" tiny-neo-bf16
+
+# benchmark files: the kind's index (lambada 0, hellaswag 1, piqa 2, arc 3, winogrande 4, mc 5; plus
+# 8 for one few-shot example each), then the file
+mkdir -p "$corpus/bench"
+k=0
+for kind in lambada hellaswag piqa arc winogrande mc; do
+  { printf "\\$(printf %03o $k)"; cat "$top/tests/data/bench-$kind.jsonl"; } > "$corpus/bench/$kind"
+  { printf "\\$(printf %03o $((k + 8)))"; cat "$top/tests/data/bench-$kind.jsonl"; } > "$corpus/bench/$kind-fewshot"
+  k=$((k + 1))
+done
+{ printf '\003'; cat "$top/tests/data/bench-arc-hf.jsonl"; } > "$corpus/bench/arc-hf"
 ls -l "$corpus"/*
