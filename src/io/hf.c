@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/progress.h"
 #include "base/util.h"
 #include "io/safetensors.h"
 #include "text/tok.h"
@@ -454,8 +455,10 @@ int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int
     if (2 * (size_t)t[i].grows * (size_t)t[i].gcols > most) most = 2 * (size_t)t[i].grows * (size_t)t[i].gcols;
   }
   float *tmp = util_malloc(most * sizeof(float) + 1, "tensor");
-  for (int i = 0; i < nt && added_since(errs, before) == 0; i++)
+  for (int i = 0; i < nt && added_since(errs, before) == 0; i++) {
     read_tensor(&w.f[fi[i]], ft[i], s, &t[i], params + t[i].offset, tmp, errs);
+    progress_mark(); /* a tensor imported (the watchdog's progress) */
+  }
   free(tmp), free(ft), free(fi);
   close_weights(&w);
   return (int)added_since(errs, before);
