@@ -155,19 +155,23 @@ static int pattern_names(const char *pattern, const char *path) {
 }
 
 /* Whether the existing file m is out (id) or, nspill > 0, one of its spill files out.spill-R, R < nspill:
- * which, as "'out'" or "the spill file 'out.spill-R'", into what. */
+ * which, as "'out'" or "its spill file 'out.spill-R'", into what. A stat for most m (glob matches
+ * may be many); the spill files' places only for names that fit. */
 static int is_output(const char *m, const char *out, const fileid *id, int nspill, char *what, size_t len) {
-  fileid mid;
-  fileid_of(m, &mid);
+  struct stat st;
+  if (stat(m, &st) != 0) return 0;
   util_snprintf(what, len, "'%s'", out);
-  if (fileid_same(&mid, id)) return 1;
-  size_t n = strlen(id->canonical);
-  if (nspill <= 0 || strncmp(mid.canonical, id->canonical, n) != 0 || strncmp(mid.canonical + n, ".spill-", 7) != 0) return 0;
-  char *end;
-  long r = strtol(mid.canonical + n + 7, &end, 10);
-  if (*end || end == mid.canonical + n + 7 || r < 0 || r >= nspill) return 0;
-  util_snprintf(what, len, "its spill file '%s.spill-%ld'", out, r);
-  return 1;
+  if (id->exists && st.st_dev == id->dev && st.st_ino == id->ino) return 1;
+  const char *mb = strrchr(m, '/'), *ob = strrchr(out, '/');
+  mb = mb ? mb + 1 : m, ob = ob ? ob + 1 : out;
+  size_t n = strlen(ob);
+  if (nspill <= 0 || strncmp(mb, ob, n) != 0 || strncmp(mb + n, ".spill-", 7) != 0) return 0;
+  char *end, spill[UTIL_PATH_MAX + 32];
+  long r = strtol(mb + n + 7, &end, 10);
+  if (*end || end == mb + n + 7 || r < 0 || r >= nspill) return 0;
+  util_snprintf(spill, sizeof spill, "%s.spill-%ld", out, r);
+  util_snprintf(what, len, "its spill file '%s'", spill);
+  return fileid_same_path(m, spill);
 }
 
 /* Whether out (id: its identity; nspill: is_output) is read as the input `in` (a file, directory or
@@ -229,9 +233,10 @@ static int file_of(const corpus_set *c, int64_t pos) {
   return lo;
 }
 
-/* Read n bytes of file f at file offset off. Returns bytes read or -1. */
+/* Read n bytes of file f at file offset off. Returns bytes read or -1 (never waiting: should the
+ * file have become a FIFO since it was listed, the read fails). */
 static ssize_t read_at(const corpus_set *c, int f, int64_t off, char *buf, size_t n) {
-  int fd = open(c->path[f], O_RDONLY);
+  int fd = open(c->path[f], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return -1;
   size_t got = 0;
   while (got < n) {
