@@ -26,6 +26,7 @@
 #include "parallel/par.h"
 #include "parallel/tp.h"
 #include "text/bpe.h"
+#include "text/data.h"
 #include "text/prepare.h"
 #include "textgen.h"
 #include "train.h"
@@ -287,7 +288,12 @@ static const struct {
 static int run_tasks(program *p) {
   const cfg_config *cfg = p->cfg;
   char note[640] = ""; /* how the backend was chosen, where there was a choice */
-  if (cfg_has_task(cfg, CFG_TASK_TRAIN) && train_preflight(cfg, &p->errs)) {
+  int train = cfg_has_task(cfg, CFG_TASK_TRAIN); /* every check runs, so that all their errors come at once */
+  int bad = train && train_preflight(cfg, &p->errs);
+  bad |= train && data_check_weights(cfg, &p->errs);
+  bad |= cfg_has_task(cfg, CFG_TASK_TOKENIZER) && bpe_preflight(cfg, MPI_COMM_WORLD, &p->errs);
+  bad |= cfg_has_task(cfg, CFG_TASK_PREPARE) && prepare_preflight(cfg, MPI_COMM_WORLD, &p->errs);
+  if (bad) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, NOTHING_DONE);
     return ERR_EXIT_BAD_INPUT;
   }

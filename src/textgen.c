@@ -100,7 +100,7 @@ static int read_prompts(const cfg_config *cfg, MPI_Comm comm, char **buf, char *
   if (rank == 0 && c->prompt_file[0]) {
     size_t got = 0;
     int e0 = errs->n;
-    text = util_read_file(c->prompt_file, (size_t)1 << 30, &got, "prompt file", "give a text file of prompts, one per line", errs);
+    text = util_read_file(c->prompt_file, (size_t)1 << 30, &got, "prompt", "give a text file of prompts, one per line", errs);
     if (!text) cfg_relocate(cfg, errs, e0, "sample", "prompt_file");
     len = text ? (long)got : -1;
   } else if (rank == 0) {

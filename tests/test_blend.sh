@@ -23,7 +23,7 @@ loader="$(dirname "$GREENLM")/../tests/test_loader"
 for np in 1 2 3; do
   mkdir -p "$out/loader-$np"
   TEST_OUT="$out/loader-$np" $MPIEXEC -n $np "$loader" > "$out/loader-$np.out" 2>&1
-  check "test_loader on $np ranks failed: $(tail -n 3 "$out/loader-$np.out")" [ $? -eq 0 ]
+  rc=$?; check "test_loader on $np ranks failed: $(tail -n 3 "$out/loader-$np.out")" [ $rc -eq 0 ]
   h=$(sed -n 's/^blend windows hash //p' "$out/loader-$np.out" | sort -u)
   check "the $np ranks drew other windows: '$h'" [ "$(echo "$h" | wc -l)" -eq 1 ] && [ -n "$h" ]
   [ $np = 1 ] && h1=$h
@@ -48,9 +48,9 @@ hash_of() { sed -n 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/p' "$out/$1/verdict.j
 blend_of() { tr -d ' \n' < "$out/$1/verdict.json" | sed -n 's/.*"data_blend":\(\[[^]]*\]\).*/\1/p'; }
 
 greenlm --set job.task=prepare "$deck" > "$out/prepare.out" 2>&1
-check "prepare failed: $(tail -n 3 "$out/prepare.out")" [ $? -eq 0 ]
+rc=$?; check "prepare failed: $(tail -n 3 "$out/prepare.out")" [ $rc -eq 0 ]
 greenlm --set "job.run_dir=$out/ref" "$deck" > "$out/ref.out" 2>&1
-check "the blend run failed: $(tail -n 5 "$out/ref.out")" [ $? -eq 0 ]
+rc=$?; check "the blend run failed: $(tail -n 5 "$out/ref.out")" [ $rc -eq 0 ]
 check "no line of the blend's shares" grep -q "^data: $out/val.nc: [0-9]* windows since step 0 .*share 0\.[0-9]* of weight 0\.3000" "$out/ref.out"
 b=$(blend_of ref)
 check "verdict.json has no data_blend: $b" [ -n "$b" ]
@@ -72,7 +72,7 @@ check "no end-of-run line of a validation dataset" grep -q "^validation: $out/tr
 mkdir -p "$out/again/checkpoints"
 cp "$out/ref/checkpoints/ckpt-00000006.nc" "$out/again/checkpoints/"
 greenlm --set "job.run_dir=$out/again" --set checkpoint.restart=latest "$deck" > "$out/again.out" 2>&1
-check "the restarted blend run failed: $(tail -n 5 "$out/again.out")" [ $? -eq 0 ]
+rc=$?; check "the restarted blend run failed: $(tail -n 5 "$out/again.out")" [ $rc -eq 0 ]
 check "the restart did not begin at step 6" grep -q "step 6" "$out/again.out"
 check "the restart ends with other parameters ($(hash_of again), straight through $(hash_of ref))" \
   [ -n "$(hash_of ref)" ] && [ "$(hash_of again)" = "$(hash_of ref)" ]
@@ -82,7 +82,7 @@ check "the restart's validation at step 12 differs: $(tail -n 2 "$out/again/val.
 
 greenlm --set job.task=eval --set "job.run_dir=$out/ref" --set checkpoint.restart=latest --set eval.seq_len=16 \
   "$deck" > "$out/eval.out" 2>&1
-check "the eval task failed: $(tail -n 3 "$out/eval.out")" [ $? -eq 0 ]
+rc=$?; check "the eval task failed: $(tail -n 3 "$out/eval.out")" [ $rc -eq 0 ]
 for f in val train; do
   check "the eval task did not score $f.nc: $(grep '^eval:' "$out/eval.out" | head -n 4)" \
     grep -q "^eval: $out/$f.nc: [0-9]* windows of 16 tokens, loss" "$out/eval.out"
@@ -98,7 +98,7 @@ check "no reason given for refusing the blend's checkpoint: $(tail -n 3 "$out/al
 # the loader benchmark on the blend: it runs on 2 ranks and reports every phase
 bench="$(dirname "$GREENLM")/greenlm-loadbench"
 $MPIEXEC -n 2 "$bench" --steps 5 --step-ms 1 "$deck" > "$out/loadbench.out" 2>&1
-check "greenlm-loadbench failed: $(tail -n 3 "$out/loadbench.out")" [ $? -eq 0 ]
+rc=$?; check "greenlm-loadbench failed: $(tail -n 3 "$out/loadbench.out")" [ $rc -eq 0 ]
 check "greenlm-loadbench's result line lacks a phase: $(grep result "$out/loadbench.out")" \
   grep -q "^result: ranks=2 T=32 windows_per_step=4 cold_wps=[0-9.]* warm_wps=[0-9.]* warm_ms_1=[0-9.]* cold_ms_1=[0-9.]* ahead_ms_1=[0-9.]*$" "$out/loadbench.out"
 $MPIEXEC -n 1 "$bench" --step-ms 0 "$deck" > "$out/loadbench-bad.out" 2>&1

@@ -3,7 +3,7 @@
 # findings once: no crash, no sanitizer report (in sanitizer builds), no broken property. In builds
 # configured --enable-fuzzing the targets are libFuzzer programs, run with -runs=0.
 . "$(dirname "$0")/lib.sh"
-for t in deck set tokenizer dataset checkpoint hf bench machine; do
+for t in deck set tokenizer dataset checkpoint hf bench machine text; do
   prog="$PWD/tests/fuzz/fuzz_$t"
   dirs=""
   for d in "$TOP_SRCDIR/tests/fuzz/corpus/$t" "$TOP_SRCDIR/tests/fuzz/crashes/$t"; do [ -d "$d" ] && dirs="$dirs $d"; done

@@ -7,7 +7,8 @@
  *    the folder is absent.
  * test_tok: random byte strings, valid UTF-8 or not, round-trip with a small vocabulary written
  *    here and with the byte tokenizer; corrupt tokenizer files are rejected with the file, the
- *    place and what is wrong. */
+ *    place and what is wrong; a directory or a FIFO in the place of a file is named as such (the FIFO
+ *    never opened for a writer to come); a pair that does not match its manifest is refused. */
 #include <jansson.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -162,6 +163,63 @@ static void expect_error(const char *dir, const char *fragment) {
   err_free(&errs);
 }
 
+/* Paths that are not files where encoder.json or vocab.bpe belongs. */
+static void test_not_files(void) {
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/dir-encoder", tmpdir);
+  snprintf(path, sizeof path, "%s/encoder.json", dir);
+  remove(path); /* an earlier run's directory */
+  write_small(dir, "", "t h\n");
+  remove(path);
+  mkdir(path, 0777);
+  expect_error(dir, "dir-encoder/encoder.json:0: a directory, not a tokenizer file");
+  snprintf(dir, sizeof dir, "%s/fifo-merges", tmpdir);
+  snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+  remove(path); /* an earlier run's FIFO: opening it to write would wait for a reader */
+  write_small(dir, "", "t h\n");
+  remove(path);
+  T_CHECK(mkfifo(path, 0666) == 0, "cannot make a FIFO at %s", path);
+  expect_error(dir, "fifo-merges/vocab.bpe:0: a FIFO (named pipe), not a tokenizer file");
+}
+
+/* file's bytes into buf (at most len); their count. */
+static size_t slurp(const char *dir, const char *file, char *buf, size_t len) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE *fp = fopen(path, "rb");
+  size_t n = fp ? fread(buf, 1, len, fp) : 0;
+  if (fp) fclose(fp);
+  return n;
+}
+
+/* A pair with its manifest loads; one of its files replaced by another's is refused. */
+static void test_manifest(void) {
+  char dir[4200], path[4300], enc[65536], voc[4096], text[512];
+  snprintf(dir, sizeof dir, "%s/manifest", tmpdir);
+  write_small(dir, "", "t h\nth e\n");
+  size_t el = slurp(dir, "encoder.json", enc, sizeof enc), vl = slurp(dir, "vocab.bpe", voc, sizeof voc);
+  tok_manifest_text(enc, el, voc, vl, text, sizeof text);
+  snprintf(path, sizeof path, "%s/%s", dir, TOK_MANIFEST);
+  FILE *fp = fopen(path, "w");
+  fputs(text, fp);
+  fclose(fp);
+  tok_tokenizer t;
+  err_list errs = {0};
+  T_CHECK(tok_load_bpe(&t, dir, &errs) == 0, "a pair with its manifest does not load: %s", errs.n ? errs.v[0].msg : "");
+  if (errs.n == 0) tok_free(&t);
+  err_free(&errs);
+  snprintf(path, sizeof path, "%s/vocab.bpe", dir); /* a newer vocab.bpe beside the older encoder.json */
+  fp = fopen(path, "w");
+  fputs("#version: 0.2\nt h\n", fp);
+  fclose(fp);
+  expect_error(dir, TOK_MANIFEST ":0: vocab.bpe is not the file this manifest lists");
+  snprintf(path, sizeof path, "%s/%s", dir, TOK_MANIFEST);
+  fp = fopen(path, "w");
+  fputs("something else\n", fp);
+  fclose(fp);
+  expect_error(dir, TOK_MANIFEST ":1: not a greenlm tokenizer manifest");
+}
+
 static void test_small_and_corrupt(void) {
   char dir[4200];
   const char *good = "t h\nth e\n\xc4\xa0 the\n";
@@ -180,7 +238,7 @@ static void test_small_and_corrupt(void) {
     tok_free(&t);
   }
   snprintf(dir, sizeof dir, "%s/no-such-dir", tmpdir);
-  expect_error(dir, "cannot read");
+  expect_error(dir, "cannot open the tokenizer: No such file or directory");
   static const struct {
     const char *name, *encoder_extra, *merges, *error;
   } bad[] = {
@@ -224,6 +282,8 @@ int main(int argc, char **argv) {
     rc = test_gpt2() ? t_done("test_gpt2") : 77;
   } else {
     test_small_and_corrupt();
+    test_not_files();
+    test_manifest();
     test_bytes();
     rc = t_done("test_tok");
   }

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "text/corpus.h"
 #include "text/tok.h"
@@ -260,6 +261,61 @@ static void distribute_words(bpe_state *s, const hmap_str *words) {
 
 /* ---- output ------------------------------------------------------------------------------------- */
 
+/* encoder.json's text: token strings -> ids, <|endoftext|> last. free() it. */
+static char *encoder_text(char **tok, const int *tlen, int ntok, size_t *len) {
+  char chars[4 * TOK_MAX_BYTES + 1];
+  json_t *enc = json_object();
+  for (int i = 0; i < ntok; i++) {
+    tok_bytes_to_chars(tok[i], tlen[i], chars, sizeof chars);
+    json_object_set_new(enc, i == ntok - 1 ? "<|endoftext|>" : chars, json_integer(i));
+  }
+  char *text = json_dumps(enc, JSON_COMPACT | JSON_ENSURE_ASCII);
+  json_decref(enc);
+  UTIL_CHECK(text != NULL, NULL, "out of memory writing encoder.json");
+  *len = strlen(text);
+  return text;
+}
+
+/* vocab.bpe's text: the version line, then one merge "left right" per line. */
+static bytebuf merges_text(char **tok, const int *tlen, const int32_t (*mg)[2], long nm) {
+  bytebuf b = {0};
+  char line[2 * (4 * TOK_MAX_BYTES + 1) + 2];
+  buf_put(&b, "#version: 0.2\n", 14);
+  for (long r = 0; r < nm; r++) {
+    int o = tok_bytes_to_chars(tok[mg[r][0]], tlen[mg[r][0]], line, 4 * TOK_MAX_BYTES + 1);
+    line[o++] = ' ';
+    o += tok_bytes_to_chars(tok[mg[r][1]], tlen[mg[r][1]], line + o, 4 * TOK_MAX_BYTES + 1);
+    line[o++] = '\n';
+    buf_put(&b, line, (size_t)o);
+  }
+  return b;
+}
+
+/* n bytes of data into path, synced. 0, or -1 with errno. */
+static int write_synced(const char *path, const char *data, size_t n) {
+  FILE *fp = fopen(path, "wb");
+  if (!fp) return -1;
+  int rc = fwrite(data, 1, n, fp) == n && fflush(fp) == 0 && fsync(fileno(fp)) == 0 ? 0 : -1, e = errno;
+  if (fclose(fp) != 0 && rc == 0) return -1;
+  errno = e;
+  return rc;
+}
+
+/* The manifest (tok.h) of the pair, crash-safely. 0, or -1 with errno. */
+static int write_manifest(const char *dir, const char *enc, size_t el, const char *voc, size_t vl) {
+  char path[UTIL_PATH_MAX], text[512];
+  util_snprintf(path, sizeof path, "%s/%s", dir, TOK_MANIFEST);
+  tok_manifest_text(enc, el, voc, vl, text, sizeof text);
+  util_atomic_file af;
+  if (util_atomic_open(&af, path) != 0) return -1;
+  fputs(text, af.fp);
+  return util_atomic_close(&af);
+}
+
+/* dir/encoder.json and dir/vocab.bpe, written so that no reader takes a mixed pair: both are written
+ * to .tmp files and synced, then the manifest listing the new pair replaces the old one, then each file
+ * is renamed into place. From the manifest's replacement to the second rename a reader refuses the
+ * directory (tok.h); before it the older pair is whole, after it the new one. */
 static int write_files(const char *dir, char **tok, const int *tlen, int ntok, const int32_t (*mg)[2], long nm,
                        err_list *errs) {
   if (util_mkdir_p(dir) != 0) {
@@ -267,35 +323,23 @@ static int write_files(const char *dir, char **tok, const int *tlen, int ntok, c
             strerror(errno));
     return -1;
   }
-  char path[4096], chars[4096];
-  json_t *enc = json_object();
-  for (int i = 0; i < ntok; i++) {
-    tok_bytes_to_chars(tok[i], tlen[i], chars, sizeof chars);
-    json_object_set_new(enc, i == ntok - 1 ? "<|endoftext|>" : chars, json_integer(i));
-  }
-  util_atomic_file ae, av;
-  snprintf(path, sizeof path, "%s/encoder.json", dir);
-  int rc = util_atomic_open(&ae, path);
-  if (rc == 0 && json_dumpf(enc, ae.fp, JSON_COMPACT | JSON_ENSURE_ASCII) != 0) rc = -1;
-  json_decref(enc);
-  snprintf(path, sizeof path, "%s/vocab.bpe", dir);
-  if (rc == 0 && util_atomic_open(&av, path) != 0) {
-    util_atomic_abort(&ae);
-    rc = -1;
-  } else if (rc == 0) {
-    fprintf(av.fp, "#version: 0.2\n");
-    for (long r = 0; r < nm; r++) {
-      char a[2048];
-      tok_bytes_to_chars(tok[mg[r][0]], tlen[mg[r][0]], a, sizeof a);
-      tok_bytes_to_chars(tok[mg[r][1]], tlen[mg[r][1]], chars, sizeof chars);
-      fprintf(av.fp, "%s %s\n", a, chars);
-    }
-    /* both files complete before either replaces an older one */
-    if (util_atomic_close(&av) != 0 || util_atomic_close(&ae) != 0) rc = -1;
-  }
-  if (rc != 0)
+  size_t el;
+  char *enc = encoder_text(tok, tlen, ntok, &el);
+  bytebuf voc = merges_text(tok, tlen, mg, nm);
+  char ep[UTIL_PATH_MAX], vp[UTIL_PATH_MAX], et[UTIL_PATH_MAX + 8], vt[UTIL_PATH_MAX + 8];
+  util_snprintf(ep, sizeof ep, "%s/encoder.json", dir);
+  util_snprintf(vp, sizeof vp, "%s/vocab.bpe", dir);
+  util_snprintf(et, sizeof et, "%s.tmp", ep);
+  util_snprintf(vt, sizeof vt, "%s.tmp", vp);
+  int rc = write_synced(et, enc, el) || write_synced(vt, voc.p, voc.n) || write_manifest(dir, enc, el, voc.p, voc.n) ||
+           util_commit(et, ep) || util_commit(vt, vp) ? -1 : 0;
+  if (rc != 0) {
+    int e = errno;
+    remove(et), remove(vt);
     err_add(errs, dir, 0, 0, "check that &tokenizer dir is writable and the disk is not full",
-            "cannot write the vocabulary (encoder.json, vocab.bpe): %s", strerror(errno));
+            "cannot write the vocabulary (encoder.json, vocab.bpe, " TOK_MANIFEST "): %s", strerror(e));
+  }
+  free(enc), free(voc.p);
   return rc;
 }
 
@@ -333,14 +377,15 @@ static void vocab_free(bpe_vocab *v) {
   hmap_str_free(&v->ids);
 }
 
-/* The globally best pair (highest count; ties to the smaller ids), agreed by all ranks; count 0
- * when none is left. */
-static bpe_cand best_pair(bpe_state *s) {
+/* The globally best pair (highest count; ties to the smaller ids) whose token would have at most
+ * TOK_MAX_BYTES bytes, agreed by all ranks; count 0 when none is left. */
+static bpe_cand best_pair(bpe_state *s, const bpe_vocab *v) {
   bpe_cand mine = {0, 0};
   while (s->nh > 0) { /* this rank's best live pair */
     bpe_cand top = s->heap[0];
     uint64_t *c = hmap_u64_get(&s->gcount, top.pair);
-    if (c && (int64_t)*c == top.count) {
+    int fits = v->tlen[top.pair >> 32] + v->tlen[(uint32_t)top.pair] <= TOK_MAX_BYTES;
+    if (c && (int64_t)*c == top.count && fits) {
       mine = top;
       break;
     }
@@ -415,7 +460,7 @@ int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *
   flush_deltas(&s);
   bpe_vocab v;
   vocab_init(&v, vocab_size);
-  for (bpe_cand best; v.ntok < vocab_size - 1 && (best = best_pair(&s)).count > 0;) merge_pair(&s, &v, best);
+  for (bpe_cand best; v.ntok < vocab_size - 1 && (best = best_pair(&s, &v)).count > 0;) merge_pair(&s, &v, best);
   st->merges = v.nm;
   st->tokens = v.ntok + 1;
   int rc = v.ntok < vocab_size - 1; /* too little text */
@@ -482,6 +527,7 @@ int bpe_run_task(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
   int rc = corpus_each(&cs, count_doc, &c, errs), any;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, comm);
   double t_count = util_now() - t0;
+  if (any == 0) corpus_report(&cs, comm, "tokenizer");
   bpe_stats st;
   if (any == 0) {
     int e0 = errs->n;
@@ -498,4 +544,20 @@ int bpe_run_task(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
   tok_free(&pre);
   corpus_close(&cs);
   return any != 0 || rc != 0;
+}
+
+int bpe_preflight(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
+  int rank, bad = 0;
+  MPI_Comm_rank(comm, &rank);
+  const cfg_tokenizer *tc = &cfg->tokenizer;
+  int own = tc->corpus.n > 0;
+  static const char *const names[] = {"encoder.json", "vocab.bpe", TOK_MANIFEST};
+  for (int i = 0; rank == 0 && i < 6 && !bad; i++) { /* each file, then its .tmp */
+    char out[UTIL_PATH_MAX + 64];
+    util_snprintf(out, sizeof out, "%s/%s%s", tc->dir, names[i % 3], i < 3 ? "" : ".tmp");
+    bad = corpus_clash(cfg, own ? "tokenizer" : "prepare", own ? "corpus" : "input", own ? &tc->corpus : &cfg->prepare.input,
+                       out, 0, "tokenizer", "dir", errs);
+  }
+  MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
+  return bad;
 }

@@ -28,8 +28,10 @@ typedef struct {
 } bpe_stats;
 
 /* words: this rank's piece counts (piece bytes -> count). Learns merges until the vocabulary has
- * vocab_size tokens including <|endoftext|>, then rank 0 writes dir/encoder.json and dir/vocab.bpe
- * crash-safely. Collective over comm. Returns 0; 1 when the text supports fewer tokens (st->tokens,
+ * vocab_size tokens including <|endoftext|> (never a token longer than TOK_MAX_BYTES: such a pair
+ * is passed over), then rank 0 writes dir/encoder.json and dir/vocab.bpe crash-safely, as a pair with
+ * the manifest that lists them (TOK_MANIFEST, tok.h): a crash while they are replaced leaves a pair
+ * that is refused, never one that loads mixed. Collective over comm. Returns 0; 1 when the text supports fewer tokens (st->tokens,
  * nothing written); -1 when the files cannot be written (an error added on rank 0). The same on
  * every rank. */
 int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *dir, bpe_stats *st, err_list *errs);
@@ -38,6 +40,10 @@ int bpe_train(const hmap_str *words, int vocab_size, MPI_Comm comm, const char *
  * and train &tokenizer vocab_size into &tokenizer dir. Returns the exit status (0, or 1 after adding
  * errors). Collective. */
 int bpe_run_task(const cfg_config *cfg, MPI_Comm comm, err_list *errs);
+/* Before any task runs: the files the 'tokenizer' task writes in &tokenizer dir (and their .tmp) are
+ * none of its inputs and would not be read as one (corpus_clash). Returns 0, or 1 on every rank after
+ * rank 0 added errors. Collective. */
+int bpe_preflight(const cfg_config *cfg, MPI_Comm comm, err_list *errs);
 
 /* GPT-2's id of the single-byte token of byte b (0..255). */
 int bpe_byte_rank(int b);

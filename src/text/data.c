@@ -2,6 +2,7 @@
 #include "text/data.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <mpi.h>
 #include <pnetcdf.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "base/ncfile.h"
 #include "base/rng.h"
 #include "base/util.h"
+#include "text/fileid.h"
 
 #define DATA_HINT_TEXT "make the dataset again with the 'prepare' task (&job task = 'prepare', 'train')"
 static const char DATA_HINT[] = DATA_HINT_TEXT;
@@ -214,13 +216,60 @@ static uint64_t set_weights(data_set *set, int n, int T, const cfg_reallist *w, 
   return all;
 }
 
+/* Two entries of a blend that are one file under two spellings (the same spelling twice is the deck's
+ * error): a dataset blended with itself. */
+static void check_twice(const cfg_strlist *list, const cfg_config *cfg, const char *key, err_list *errs) {
+  fileid *id = util_calloc((size_t)list->n + 1, sizeof *id, "dataset identities");
+  for (int s = 0; s < list->n; s++) {
+    fileid_of(list->v[s], &id[s]);
+    for (int r = 0; r < s; r++)
+      if (id[s].exists && fileid_same(&id[r], &id[s]) && strcmp(list->v[r], list->v[s]) != 0)
+        cfg_error_at(cfg, errs, "data", key, "list each dataset once; its weight sets its share",
+                     "'%s' (entry %d) and '%s' (entry %d) are the same file: a dataset blended with itself", list->v[r],
+                     r + 1, list->v[s], s + 1);
+  }
+  free(id);
+}
+
 /* The list of datasets at &data key into set (list->n), each checked; the errors are counted in errs. */
 static data_set *open_list(const cfg_strlist *list, const cfg_config *cfg, const tok_tokenizer *tok, int T,
                            const char *key, err_list *errs) {
   data_set *set = util_calloc((size_t)list->n + 1, sizeof *set, "datasets");
   for (int s = 0; s < list->n; s++) /* every dataset of a blend against the tokenizer, by name */
     open_checked(&set[s].file, list->v[s], cfg, tok, T, key, errs);
+  check_twice(list, cfg, key, errs);
   return set;
+}
+
+/* One blend's weights (&data wkey, for the datasets of &data key): their sum finite, and every
+ * dataset's share above 0 (training: its interval of the cumulative weights not empty, so it can be
+ * drawn). Returns the errors added. */
+static int check_weights(const cfg_reallist *w, int train, const cfg_config *cfg, const char *wkey, err_list *errs) {
+  static const char HINT[] = "only the weights' ratios matter: scale them to sizes near 1";
+  double sum = 0, acc = 0, prev = 0;
+  for (int s = 0; s < w->n; s++) sum += w->v[s];
+  if (!isfinite(sum)) {
+    cfg_error_at(cfg, errs, "data", wkey, HINT, "the weights sum to %g, beyond what a double holds: every share "
+                 "would be 0", sum);
+    return 1;
+  }
+  for (int s = 0; s < w->n; s++) {
+    acc += w->v[s] / sum;
+    double cum = s == w->n - 1 ? 1.0 : acc; /* as the loader draws */
+    if (w->v[s] / sum > 0 && (!train || cum > prev)) {
+      prev = cum;
+      continue;
+    }
+    cfg_error_at(cfg, errs, "data", wkey, HINT, "weight %d (%g) of %g in all is a share of %g: %s", s + 1, w->v[s],
+                 sum, w->v[s] / sum, train ? "its dataset would never be drawn" : "its dataset would not count");
+    return 1;
+  }
+  return 0;
+}
+
+int data_check_weights(const cfg_config *cfg, err_list *errs) {
+  return check_weights(&cfg->data.train_weights, 1, cfg, "train_weights", errs) +
+         check_weights(&cfg->data.val_weights, 0, cfg, "val_weights", errs);
 }
 
 int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, err_list *errs) {
@@ -234,6 +283,7 @@ int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, i
                  "no training dataset");
   if (d->nval == 0)
     cfg_error_at(cfg, errs, "data", "val", "give a validation dataset, e.g. val = 'runs/data/val.nc'", "no validation dataset");
+  data_check_weights(cfg, errs);
   d->set = open_list(&cfg->data.train, cfg, tok, T, "train", errs);
   d->val = open_list(&cfg->data.val, cfg, tok, T, "val", errs);
   if (err_count(errs) > n0) {

@@ -31,6 +31,10 @@
  * validation datasets are each scored on their own; the validation loss is the mean of theirs
  * weighted by their normalised weights: the expected loss of a window drawn from that blend.
  *
+ * A blend lists each dataset once: two entries that are one file under two spellings (./a.nc, a
+ * symbolic or hard link) are refused, as are weights whose sum overflows or whose share of a dataset
+ * is 0 (data_check_weights).
+ *
  * Nothing read from a dataset is trusted: the header is checked against the file's length, the
  * tokenizer and the model; data_verify reads every token once (shared among the ranks) against
  * the vocabulary and the block checksums; every window read is checked against the vocabulary. */
@@ -94,6 +98,10 @@ typedef struct {
  * reported at the files or the deck keys; returns the error count. */
 int data_open(data_loader *d, const cfg_config *cfg, const tok_tokenizer *tok, int T, err_list *errs);
 void data_close(data_loader *d);
+/* The blend weights of the deck (&data train_weights, val_weights): their sum finite and every
+ * dataset's share above 0 (a training dataset's large enough to be drawn at all). Errors at the deck
+ * keys with the values; data_open checks them too. Returns the errors added. Not collective. */
+int data_check_weights(const cfg_config *cfg, err_list *errs);
 
 /* Read both datasets once, their blocks shared among the ranks of comm, and check every token id
  * against the dataset's vocabulary and every block and the document starts against their

@@ -7,12 +7,14 @@
 #include <pnetcdf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "text/corpus.h"
 #include "text/data.h"
+#include "text/fileid.h"
 #include "base/ncfile.h"
 #include "base/hmap.h"
 #include "base/rng.h"
@@ -365,8 +367,7 @@ static int encode_share(prep_job *j, err_list *errs) {
   prep_ctx *c = &j->c;
   c->tok = &j->tok;
   c->es = j->tok.vocab_size <= 65536 ? 2 : 4;
-  c->budget = (size_t)(j->cfg->prepare.buffer_mb * 1048576.0 / sizeof(int32_t));
-  if (c->budget < 1024) c->budget = 1024;
+  c->budget = corpus_buffer_tokens(j->cfg->prepare.buffer_mb);
   c->ids.cap = c->budget + CORPUS_PIECE_TOKENS + 1; /* a piece's tokens on top of a full buffer */
   c->ids.v = util_malloc(c->ids.cap * sizeof *c->ids.v, "token buffer");
   util_snprintf(c->spill_path, sizeof c->spill_path, "%s.spill-%d", j->sp[0].path, j->rank);
@@ -459,16 +460,6 @@ static int write_splits(prep_job *j, err_list *errs) {
   return 0;
 }
 
-/* The job's JSON Lines records and bad ones (rec_all, from every rank's rec) and the first bad record
- * of the lowest rank that met one (first). Collective. */
-static void first_bad_record(const prep_job *j, char *first, const int64_t rec[2], int64_t rec_all[2]) {
-  int who = rec[1] > 0 ? j->rank : j->P, lowest;
-  MPI_Allreduce(rec, rec_all, 2, MPI_INT64_T, MPI_SUM, j->comm);
-  MPI_Allreduce(&who, &lowest, 1, MPI_INT, MPI_MIN, j->comm);
-  memcpy(first, j->cs.first_bad, sizeof j->cs.first_bad);
-  if (lowest < j->P) MPI_Bcast(first, (int)sizeof j->cs.first_bad, MPI_CHAR, lowest, j->comm);
-}
-
 /* Throughput: bytes encoded per second of encoding, per rank and for the job (printed by rank 0). */
 static void report(const prep_job *j) {
   const prep_ctx *c = &j->c;
@@ -477,18 +468,16 @@ static void report(const prep_job *j) {
   MPI_Reduce(sec, sec_out, 1, MPI_DOUBLE, MPI_MAX, 0, j->comm);
   MPI_Reduce(sec + 1, sec_out + 1, 1, MPI_DOUBLE, MPI_SUM, 0, j->comm);
   MPI_Reduce(&bytes, &bytes_all, 1, MPI_INT64_T, MPI_SUM, 0, j->comm);
-  char first[sizeof j->cs.first_bad];
-  int64_t rec[2] = {j->cs.records, j->cs.bad}, rec_all[2];
-  first_bad_record(j, first, rec, rec_all);
-  if (j->rank != 0) return;
+  double rss = util_peak_rss(), rss_most;
+  MPI_Reduce(&rss, &rss_most, 1, MPI_DOUBLE, MPI_MAX, 0, j->comm);
   char b1[32], kinds[256];
   int P = j->P;
-  printf("prepare: %s, %s, %lld document%s (%lld train, %lld validation), tokenizer %s\n",
-         corpus_describe(&j->cs, P, kinds, sizeof kinds), util_fmt_bytes((double)j->cs.total, b1, sizeof b1),
-         (long long)j->ndocs, j->ndocs == 1 ? "" : "s", (long long)(j->ndocs - j->nval), (long long)j->nval, j->tok.desc);
-  if (rec_all[0] > 0)
-    printf("prepare: JSON Lines: %lld records, %lld bad and skipped%s%s\n", (long long)rec_all[0], (long long)rec_all[1],
-           rec_all[1] ? " (bad_records = 'skip'); the first: " : "", rec_all[1] ? first : "");
+  if (j->rank == 0)
+    printf("prepare: %s, %s, %lld document%s (%lld train, %lld validation), tokenizer %s\n",
+           corpus_describe(&j->cs, P, kinds, sizeof kinds), util_fmt_bytes((double)j->cs.total, b1, sizeof b1),
+           (long long)j->ndocs, j->ndocs == 1 ? "" : "s", (long long)(j->ndocs - j->nval), (long long)j->nval, j->tok.desc);
+  corpus_report(&j->cs, j->comm, "prepare");
+  if (j->rank != 0) return;
   printf("prepare: %s: %lld tokens; %s: %lld tokens\n", j->sp[0].path, (long long)j->sp[0].ntok,
          j->nval ? j->sp[1].path : "(no validation split)", (long long)j->sp[1].ntok);
   printf("prepare: encoded %.2f MB in %.2f s on %d rank%s: %.2f MB/s per rank, %.2f MB/s in all "
@@ -496,6 +485,8 @@ static void report(const prep_job *j) {
          bytes_all / 1e6, sec_out[0], P, P == 1 ? "" : "s", bytes_all / 1e6 / (sec_out[1] > 0 ? sec_out[1] : 1e-9),
          bytes_all / 1e6 / (sec_out[0] > 0 ? sec_out[0] : 1e-9), j->t_tok - sec_out[0] > 0 ? j->t_tok - sec_out[0] : 0.0,
          j->t_write);
+  printf("prepare: peak resident memory %s (%.0f bytes) on the rank that used the most; &prepare buffer_mb = %g\n",
+         util_fmt_bytes(rss_most, b1, sizeof b1), rss_most, j->cfg->prepare.buffer_mb);
   fflush(stdout);
 }
 
@@ -507,6 +498,62 @@ static void close_job(prep_job *j) {
   tok_ids_free(&j->c.ids);
   if (j->have_cs) corpus_close(&j->cs);
   if (j->have_tok) tok_free(&j->tok);
+}
+
+/* ---- before any task runs ------------------------------------------------------------------------ */
+
+/* Whether the output at &prepare key exists as something other than a regular file. */
+static int not_a_file(const cfg_config *cfg, const char *path, const char *key, err_list *errs) {
+  struct stat st;
+  const char *kind = stat(path, &st) == 0 ? util_file_kind(st.st_mode) : NULL;
+  if (kind)
+    cfg_error_at(cfg, errs, "prepare", key, "give the path of a file to write, e.g. 'runs/data/train.nc'",
+                 "'%s' is %s, not a dataset file", path, kind);
+  return kind != NULL;
+}
+
+/* Whether out (at &prepare key) is one of the files of &tokenizer dir, which the task reads. */
+static int tokenizer_file(const cfg_config *cfg, const char *out, const char *key, err_list *errs) {
+  static const char *const names[] = {"encoder.json", "vocab.bpe", "vocab.json", "merges.txt", TOK_MANIFEST};
+  if (cfg_tokenizer_kind_of(&cfg->tokenizer) != CFG_TOK_BPE) return 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char p[UTIL_PATH_MAX + 32];
+    util_snprintf(p, sizeof p, "%s/%s", cfg->tokenizer.dir, names[i]);
+    if (!fileid_same_path(p, out)) continue;
+    cfg_error_at(cfg, errs, "prepare", key, "write the datasets elsewhere", "'%s' is the tokenizer's file '%s' "
+                 "(&tokenizer dir): writing it would destroy the tokenizer", out, p);
+    return 1;
+  }
+  return 0;
+}
+
+/* The files of one split (&prepare key): the dataset, its .tmp and, nspill > 0, the ranks' spill files. */
+static int check_split_out(const cfg_config *cfg, const char *path, const char *key, int nspill, err_list *errs) {
+  char tmp[UTIL_PATH_MAX + 8];
+  util_snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  const cfg_strlist *in = &cfg->prepare.input;
+  return not_a_file(cfg, path, key, errs) || corpus_clash(cfg, "prepare", "input", in, path, nspill, "prepare", key, errs) ||
+         corpus_clash(cfg, "prepare", "input", in, tmp, 0, "prepare", key, errs) || tokenizer_file(cfg, path, key, errs);
+}
+
+int prepare_preflight(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {
+  int rank, P, bad = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  const cfg_prepare *pc = &cfg->prepare;
+  int val = pc->val_fraction > 0; /* a validation split is written */
+  if (rank == 0) {
+    bad = check_split_out(cfg, pc->train_out, "train_out", P, errs);
+    if (val) bad |= check_split_out(cfg, pc->val_out, "val_out", 0, errs);
+    if (val && fileid_same_path(pc->train_out, pc->val_out)) {
+      cfg_error_at(cfg, errs, "prepare", "val_out", "give the validation split a file of its own, or val_fraction = 0 "
+                   "for none", "'%s' is the same file as &prepare train_out '%s': one split would replace the other",
+                   pc->val_out, pc->train_out);
+      bad = 1;
+    }
+  }
+  MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
+  return bad;
 }
 
 int prepare_run(const cfg_config *cfg, MPI_Comm comm, err_list *errs) {

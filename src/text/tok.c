@@ -173,17 +173,15 @@ static int compile_pattern(tok_tokenizer *t, err_list *errs) {
 static const char TOK_HINT[] = "run the 'tokenizer' task to learn a vocabulary, or point &tokenizer dir at GPT-2's "
                                "encoder.json and vocab.bpe (or a Hugging Face model's vocab.json and merges.txt)";
 
-/* encoder.json: a JSON object of token strings -> ids 0..n-1, each once. Fills t->bytes, t->off,
- * t->vocab_size, t->eot, t->byte_id, and by_bytes (token bytes -> id, <|endoftext|> left out).
- * Returns 0, or -1 after adding an error at the file. */
-static int load_encoder(tok_tokenizer *t, const char *path, hmap_str *by_bytes, err_list *errs) {
+/* encoder.json (its text, len bytes): a JSON object of token strings -> ids 0..n-1, each once. Fills
+ * t->bytes, t->off, t->vocab_size, t->eot, t->byte_id, and by_bytes (token bytes -> id,
+ * <|endoftext|> left out). Returns 0, or -1 after adding an error at the file. */
+static int load_encoder(tok_tokenizer *t, const char *path, const char *text, size_t len, hmap_str *by_bytes,
+                        err_list *errs) {
   json_error_t je;
-  json_t *enc = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  json_t *enc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   if (!enc) {
-    if (je.line <= 0)
-      err_add(errs, path, 0, 0, TOK_HINT, "cannot read the tokenizer's encoder: %s", je.text);
-    else
-      err_add(errs, path, je.line, je.column, TOK_HINT, "not valid JSON: %s", je.text);
+    err_add(errs, path, je.line > 0 ? je.line : 0, je.line > 0 ? je.column : 0, TOK_HINT, "not valid JSON: %s", je.text);
     return -1;
   }
   if (!json_is_object(enc) || json_object_size(enc) < 256 || json_object_size(enc) > TOK_MAX_VOCAB) {
@@ -286,23 +284,19 @@ static int add_merge(tok_tokenizer *t, const hmap_str *by_bytes, char *line, con
   return 0;
 }
 
-/* vocab.bpe: "#version: 0.2" then one merge "left right" per line, in rank order. */
-static int load_merges(tok_tokenizer *t, const char *path, const hmap_str *by_bytes, err_list *errs) {
-  FILE *fp = fopen(path, "r");
-  if (!fp) {
-    err_add(errs, path, 0, 0, TOK_HINT, "cannot open the tokenizer's merges: %s", strerror(errno));
-    return -1;
-  }
-  char *line = NULL;
-  size_t cap = 0;
-  ssize_t got;
+/* vocab.bpe (its text, len bytes, NUL-terminated; changed in place): "#version: 0.2" then one merge
+ * "left right" per line, in rank order. */
+static int load_merges(tok_tokenizer *t, const char *path, char *text, size_t len, const hmap_str *by_bytes,
+                       err_list *errs) {
   int lineno = 0, rc = 0;
-  while (rc == 0 && (got = getline(&line, &cap, fp)) >= 0) {
+  for (size_t at = 0; at < len && rc == 0;) {
+    char *line = text + at, *nl = memchr(line, '\n', len - at);
+    size_t l = nl ? (size_t)(nl - line) : len - at;
+    at += l + (nl != NULL);
     lineno++;
-    size_t l = (size_t)got;
-    if (l && line[l - 1] == '\n') line[--l] = '\0';
-    if (l && line[l - 1] == '\r') line[--l] = '\0';
-    if (strlen(line) != l) {
+    if (l && line[l - 1] == '\r') l--;
+    line[l] = '\0';
+    if (memchr(line, '\0', l)) {
       err_add(errs, path, lineno, 0, TOK_HINT, "a NUL byte in a merge line: vocab.bpe is a text file");
       rc = -1;
     } else if (l > 2 * 4 * TOK_MAX_BYTES) {
@@ -312,17 +306,51 @@ static int load_merges(tok_tokenizer *t, const char *path, const hmap_str *by_by
       rc = add_merge(t, by_bytes, line, path, lineno, errs);
     }
   }
-  if (rc == 0 && ferror(fp)) {
-    err_add(errs, path, 0, 0, TOK_HINT, "cannot read the tokenizer's merges: %s", strerror(errno));
-    rc = -1;
-  }
-  free(line);
-  fclose(fp);
   if (rc == 0 && t->nmerges == 0) {
     err_add(errs, path, 0, 0, TOK_HINT, "no merges: a BPE vocabulary needs at least one");
     rc = -1;
   }
   return rc;
+}
+
+/* ---- the manifest of a learned pair ------------------------------------------------------------- */
+
+static const char MANIFEST_HEADER[] = "greenlm tokenizer manifest 1\n";
+
+/* The manifest's line for a file's bytes: its name, hash and length. */
+static void manifest_line(char *out, size_t len, const char *name, const char *data, size_t n) {
+  util_snprintf(out, len, "%s %016llx %zu\n", name, (unsigned long long)util_hash64(data, n, 0), n);
+}
+
+void tok_manifest_text(const char *enc, size_t enc_len, const char *voc, size_t voc_len, char *out, size_t len) {
+  char e[160], v[160];
+  manifest_line(e, sizeof e, "encoder.json", enc, enc_len);
+  manifest_line(v, sizeof v, "vocab.bpe", voc, voc_len);
+  util_snprintf(out, len, "%s%s%s", MANIFEST_HEADER, e, v);
+}
+
+/* When dir has a manifest, the pair read (enc, voc) must be the one it lists. Returns 0 or -1 after
+ * adding an error at the manifest. */
+static int check_manifest(const char *dir, const char *enc, size_t el, const char *voc, size_t vl, err_list *errs) {
+  char path[UTIL_PATH_MAX], e[160], v[160];
+  util_snprintf(path, sizeof path, "%s/%s", dir, TOK_MANIFEST);
+  if (access(path, F_OK) != 0) return 0; /* GPT-2's files, or files of an older greenlm */
+  size_t n;
+  char *m = util_read_file(path, 4096, &n, "tokenizer manifest", TOK_HINT, errs);
+  if (!m) return -1;
+  manifest_line(e, sizeof e, "encoder.json", enc, el);
+  manifest_line(v, sizeof v, "vocab.bpe", voc, vl);
+  int header = strncmp(m, MANIFEST_HEADER, sizeof MANIFEST_HEADER - 1) == 0, e_ok = strstr(m, e) != NULL,
+      v_ok = strstr(m, v) != NULL;
+  free(m);
+  if (!header)
+    err_add(errs, path, 1, 0, "delete it, or run the 'tokenizer' task again", "not a greenlm tokenizer manifest");
+  else if (!e_ok || !v_ok)
+    err_add(errs, path, 0, 0, "run the 'tokenizer' task again to write both files, or delete " TOK_MANIFEST
+            " to load them as they are", "%s %s not the file%s this manifest lists (hash and length): the pair was "
+            "replaced one file at a time, or writing it was interrupted", !e_ok && !v_ok ? "encoder.json and vocab.bpe"
+            : !e_ok ? "encoder.json" : "vocab.bpe", !e_ok && !v_ok ? "are" : "is", !e_ok && !v_ok ? "s" : "");
+  return header && e_ok && v_ok ? 0 : -1;
 }
 
 int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs) {
@@ -332,18 +360,25 @@ int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs) {
   char path[UTIL_PATH_MAX], vpath[UTIL_PATH_MAX];
   util_snprintf(path, sizeof path, "%s/encoder.json", dir);
   util_snprintf(vpath, sizeof vpath, "%s/vocab.bpe", dir);
-  char hf[UTIL_PATH_MAX]; /* a Hugging Face model directory has the same files under other names */
-  util_snprintf(hf, sizeof hf, "%s/vocab.json", dir);
-  if (access(path, F_OK) != 0 && access(vpath, F_OK) != 0 && access(hf, F_OK) == 0) {
-    util_strlcpy(path, hf, sizeof path);
+  char hf_path[UTIL_PATH_MAX]; /* a Hugging Face model directory has the same files under other names */
+  util_snprintf(hf_path, sizeof hf_path, "%s/vocab.json", dir);
+  if (access(path, F_OK) != 0 && access(vpath, F_OK) != 0 && access(hf_path, F_OK) == 0) {
+    util_strlcpy(path, hf_path, sizeof path);
     util_snprintf(vpath, sizeof vpath, "%s/merges.txt", dir);
   }
+  int hf = strcmp(path, hf_path) == 0;
+  size_t el = 0, vl = 0;
+  char *enc = util_read_file(path, TOK_MAX_FILE, &el, "tokenizer", TOK_HINT, errs);
+  char *voc = enc ? util_read_file(vpath, TOK_MAX_FILE, &vl, "tokenizer", TOK_HINT, errs) : NULL;
+  int rc = enc && voc ? 0 : -1;
+  if (rc == 0 && !hf) rc = check_manifest(dir, enc, el, voc, vl, errs);
   hmap_str by_bytes;
   hmap_str_init(&by_bytes, 1024);
   hmap_u64_init(&t->merges, 1024);
-  int rc = load_encoder(t, path, &by_bytes, errs);
-  if (rc == 0) rc = load_merges(t, vpath, &by_bytes, errs);
+  if (rc == 0) rc = load_encoder(t, path, enc, el, &by_bytes, errs);
+  if (rc == 0) rc = load_merges(t, vpath, voc, vl, &by_bytes, errs);
   hmap_str_free(&by_bytes);
+  free(enc), free(voc);
   if (rc == 0) rc = compile_pattern(t, errs);
   if (rc != 0) {
     tok_free(t);

@@ -20,8 +20,11 @@
 
 typedef enum { TOK_BYTES, TOK_BPE } tok_kind;
 
-/* Limits of a vocabulary read from files: tokens, and bytes per token. */
+/* Limits of a vocabulary read from files: tokens, and bytes per token (BPE training learns no longer
+ * token). */
 enum { TOK_MAX_VOCAB = 16777216, TOK_MAX_BYTES = 1024 };
+/* The largest encoder.json or vocab.bpe read. */
+#define TOK_MAX_FILE ((size_t)1 << 30)
 
 /* A growable list of token ids. */
 typedef struct {
@@ -53,9 +56,17 @@ typedef struct {
 /* The 256-token byte tokenizer. */
 void tok_init_bytes(tok_tokenizer *t);
 /* Load dir/encoder.json and dir/vocab.bpe (or, when neither is there, Hugging Face's names for
- * the same files: dir/vocab.json and dir/merges.txt). Returns 0, or -1 after adding an error at the file (and
- * line) that names what is wrong. */
+ * the same files: dir/vocab.json and dir/merges.txt). When dir holds a manifest (TOK_MANIFEST, which
+ * the 'tokenizer' task writes), encoder.json and vocab.bpe must be the pair it lists: a pair of which
+ * one file is older than the other is refused. Returns 0, or -1 after adding an error at the file (and
+ * line) that names what is wrong (a path that is a directory, a FIFO, a device is named as such). */
 int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs);
+
+/* The manifest of a learned pair: its name in the directory, and its text for the bytes of encoder.json
+ * (enc) and vocab.bpe (voc): a version line, then "NAME HASH BYTES" for each file (HASH: util_hash64
+ * of its bytes, 16 hex digits). */
+#define TOK_MANIFEST "tokenizer.manifest"
+void tok_manifest_text(const char *enc, size_t enc_len, const char *voc, size_t voc_len, char *out, size_t len);
 void tok_free(tok_tokenizer *t);
 /* &tokenizer kind: bytes, or BPE from dir. Returns 0, or -1 after adding errors. */
 int tok_open(tok_tokenizer *t, cfg_tokenizer_kind kind, const char *dir, err_list *errs);

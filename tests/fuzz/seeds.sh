@@ -4,6 +4,7 @@
 # bf16 export, --set lines) and from the test fixtures (Hugging Face models, benchmark files). The
 # deck target's seeds are the decks of input/ and tests/decks/, the machine target's the machine
 # files of input/machines/, used where they are.
+# The text target's files: an option byte, then text or JSON Lines (gzip makes the compressed ones).
 #
 #   tests/fuzz/seeds.sh BUILD_DIR      (BUILD_DIR/src/greenlm is run)
 set -eu
@@ -76,4 +77,29 @@ for kind in lambada hellaswag piqa arc winogrande mc; do
   k=$((k + 1))
 done
 { printf '\003'; cat "$top/tests/data/bench-arc-hf.jsonl"; } > "$corpus/bench/arc-hf"
+# the text input path: an option byte (fuzz_text.c), a byte that cuts two gzip members, the payload
+mkdir -p "$corpus/text"
+seed() { # seed NAME OPTION(octal) PAYLOAD-FILE
+  { printf "\\$2\\200"; cat "$3"; } > "$corpus/text/$1"
+}
+head -c 4000 "$top/tests/data/kjv-genesis.txt" > "$work/gen.txt"
+awk 'NR % 7 == 0 { print "@@@" } NR % 5 == 0 { print "" } { print }' "$work/gen.txt" > "$work/docs.txt"
+{ head -n 3 "$work/gen.txt"; head -c 1500 /dev/zero | tr '\0' y; echo; tail -n 3 "$work/gen.txt"; } > "$work/long.txt"
+head -n 20 "$work/gen.txt" | awk '{ gsub(/"/, "\\\""); print "{\"text\": \"" $0 "\", \"n\": " NR "}" }' > "$work/recs.jsonl"
+{ head -n 4 "$work/recs.jsonl"; printf 'not json\n{"title": 1}\n{"text": "x"'; head -c 1200 /dev/zero | tr '\0' z
+  printf '"}\n[1]\n{"text": 7}\n'; tail -n 2 "$work/recs.jsonl"; } > "$work/bad.jsonl"
+gzip -n -c "$work/gen.txt" > "$work/gen.gz"
+{ cat "$work/gen.gz"; printf 'trailing'; } > "$work/garbage.gz"
+seed plain-file 000 "$work/gen.txt"               # plain text, one document per file (the share path)
+seed docs-blank-lines 020 "$work/docs.txt"        # blank_line documents
+seed docs-separator 030 "$work/docs.txt"          # '@@@' separator lines
+seed long-line-skip 000 "$work/long.txt"          # a line of 1500 bytes: left out
+seed long-line-gzip-fatal 041 "$work/long.txt"    # the same gzipped, bad_records = 'fatal'
+seed two-members-lines 013 "$work/gen.txt"        # gzip in two members, a document per line
+seed zstd-file 002 "$work/gen.txt"                # zstd
+seed zstd-garbage 102 "$work/gen.txt"             # zstd, then bytes that are no frame
+seed jsonl-gzip 005 "$work/recs.jsonl"            # JSON Lines, gzipped
+seed jsonl-bad-zstd 006 "$work/bad.jsonl"         # bad records and one too long, zstd
+seed jsonl-bad-fatal 044 "$work/bad.jsonl"        # the same as it is, bad_records = 'fatal'
+seed gzip-file-garbage 000 "$work/garbage.gz"     # a gzip file itself, with trailing bytes
 ls -l "$corpus"/*
