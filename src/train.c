@@ -355,6 +355,7 @@ static int restore(train_job *j, err_list *errs) {
     char dir[CKPT_PATH_MAX];
     ckpt_dir(cfg, dir, sizeof dir);
     if (j->rank == 0) metrics_printf(&j->out, "restart: no checkpoint in %s yet: starting from step 0\n", dir);
+    if (j->rank == 0) metrics_rewind(&j->out, cfg->job.run_dir, 0);
     rc = 0;
   }
   int latest = cfg_restart_latest(&cfg->checkpoint);
@@ -369,6 +370,7 @@ static int restore(train_job *j, err_list *errs) {
                        st.share_seconds, st.residual == 1 ? "; error-feedback residual restored"
                        : st.residual == 0 ? "; the error-feedback residual starts from zero (the checkpoint has none for "
                                             "this many replicas)" : "");
+      if (j->rank == 0) metrics_rewind(&j->out, cfg->job.run_dir, k->start);
       rc = 0;
     } else if (latest && cfg->checkpoint.fallback && i + 1 < n && st.damaged) {
       char moved[CKPT_PATH_MAX + 16], outcome[3 * CKPT_PATH_MAX];
