@@ -410,6 +410,7 @@ static int restore(train_job *j, err_list *errs) {
     char dir[CKPT_PATH_MAX];
     ckpt_dir(cfg, dir, sizeof dir);
     if (j->rank == 0) metrics_printf(&j->out, "restart: no checkpoint in %s yet: starting from step 0\n", dir);
+    if (j->rank == 0) metrics_rewind(&j->out, cfg->job.run_dir, 0);
     rc = 0;
   }
   int latest = cfg_restart_latest(&cfg->checkpoint);
@@ -426,6 +427,7 @@ static int restore(train_job *j, err_list *errs) {
                        : st.residual == 0 ? "; the error-feedback residual starts from zero (the checkpoint has none for "
                                             "this many replicas)" : "");
       rc = at_max_steps(j, paths[i], errs);
+      if (rc == 0 && j->rank == 0) metrics_rewind(&j->out, cfg->job.run_dir, k->start);
       err_free(&tried);
       break; /* past max_steps: an older checkpoint is no answer */
     } else if (latest && cfg->checkpoint.fallback && i + 1 < n && st.damaged) {

@@ -4,10 +4,15 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char RUN_DIR_HINT[] = "check that &job run_dir is writable and the disk is not full";
+static const char CSV_HEADER[] = "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
+                                 "compute,bubble,exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms,"
+                                 "q_error,q_error_expected\n";
 
 int metrics_open(metrics_out *mo, const char *run_dir, int append, err_list *errs) {
   memset(mo, 0, sizeof *mo);
@@ -27,10 +32,7 @@ int metrics_open(metrics_out *mo, const char *run_dir, int append, err_list *err
     metrics_close(mo);
     return -1;
   }
-  if (!old)
-    fprintf(mo->csv, "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
-                     "compute,bubble,exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms,q_error,"
-                     "q_error_expected\n");
+  if (!old) fputs(CSV_HEADER, mo->csv);
   fflush(mo->csv);
   return 0;
 }
@@ -92,6 +94,47 @@ void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
   else fputc(',', mo->csv);
   fputc('\n', mo->csv);
   check_written(mo, mo->csv);
+}
+
+/* The length of the part of file fp to keep: its header line, then its complete rows up to the first
+ * of a step after `step`. */
+static long kept_length(FILE *fp, long step) {
+  char *line = NULL;
+  size_t cap = 0;
+  long keep = 0;
+  ssize_t n;
+  for (int header = 1; (n = getline(&line, &cap, fp)) > 0; header = 0) {
+    if (line[n - 1] != '\n') break;                      /* torn by a kill in the middle of a write */
+    if (!header && strtol(line, NULL, 10) > step) break; /* a row of work done again after the restart */
+    keep += (long)n;
+  }
+  free(line);
+  return keep;
+}
+
+void metrics_rewind(metrics_out *mo, const char *run_dir, long step) {
+  static const char *const files[] = {"metrics.csv", "val.csv", "bench.csv", "windows.csv"};
+  char cut[256] = "";
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char path[UTIL_PATH_MAX];
+    util_snprintf(path, sizeof path, "%s/%s", run_dir, files[i]);
+    FILE *fp = fopen(path, "r");
+    if (!fp) continue; /* not written yet */
+    long keep = kept_length(fp, step), size = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    fclose(fp);
+    if (size <= keep) continue;
+    if (truncate(path, (off_t)keep) != 0) {
+      fprintf(stderr, "greenlm: warning: %s: cannot drop the rows of the steps after %ld, done again now: %s\n", path,
+              step, strerror(errno));
+      continue;
+    }
+    if (keep == 0 && i == 0 && mo->csv) fputs(CSV_HEADER, mo->csv), check_written(mo, mo->csv); /* its header was torn */
+    size_t o = strlen(cut);
+    util_snprintf(cut + o, sizeof cut - o, "%s%s", o ? ", " : "", files[i]);
+  }
+  if (cut[0])
+    metrics_printf(mo, "restart: %s: the rows of steps after %ld dropped (a job stopped without a checkpoint of "
+                   "them; they are done again)\n", cut, step);
 }
 
 int metrics_write_json(const char *run_dir, const char *name, json_t *obj) {

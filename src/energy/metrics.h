@@ -44,6 +44,13 @@ void metrics_csv_row(metrics_out *mo, const metrics_row *r);
  * restarted_from; appended when resuming, else the file starts anew), and its number in the chain
  * (1 for the first job) is returned, or -1 when the file cannot be written (errno set). */
 int metrics_job_begin(const char *run_dir, int resuming, long start, const char *from);
+/* After a restart from the checkpoint of step `step` (0: from the start): the step-indexed CSV files of
+ * run_dir (metrics.csv, val.csv, bench.csv, windows.csv: the step in the first column) are cut before
+ * their first row of a later step, and before a row torn by a kill (no newline), so they hold each
+ * step once, as an uninterrupted run's; the rows a killed job wrote after its last checkpoint (work
+ * that was lost and is done again) go. One truncation per file, nothing rewritten. Says which files
+ * lost rows (stdout and log.txt), and warns where one could not be cut. Rank 0, before the steps. */
+void metrics_rewind(metrics_out *mo, const char *run_dir, long step);
 /* Write obj as run_dir/name crash-safely. Returns 0 or -1. */
 int metrics_write_json(const char *run_dir, const char *name, json_t *obj);
 
