@@ -195,7 +195,9 @@ static struct {
   atomic_llong limit_ms; /* the limit now (watchdog_limit) */
   MPI_Comm comm;
   pthread_t thread;
-  atomic_int stop;
+  int stop;             /* watchdog_stop asks the thread to end (under lock, with wake) */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
   wd_seen *seen; /* rank 0: (size) */
 } wd;
 
@@ -332,13 +334,27 @@ static void beat(MPI_Request *req, wd_beat *out) {
   }
 }
 
+/* Sleep one period, or less when watchdog_stop wakes the thread; whether to stop. */
+static int wait_period(void) {
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  long long ns = until.tv_nsec + (long long)(wd.period * 1e9);
+  until.tv_sec += (time_t)(ns / 1000000000LL);
+  until.tv_nsec = (long)(ns % 1000000000LL);
+  pthread_mutex_lock(&wd.lock);
+  int rc = 0;
+  while (!wd.stop && rc == 0) rc = pthread_cond_timedwait(&wd.wake, &wd.lock, &until); /* ETIMEDOUT: the period is over */
+  int stop = wd.stop;
+  pthread_mutex_unlock(&wd.lock);
+  return stop;
+}
+
 static void *watch(void *arg) {
   (void)arg;
   MPI_Request req = MPI_REQUEST_NULL;
   wd_beat out;
   int *finished = wd.rank == 0 ? util_calloc((size_t)wd.size, sizeof(int), "watchdog") : NULL, nfinished = 1;
-  while (!atomic_load(&wd.stop)) {
-    sleep_s(wd.period);
+  while (!wait_period()) {
     if (wd.rank == 0) {
       nfinished += drain(finished);
       judge(seconds());
@@ -386,6 +402,12 @@ void watchdog_start(MPI_Comm comm, watchdog_rule rule) {
     double t = seconds();
     for (int r = 0; r < wd.size; r++) wd.seen[r] = (wd_seen){.at = t}; /* a grace of one limit for the first beat */
   }
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the period's deadline on the clock wait_period reads */
+  pthread_cond_init(&wd.wake, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&wd.lock, NULL);
   UTIL_CHECK(pthread_create(&wd.thread, NULL, watch, NULL) == 0, NULL, "cannot start the watchdog thread");
   wd.on = 1;
 }
@@ -413,8 +435,13 @@ void watchdog_step(long step) {
 
 void watchdog_stop(void) {
   if (!wd.on) return;
-  atomic_store(&wd.stop, 1);
+  pthread_mutex_lock(&wd.lock);
+  wd.stop = 1;
+  pthread_cond_signal(&wd.wake);
+  pthread_mutex_unlock(&wd.lock);
   pthread_join(wd.thread, NULL);
+  pthread_cond_destroy(&wd.wake);
+  pthread_mutex_destroy(&wd.lock);
   MPI_Comm_free(&wd.comm);
   free(wd.seen);
   wd.seen = NULL;
