@@ -15,6 +15,12 @@ check() { # check "description" command...
   local what=$1; shift
   if "$@"; then ok; else bad "$what"; fi
 }
+# check_status STATUS "description": passes when STATUS (a command's $?, passed first so that it is
+# expanded before any command substitution in the description) is 0
+check_status() {
+  local rc=$1; shift
+  if [ "$rc" -eq 0 ]; then ok; else bad "$* (exit status $rc)"; fi
+}
 greenlm() { $MPIEXEC -n 1 "$GREENLM" "$@"; }
 finish() {
   printf '%s: %d checks, %d failed\n' "$(basename "$0")" $((pass + fail)) "$fail"

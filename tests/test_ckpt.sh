@@ -40,9 +40,9 @@ when_training() { # when_training NAME: wait (at most 30 s) until the run NAME h
 }
 
 greenlm --set job.task=prepare "$deck" > "$out/prepare.out" 2>&1
-check "prepare failed: $(tail -n 3 "$out/prepare.out")" [ $? -eq 0 ]
+check_status $? "prepare failed: $(tail -n 3 "$out/prepare.out")"
 run2 ref
-check "reference run failed: $(tail -n 5 "$out/ref.out")" [ $? -eq 0 ]
+check_status $? "reference run failed: $(tail -n 5 "$out/ref.out")"
 ref=$(hash_of ref)
 check "no parameter hash in the reference verdict" [ -n "$ref" ]
 n=$(ls "$out/ref/checkpoints" | grep -c '^ckpt-.*\.nc$')
@@ -99,7 +99,7 @@ job=$!
 when_training term
 pkill -TERM -f "^$GREENLM .*job.run_dir=$out/term"
 wait $job
-check "a run stopped by SIGTERM did not exit 0: $(tail -n 3 "$out/term.out")" [ $? -eq 0 ]
+check_status $? "a run stopped by SIGTERM did not exit 0: $(tail -n 3 "$out/term.out")"
 check "no 'stopping: signal' message after SIGTERM" grep -q "stopping: signal 15 (SIGTERM)" "$out/term.out"
 check "no checkpoint written on SIGTERM (with no other trigger)" [ -n "$(ls "$out/term/checkpoints" | grep '^ckpt-.*\.nc$')" ]
 
@@ -119,11 +119,11 @@ check "every_minutes: $gaps checkpoints came sooner than 0.09 s after the one be
 mid=$(ls "$out/ref/checkpoints" | grep '^ckpt-.*\.nc$' | head -n 1)
 greenlm --set "job.run_dir=$out/one" --set parallel.zero_stage=0 --set "checkpoint.restart=$out/ref/checkpoints/$mid" \
   "$deck" > "$out/one.out" 2>&1
-check "restarting a 2-rank checkpoint on 1 rank failed: $(tail -n 5 "$out/one.out")" [ $? -eq 0 ]
+check_status $? "restarting a 2-rank checkpoint on 1 rank failed: $(tail -n 5 "$out/one.out")"
 # the same through the page cache instead of straight from the disk: the same run
 greenlm --set "job.run_dir=$out/cached" --set parallel.zero_stage=0 --set "checkpoint.restart=$out/ref/checkpoints/$mid" \
   --set checkpoint.direct_read=F "$deck" > "$out/cached.out" 2>&1
-check "restarting through the page cache failed: $(tail -n 5 "$out/cached.out")" [ $? -eq 0 ]
+check_status $? "restarting through the page cache failed: $(tail -n 5 "$out/cached.out")"
 check "direct_read = F did not read through the page cache" grep -q "through the page cache" "$out/cached.out"
 check "the two ways of reading continued differently ($(hash_of cached) vs $(hash_of one))" \
   [ -n "$(hash_of one)" -a "$(hash_of cached)" = "$(hash_of one)" ]
@@ -154,21 +154,21 @@ refused missing "cannot open the checkpoint" --set "checkpoint.restart=$out/no-s
 ef="--set comm.method='qsgdinf' --set comm.error_feedback=T --set comm.min_numel=1000 --set training.max_steps=10"
 # shellcheck disable=SC2086
 run2 ef $ef --set checkpoint.keep=10
-check "the error-feedback run failed: $(tail -n 5 "$out/ef.out")" [ $? -eq 0 ]
+check_status $? "the error-feedback run failed: $(tail -n 5 "$out/ef.out")"
 # shellcheck disable=SC2086
 run2 ef-again $ef --set "checkpoint.restart=$out/ef/checkpoints/ckpt-00000005.nc"
-check "restart with error feedback failed: $(tail -n 5 "$out/ef-again.out")" [ $? -eq 0 ]
+check_status $? "restart with error feedback failed: $(tail -n 5 "$out/ef-again.out")"
 check "no 'residual restored' in: $(grep restart "$out/ef-again.out")" grep -q "error-feedback residual restored" "$out/ef-again.out"
 check "the restart with error feedback continued differently ($(hash_of ef-again) vs $(hash_of ef))" \
   [ -n "$(hash_of ef)" -a "$(hash_of ef-again)" = "$(hash_of ef)" ]
 # shellcheck disable=SC2086
 $MPIEXEC -n 4 "$GREENLM" --set "job.run_dir=$out/ef-four" $ef --set training.micro_batch_size=2 \
   --set "checkpoint.restart=$out/ef/checkpoints/ckpt-00000005.nc" "$deck" > "$out/ef-four.out" 2>&1
-check "restart of a 2-replica run on 4 replicas failed: $(tail -n 5 "$out/ef-four.out")" [ $? -eq 0 ]
+check_status $? "restart of a 2-replica run on 4 replicas failed: $(tail -n 5 "$out/ef-four.out")"
 check "no 'starts from zero' in: $(grep restart "$out/ef-four.out")" grep -q "residual starts from zero" "$out/ef-four.out"
 cp "$out/ef/checkpoints/ckpt-00000005.nc" "$out/ef-corrupt.nc"
 $MPIEXEC -n 1 "$NC_EDIT" "$out/ef-corrupt.nc" var comm_residual 1000 7 > "$out/ef-edit.log" 2>&1
-check "nc_edit failed: $(cat "$out/ef-edit.log")" [ $? -eq 0 ]
+check_status $? "nc_edit failed: $(cat "$out/ef-edit.log")"
 # shellcheck disable=SC2086
 run2 ef-corrupt $ef --set "checkpoint.restart=$out/ef-corrupt.nc"
 check "a damaged residual was accepted" [ $? -ne 0 ]

@@ -45,7 +45,7 @@ done
 for deck in "$TOP_SRCDIR"/input/*.nml; do
   name=$(basename "$deck" .nml)
   greenlm --dry-run --set "job.run_dir='$out/$name.run'" "$deck" >"$out/input-$name.out" 2>&1
-  check "input/$name.nml fails --dry-run: $(tail -n 5 "$out/input-$name.out")" [ $? -eq 0 ]
+  check_status $? "input/$name.nml fails --dry-run: $(tail -n 5 "$out/input-$name.out")"
   check "input/$name.nml: dry run prints no memory estimate" grep -q 'memory per rank total' "$out/input-$name.out"
 done
 finish

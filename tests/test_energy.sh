@@ -31,7 +31,7 @@ comp() { # comp RUN COMPONENT KEY: a string of a component in RUN's report.json
 # no sensor here (GREENLM_POWERCAP_ROOT points nowhere), a TDP: estimated, and labelled so
 GREENLM_POWERCAP_ROOT=/nonexistent $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/est" --set energy.cpu_tdp_w=120 \
   --set energy.region=quebec --set energy.pue=1.3 "$deck" > "$out/est.out" 2>&1
-check "the run with an estimate failed: $(tail -n 5 "$out/est.out")" [ $? -eq 0 ]
+check_status $? "the run with an estimate failed: $(tail -n 5 "$out/est.out")"
 check "progress lines do not label the estimate" grep -q "W est | .* Wh est" "$out/est.out"
 check "the verdict claims a measurement: $(grep '^IT energy' "$out/est.out")" grep -q "^IT energy: not measured; estimated" "$out/est.out"
 check "no labelled estimated CO2e in the verdict" grep -q "^CO2e (estimated, not measured): .* at 0.36 gCO2e/kWh" "$out/est.out"
@@ -48,7 +48,7 @@ check "energy.csv has no estimated rows" awk -F, 'NR > 1 && $3 == "cpu" && $5 > 
 # nothing in the deck: the built-in table (this machine's model, or the per-core default), DRAM per GB
 GREENLM_POWERCAP_ROOT=/nonexistent $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/table" --set training.max_steps=10 \
   "$deck" > "$out/table.out" 2>&1
-check "the run with the default estimate failed: $(tail -n 5 "$out/table.out")" [ $? -eq 0 ]
+check_status $? "the run with the default estimate failed: $(tail -n 5 "$out/table.out")"
 m=$(comp table cpu method)
 check "report.json: cpu method '$m'" grep -Eq '"method": "(tdp_table_estimate|per_core_default_estimate)"' "$out/table/report.json"
 check "report.json: dram method $(comp table dram method)" [ "$(comp table dram method)" = dram_per_gb_estimate ]
@@ -59,7 +59,7 @@ check "estimated_emissions not positive: $(json table estimated_emissions)" awk 
 # &energy estimate = .false.: not measured, as before estimates were the default
 GREENLM_POWERCAP_ROOT=/nonexistent $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/none" --set training.max_steps=10 \
   --set energy.estimate=.false. "$deck" > "$out/none.out" 2>&1
-check "the run without estimates failed: $(tail -n 5 "$out/none.out")" [ $? -eq 0 ]
+check_status $? "the run without estimates failed: $(tail -n 5 "$out/none.out")"
 check "estimate = .false. still estimates" grep -q "^IT energy: not measured; CO2e not computed" "$out/none.out"
 check "progress lines show a figure without a sensor" grep -q "step .* | -- W | -- Wh | ETA" "$out/none.out"
 check "report.json: cpu method $(comp none cpu method)" [ "$(comp none cpu method)" = none ]
@@ -76,7 +76,7 @@ printf '%020d\n' 1000 > "$pc/intel-rapl:0/energy_uj"
 feeder=$!
 GREENLM_POWERCAP_ROOT="$pc" $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/rapl" --set energy.grid_intensity=100 \
   --set energy.pue=1.5 "$deck" > "$out/rapl.out" 2>&1
-check "the run with fake RAPL failed: $(tail -n 5 "$out/rapl.out")" [ $? -eq 0 ]
+check_status $? "the run with fake RAPL failed: $(tail -n 5 "$out/rapl.out")"
 kill $feeder 2>/dev/null
 wait $feeder 2>/dev/null
 it=$(json rapl energy_consumed)

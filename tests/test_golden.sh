@@ -14,7 +14,7 @@ deck() { sed "s|@TOP@|$TOP_SRCDIR|g; s|@OUT@|$out/$1|g" "$TOP_SRCDIR/tests/decks
 for r in a b; do
   deck "run-$r"
   greenlm "$out/run-$r.nml" > "$out/$r.out" 2>&1
-  check "run $r failed: $(tail -n 5 "$out/$r.out")" [ $? -eq 0 ]
+  check_status $? "run $r failed: $(tail -n 5 "$out/$r.out")"
   for f in deck.resolved.nml log.txt metrics.csv verdict.json sample.txt tok/encoder.json tok/vocab.bpe \
            data/train.nc data/val.nc; do
     check "run $r: $f missing" [ -s "$out/run-$r/$f" ]
@@ -43,7 +43,7 @@ for prec in bf16 fp16; do
   deck "run-$prec"
   greenlm --set "job.task='train'" --set "tokenizer.dir='$out/run-a/tok'" --set "data.train='$out/run-a/data/train.nc'" \
     --set "data.val='$out/run-a/data/val.nc'" --set "system.precision='$prec'" "$out/run-$prec.nml" > "$out/$prec.out" 2>&1
-  check "$prec run failed: $(tail -n 5 "$out/$prec.out")" [ $? -eq 0 ]
+  check_status $? "$prec run failed: $(tail -n 5 "$out/$prec.out")"
   v16=$(sed -n 's/.*"val_loss": \([0-9.eE+-]*\).*/\1/p' "$out/run-$prec/verdict.json")
   check "$prec storage: validation loss $v16, fp32 $val: not within 0.02" \
     awk -v a="$v16" -v b="$val" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d < 0.02) }'
@@ -60,7 +60,7 @@ for lay in 1:1:1 2:1:2 4:2:2; do
     --set "data.train='$out/run-a/data/train.nc'" --set "data.val='$out/run-a/data/val.nc'" --set training.max_steps=20 \
     --set job.log_every=1 --set parallel.pipeline_stages="$P" --set parallel.tensor_parallel="$T" \
     --set sample.n_tokens=0 "$out/run-tp$np.nml" > "$out/tp$np.out" 2>&1
-  check "P=$P T=$T run failed: $(tail -n 5 "$out/tp$np.out")" [ $? -eq 0 ]
+  check_status $? "P=$P T=$T run failed: $(tail -n 5 "$out/tp$np.out")"
   [ "$np" = 1 ] && continue
   worst=$(paste -d, "$out/run-tp1/metrics.csv" "$out/run-tp$np/metrics.csv" | awk -F, -v n="$(head -1 "$out/run-tp1/metrics.csv" | awk -F, '{ print NF }')" '
     NR > 1 { d = ($2 - $(n + 2)) / $2; if (d < 0) d = -d; if (d > w) w = d; k++ } END { printf "%.3g %d", w, k }')
@@ -71,13 +71,13 @@ done
 
 # the resolved deck is itself a valid deck
 greenlm --dry-run "$out/run-a/deck.resolved.nml" > "$out/resolved.out" 2>&1
-check "deck.resolved.nml does not pass --dry-run: $(tail -n 3 "$out/resolved.out")" [ $? -eq 0 ]
+check_status $? "deck.resolved.nml does not pass --dry-run: $(tail -n 3 "$out/resolved.out")"
 
 # a wall-time limit ends the run early with a verdict
 deck run-limit
 greenlm --set "job.task='train'" --set "tokenizer.dir='$out/run-a/tok'" --set "data.train='$out/run-a/data/train.nc'" \
   --set "data.val='$out/run-a/data/val.nc'" --set training.max_minutes=0.0005 "$out/run-limit.nml" > "$out/limit.out" 2>&1
-check "time-limited run failed: $(tail -n 5 "$out/limit.out")" [ $? -eq 0 ]
+check_status $? "time-limited run failed: $(tail -n 5 "$out/limit.out")"
 check "time-limited run: no time_limit status in verdict.json" grep -q '"status": "time_limit"' "$out/run-limit/verdict.json"
 check "time-limited run: no validation loss" grep -q '"val_loss": [0-9]' "$out/run-limit/verdict.json"
 

@@ -2,7 +2,8 @@
 # test_layers: the source folders are layers, and a file includes headers of its own folder and of
 # folders below its own only (README.md, "Layout"): no upward or sideways include, so that no
 # decision is reached from two directions; and no choice key of the deck is compared as a string
-# outside the deck module. The layers, lowest first:
+# outside the deck module; and no test check that cannot fail ($? after a command substitution). The
+# layers, lowest first:
 #   base            utilities, errors, the environment, NetCDF helpers, the quantizer's arithmetic
 #   deck            namelist parsing and the typed configuration
 #   text energy     tokenizers, corpora and datasets; energy meters and run files
@@ -48,5 +49,8 @@ words=$(sed -n '/---- choices/,/^#define CFG_RANGE_WORD/p' "$TOP_SRCDIR/src/deck
 hits=$(grep -nE "(strcmp|strcasecmp|util_strieq)\([^();]*(->|\.)($pattern|task\.v\[[^]]*\]), *\"($words)\"\)" \
   "$TOP_SRCDIR"/src/*.c "$TOP_SRCDIR"/src/*/*.c "$TOP_SRCDIR"/cpu/*.c "$TOP_SRCDIR"/gpu/*.cu 2>/dev/null | grep -v "/src/deck/")
 check "a choice key's value compared as a string outside src/deck (use its cfg_GROUP_KEY_of): $hits" [ -z "$hits" ]
+# a check whose description runs a command cannot test $? (the substitution resets it): check_status
+never=$(grep -nE '^[[:space:]]*check .*\$\(.*\[ "?\$\?"? ' "$TOP_SRCDIR"/tests/*.sh 2>/dev/null)
+check "a check that cannot fail (\$? after a command substitution; use check_status \$? ...): $never" [ -z "$never" ]
 echo "test_layers: $n files; choice keys: $(printf '%s ' $keys)"
 finish

@@ -15,7 +15,7 @@ mkdir -p "$out"
 machines="$TOP_SRCDIR/input/machines"
 
 greenlm --plan --machine "$machines/v100-4x6.nml" --set "job.run_dir='$out/13b'" "$TOP_SRCDIR/input/neo-13b.nml" > "$out/13b.out" 2>&1
-check "13B plan failed: $(tail -n 3 "$out/13b.out")" [ $? -eq 0 ]
+check_status $? "13B plan failed: $(tail -n 3 "$out/13b.out")"
 check "13B plan: no recommendation" grep -q '^recommended (the fastest that fits' "$out/13b.out"
 check "13B plan: no deck lines" \
   grep -q '^&parallel pipeline_stages = [0-9]*, tensor_parallel = [12], data_parallel = [0-9]*' "$out/13b.out"
@@ -31,7 +31,7 @@ for f in "$machines"/*.nml; do
   m=$(basename "$f" .nml)
   greenlm --plan --machine "$f" --set "system.precision='fp16'" --set "job.run_dir='$out/m-$m'" \
     "$TOP_SRCDIR/input/neo-1.3b.nml" > "$out/m-$m.out" 2>&1
-  check "$m: the plan failed: $(tail -n 3 "$out/m-$m.out")" [ $? -eq 0 ]
+  check_status $? "$m: the plan failed: $(tail -n 3 "$out/m-$m.out")"
   ranks=$(( $(sed -n 's/^ *nodes *= *\([0-9]*\).*/\1/p' "$f") * $(sed -n 's/^ *devices_per_node *= *\([0-9]*\).*/\1/p' "$f") ))
   check "$m: no recommendation on its $ranks ranks: $(grep '^recommended:' "$out/m-$m.out")" \
     grep -q "^recommended: nodes=[0-9]* ranks=$ranks " "$out/m-$m.out"

@@ -35,7 +35,7 @@ done
 printf 'step,tokens,loss,lr\n1,1000,5.5,1e-4\n2,2000,5.1,2e-4\n3,3000,4.8,3e-4\n' > "$out/c/metrics.csv"
 
 "$TOP_SRCDIR/run/plot" "$out/a" "$out/b" "$out/c" -o "$out/png" > "$out/plot.out" 2>&1
-check "run/plot failed: $(tail -n 5 "$out/plot.out")" [ $? -eq 0 ]
+check_status $? "run/plot failed: $(tail -n 5 "$out/plot.out")"
 is_png() { # is_png FILE: the PNG signature and more than a trivial size
   [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] && [ "$(wc -c < "$1")" -gt 5000 ]
 }
@@ -44,7 +44,7 @@ for p in loss lr tokens_per_s mfu power energy; do
 done
 # a run without power: its plots are drawn, the power plot is skipped with a note
 "$TOP_SRCDIR/run/plot" "$out/b" > "$out/b.out" 2>&1
-check "run/plot on one run failed: $(tail -n 5 "$out/b.out")" [ $? -eq 0 ]
+check_status $? "run/plot on one run failed: $(tail -n 5 "$out/b.out")"
 check "one run: loss.png not in RUN_DIR/plots" is_png "$out/b/plots/loss.png"
 check "no note for the skipped power plot" grep -q "no run has watts values: power.png skipped" "$out/b.out"
 check "power.png drawn without values" [ ! -e "$out/b/plots/power.png" ]

@@ -38,12 +38,12 @@ run() { # run NP NAME [--set ...]: the deck on NP ranks, output in NAME.out
 tail_of() { tail -n 4 "$out/$1.out"; }
 
 run 2 train
-check "training on 2 stages failed: $(tail_of train)" [ $? -eq 0 ]
+check_status $? "training on 2 stages failed: $(tail_of train)"
 
 # eval on 1 and 2 ranks of the checkpoint written by 2 stages
 for np in 1 2; do
   run $np eval$np --set "job.task='eval'" --set "job.run_dir='$out/eval$np'"
-  check "eval on $np ranks failed: $(tail_of eval$np)" [ $? -eq 0 ]
+  check_status $? "eval on $np ranks failed: $(tail_of eval$np)"
   check "eval on $np ranks: no eval.json" [ -s "$out/eval$np/eval.json" ]
 done
 scores() { grep -v '^run,' "$out/$1/eval.csv"; } # without the run's time and energy
@@ -62,7 +62,7 @@ check "eval: no bits per byte" grep -q '^dataset:.*,bits_per_byte,[0-9]' "$out/e
 printf 'And God said\nIn the beginning\\nGod\nAnd Adam\n' > "$out/prompts.txt"
 for np in 1 2; do
   run $np sample$np --set "job.task='sample'" --set "job.run_dir='$out/sample$np'" --set "sample.prompt_file='$out/prompts.txt'"
-  check "sample on $np ranks failed: $(tail_of sample$np)" [ $? -eq 0 ]
+  check_status $? "sample on $np ranks failed: $(tail_of sample$np)"
 done
 check "sample: samples.jsonl differs between 1 and 2 ranks" cmp -s "$out/sample1/samples.jsonl" "$out/sample2/samples.jsonl"
 check "sample: not 3 samples" [ "$(wc -l < "$out/sample1/samples.jsonl")" -eq 3 ]
@@ -70,15 +70,15 @@ check "sample: a prompt's newline was not kept" grep -q '"In the beginning\\nGod
 
 # export: one file, bf16, shards
 run 1 export --set "job.task='export'" --set "export.dir='$out/hf'"
-check "export failed: $(tail_of export)" [ $? -eq 0 ]
+check_status $? "export failed: $(tail_of export)"
 for f in config.json model.safetensors generation_config.json vocab.json merges.txt tokenizer_config.json; do
   check "export: $f missing" [ -s "$out/hf/$f" ]
 done
 run 1 export16 --set "job.task='export'" --set "export.dir='$out/hf16'" --set "export.dtype='bf16'"
-check "bf16 export failed: $(tail_of export16)" [ $? -eq 0 ]
+check_status $? "bf16 export failed: $(tail_of export16)"
 check "bf16 export is not about half the size" [ "$(wc -c < "$out/hf16/model.safetensors")" -lt "$(($(wc -c < "$out/hf/model.safetensors") * 6 / 10))" ]
 run 1 shards --set "job.task='export'" --set "export.dir='$out/hfs'" --set export.shard_mb=0.05
-check "sharded export failed: $(tail_of shards)" [ $? -eq 0 ]
+check_status $? "sharded export failed: $(tail_of shards)"
 check "sharded export: no index" [ -s "$out/hfs/model.safetensors.index.json" ]
 check "sharded export: fewer than 2 shards" [ "$(ls "$out/hfs"/model-0000*-of-*.safetensors 2>/dev/null | wc -l)" -ge 2 ]
 
@@ -87,13 +87,13 @@ mkdir -p "$out/none"
 for d in hf hfs; do
   run 2 import-$d --set "job.task='eval'" --set "job.run_dir='$out/import-$d'" --set "checkpoint.dir='$out/none'" \
     --set "model.init_from='$out/$d'" --set "tokenizer.dir=''"
-  check "eval from the export $d failed: $(tail_of import-$d)" [ $? -eq 0 ]
+  check_status $? "eval from the export $d failed: $(tail_of import-$d)"
   check "eval from the export $d differs from the checkpoint's" [ "$(scores eval2)" = "$(scores import-$d)" ]
 done
 check "eval.json does not name the Hugging Face directory" grep -q "Hugging Face directory $out/hf" "$out/import-hf/eval.json"
 run 1 import16 --set "job.task='eval'" --set "job.run_dir='$out/import16'" --set "checkpoint.dir='$out/none'" \
   --set "model.init_from='$out/hf16'" --set "eval.benchmarks=''"
-check "eval from the bf16 export failed: $(tail_of import16)" [ $? -eq 0 ]
+check_status $? "eval from the bf16 export failed: $(tail_of import16)"
 check "bf16 export: the dataset loss moved by more than 0.02" awk -F, '
   FNR == NR && $2 == "loss" { a = $3 } FNR != NR && $2 == "loss" { b = $3 }
   END { d = a - b; if (d < 0) d = -d; exit !(b != "" && d < 0.02) }' "$out/eval1/eval.csv" "$out/import16/eval.csv"
@@ -102,7 +102,7 @@ check "bf16 export: the dataset loss moved by more than 0.02" awk -F, '
 run 1 finetune --set "job.task='train'" --set "job.run_dir='$out/finetune'" --set "checkpoint.dir='$out/finetune/ckpt'" \
   --set "model.init_from='$out/hf'" --set parallel.pipeline_stages=1 --set training.max_steps=5 --set training.lr=1e-5 \
   --set training.min_lr=1e-6 --set eval.during_training=T
-check "training from the export failed: $(tail_of finetune)" [ $? -eq 0 ]
+check_status $? "training from the export failed: $(tail_of finetune)"
 check "training from the export: no init line" grep -q "^init: weights from the Hugging Face directory" "$out/finetune.out"
 check "benchmarks during training: no bench line" grep -q "^bench: step 5 | hellaswag:bench-hellaswag | acc " "$out/finetune.out"
 check "benchmarks during training: no rows in bench.csv" grep -q "^5,arc:bench-arc,acc_norm," "$out/finetune/bench.csv"
@@ -115,7 +115,7 @@ check "training from the export: first loss $first is not near the trained model
 run 2 finetune-tp --set "job.task='train'" --set "job.run_dir='$out/finetune-tp'" \
   --set "checkpoint.dir='$out/finetune-tp/ckpt'" --set "model.init_from='$out/hf'" --set parallel.pipeline_stages=1 \
   --set parallel.tensor_parallel=2 --set training.max_steps=5 --set training.lr=1e-5 --set training.min_lr=1e-6
-check "training from the export on 2 tensor ranks failed: $(tail_of finetune-tp)" [ $? -eq 0 ]
+check_status $? "training from the export on 2 tensor ranks failed: $(tail_of finetune-tp)"
 first_tp=$(awk -F, 'NR == 2 { print $2 }' "$out/finetune-tp/metrics.csv")
 check "training from the export on 2 tensor ranks: first loss $first_tp, on one rank $first" \
   awk -v a="$first_tp" -v b="$first" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-4 * b) }'

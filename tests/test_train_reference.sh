@@ -43,7 +43,7 @@ run() {
   name=$1 ref=$2 np=$3 tol=$4 mtol=$5 ntol=$6
   shift 6
   $MPIEXEC -n "$np" "$GREENLM" --set "job.run_dir='$out/$name'" "$@" "$out/deck.nml" > "$out/$name.out" 2>&1
-  check "$name: the run failed: $(tail -n 5 "$out/$name.out")" [ $? -eq 0 ]
+  check_status $? "$name: the run failed: $(tail -n 5 "$out/$name.out")"
   G=$(grep -c '^1,' "$out/$name/windows.csv")
   check "$name: the window order differs from the committed windows-$G.csv" cmp -s "$out/$name/windows.csv" "$fx/windows-$G.csv"
   res=$(compare "$out/$name" "$fx/$ref.csv" "$tol" "$mtol" "$ntol")
