@@ -131,9 +131,9 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, STR, separator, "'<|endoftext|>'", "", "The separator line of documents = 'separator_line'") \
   X(g, STR, format, "'auto'", CFG_CHOICES(CFG_FORMATS), "What the input files hold: 'text', or 'jsonl' (JSON Lines: one document per line, its text in the field text_field, as The Pile and exported Hugging Face datasets have it); 'auto' takes JSON Lines for names ending in .jsonl, .ndjson or .json (before a .gz or .zst) and text otherwise. gzip and zstd compression is recognised by the files' first bytes, whatever their names") \
   X(g, STR, text_field, "'text'", "", "The field of each JSON Lines record that holds its document's text") \
-  X(g, STR, bad_records, "'skip'", CFG_CHOICES(CFG_BAD_RECORDS), "A JSON Lines record that is not a JSON object, lacks text_field, has a non-string there or invalid UTF-8: 'skip' counts it, names the first one, and goes on; 'fatal' reports each (file and line) and writes nothing") \
+  X(g, STR, bad_records, "'skip'", CFG_CHOICES(CFG_BAD_RECORDS), "A JSON Lines record that is not a JSON object, lacks text_field, has a non-string there or invalid UTF-8: 'skip' counts it, names the first one, and goes on; 'fatal' reports each (file and line) and writes nothing. A line longer than a quarter of buffer_mb (at least 1024 bytes) counts as a bad record, in every format") \
   X(g, REAL, val_fraction, "0.05", "[0, 0.5]", "Share of the documents held out for validation (chosen by a seeded shuffle)") \
-  X(g, REAL, buffer_mb, "1024", "(0, 1e9]", "MiB of tokens a rank holds while preparing; beyond them its tokens wait in a spill file beside train_out (about the datasets' size on disk, removed at the end), and the datasets are written in rounds of this size, so memory does not grow with the corpus") \
+  X(g, REAL, buffer_mb, "1024", "(0, 1e9]", "MiB of tokens a rank holds while preparing; beyond them its tokens wait in a spill file beside train_out (about the datasets' size on disk, removed at the end), and the datasets are written in rounds of this size, so memory does not grow with the corpus; a line may hold at most a quarter of it (at least 1024 bytes)") \
   X(g, STR, train_out, "''", "", "Training dataset to write (NetCDF)")                             \
   X(g, STR, val_out, "''", "", "Validation dataset to write (NetCDF)")
 

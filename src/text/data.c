@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/ncfile.h"
+#include "base/progress.h"
 #include "base/rng.h"
 #include "base/util.h"
 #include "text/fileid.h"
@@ -339,6 +340,7 @@ static int verify_blocks(data_file *f, int rank, int P, err_list *errs) {
       bad++;
       continue;
     }
+    progress_mark(); /* a block verified (the watchdog's progress) */
     unsigned long long want = 0;
     MPI_Offset start = b, one = 1;
     if (f->sum_var >= 0 && (ncmpi_get_vara_ulonglong(f->ncid, f->sum_var, &start, &one, &want) != NC_NOERR || want != sum)) {
