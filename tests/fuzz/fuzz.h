@@ -47,6 +47,16 @@ static inline void fuzz_write(const char *name, const void *data, size_t n, char
   if (!fp || fwrite(data, 1, n, fp) != n || fclose(fp) != 0) abort();
 }
 
+/* An input of two files, split at its first NUL byte (no NUL: all of it the first, the second
+ * empty), written as fuzz_dir/first and fuzz_dir/second. */
+static inline void fuzz_write_pair(const char *first, const char *second, const uint8_t *data, size_t size) {
+  const uint8_t *nul = memchr(data, 0, size);
+  size_t len = nul ? (size_t)(nul - data) : size;
+  char path[400];
+  fuzz_write(first, data, len, path, sizeof path);
+  fuzz_write(second, nul ? nul + 1 : data, nul ? size - len - 1 : 0, path, sizeof path);
+}
+
 /* A finding: a property that must hold did not. */
 #define FUZZ_ASSERT(cond, what)                                                                    \
   do {                                                                                             \

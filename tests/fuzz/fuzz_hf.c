@@ -64,11 +64,7 @@ static void read_weights(const char *dir, const cfg_config *cfg) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const uint8_t *nul = memchr(data, 0, size);
-  size_t len = nul ? (size_t)(nul - data) : size;
-  char path[400];
-  fuzz_write("config.json", data, len, path, sizeof path);
-  fuzz_write("model.safetensors", nul ? nul + 1 : data, nul ? size - len - 1 : 0, path, sizeof path);
+  fuzz_write_pair("config.json", "model.safetensors", data, size);
   static cfg_config cfg;
   cfg_model m;
   memset(&m, 0, sizeof m);

@@ -26,11 +26,7 @@ static void roundtrip(tok_tokenizer *t, const char *text, size_t len) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  const uint8_t *nul = memchr(data, 0, size);
-  size_t enc = nul ? (size_t)(nul - data) : size;
-  char path[400];
-  fuzz_write("encoder.json", data, enc, path, sizeof path);
-  fuzz_write("vocab.bpe", nul ? nul + 1 : data, nul ? size - enc - 1 : 0, path, sizeof path);
+  fuzz_write_pair("encoder.json", "vocab.bpe", data, size);
   tok_tokenizer t;
   err_list errs = {0};
   if (tok_load_bpe(&t, dir, &errs) == 0) {
