@@ -17,8 +17,9 @@
 #include "config.h"
 #include "base/ncfile.h"
 #include "base/progress.h"
-#include "io/rdahead.h"
 #include "base/util.h"
+#include "io/rdahead.h"
+#include "text/fileid.h"
 
 #define CKPT_FORMAT "greenlm checkpoint"
 #define CKPT_VERSION 2
@@ -319,10 +320,7 @@ static void reserve(const char *path, MPI_Offset extent, MPI_Comm comm) {
  * failed file is gone); "" when neither explains it. */
 static const char *room_note(const char *path, MPI_Offset extent, char *buf, size_t len) {
   char dir[CKPT_PATH_MAX], need[32], have[32];
-  util_strlcpy(dir, path, sizeof dir);
-  char *slash = strrchr(dir, '/');
-  if (slash) *slash = '\0';
-  else util_strlcpy(dir, ".", sizeof dir);
+  fileid_dirname(path, dir, sizeof dir);
   struct rlimit rl;
   struct statvfs vs;
   util_fmt_bytes((double)extent, need, sizeof need);
