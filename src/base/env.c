@@ -7,7 +7,7 @@
 
 #include "base/util.h"
 
-typedef enum { ENV_BYTES, ENV_BOOL01, ENV_PATH, ENV_FAULT, ENV_AUTO_KERNELS } env_kind;
+typedef enum { ENV_BYTES, ENV_MILLIS, ENV_BOOL01, ENV_PATH, ENV_FAULT, ENV_AUTO_KERNELS } env_kind;
 
 static const struct {
   const char *name;
@@ -27,6 +27,9 @@ static const struct {
     {"GREENLM_POWERCAP_ROOT", ENV_PATH, "For testing: the directory read as /sys/class/powercap (RAPL zones)"},
     {"GREENLM_HWMON_ROOT", ENV_PATH, "For testing: the directory read as /sys/class/hwmon (power sensors where there is no RAPL)"},
     {"GREENLM_FILE_SIZE_LIMIT", ENV_BYTES, "For testing: a file-size limit in bytes on the run (RLIMIT_FSIZE), to rehearse a full disk or a quota"},
+    {"GREENLM_CHECKPOINT_PAUSE", ENV_MILLIS,
+     "For testing: milliseconds every checkpoint write waits once its `.tmp` file exists, before any data is written "
+     "(0 to 60000), so that a test can kill a job inside a checkpoint write (`run/chaos`)"},
     {"GREENLM_FAULT", ENV_FAULT,
      "For testing: KIND:RANK:STEP makes rank RANK fail at the start of step STEP; KIND is stall (stops answering), "
      "exit (exits with status 1 without MPI_Finalize), crash (SIGSEGV), stop (SIGSTOP: the whole process stops, as a job-control stop or a frozen node) or slow (sleeps one second outside MPI, then goes on); doc/testing.md"},
@@ -70,6 +73,10 @@ static int check_one(int i, const char *v, err_list *errs) {
   case ENV_BYTES:
     if (parse_long(v, 0, INT64_MAX, &x) == 0) return 0;
     err_add(errs, name, 0, 0, env_table[i].doc, "'%s' is not a number of bytes (an integer >= 0)", v);
+    return 1;
+  case ENV_MILLIS:
+    if (parse_long(v, 0, 60000, &x) == 0) return 0;
+    err_add(errs, name, 0, 0, env_table[i].doc, "'%s' is not a number of milliseconds from 0 to 60000", v);
     return 1;
   case ENV_BOOL01:
     if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) return 0;
@@ -122,6 +129,12 @@ long long env_file_size_limit(void) {
   const char *v = getenv("GREENLM_FILE_SIZE_LIMIT");
   long long x = 0;
   return v && parse_long(v, 0, INT64_MAX, &x) == 0 ? x : 0;
+}
+
+long long env_checkpoint_pause_ms(void) {
+  const char *v = getenv("GREENLM_CHECKPOINT_PAUSE");
+  long long x = 0;
+  return v && parse_long(v, 0, 60000, &x) == 0 ? x : 0;
 }
 
 int env_cuda_aware_mpi(void) {

@@ -23,6 +23,8 @@ int env_check(err_list *errs);
 
 /* GREENLM_FILE_SIZE_LIMIT in bytes; 0 when unset. */
 long long env_file_size_limit(void);
+/* GREENLM_CHECKPOINT_PAUSE in milliseconds; 0 when unset. */
+long long env_checkpoint_pause_ms(void);
 /* GREENLM_CUDA_AWARE_MPI: 1 or 0; -1 when unset. */
 int env_cuda_aware_mpi(void);
 /* A variable that picks a library's path or greenlm's kernels (GREENLM_ATTENTION, GREENLM_EPILOGUES):

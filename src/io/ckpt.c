@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "base/env.h"
 #include "base/ncfile.h"
 #include "base/progress.h"
 #include "base/util.h"
@@ -332,6 +333,12 @@ static const char *room_note(const char *path, MPI_Offset extent, char *buf, siz
     util_snprintf(buf, len, ": the checkpoint needs %s (%lld bytes) and the file system holding %s has %s free", need,
                   (long long)extent, dir, util_fmt_bytes((double)vs.f_bavail * (double)vs.f_frsize, have, sizeof have));
   return buf;
+}
+
+/* GREENLM_CHECKPOINT_PAUSE: a test's moment to kill the job inside this write (its .tmp exists). */
+static void rehearse_pause(void) {
+  long long ms = env_checkpoint_pause_ms();
+  if (ms > 0) nanosleep(&(struct timespec){(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L}, NULL);
 }
 
 /* Rank 0: whether the closed file at path is shorter than extent, as when a write failed without
@@ -819,6 +826,7 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
     io.rc = nrc;
     if (nrc == NC_NOERR) extent = ncfile_extent(nc);
     if (nrc == NC_NOERR) reserve(tmp, extent, comm);
+    rehearse_pause();
     size_t lo, hi;
     own_piece(s->model, lay, &lo, &hi);
     ckpt_piece *p;
