@@ -107,7 +107,7 @@ static int expand_dir(file_list *l, const char *in, const input_place *at) {
   if (n == 0)
     input_error(at, "point the input at files with text, or at a glob such as 'dir/*.txt'",
                 "directory '%s' has no text (no non-empty regular files)", in);
-  qsort(e, n, sizeof *e, cmp_entry);
+  if (n) qsort(e, n, sizeof *e, cmp_entry); /* e is NULL when the directory had none */
   for (size_t i = 0; i < n; i++) list_add(l, e[i].path, e[i].bytes), free(e[i].path);
   free(e);
   return n ? 0 : -1;
