@@ -22,6 +22,13 @@ check_status() {
   if [ "$rc" -eq 0 ]; then ok; else bad "$* (exit status $rc)"; fi
 }
 greenlm() { $MPIEXEC -n 1 "$GREENLM" "$@"; }
+# need_program NAME PATH HINT: a test that cannot show its result without PATH (a program configure
+# looked for) stops here with a failure that names it, not with "command not found" in each check
+need_program() {
+  [ -n "$2" ] && [ -x "$2" ] && return 0
+  printf 'FAIL: %s: %s not found at configure time (%s)\n' "$(basename "$0")" "$1" "$3" >&2
+  exit 1
+}
 finish() {
   printf '%s: %d checks, %d failed\n' "$(basename "$0")" $((pass + fail)) "$fail"
   [ "$fail" -eq 0 ]

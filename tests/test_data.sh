@@ -10,6 +10,7 @@
 #   - ncdump -h shows the datasets' attributes;
 #   - a prepare into a place that cannot be written fails cleanly and leaves no file behind.
 . "$(dirname "$0")/lib.sh"
+need_program ncmpidiff "${NCMPIDIFF:-}" "PnetCDF's tools: run/deps builds them; Debian: pnetcdf-bin"
 out="$TEST_OUT/data"
 rm -rf "$out"
 mkdir -p "$out/corpus" "$out/sep"

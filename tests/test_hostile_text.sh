@@ -14,6 +14,7 @@
 #           learns no token longer than the reader takes.
 # The cases and their outcomes are written to $TEST_OUT/hostile_text/table.txt.
 . "$(dirname "$0")/lib.sh"
+need_program ncmpidiff "${NCMPIDIFF:-}" "PnetCDF's tools: run/deps builds them; Debian: pnetcdf-bin"
 out="$TEST_OUT/hostile_text"
 rm -rf "$out"
 mkdir -p "$out/in" "$out/fifo"
