@@ -1,9 +1,11 @@
-/* cpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy and AdamW on the CPU. */
+/* cpu_ops: embedding, LayerNorm, gelu (tanh and erf forms), rotary embedding, residual, softmax cross-entropy and AdamW on the CPU. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
 #include "cpu_math.h"
+#include "base/util.h"
 
 void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C, int v0,
                    int nv) {
@@ -84,20 +86,60 @@ void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, con
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-void cpu_gelu_fwd(float *out, const float *inp, size_t n) {
+#define GELU_R 0.7071067811865476f /* 1/sqrt(2) */
+#define GELU_P 0.3989422804014327f /* 1/sqrt(2 pi) */
+
+void cpu_gelu_fwd(float *out, const float *inp, size_t n, int act) {
+  if (act == BACKEND_GELU_ERF) {
+    for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * GELU_R));
+    return;
+  }
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
     out[i] = 0.5f * x * (1.0f + cpu_tanhf(GELU_S * (x + GELU_A * x * x * x)));
   }
 }
 
-void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n) {
+void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n, int act) {
+  if (act == BACKEND_GELU_ERF) { /* d/dx: Phi(x) + x phi(x) */
+    for (size_t i = 0; i < n; i++) {
+      float x = inp[i];
+      dinp[i] = dout[i] * (0.5f * (1.0f + erff(x * GELU_R)) + x * GELU_P * expf(-0.5f * x * x));
+    }
+    return;
+  }
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
     float t = cpu_tanhf(GELU_S * (x + GELU_A * x * x * x));
     float du = GELU_S * (1.0f + 3.0f * GELU_A * x * x);
     dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
   }
+}
+
+float cpu_rope_inv_freq(int i, int rot, float theta) {
+  return 1.0f / powf(theta, (float)(2 * i) / (float)rot); /* fp32, as Hugging Face's inv_freq */
+}
+
+void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign) {
+  const int hs = C / H, half = rot / 2;
+  float *cs = util_malloc(2 * (size_t)(half > 0 ? half : 1) * sizeof(float), "rotary table"), *sn = cs + half;
+  for (int r = 0; r < N; r++) {
+    const float p = (float)(pos ? pos[r] : r % T);
+    for (int i = 0; i < half; i++) {
+      const double a = (double)(p * cpu_rope_inv_freq(i, rot, theta)); /* the fp32 angle, its cos and sin exact */
+      cs[i] = (float)cos(a), sn[i] = (float)sin(a) * (float)sign;
+    }
+    for (int part = 0; part < 2; part++) /* q, then k */
+      for (int h = 0; h < H; h++) {
+        float *x = qkv + (size_t)r * 3 * C + (size_t)part * C + (size_t)h * hs;
+        for (int i = 0; i < half; i++) {
+          const float a = x[i], b = x[i + half];
+          x[i] = a * cs[i] - b * sn[i];
+          x[i + half] = b * cs[i] + a * sn[i];
+        }
+      }
+  }
+  free(cs);
 }
 
 void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n) {

@@ -268,24 +268,32 @@ void cpu_op_attention_bwd(const backend *be, void *dqkv, const void *dout, const
 /* The activation is applied to the fp32 products before either output is rounded, as a GEMM
  * epilogue does. */
 void cpu_op_matmul_gelu_fwd(const backend *be, void *o, void *pre, const void *inp, const void *w, const void *bias,
-                            int N, int K, int M) {
+                            int N, int K, int M, int act) {
   stage s = stage_begin(be);
   float *y = out(&s, o, SZ(N) * M, 0), *p = out(&s, pre, SZ(N) * M, 0);
   const float *x = in(&s, inp, SZ(N) * K), *wf = in(&s, w, SZ(M) * K), *bf = in(&s, bias, SZ(M));
   cpu_matmul_fwd(p, x, wf, bf, N, K, M, M);
-  cpu_gelu_fwd(y, p, SZ(N) * M);
+  cpu_gelu_fwd(y, p, SZ(N) * M, act);
   stage_end(&s);
 }
 
 void cpu_op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *dbias, const void *dout, const void *inp,
-                             const void *pre, const void *w, int N, int K, int M, int acc) {
+                             const void *pre, const void *w, int N, int K, int M, int acc, int act) {
   fresh(acc, dw, SZ(M) * K, dbias, SZ(M));
   stage s = stage_begin(be);
   float *dx = out(&s, dpre, SZ(N) * K, 0);
   const float *d = in(&s, dout, SZ(N) * M), *x = in(&s, inp, SZ(N) * K), *p = in(&s, pre, SZ(N) * K);
   const float *wf = in(&s, w, SZ(M) * K);
   cpu_matmul_bwd(dx, dw, dbias, d, x, wf, N, K, M, M);
-  cpu_gelu_bwd(dx, dx, p, SZ(N) * K);
+  cpu_gelu_bwd(dx, dx, p, SZ(N) * K, act);
+  stage_end(&s);
+}
+
+void cpu_op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta,
+                 int sign) {
+  stage s = stage_begin(be);
+  float *x = out(&s, qkv, SZ(N) * 3 * C, 1);
+  cpu_rope(x, pos, N, T, C, H, rot, theta, sign);
   stage_end(&s);
 }
 

@@ -188,8 +188,11 @@ void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *me
 void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
                        const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int acc);
 size_t gpu_layernorm_workspace(int N, int C);
-void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n);
-void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n);
+/* act: backend_act */
+void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n, int act);
+void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n, int act);
+/* the rope op (backend.h) on qkv (N,3C) in place; pos device memory or NULL */
+void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign);
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);
 void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n);
 /* logits' rows ldr apart (backend.h's ld) */
@@ -223,11 +226,11 @@ void gpu_matmul_fwd(gpu_ctx *g, backend_dtype t, void *out, const void *inp, con
 void gpu_matmul_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *dbias, const void *dout,
                     const void *inp, const void *w, int N, int K, int M, int ldo, int acc);
 /* the MLP's fused pair (backend.h): the epilogues in cuBLASLt at 16-bit storage where it takes the
- * shape, else a GEMM and greenlm's gelu kernels */
+ * shape and the activation is gelu_new (cuBLASLt's GELU is the tanh form), else a GEMM and greenlm's gelu kernels */
 void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, const void *inp, const void *w,
-                         const void *bias, int N, int K, int M);
+                         const void *bias, int N, int K, int M, int act);
 void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, float *dbias, const void *dout,
-                          const void *inp, const void *pre, const void *w, int N, int K, int M, int acc);
+                          const void *inp, const void *pre, const void *w, int N, int K, int M, int acc, int act);
 /* The bias gradients' vector of N ones in storage type t: its bytes (planned beside the workspace),
  * and its allocation by prepare. */
 size_t gpu_ones_bytes(backend_dtype t, int N);

@@ -327,12 +327,16 @@ static void op_attention_bwd(const backend *be, void *dqkv, const void *d, const
 }
 
 static void op_matmul_gelu_fwd(const backend *be, void *o, void *pre, const void *x, const void *w, const void *b, int N,
-                               int K, int M) {
-  gpu_matmul_gelu_fwd(gpu_of(be), be->storage, o, pre, x, w, b, N, K, M);
+                               int K, int M, int act) {
+  gpu_matmul_gelu_fwd(gpu_of(be), be->storage, o, pre, x, w, b, N, K, M, act);
 }
 static void op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *db, const void *d, const void *x,
-                                const void *pre, const void *w, int N, int K, int M, int acc) {
-  gpu_matmul_dgelu_bwd(gpu_of(be), be->storage, dpre, dw, db, d, x, pre, w, N, K, M, acc);
+                                const void *pre, const void *w, int N, int K, int M, int acc, int act) {
+  gpu_matmul_dgelu_bwd(gpu_of(be), be->storage, dpre, dw, db, d, x, pre, w, N, K, M, acc, act);
+}
+static void op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta,
+                    int sign) {
+  gpu_rope(be->storage, qkv, pos, N, T, C, H, rot, theta, sign);
 }
 static void op_residual_fwd(const backend *be, void *o, const void *a, const void *b, size_t n) {
   gpu_residual_fwd(be->storage, o, a, b, n);

@@ -107,24 +107,24 @@ void gpu_matmul_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *d
 }
 
 void gpu_matmul_gelu_fwd(gpu_ctx *g, backend_dtype t, void *out, void *pre, const void *inp, const void *w,
-                         const void *bias, int N, int K, int M) {
+                         const void *bias, int N, int K, int M, int act) {
   gpu_lt_args a = fwd_args(out, inp, w, N, K, M, M);
   a.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   a.bias = bias, a.aux = pre, a.ldaux = M; /* pre^T (M,N) */
-  if (gpu_lt_gemm(g, t, &a)) return;
+  if (act == BACKEND_GELU_TANH && gpu_lt_gemm(g, t, &a)) return;
   gpu_matmul_fwd(g, t, pre, inp, w, bias, N, K, M, M);
-  gpu_gelu_fwd(t, out, pre, (size_t)N * M);
+  gpu_gelu_fwd(t, out, pre, (size_t)N * M, act);
 }
 
 void gpu_matmul_dgelu_bwd(gpu_ctx *g, backend_dtype t, void *dpre, float *dw, float *dbias, const void *dout,
-                          const void *inp, const void *pre, const void *w, int N, int K, int M, int acc) {
-  /* dpre^T (K,N) = (w^T (K,M) * dout^T (M,N)) * gelu_new'(pre^T (K,N)) */
+                          const void *inp, const void *pre, const void *w, int N, int K, int M, int acc, int act) {
+  /* dpre^T (K,N) = (w^T (K,M) * dout^T (M,N)) * gelu'(pre^T (K,N)) */
   gpu_lt_args a;
   memset(&a, 0, sizeof a);
   a.ta = CUBLAS_OP_N, a.tb = CUBLAS_OP_N, a.m = K, a.n = N, a.k = M;
   a.A = w, a.lda = K, a.B = dout, a.ldb = M, a.D = dpre, a.ldd = K;
   a.epilogue = CUBLASLT_EPILOGUE_DGELU, a.aux = (void *)pre, a.ldaux = K;
-  const bool fused = gpu_lt_gemm(g, t, &a);
+  const bool fused = act == BACKEND_GELU_TANH && gpu_lt_gemm(g, t, &a);
   gpu_matmul_bwd(g, t, fused ? NULL : dpre, dw, dbias, dout, inp, w, N, K, M, M, acc);
-  if (!fused) gpu_gelu_bwd(t, dpre, dpre, pre, (size_t)N * K);
+  if (!fused) gpu_gelu_bwd(t, dpre, dpre, pre, (size_t)N * K, act);
 }

@@ -319,6 +319,16 @@ struct gelu_bwd_f { /* x = dout, y = the pre-activation */
     return d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
   }
 };
+#define GELU_R 0.7071067811865476f /* 1/sqrt(2) */
+#define GELU_P 0.3989422804014327f /* 1/sqrt(2 pi) */
+struct gelu_erf_fwd_f {
+  __device__ float operator()(float x, float) const { return 0.5f * x * (1.0f + erff(x * GELU_R)); }
+};
+struct gelu_erf_bwd_f { /* x = dout, y = the pre-activation */
+  __device__ float operator()(float d, float x) const {
+    return d * (0.5f * (1.0f + erff(x * GELU_R)) + x * GELU_P * expf(-0.5f * x * x));
+  }
+};
 struct add_f {
   __device__ float operator()(float x, float y) const { return x + y; }
 };
@@ -356,12 +366,48 @@ __global__ void convert_kernel(D *dst, const E *src, size_t n) {
     dst[i] = st<D>(ld(src[i]));
 }
 
-void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n) {
-  GPU_STORAGE(t, map<S>(out, inp, NULL, n, gelu_fwd_f()));
+void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n, int act) {
+  if (act == BACKEND_GELU_ERF) GPU_STORAGE(t, map<S>(out, inp, NULL, n, gelu_erf_fwd_f()));
+  else GPU_STORAGE(t, map<S>(out, inp, NULL, n, gelu_fwd_f()));
 }
 
-void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n) {
-  GPU_STORAGE(t, map<S>(dinp, dout, inp, n, gelu_bwd_f()));
+void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n, int act) {
+  if (act == BACKEND_GELU_ERF) GPU_STORAGE(t, map<S>(dinp, dout, inp, n, gelu_erf_bwd_f()));
+  else GPU_STORAGE(t, map<S>(dinp, dout, inp, n, gelu_bwd_f()));
+}
+
+/* ---- rotary embedding ------------------------------------------------------------------------ */
+
+/* One thread per (row, pair i): the angle of pair i at the row's position in fp32 as the CPU reference forms it
+ * (1 / powf(theta, 2i/rot), times the position), its cos and sin in full precision, applied to pair i of every
+ * head of q and k. */
+template <typename S>
+__global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign) {
+  const int half = rot / 2, hs = C / H;
+  const size_t n = (size_t)N * half;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+    const int r = (int)(e / half), i = (int)(e % half);
+    const float p = (float)(pos ? pos[r] : r % T);
+    const float inv = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+    double sd, cd;
+    sincos((double)(p * inv), &sd, &cd);
+    const float c = (float)cd, s = (float)sd * (float)sign;
+    for (int part = 0; part < 2; part++)
+      for (int h = 0; h < H; h++) {
+        S *x = qkv + (size_t)r * 3 * C + (size_t)part * C + (size_t)h * hs;
+        const float a = ld(x[i]), b = ld(x[i + half]);
+        x[i] = st<S>(a * c - b * s);
+        x[i + half] = st<S>(b * c + a * s);
+      }
+  }
+}
+
+void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta,
+              int sign) {
+  const size_t n = (size_t)N * (rot / 2);
+  if (n == 0) return;
+  GPU_STORAGE(t, rope_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)qkv, pos, N, T, C, H, rot, theta, sign));
+  GPU_LAUNCHED();
 }
 
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n) {

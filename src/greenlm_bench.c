@@ -234,7 +234,7 @@ static backend *open_backend(const bench_args *a) {
 
 /* The model of the command line, as a deck's &model would give it. */
 static void model_config(const bench_args *a, cfg_model *mc) {
-  memset(mc, 0, sizeof *mc);
+  cfg_model_defaults(mc);
   util_strlcpy(mc->arch, a->arch, sizeof mc->arch);
   mc->vocab_size = a->V, mc->block_size = a->T, mc->n_layer = a->L, mc->n_embd = a->C, mc->n_head = a->H;
   mc->window_size = 256, mc->layer_norm_epsilon = 1e-5, mc->init_std = 0.02;

@@ -238,7 +238,7 @@ int trainer_init_from(trainer *t, err_list *errs) {
 /* The tensors of this rank's stage that the whole model's buffer takes from it, whole: all of them but
  * the last stage's copy of the tied embedding (the first stage's is the one). */
 static int stage_gives(const trainer *t, const gpt_tensor *w) {
-  return !(t->lay.P > 1 && t->lay.stage == t->lay.P - 1 && strcmp(w->name, "transformer.wte.weight") == 0);
+  return !(t->lay.P > 1 && t->lay.stage == t->lay.P - 1 && w->tied);
 }
 
 /* Split tensor i of this rank's stage, whole, into host memory `whole` (its grows x gcols floats) on

@@ -23,7 +23,7 @@ enum { NP = 3, MAXSTEPS = 64 };
 
 static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V, int maxT, int window) {
   cfg_model mc;
-  memset(&mc, 0, sizeof mc);
+  cfg_model_defaults(&mc);
   strcpy(mc.arch, arch);
   mc.vocab_size = V, mc.block_size = maxT, mc.n_layer = L, mc.n_embd = C, mc.n_head = H;
   mc.window_size = window, mc.layer_norm_epsilon = 1e-5, mc.init_std = 0.2; /* spread logits: no near-ties */

@@ -249,35 +249,56 @@ static void test_matmul(int N, int K, int M, int ld, int with_bias, int with_din
   drop(&inp), drop(&wt), drop(&bias), drop(&dout), drop(&out), drop(&dinp), drop(&dw), drop(&db);
 }
 
-/* The MLP's fused pair: the first layer (N,K) -> (N,F) with gelu_new, then the backward of a second
- * (N,F) -> (N,M) through it, on the same inputs on both sides. At 16-bit storage cuBLASLt's epilogues
- * take F a multiple of 8 (unless the mode asks for greenlm's kernels), the kernels the rest. */
-static void test_mlp(int N, int K, int F, int M, int with_bias) {
+/* The MLP's fused pair: the first layer (N,K) -> (N,F) with gelu (act: backend_act), then the backward of a
+ * second (N,F) -> (N,M) through it, on the same inputs on both sides. At 16-bit storage cuBLASLt's epilogues take
+ * gelu_new with F a multiple of 8 (unless the mode asks for greenlm's kernels), the kernels the rest. */
+static void test_mlp(int N, int K, int F, int M, int with_bias, int act) {
   char w[128];
   const size_t nh = (size_t)N * F;
   const double tol = gemm_tol() > TOL ? gemm_tol() : TOL;
   plan((backend_shape){.B = 1, .T = N, .C = K, .F = F, .V = M});
   pair inp = mk((size_t)N * K, 1, 1), w1 = mk((size_t)F * K, 0.5, 1), b1 = mk((size_t)F, 1, 1), pre = mk(nh, 1, 1);
   pair out = mk(nh, 1, 1);
-  cpu->matmul_gelu_fwd(cpu, out.c, pre.c, inp.c, w1.c, with_bias ? b1.c : NULL, N, K, F);
-  gpu->matmul_gelu_fwd(gpu, out.g, pre.g, inp.g, w1.g, with_bias ? b1.g : NULL, N, K, F);
-  snprintf(w, sizeof w, "matmul_gelu fwd N=%d K=%d F=%d%s: pre", N, K, F, with_bias ? " +bias" : "");
+  cpu->matmul_gelu_fwd(cpu, out.c, pre.c, inp.c, w1.c, with_bias ? b1.c : NULL, N, K, F, act);
+  gpu->matmul_gelu_fwd(gpu, out.g, pre.g, inp.g, w1.g, with_bias ? b1.g : NULL, N, K, F, act);
+  snprintf(w, sizeof w, "matmul_gelu fwd N=%d K=%d F=%d%s%s: pre", N, K, F, with_bias ? " +bias" : "",
+           act == BACKEND_GELU_ERF ? " (erf)" : "");
   check(w, &pre, gemm_tol());
-  check("  out = gelu_new(pre)", &out, tol);
+  check(act == BACKEND_GELU_ERF ? "  out = gelu(pre)" : "  out = gelu_new(pre)", &out, tol);
   pair dout = mk((size_t)N * M, 1, 1), w2 = mk((size_t)M * F, 0.5, 1), h = mk(nh, 1, 1), pre2 = mk(nh, 2, 1);
   pair dpre = mk(nh, 1, 1), dw = mk((size_t)M * F, 1, 0), db = mk((size_t)M, 1, 0);
-  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M, 1);
-  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M, 1);
+  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M, 1, act);
+  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M, 1, act);
   snprintf(w, sizeof w, "matmul_dgelu bwd N=%d F=%d M=%d: dpre", N, F, M);
   check(w, &dpre, tol);
   check("  dw +=", &dw, gemm_tol());
   check(with_bias ? "  dbias +=" : "  dbias (NULL: untouched)", &db, with_bias ? TOL : 0.0);
-  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M, 0);
-  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M, 0);
+  cpu->matmul_dgelu_bwd(cpu, dpre.c, dw.c, with_bias ? db.c : NULL, dout.c, h.c, pre2.c, w2.c, N, F, M, 0, act);
+  gpu->matmul_dgelu_bwd(gpu, dpre.g, dw.g, with_bias ? db.g : NULL, dout.g, h.g, pre2.g, w2.g, N, F, M, 0, act);
   check("  dw (acc = 0: overwritten)", &dw, gemm_tol());
   if (with_bias) check("  dbias (acc = 0: overwritten)", &db, TOL);
   drop(&inp), drop(&w1), drop(&b1), drop(&pre), drop(&out), drop(&dout), drop(&w2), drop(&h), drop(&pre2), drop(&dpre);
   drop(&dw), drop(&db);
+}
+
+/* The rotary embedding on qkv (N,3C) in place, at the rows' r % T or at given positions, and back. */
+static void test_rope(int N, int T, int C, int H, int rot, float theta, int given) {
+  char w[128];
+  const size_t n3 = (size_t)N * 3 * C;
+  plan((backend_shape){.B = 1, .T = N, .C = C, .H = H});
+  pair qkv = mk(n3, 1, 1);
+  int32_t *pos = malloc((size_t)N * sizeof(int32_t));
+  for (int r = 0; r < N; r++) pos[r] = (int32_t)rng_below(&R, 4096);
+  int32_t *gpos = up(pos, (size_t)N * sizeof(int32_t));
+  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, rot, theta, 1);
+  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, rot, theta, 1);
+  snprintf(w, sizeof w, "rope N=%d C=%d H=%d rot %d theta %g%s", N, C, H, rot, theta, given ? " at given positions" : "");
+  check(w, &qkv, TOL);
+  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, rot, theta, -1);
+  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, rot, theta, -1);
+  check("  and back (sign -1)", &qkv, TOL);
+  free(pos), gpu->free(gpu, gpos);
+  drop(&qkv);
 }
 
 static void test_attention(int B, int T, int C, int H, int window, float scale) {
@@ -535,6 +556,7 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_matmul_fwd] = "test_matmul",       [BACKEND_OP_matmul_bwd] = "test_matmul",
     [BACKEND_OP_attention_fwd] = "test_attention", [BACKEND_OP_attention_bwd] = "test_attention",
     [BACKEND_OP_matmul_gelu_fwd] = "test_mlp",     [BACKEND_OP_matmul_dgelu_bwd] = "test_mlp",
+    [BACKEND_OP_rope] = "test_rope",
     [BACKEND_OP_residual_fwd] = "test_elementwise", [BACKEND_OP_accumulate] = "test_elementwise",
     [BACKEND_OP_reduce_sum] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
     [BACKEND_OP_xent_part] = "test_xent_shards",   [BACKEND_OP_xent_grad] = "test_xent_shards",
@@ -560,10 +582,14 @@ static void test_ops(void) {
   test_matmul(130, 257, 67, 67, 0, 0);
   test_matmul(256, 512, 384, 384, 1, 1);
   test_matmul(64, 96, 201, 256, 1, 1); /* the LM head's rows, padded to a multiple of 128 */
-  test_mlp(64, 96, 384, 96, 1);
-  test_mlp(37, 40, 104, 24, 0);   /* no bias */
-  test_mlp(33, 40, 100, 24, 1);   /* F not a multiple of 8: greenlm's kernels at every storage */
-  test_mlp(256, 768, 3072, 768, 1); /* GPT-Neo 125M's MLP */
+  test_mlp(64, 96, 384, 96, 1, BACKEND_GELU_TANH);
+  test_mlp(37, 40, 104, 24, 0, BACKEND_GELU_TANH);   /* no bias */
+  test_mlp(33, 40, 100, 24, 1, BACKEND_GELU_TANH);   /* F not a multiple of 8: greenlm's kernels at every storage */
+  test_mlp(256, 768, 3072, 768, 1, BACKEND_GELU_TANH); /* GPT-Neo 125M's MLP */
+  test_mlp(64, 96, 384, 96, 1, BACKEND_GELU_ERF);    /* GPT-NeoX's gelu: a GEMM, then greenlm's kernel */
+  test_rope(130, 65, 256, 4, 16, 10000.0f, 0);       /* Pythia's rotary_pct 0.25 of hs 64 */
+  test_rope(77, 77, 384, 3, 128, 10000.0f, 0);       /* every dim of hs 128 */
+  test_rope(50, 1, 128, 2, 64, 500000.0f, 1);        /* generation: given positions up to 4095 */
   test_elementwise(1000003);
   test_xent(5, 50257, 50257);
   test_xent(5, 50257, 50304); /* GPT-2's vocabulary in rows padded to a multiple of 128 */

@@ -60,8 +60,7 @@ typedef struct {
 
 /* The deck a fixture model corresponds to, from its config.json. */
 static void model_cfg(const char *dir, cfg_model *mc) {
-  memset(mc, 0, sizeof *mc);
-  mc->init_std = 0.02;
+  cfg_model_defaults(mc);
   err_list e = {0};
   T_CHECK(hf_config_to_model(dir, mc, &e) == 0, "hf_config_to_model %s", dir);
   show(&e);

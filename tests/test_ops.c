@@ -392,15 +392,18 @@ static void test_kv_cache_all(void) {
   test_kv_cache(1, 1.0, "local w=1");
 }
 
-/* ---- the MLP: matmul_gelu_fwd, then matmul_dgelu_bwd through gelu_new ------------------------------ */
+/* ---- the MLP: matmul_gelu_fwd, then matmul_dgelu_bwd through gelu (both forms) --------------------- */
 
-/* y (N,M) = gelu_new(x (N,K) @ W1 (F,K)^T + b1 (F)) @ W2 (M,F)^T + b2 (M) */
+/* y (N,M) = gelu(x (N,K) @ W1 (F,K)^T + b1 (F)) @ W2 (M,F)^T + b2 (M) */
 typedef struct {
-  int N, K, F, M;
+  int N, K, F, M, act;
   double *x, *W1, *b1, *W2, *b2, *w, *pre, *h, *y;
 } mlp_ctx;
 
-static double gelu_d(double x) { return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x))); }
+static double gelu_d(double x, int act) {
+  if (act == BACKEND_GELU_ERF) return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+  return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
 
 /* out (n,m) = in (n,k) @ W (m,k)^T + b (m) in double */
 static void linear_d(double *out, const double *in, const double *W, const double *b, int n, int k, int m) {
@@ -413,7 +416,7 @@ static void linear_d(double *out, const double *in, const double *W, const doubl
 }
 static void mlp_ref(mlp_ctx *c) {
   linear_d(c->pre, c->x, c->W1, c->b1, c->N, c->K, c->F);
-  for (size_t i = 0; i < (size_t)c->N * c->F; i++) c->h[i] = gelu_d(c->pre[i]);
+  for (size_t i = 0; i < (size_t)c->N * c->F; i++) c->h[i] = gelu_d(c->pre[i], c->act);
   linear_d(c->y, c->h, c->W2, c->b2, c->N, c->F, c->M);
 }
 static double mlp_loss(void *p) {
@@ -422,8 +425,8 @@ static double mlp_loss(void *p) {
   return wsum(c->w, c->y, (size_t)c->N * c->M);
 }
 
-static void test_mlp(void) {
-  mlp_ctx c = {.N = 9, .K = 13, .F = 12, .M = 7};
+static void test_mlp_act(int act) {
+  mlp_ctx c = {.N = 9, .K = 13, .F = 12, .M = 7, .act = act};
   size_t nx = (size_t)c.N * c.K, n1 = (size_t)c.F * c.K, nh = (size_t)c.N * c.F, n2 = (size_t)c.M * c.F;
   size_t ny = (size_t)c.N * c.M;
   float *x = frand(nx, 1), *W1 = frand(n1, 1), *b1 = frand(c.F, 1), *W2 = frand(n2, 0.5), *b2 = frand(c.M, 1);
@@ -432,14 +435,14 @@ static void test_mlp(void) {
   c.x = dcopy(x, nx), c.W1 = dcopy(W1, n1), c.b1 = dcopy(b1, c.F), c.W2 = dcopy(W2, n2), c.b2 = dcopy(b2, c.M);
   c.w = dcopy(w, ny), c.pre = malloc(nh * sizeof(double)), c.h = malloc(nh * sizeof(double));
   c.y = malloc(ny * sizeof(double));
-  be->matmul_gelu_fwd(be, h, pre, x, W1, b1, c.N, c.K, c.F);
+  be->matmul_gelu_fwd(be, h, pre, x, W1, b1, c.N, c.K, c.F, act);
   be->matmul_fwd(be, y, h, W2, b2, c.N, c.F, c.M, c.M);
   mlp_ref(&c);
   check_fwd("matmul_gelu_fwd pre", pre, c.pre, nh);
-  check_fwd("matmul_gelu_fwd out (gelu_new)", h, c.h, nh);
+  check_fwd(act ? "matmul_gelu_fwd out (gelu erf)" : "matmul_gelu_fwd out (gelu_new)", h, c.h, nh);
   check_fwd("mlp", y, c.y, ny);
   float *dpre = fzeros(nh), *dx = fzeros(nx), *dW1 = fzeros(n1), *db1 = fzeros(c.F), *dW2 = fzeros(n2), *db2 = fzeros(c.M);
-  be->matmul_dgelu_bwd(be, dpre, dW2, db2, w, h, pre, W2, c.N, c.F, c.M, 1);
+  be->matmul_dgelu_bwd(be, dpre, dW2, db2, w, h, pre, W2, c.N, c.F, c.M, 1, act);
   be->matmul_bwd(be, dx, dW1, db1, dpre, x, W1, c.N, c.K, c.F, c.F, 1);
   check_grad("mlp d/dinp", mlp_loss, &c, c.x, dx, nx);
   check_grad("mlp d/dfc_weight", mlp_loss, &c, c.W1, dW1, n1);
@@ -447,23 +450,84 @@ static void test_mlp(void) {
   check_grad("mlp d/dproj_weight (dgelu_bwd)", mlp_loss, &c, c.W2, dW2, n2);
   check_grad("mlp d/dproj_bias (dgelu_bwd)", mlp_loss, &c, c.b2, db2, (size_t)c.M);
   float *dpo = fzeros(nh), *dWo = frand(n2, 1), *dbo = frand(c.M, 1); /* acc = 0: overwritten, whatever they held */
-  be->matmul_dgelu_bwd(be, dpo, dWo, dbo, w, h, pre, W2, c.N, c.F, c.M, 0);
+  be->matmul_dgelu_bwd(be, dpo, dWo, dbo, w, h, pre, W2, c.N, c.F, c.M, 0, act);
   T_CHECK(!memcmp(dWo, dW2, n2 * sizeof *dW2) && !memcmp(dbo, db2, (size_t)c.M * sizeof *db2),
           "matmul_dgelu_bwd with acc = 0 does not overwrite dweight and dbias");
   free(dpo), free(dWo), free(dbo);
   /* dw and dbias accumulate, dpre is overwritten: a second backward doubles the first two only */
   float *dpre2 = frand(nh, 1), *dW2b = fzeros(n2), *db2b = fzeros(c.M);
   memcpy(dW2b, dW2, n2 * sizeof(float)), memcpy(db2b, db2, c.M * sizeof(float));
-  be->matmul_dgelu_bwd(be, dpre2, dW2b, db2b, w, h, pre, W2, c.N, c.F, c.M, 1);
+  be->matmul_dgelu_bwd(be, dpre2, dW2b, db2b, w, h, pre, W2, c.N, c.F, c.M, 1, act);
   double err = 0;
   for (size_t i = 0; i < n2; i++) err = fmax(err, fabs(dW2b[i] - 2 * dW2[i]));
   for (int i = 0; i < c.M; i++) err = fmax(err, fabs(db2b[i] - 2 * db2[i]));
   for (size_t i = 0; i < nh; i++) err = fmax(err, fabs(dpre2[i] - dpre[i]));
   T_CHECK(err < 1e-5, "matmul_dgelu_bwd: dw, dbias do not accumulate or dpre is not overwritten: max err %g", err);
-  be->matmul_dgelu_bwd(be, dpre2, dW2b, NULL, w, h, pre, W2, c.N, c.F, c.M, 1); /* dbias NULL: skipped */
+  be->matmul_dgelu_bwd(be, dpre2, dW2b, NULL, w, h, pre, W2, c.N, c.F, c.M, 1, act); /* dbias NULL: skipped */
   free(x), free(W1), free(b1), free(W2), free(b2), free(w), free(pre), free(h), free(y), free(dpre), free(dx), free(dW1),
       free(db1), free(dW2), free(db2), free(dpre2), free(dW2b), free(db2b);
   free(c.x), free(c.W1), free(c.b1), free(c.W2), free(c.b2), free(c.w), free(c.pre), free(c.h), free(c.y);
+}
+
+static void test_mlp(void) {
+  test_mlp_act(BACKEND_GELU_TANH);
+  test_mlp_act(BACKEND_GELU_ERF);
+}
+
+/* ---- rotary embedding: rope forward, and back (sign -1) as its gradient --------------------------- */
+
+/* y (N,3C) = qkv with pairs (i, i + rot/2) of each head of q and k rotated by p * theta^(-2i/rot), all in double */
+typedef struct {
+  int N, T, C, H, rot;
+  double theta;
+  const int32_t *pos;
+  double *x, *w, *y;
+} rope_ctx;
+
+static void rope_ref(rope_ctx *c) {
+  const int hs = c->C / c->H, half = c->rot / 2;
+  memcpy(c->y, c->x, (size_t)c->N * 3 * c->C * sizeof(double));
+  for (int r = 0; r < c->N; r++)
+    for (int part = 0; part < 2; part++)
+      for (int h = 0; h < c->H; h++)
+        for (int i = 0; i < half; i++) {
+          const size_t at = (size_t)r * 3 * c->C + (size_t)part * c->C + (size_t)h * hs + i;
+          const double p = c->pos ? c->pos[r] : r % c->T, a = p * pow(c->theta, -2.0 * i / c->rot);
+          c->y[at] = c->x[at] * cos(a) - c->x[at + half] * sin(a);
+          c->y[at + half] = c->x[at + half] * cos(a) + c->x[at] * sin(a);
+        }
+}
+static double rope_loss(void *p) {
+  rope_ctx *c = p;
+  rope_ref(c);
+  return wsum(c->w, c->y, (size_t)c->N * 3 * c->C);
+}
+
+static void test_rope_case(int T, int C, int H, int rot, double theta, const int32_t *pos, int N, const char *what) {
+  rope_ctx c = {.N = N, .T = T, .C = C, .H = H, .rot = rot, .theta = theta, .pos = pos};
+  const size_t n = (size_t)N * 3 * C;
+  float *x = frand(n, 1), *w = frand(n, 1), *y = fcopy(x, n), *d = fcopy(w, n);
+  c.x = dcopy(x, n), c.w = dcopy(w, n), c.y = malloc(n * sizeof(double));
+  be->rope(be, y, pos, N, T, C, H, rot, (float)theta, 1);
+  rope_ref(&c);
+  char name[64];
+  snprintf(name, sizeof name, "rope %s", what);
+  check_fwd(name, y, c.y, n);
+  be->rope(be, d, pos, N, T, C, H, rot, (float)theta, -1); /* the gradient: the opposite rotation of dout */
+  check_grad(name, rope_loss, &c, c.x, d, n);
+  be->rope(be, y, pos, N, T, C, H, rot, (float)theta, -1); /* and back */
+  T_CHECK(t_rel_err(y, x, n) < 1e-6, "rope %s: rotating back does not return the input (rel err %g)", what,
+          t_rel_err(y, x, n));
+  free(x), free(w), free(y), free(d), free(c.x), free(c.w), free(c.y);
+}
+
+static void test_rope(void) {
+  static const int32_t pos[6] = {0, 7, 3, 1000, 2, 2};
+  test_rope_case(5, 24, 3, 8, 10000.0, NULL, 10, "rot 8 of 8, two sequences");
+  test_rope_case(7, 24, 2, 4, 10000.0, NULL, 7, "rot 4 of 12 (partial)");
+  test_rope_case(6, 16, 2, 8, 500000.0, NULL, 6, "rot 8 of 8, theta 5e5");
+  test_rope_case(1, 8, 2, 2, 10000.0, pos, 6, "given positions up to 1000");
+  test_rope_case(4, 8, 2, 0, 10000.0, NULL, 4, "rot 0 (nothing turns)");
 }
 
 /* ---- residual ---------------------------------------------------------------------------------- */
@@ -798,14 +862,16 @@ static void storage_mlp(int N, int K, int M, const float *x, const void *xh, con
   float *W2 = rand16(nw, 0.3, &W2h), *pre = fzeros(nh), *gel = fzeros(nh), *dpre = fzeros(nh);
   float *dW = fzeros(nw), *dB = fzeros(K), *dW16 = fzeros(nw), *dB16 = fzeros(K);
   uint16_t *pre16 = malloc(nh * 2), *gel16 = malloc(nh * 2), *dpre16 = malloc(nh * 2);
-  be->matmul_gelu_fwd(be, gel, pre, x, W, B, N, K, M);
-  b16->matmul_gelu_fwd(b16, gel16, pre16, xh, Wh, Bh, N, K, M);
-  same16("matmul_gelu_fwd out", gel16, gel, nh), same16("matmul_gelu_fwd pre", pre16, pre, nh);
-  b16->to_fp32(b16, pre, pre16, nh), b16->to_fp32(b16, gel, gel16, nh); /* the backward reads the stored values */
-  be->matmul_dgelu_bwd(be, dpre, dW, dB, g, gel, pre, W2, N, M, K, 1);
-  b16->matmul_dgelu_bwd(b16, dpre16, dW16, dB16, gh, gel16, pre16, W2h, N, M, K, 1);
-  same16("matmul_dgelu_bwd dpre", dpre16, dpre, nh), same32("matmul_dgelu_bwd dw", dW, dW16, nw);
-  same32("matmul_dgelu_bwd dbias", dB, dB16, K);
+  for (int act = 0; act < 2; act++) {
+    be->matmul_gelu_fwd(be, gel, pre, x, W, B, N, K, M, act);
+    b16->matmul_gelu_fwd(b16, gel16, pre16, xh, Wh, Bh, N, K, M, act);
+    same16("matmul_gelu_fwd out", gel16, gel, nh), same16("matmul_gelu_fwd pre", pre16, pre, nh);
+    b16->to_fp32(b16, pre, pre16, nh), b16->to_fp32(b16, gel, gel16, nh); /* the backward reads the stored values */
+    be->matmul_dgelu_bwd(be, dpre, dW, dB, g, gel, pre, W2, N, M, K, 0, act);
+    b16->matmul_dgelu_bwd(b16, dpre16, dW16, dB16, gh, gel16, pre16, W2h, N, M, K, 0, act);
+    same16("matmul_dgelu_bwd dpre", dpre16, dpre, nh), same32("matmul_dgelu_bwd dw", dW, dW16, nw);
+    same32("matmul_dgelu_bwd dbias", dB, dB16, K);
+  }
   free(W2), free(W2h), free(pre), free(gel), free(dpre), free(dW), free(dB), free(dW16), free(dB16), free(pre16),
       free(gel16), free(dpre16);
 }
@@ -900,6 +966,9 @@ static void storage_elementwise(void) {
   uint16_t *y16 = malloc(n * 2);
   be->residual_fwd(be, y, x, a, n), b16->residual_fwd(b16, y16, xh, ah, n), same16("residual_fwd", y16, y, n);
   be->accumulate(be, a, x, n), b16->accumulate(b16, ah, xh, n), same16("accumulate (+=)", ah, a, n);
+  /* rope in place on a (3, 3 x 37) qkv: the 16-bit result is the fp32 rotation of the stored values, rounded once */
+  be->rope(be, x, NULL, 3, 2, 37, 1, 36, 10000.0f, 1), b16->rope(b16, xh, NULL, 3, 2, 37, 1, 36, 10000.0f, 1);
+  same16("rope", xh, x, 3 * 3 * 37);
   /* embedding: rows picked by tokens, and the fp32 gradients of a 16-bit dout */
   const int B = 2, T = 5, C = 6, V = 7;
   int32_t tok[10];
@@ -1038,6 +1107,7 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_matmul_fwd] = test_matmul_both,    [BACKEND_OP_matmul_bwd] = test_matmul_both,
     [BACKEND_OP_attention_fwd] = test_attention_all, [BACKEND_OP_attention_bwd] = test_attention_all,
     [BACKEND_OP_matmul_gelu_fwd] = test_mlp,       [BACKEND_OP_matmul_dgelu_bwd] = test_mlp,
+    [BACKEND_OP_rope] = test_rope,
     [BACKEND_OP_residual_fwd] = test_residual,     [BACKEND_OP_accumulate] = test_residual,
     [BACKEND_OP_residual_layernorm_fwd] = test_residual_layernorm,
     [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,

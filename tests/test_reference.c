@@ -78,7 +78,8 @@ static int load_params(int nc, const gpt_model *m, const char *prefix, float *ho
 
 /* The fixture's model shape, as a deck's &model would give it. */
 static void fixture_model(int nc, cfg_model *mc) {
-  memset(mc, 0, sizeof *mc);
+  cfg_model_defaults(mc);
+  mc->attention_types.n = 0;
   att_text(nc, "arch", mc->arch, sizeof mc->arch);
   mc->vocab_size = att_int(nc, "vocab_size");
   mc->block_size = att_int(nc, "block_size");

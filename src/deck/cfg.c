@@ -595,6 +595,40 @@ static void check_data(const cfg_config *cfg, err_list *errs) {
   check_blend(cfg, &cfg->data.val, &cfg->data.val_weights, "val", "val_weights", "validation", errs);
 }
 
+/* What an architecture allows: local layers only in GPT-Neo; GPT-NeoX's rotary dims even. */
+static void check_arch(const cfg_config *cfg, err_list *errs) {
+  const cfg_model *m = &cfg->model;
+  const cfg_model_arch arch = cfg_model_arch_of(m);
+  for (int i = 0; arch != CFG_ARCH_GPT_NEO && i < m->attention_types.n; i++)
+    if (strcmp(m->attention_types.v[i], "local") == 0) {
+      cfg_error_at(cfg, errs, "model", "attention_types",
+                   "only GPT-Neo has local layers: set attention_types = 'global' or arch = 'gpt-neo'",
+                   "arch = '%s' has no local attention layers", m->arch);
+      break;
+    }
+  if (arch != CFG_ARCH_GPT_NEOX || m->n_embd % m->n_head != 0) return;
+  const long hs = m->n_embd / m->n_head, rot = cfg_rotary_dims(m);
+  if (rot % 2 != 0) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "the rotated dims pair up: rotary_pct = %.17g or %.17g turns %ld or %ld of the %ld",
+             (double)(rot - 1) / (double)hs, (double)(rot + 1) / (double)hs, rot - 1, rot + 1, hs);
+    cfg_error_at(cfg, errs, "model", "rotary_pct", hint,
+                 "head size %ld x rotary_pct %g = %ld rotary dims, an odd number", hs, m->rotary_pct, rot);
+  }
+}
+
+long cfg_rotary_dims(const cfg_model *m) { return (long)((double)(m->n_embd / m->n_head) * m->rotary_pct); }
+
+int cfg_model_gelu_erf(const cfg_model *m) {
+  const cfg_model_activation a = cfg_model_activation_of(m);
+  return a == CFG_ACT_GELU || (a == CFG_ACT_AUTO && cfg_model_arch_of(m) == CFG_ARCH_GPT_NEOX);
+}
+
+int cfg_model_untied(const cfg_model *m) {
+  const cfg_model_head h = cfg_model_head_of(m);
+  return h == CFG_HEAD_UNTIED || (h == CFG_HEAD_AUTO && cfg_model_arch_of(m) == CFG_ARCH_GPT_NEOX);
+}
+
 static void check_consistency(cfg_config *cfg, err_list *errs) {
   cfg_model *m = &cfg->model;
   if (m->n_embd % m->n_head != 0) {
@@ -612,15 +646,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
   if (m->attention_types.n < 1)
     cfg_error_at(cfg, errs, "model", "attention_types", "give at least one of 'global' or 'local'",
                  "the attention pattern is empty");
-  if (cfg_model_arch_of(m) == CFG_ARCH_GPT2) {
-    for (int i = 0; i < m->attention_types.n; i++)
-      if (strcmp(m->attention_types.v[i], "local") == 0) {
-        cfg_error_at(cfg, errs, "model", "attention_types",
-                     "GPT-2 layers are all global: set attention_types = 'global' or arch = 'gpt-neo'",
-                     "arch = 'gpt2' has no local attention layers");
-        break;
-      }
-  }
+  check_arch(cfg, errs);
   cfg_training *t = &cfg->training;
   if (t->seq_len > m->block_size) {
     char hint[160];
@@ -842,6 +868,13 @@ static void load_defaults(cfg_config *cfg) {
   free(dtext);
   err_free(&errs);
   for (int k = 0; k < CFG_NKEYS; k++) set_origin(cfg, k, "", 0, 0);
+}
+
+void cfg_model_defaults(cfg_model *m) {
+  cfg_config *c = util_calloc(1, sizeof *c, "default configuration");
+  load_defaults(c);
+  *m = c->model;
+  free(c);
 }
 
 /* One --set group.key=value: exactly one key of one group, reported at the option. */

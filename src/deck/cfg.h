@@ -36,7 +36,9 @@ typedef struct {
 #define CFG_TASKS(X)                                                                                  \
   X(CFG_TASK_TOKENIZER, "tokenizer") X(CFG_TASK_PREPARE, "prepare") X(CFG_TASK_PLAN, "plan")            \
   X(CFG_TASK_TRAIN, "train") X(CFG_TASK_EVAL, "eval") X(CFG_TASK_SAMPLE, "sample") X(CFG_TASK_EXPORT, "export")
-#define CFG_ARCHS(X) X(CFG_ARCH_GPT_NEO, "gpt-neo") X(CFG_ARCH_GPT2, "gpt2")
+#define CFG_ARCHS(X) X(CFG_ARCH_GPT_NEO, "gpt-neo") X(CFG_ARCH_GPT2, "gpt2") X(CFG_ARCH_GPT_NEOX, "gpt-neox")
+#define CFG_ACTIVATIONS(X) X(CFG_ACT_AUTO, "auto") X(CFG_ACT_GELU_NEW, "gelu_new") X(CFG_ACT_GELU, "gelu")
+#define CFG_HEADS(X) X(CFG_HEAD_AUTO, "auto") X(CFG_HEAD_TIED, "tied") X(CFG_HEAD_UNTIED, "untied")
 #define CFG_LR_DECAYS(X) X(CFG_DECAY_COSINE, "cosine") X(CFG_DECAY_LINEAR, "linear") X(CFG_DECAY_CONSTANT, "constant")
 #define CFG_TOKENIZER_KINDS(X) X(CFG_TOK_BYTES, "bytes") X(CFG_TOK_BPE, "bpe")
 #define CFG_DOCUMENTS(X)                                                                              \
@@ -60,7 +62,7 @@ typedef struct {
 
 /* The choice keys of one word each: X(group, key, LIST). */
 #define CFG_CHOICE_KEYS(X)                                                                            \
-  X(model, arch, CFG_ARCHS) X(training, lr_decay, CFG_LR_DECAYS) X(tokenizer, kind, CFG_TOKENIZER_KINDS) \
+  X(model, arch, CFG_ARCHS) X(model, activation, CFG_ACTIVATIONS) X(model, head, CFG_HEADS) X(training, lr_decay, CFG_LR_DECAYS) X(tokenizer, kind, CFG_TOKENIZER_KINDS) \
   X(prepare, documents, CFG_DOCUMENTS) X(prepare, format, CFG_FORMATS) X(prepare, bad_records, CFG_BAD_RECORDS) \
   X(parallel, rank_order, CFG_RANK_ORDERS) X(parallel, bind, CFG_BINDS) X(comm, method, CFG_COMM_METHODS)  \
   X(comm, exchange, CFG_EXCHANGES) X(export, dtype, CFG_DTYPES) X(system, backend, CFG_BACKENDS)           \
@@ -86,7 +88,7 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, REAL, watchdog_floor, "180", "[1, inf)", "The adaptive watchdog limit's least value in seconds (step_timeout = 0)")
 
 #define CFG_GROUP_MODEL(X, g)                                                                         \
-  X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers) or 'gpt2' (scaled scores, q/k/v bias, all global)") \
+  X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers), 'gpt2' (scaled scores, q/k/v bias, all global) or 'gpt-neox' (Pythia, GPT-NeoX-20B: rotary embeddings instead of wpe, scaled scores, all global, the parallel residual, an untied head)") \
   X(g, INT, vocab_size, "50257", "[2, 16777216]", "Vocabulary size V (rows of the tied token embedding wte)") \
   X(g, INT, block_size, "2048", "[1, 1048576]", "Longest sequence the model can see: rows of the position embedding wpe") \
   X(g, INT, n_layer, "12", "[1, 4096]", "Number of transformer blocks L")                          \
@@ -97,6 +99,12 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
   X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm")                   \
   X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings") \
+  X(g, STR, activation, "'auto'", CFG_CHOICES(CFG_ACTIVATIONS), "The MLP's activation: 'gelu_new' (the tanh form; Hugging Face's gelu_new and gelu_fast) or 'gelu' (the exact erf form); 'auto' is gelu_new for gpt-neo and gpt2, gelu for gpt-neox") \
+  X(g, STR, head, "'auto'", CFG_CHOICES(CFG_HEADS), "The LM head: 'tied' to the token embedding, or 'untied', a matrix of its own (Hugging Face's tie_word_embeddings = false); 'auto' is tied for gpt-neo and gpt2, untied for gpt-neox") \
+  X(g, REAL, rotary_pct, "0.25", "[0, 1]", "gpt-neox: share of each head's dims that the rotary position embedding turns (Hugging Face's rotary_pct, partial_rotary_factor); head size x rotary_pct, rounded down, must be even") \
+  X(g, REAL, rotary_emb_base, "10000", "[1, 1e12]", "gpt-neox: base of the rotary embedding's frequencies (Hugging Face's rotary_emb_base, rope_theta)") \
+  X(g, BOOL, use_parallel_residual, ".true.", "", "gpt-neox: each block adds attention and MLP of the same input, x + attn(ln_1(x)) + mlp(ln_2(x)) (as Pythia and GPT-NeoX-20B); .false.: one after the other") \
+  X(g, BOOL, attention_bias, ".true.", "", "gpt-neox: the query_key_value and dense projections have biases (Hugging Face's attention_bias)") \
   X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
 
 #define CFG_GROUP_TRAINING(X, g)                                                                      \
@@ -243,7 +251,7 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
 /* Every group, in deck order: X(name, NAME_MACRO, doc) */
 #define CFG_GROUPS(X)                                                                              \
   X(job, CFG_GROUP_JOB, "The run: task, run directory, seed and logging")                        \
-  X(model, CFG_GROUP_MODEL, "The network: a GPT-Neo (or GPT-2) decoder")                         \
+  X(model, CFG_GROUP_MODEL, "The network: a GPT-Neo, GPT-2 or GPT-NeoX decoder")                         \
   X(training, CFG_GROUP_TRAINING, "Batches, schedule, AdamW and evaluation")                      \
   X(tokenizer, CFG_GROUP_TOKENIZER, "The tokenizer, and the vocabulary the 'tokenizer' task learns") \
   X(prepare, CFG_GROUP_PREPARE, "Text to token datasets: inputs, documents, validation split")      \
@@ -353,6 +361,15 @@ CFG_CHOICE_KEYS(CFG_CHOICE_OF)
 #undef CFG_CHOICE_OF
 /* Whether &comm compresses the exchange: a method other than 'none' at fewer than 32 bits. */
 int cfg_comm_compressed(const cfg_comm *c);
+
+/* &model as the defaults set it (for models built without a deck: tests, benchmarks). */
+void cfg_model_defaults(cfg_model *m);
+/* &model's rotary dims per head: head size x rotary_pct rounded down (Hugging Face's rotary_ndims); gpt-neox only. */
+long cfg_rotary_dims(const cfg_model *m);
+/* &model activation and head with 'auto' resolved for the architecture: whether the MLP's gelu is the exact erf
+ * form (else gelu_new's tanh form), and whether the head is a matrix of its own (else the token embedding's). */
+int cfg_model_gelu_erf(const cfg_model *m);
+int cfg_model_untied(const cfg_model *m);
 
 /* Whether &eval val is 'none': the eval task scores no dataset. */
 int cfg_eval_skips_val(const cfg_config *cfg);

@@ -55,7 +55,7 @@ static int pieces_of(const gpt_model *m, const par_layout *lay, size_t lo, size_
   int n = 0;
   for (int i = 0; i < m->ntensors; i++) {
     const gpt_tensor *t = &m->tensors[i];
-    int copy = lay->P > 1 && lay->stage == lay->P - 1 && t->layer < 0 && strcmp(t->name, "transformer.wte.weight") == 0;
+    int copy = lay->P > 1 && lay->stage == lay->P - 1 && t->tied;
     int counted = !copy && gpt_tensor_owned(m, t);
     size_t a = lo > t->offset ? lo : t->offset, b = hi < t->offset + t->numel ? hi : t->offset + t->numel;
     for (size_t e = a - t->offset, run; a < b; a += run, e += run) {

@@ -28,6 +28,10 @@ extern "C" { /* gpu/ is CUDA C++ */
 
 #include "base/quant.h" /* quant_scheme, quant_seg: the compressed exchange's ops */
 
+/* The MLP's activation (matmul_gelu_fwd, matmul_dgelu_bwd): gelu_new's tanh form (GPT-2, GPT-Neo; Hugging Face's
+ * gelu_new and gelu_fast) or the exact erf form (GPT-NeoX's gelu). */
+typedef enum { BACKEND_GELU_TANH = 0, BACKEND_GELU_ERF = 1 } backend_act;
+
 /* Storage types of activations; the values index bit masks (backend_caps.storage). */
 typedef enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1, BACKEND_FP16 = 2 } backend_dtype;
 enum { BACKEND_NDTYPES = 3 };
@@ -159,19 +163,29 @@ typedef struct backend backend;
      void *scratch, int B, int T, int C, int H, int window, float scale),                                              \
     (dqkv, dout, out, lse, qkv, scratch, B, T, C, H, window, scale))                                                   \
   /* The MLP's first linear layer with its activation: pre S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M) (bias may  \
-   * be NULL); out S (N,M) = gelu_new(pre) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), of pre as computed       \
-   * (before its rounding to the storage type): a GEMM epilogue's form */                                             \
+   * be NULL); out S (N,M) = gelu(pre) of pre as computed (before its rounding to the storage type): a GEMM           \
+   * epilogue's form. act (backend_act): BACKEND_GELU_TANH gelu_new = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), \
+   * BACKEND_GELU_ERF the exact 0.5 x (1 + erf(x / sqrt(2))) */                                                       \
   X(matmul_gelu_fwd,                                                                                                   \
-    (const backend *be, void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int K, int M),  \
-    (out, pre, inp, w, bias, N, K, M))                                                                                 \
-  /* The backward of the MLP's second linear layer, whose input is inp = gelu_new(pre), through the activation:       \
-   * dpre S (N,K) = (dout S (N,M) @ w S (M,K)) * gelu_new'(pre S (N,K)), the product as computed (overwritten);        \
+    (const backend *be, void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int K, int M,   \
+     int act),                                                                                                         \
+    (out, pre, inp, w, bias, N, K, M, act))                                                                            \
+  /* The backward of the MLP's second linear layer, whose input is inp = gelu(pre), through the activation:            \
+   * dpre S (N,K) = (dout S (N,M) @ w S (M,K)) * gelu'(pre S (N,K)), the product as computed (overwritten);            \
    * dw F (M,K) += dout^T @ inp S (N,K);  dbias F (M) += column sums of dout (skipped when NULL); both overwritten    \
    * when acc = 0 */                                                                                                   \
   X(matmul_dgelu_bwd,                                                                                                  \
     (const backend *be, void *dpre, float *dw, float *dbias, const void *dout, const void *inp, const void *pre,        \
-     const void *w, int N, int K, int M, int acc),                                                                     \
-    (dpre, dw, dbias, dout, inp, pre, w, N, K, M, acc))                                                                \
+     const void *w, int N, int K, int M, int acc, int act),                                                            \
+    (dpre, dw, dbias, dout, inp, pre, w, N, K, M, acc, act))                                                           \
+  /* Rotary position embedding (GPT-NeoX's rotate-half form), in place on the queries and keys of qkv S (N,3C): in     \
+   * each of the H heads of q (columns [0,C)) and of k ([C,2C)) the first rot (even, <= C/H) dims are rotated as the   \
+   * pairs (i, i + rot/2), i < rot/2: (a, b) -> (a cos - b sin, b cos + a sin), angle = p * theta^(-2i/rot) computed   \
+   * in fp32 as Hugging Face does, p the row's position: pos[r] (int32 (N) backend memory), or r % T when pos is      \
+   * NULL. sign = -1 rotates back (the backward pass: dq, dk in dqkv); v and the other dims are left as they are */    \
+  X(rope,                                                                                                              \
+    (const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign),    \
+    (qkv, pos, N, T, C, H, rot, theta, sign))                                                                          \
   /* out S (n) = a S + b S (the residual connection; its backward is accumulate) */                                    \
   X(residual_fwd, (const backend *be, void *out, const void *a, const void *b, size_t n), (out, a, b, n))             \
   /* dst S (n) += src S */                                                                                             \

@@ -155,18 +155,25 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   gpt_block_compute(m, l, &p);
   be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->x, p.ln1_w, p.ln1_b, n, C, s->eps);
   be->matmul_fwd(be, A + a->qkv, A + a->ln, p.qkv_w, p.qkv_b, n, C, 3 * C, 3 * C); /* (n,3C) */
+  if (s->rot) be->rope(be, A + a->qkv, pos, n, n, C, s->H, s->rot, s->rope_theta, 1); /* at the rows' positions */
   be->kv_store(be, kc, vc, A + a->qkv, seq, pos, n, C, g->ring[l]);
   be->attention_cached(be, A + a->att, A + a->qkv, kc, vc, seq, pos, n, C, s->H, g->ring[l], s->window[l],
                        s->attn_scale); /* (n,C) */
   be->matmul_fwd(be, A + a->tmp, A + a->att, p.out_w, p.out_b, n, C, C, C);
-  be->residual_layernorm_fwd(be, A + a->mid, A + a->ln, mean, rstd, A + a->x, A + a->tmp, p.ln2_w, p.ln2_b, n, C,
-                             s->eps);
-  be->matmul_gelu_fwd(be, A + a->gel, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F); /* fc, gel (n,F) */
+  if (s->parallel) { /* the MLP sees x too */
+    be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->x, p.ln2_w, p.ln2_b, n, C, s->eps);
+    be->residual_fwd(be, A + a->mid, A + a->x, A + a->tmp, (size_t)n * C);
+  } else {
+    be->residual_layernorm_fwd(be, A + a->mid, A + a->ln, mean, rstd, A + a->x, A + a->tmp, p.ln2_w, p.ln2_b, n, C,
+                               s->eps);
+  }
+  be->matmul_gelu_fwd(be, A + a->gel, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F, s->act); /* fc, gel (n,F) */
   be->matmul_fwd(be, A + a->tmp, A + a->gel, p.proj_w, p.proj_b, n, F, C, C);
   be->residual_fwd(be, A + a->x, A + a->mid, A + a->tmp, (size_t)n * C);
 }
 
-/* x (n,C) = wte[tok] + wpe[pos], one embed_fwd per run of consecutive positions of a sequence. */
+/* x (n,C) = wte[tok] + wpe[pos], one embed_fwd per run of consecutive positions of a sequence (wte alone with
+ * rotary embeddings). */
 static void pass_embed(gen *g, const pass_layout *a, int n) {
   const gpt_model *m = g->m;
   const backend *be = m->be;
@@ -174,8 +181,8 @@ static void pass_embed(gen *g, const pass_layout *a, int n) {
   const char *wte = m->w.ends.wte, *wpe = m->w.ends.wpe;
   for (int r0 = 0, r1; r0 < n; r0 = r1) {
     for (r1 = r0 + 1; r1 < n && g->seq_h[r1] == g->seq_h[r0] && g->pos_h[r1] == g->pos_h[r1 - 1] + 1; r1++) {}
-    be->embed_fwd(be, (char *)g->acts + a->x + (size_t)r0 * row, g->io + r0, wte, wpe + (size_t)g->pos_h[r0] * row, 1,
-                  r1 - r0, m->s.C, 0, m->s.V);
+    be->embed_fwd(be, (char *)g->acts + a->x + (size_t)r0 * row, g->io + r0, wte,
+                  wpe ? wpe + (size_t)g->pos_h[r0] * row : NULL, 1, r1 - r0, m->s.C, 0, m->s.V);
   }
 }
 
@@ -189,7 +196,7 @@ static void pass_head(gen *g, const pass_layout *a, int nh) {
   for (int h = 0; h < nh; h++) be->copy(be, A + a->hx + h * row, A + a->x + (size_t)g->heads[h] * row, row);
   be->layernorm_fwd(be, A + a->hln, (float *)(A + a->hmean), (float *)(A + a->hrstd), A + a->hx,
                     m->w.ends.lnf_w, m->w.ends.lnf_b, nh, C, m->s.eps);
-  be->matmul_fwd(be, A + a->logits, A + a->hln, m->w.ends.wte, NULL, nh, C, V, V); /* (nh,V) */
+  be->matmul_fwd(be, A + a->logits, A + a->hln, m->w.ends.head, NULL, nh, C, V, V); /* (nh,V) */
   if (be->storage == BACKEND_FP32) {
     be->to_host(be, g->logits_h, A + a->logits, nv * sizeof(float));
     return;

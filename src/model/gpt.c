@@ -14,7 +14,8 @@
 
 void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m) {
   memset(s, 0, sizeof *s);
-  s->arch = cfg_model_arch_of(m) == CFG_ARCH_GPT2 ? GPT_ARCH_GPT2 : GPT_ARCH_NEO;
+  const cfg_model_arch arch = cfg_model_arch_of(m);
+  s->arch = arch == CFG_ARCH_GPT2 ? GPT_ARCH_GPT2 : arch == CFG_ARCH_GPT_NEOX ? GPT_ARCH_NEOX : GPT_ARCH_NEO;
   s->V = (int)m->vocab_size;
   s->maxT = (int)m->block_size;
   s->L = (int)m->n_layer;
@@ -28,8 +29,16 @@ void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m) {
     const char *kind = m->attention_types.v[l % m->attention_types.n];
     s->window[l] = strcmp(kind, "local") == 0 ? (int)m->window_size : 0;
   }
-  s->qkv_bias = s->arch == GPT_ARCH_GPT2;
-  s->attn_scale = s->arch == GPT_ARCH_GPT2 ? 1.0f / sqrtf((float)(s->C / s->H)) : 1.0f;
+  const int neox = s->arch == GPT_ARCH_NEOX;
+  s->qkv_bias = s->arch == GPT_ARCH_GPT2 || (neox && m->attention_bias);
+  s->out_bias = !neox || m->attention_bias;
+  s->attn_scale = s->arch == GPT_ARCH_NEO ? 1.0f : 1.0f / sqrtf((float)(s->C / s->H));
+  s->wpe = !neox;
+  s->rot = neox ? (int)cfg_rotary_dims(m) : 0;
+  s->rope_theta = (float)m->rotary_emb_base;
+  s->parallel = neox && m->use_parallel_residual;
+  s->act = cfg_model_gelu_erf(m) ? BACKEND_GELU_ERF : BACKEND_GELU_TANH;
+  s->tied = !cfg_model_untied(m);
 }
 
 void gpt_shape_free(gpt_shape *s) {
@@ -55,9 +64,10 @@ typedef struct {
   int groups;
 } tensor_spec;
 
-static void add_tensor(tensor_list *tl, int keep, tensor_spec ts, int decay, int layer, gpt_init_kind init, float std) {
+static gpt_tensor *add_tensor(tensor_list *tl, int keep, tensor_spec ts, int decay, int layer, gpt_init_kind init,
+                              float std) {
   int index = tl->index++;
-  if (!keep) return;
+  if (!keep) return NULL;
   if (tl->n == tl->cap) {
     tl->cap = tl->cap ? 2 * tl->cap : 64;
     tl->v = util_realloc(tl->v, (size_t)tl->cap * sizeof *tl->v, "tensor list");
@@ -86,6 +96,7 @@ static void add_tensor(tensor_list *tl, int keep, tensor_spec ts, int decay, int
   t->init = init;
   t->init_std = std;
   tl->offset += t->numel;
+  return t;
 }
 
 size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run) {
@@ -114,63 +125,106 @@ gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
   return d;
 }
 
-/* The model's tensors in buffer order (named when `names`). Tensors outside [lo, hi) (and the
- * embedding/head when not held) are skipped but still numbered, so a tensor's index is the same in
- * every layout; the blocks outside are only counted, so a stage's list costs its own tensors. */
-static void build_tensors(const gpt_shape *s, gpt_part part, tensor_list *tl, int names) {
-  const int C = s->C, F = s->F, lo = part.lo, hi = part.hi;
+/* Hugging Face's names of an architecture's tensors outside the blocks, the blocks' prefix, and the names of a
+ * block's tensors in buffer order (GPT-Neo's q, k and v are three tensors, stacked as the others' qkv). */
+typedef struct {
+  const char *wte, *wpe, *lnf_w, *lnf_b, *head, *block;
+  const char *ln1_w, *ln1_b, *q, *k, *v, *qkv_w, *qkv_b, *out_w, *out_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *proj_w,
+      *proj_b;
+} arch_names;
+
+static const arch_names *names_of(gpt_arch arch) {
+  static const arch_names neo = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
+                                 "transformer.ln_f.bias", "lm_head.weight", "transformer.h.%d.", "ln_1.weight",
+                                 "ln_1.bias", "attn.attention.q_proj.weight", "attn.attention.k_proj.weight",
+                                 "attn.attention.v_proj.weight", NULL, NULL, "attn.attention.out_proj.weight",
+                                 "attn.attention.out_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+                                 "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  static const arch_names gpt2 = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
+                                  "transformer.ln_f.bias", "lm_head.weight", "transformer.h.%d.", "ln_1.weight",
+                                  "ln_1.bias", NULL, NULL, NULL, "attn.c_attn.weight", "attn.c_attn.bias",
+                                  "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                  "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+  static const arch_names neox = {"gpt_neox.embed_in.weight", NULL, "gpt_neox.final_layer_norm.weight",
+                                  "gpt_neox.final_layer_norm.bias", "embed_out.weight", "gpt_neox.layers.%d.",
+                                  "input_layernorm.weight", "input_layernorm.bias", NULL, NULL, NULL,
+                                  "attention.query_key_value.weight", "attention.query_key_value.bias",
+                                  "attention.dense.weight", "attention.dense.bias", "post_attention_layernorm.weight",
+                                  "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias",
+                                  "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"};
+  return arch == GPT_ARCH_GPT2 ? &gpt2 : arch == GPT_ARCH_NEOX ? &neox : &neo;
+}
+
+/* Block l's tensors (k: the part holds it; else they are only numbered). */
+static void add_block(const gpt_shape *s, tensor_list *tl, int l, int k) {
+  const int C = s->C, F = s->F;
   const float std = s->init_std;
   /* GPT-2 scales the residual projections' init by 1/sqrt(2L) (as Hugging Face's GPT2 does) */
   const float pstd = s->arch == GPT_ARCH_GPT2 ? std / sqrtf(2.0f * (float)s->L) : std;
   const gpt_split R = GPT_SPLIT_ROWS, K = GPT_SPLIT_COLS, W = GPT_SPLIT_NONE;
+  const arch_names *a = names_of(s->arch);
+  char n[96], pre[48];
+  snprintf(pre, sizeof pre, a->block, l);
+#define SPEC(name, rows, cols, split, groups) \
+  ((tensor_spec){k && tl->names ? (snprintf(n, sizeof n, "%s%s", pre, name), n) : "", rows, cols, split, groups})
+  add_tensor(tl, k, SPEC(a->ln1_w, C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
+  add_tensor(tl, k, SPEC(a->ln1_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+  if (a->q) { /* GPT-Neo: q, k and v apart, each split by heads */
+    add_tensor(tl, k, SPEC(a->q, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+    add_tensor(tl, k, SPEC(a->k, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+    add_tensor(tl, k, SPEC(a->v, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+  } else { /* q, k and v stacked: 3 row groups, each split by heads */
+    add_tensor(tl, k, SPEC(a->qkv_w, 3 * C, C, R, 3), 1, l, GPT_INIT_NORMAL, std);
+    if (s->qkv_bias) add_tensor(tl, k, SPEC(a->qkv_b, 3 * C, 1, R, 3), 0, l, GPT_INIT_ZEROS, 0);
+  }
+  add_tensor(tl, k, SPEC(a->out_w, C, C, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
+  if (s->out_bias) add_tensor(tl, k, SPEC(a->out_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+  add_tensor(tl, k, SPEC(a->ln2_w, C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
+  add_tensor(tl, k, SPEC(a->ln2_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+  add_tensor(tl, k, SPEC(a->fc_w, F, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+  add_tensor(tl, k, SPEC(a->fc_b, F, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
+  add_tensor(tl, k, SPEC(a->proj_w, C, F, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
+  add_tensor(tl, k, SPEC(a->proj_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+#undef SPEC
+}
+
+/* The model's tensors in buffer order (named when `names`). Tensors outside [lo, hi) (and the
+ * embedding/head when not held) are skipped but still numbered, so a tensor's index is the same in
+ * every layout; the blocks outside are only counted, so a stage's list costs its own tensors. */
+static void build_tensors(const gpt_shape *s, gpt_part part, tensor_list *tl, int names) {
+  const int C = s->C;
+  const float std = s->init_std;
+  const gpt_split R = GPT_SPLIT_ROWS, W = GPT_SPLIT_NONE;
+  const arch_names *a = names_of(s->arch);
   memset(tl, 0, sizeof *tl);
   tl->tp = part.tp > 1 ? part.tp : 1;
   tl->tp_rank = part.tp > 1 ? part.tp_rank : 0;
   tl->names = names;
-  add_tensor(tl, part.has_embed || part.has_head, (tensor_spec){"transformer.wte.weight", s->V, C, R, 1}, 1, -1,
-             GPT_INIT_NORMAL, std);
-  add_tensor(tl, part.has_embed, (tensor_spec){"transformer.wpe.weight", s->maxT, C, W, 1}, 1, -1, GPT_INIT_NORMAL, std);
-  char n[96];
+  gpt_tensor *wte = add_tensor(tl, part.has_embed || (s->tied && part.has_head), (tensor_spec){a->wte, s->V, C, R, 1},
+                               1, GPT_HOOK_EMBED, GPT_INIT_NORMAL, std);
+  if (wte) wte->tied = s->tied;
+  if (s->wpe)
+    add_tensor(tl, part.has_embed, (tensor_spec){a->wpe, s->maxT, C, W, 1}, 1, GPT_HOOK_EMBED, GPT_INIT_NORMAL, std);
   for (int l = 0, per_block = 0, first; l < s->L; l++, per_block = tl->index - first) {
-    int k = l >= lo && l < hi;
+    int k = l >= part.lo && l < part.hi;
     first = tl->index;
     if (!k && per_block) { /* a block outside the part: its tensors numbered, as the first block's */
       tl->index += per_block;
       continue;
     }
-#define NAME(fmt) (k && tl->names ? (snprintf(n, sizeof n, "transformer.h.%d." fmt, l), n) : "")
-#define SPEC(fmt, rows, cols, split, groups) ((tensor_spec){NAME(fmt), rows, cols, split, groups})
-    add_tensor(tl, k, SPEC("ln_1.weight", C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
-    add_tensor(tl, k, SPEC("ln_1.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
-    if (s->arch == GPT_ARCH_NEO) {
-      add_tensor(tl, k, SPEC("attn.attention.q_proj.weight", C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, SPEC("attn.attention.k_proj.weight", C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, SPEC("attn.attention.v_proj.weight", C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, SPEC("attn.attention.out_proj.weight", C, C, K, 1), 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, SPEC("attn.attention.out_proj.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
-    } else {
-      add_tensor(tl, k, SPEC("attn.c_attn.weight", 3 * C, C, R, 3), 1, l, GPT_INIT_NORMAL, std);
-      add_tensor(tl, k, SPEC("attn.c_attn.bias", 3 * C, 1, R, 3), 0, l, GPT_INIT_ZEROS, 0);
-      add_tensor(tl, k, SPEC("attn.c_proj.weight", C, C, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
-      add_tensor(tl, k, SPEC("attn.c_proj.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
-    }
-    add_tensor(tl, k, SPEC("ln_2.weight", C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
-    add_tensor(tl, k, SPEC("ln_2.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
-    add_tensor(tl, k, SPEC("mlp.c_fc.weight", F, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
-    add_tensor(tl, k, SPEC("mlp.c_fc.bias", F, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
-    add_tensor(tl, k, SPEC("mlp.c_proj.weight", C, F, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
-    add_tensor(tl, k, SPEC("mlp.c_proj.bias", C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
-#undef SPEC
-#undef NAME
+    add_block(s, tl, l, k);
   }
-  add_tensor(tl, part.has_head, (tensor_spec){"transformer.ln_f.weight", C, 1, W, 1}, 0, -1, GPT_INIT_ONES, 0);
-  add_tensor(tl, part.has_head, (tensor_spec){"transformer.ln_f.bias", C, 1, W, 1}, 0, -1, GPT_INIT_ZEROS, 0);
+  const int head = GPT_HOOK_HEAD;
+  add_tensor(tl, part.has_head, (tensor_spec){a->lnf_w, C, 1, W, 1}, 0, head, GPT_INIT_ONES, 0);
+  add_tensor(tl, part.has_head, (tensor_spec){a->lnf_b, C, 1, W, 1}, 0, head, GPT_INIT_ZEROS, 0);
+  if (!s->tied) add_tensor(tl, part.has_head, (tensor_spec){a->head, s->V, C, R, 1}, 1, head, GPT_INIT_NORMAL, std);
 }
 
 size_t gpt_count_params(const gpt_shape *s) { return gpt_part_params(s, gpt_whole(s)); }
 
 double gpt_flops_per_token(const gpt_shape *s, int T) {
-  double n = (double)gpt_count_params(s) - (double)s->maxT * s->C; /* wpe does no arithmetic */
+  /* lookups do no arithmetic: wpe, and the token embedding when the head is not its matrix */
+  double n = (double)gpt_count_params(s) - (s->wpe ? (double)s->maxT * s->C : 0.0) - (s->tied ? 0.0 : (double)s->V * s->C);
   return 6.0 * n + 12.0 * s->L * (double)s->C * T;
 }
 
@@ -188,6 +242,7 @@ typedef struct {
   size_t lnf, lnf_mean, lnf_rstd, logits;       /* head (last stage) */
   size_t slot;                                  /* size of one slot */
   size_t dres, dsmall, dbig, scratch, row;      /* shared, after the slots */
+  size_t dpar;                                  /* the parallel residual: the MLP's input gradient (N,C) */
   size_t tpw, xpart, xlse;                      /* tensor parallelism: fp32 sums, the loss's parts and lse */
   size_t total;
 } act_layout;
@@ -236,6 +291,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   a.dres = take(&cur, N * C, es);
   a.dsmall = take(&cur, N * C, es);
   a.dbig = take(&cur, N * (F > 3 * Cl ? F : 3 * Cl), es);
+  if (s->parallel) a.dpar = take(&cur, N * C, es);
   a.scratch = take(&cur, be->attention_scratch(be, T), 1);
   /* one row of logits in fp32 for sampling, when they are stored in another type or sharded */
   if (p.has_head && (be->storage != BACKEND_FP32 || tp))
@@ -305,7 +361,7 @@ void *gpt_param(const gpt_model *m, const char *name) {
   return (char *)m->cparams + t->offset * backend_dtype_size(m->be->storage);
 }
 
-/* Offset (elements) of block l's first tensor, ln_1.weight: the blocks' tensors are consecutive, in
+/* Offset (elements) of block l's first tensor, its first LayerNorm's weight: the blocks' tensors are consecutive, in
  * build_tensors() order. */
 static size_t block_offset(const gpt_model *m, int l) {
   for (int i = 0; i < m->ntensors; i++)
@@ -324,7 +380,7 @@ static void block_at(const gpt_model *m, void *buf, size_t es, size_t at, gpt_bl
   p->qkv_w = q, q += 3 * Cl * C;      /* (3Cl, C) */
   if (m->s.qkv_bias) p->qkv_b = q, q += 3 * Cl * es;
   p->out_w = q, q += C * Cl;          /* (C, Cl) */
-  p->out_b = q, q += C;
+  if (m->s.out_bias) p->out_b = q, q += C;
   p->ln2_w = q, q += C;
   p->ln2_b = q, q += C;
   p->fc_w = q, q += F * C;            /* (Fl, C) */
@@ -344,10 +400,12 @@ static void fill_ptrs(const gpt_model *m, void *buf, size_t es, gpt_ptrs *p) {
   const int nl = m->layer_hi - m->layer_lo;
   p->blk = util_calloc(nl > 0 ? (size_t)nl : 1, sizeof *p->blk, "block pointers");
   for (int l = m->layer_lo; l < m->layer_hi; l++) block_at(m, buf, es, block_offset(m, l), &p->blk[l - m->layer_lo]);
-  p->ends.wte = end_at(m, buf, es, "transformer.wte.weight");
-  p->ends.wpe = end_at(m, buf, es, "transformer.wpe.weight");
-  p->ends.lnf_w = end_at(m, buf, es, "transformer.ln_f.weight");
-  p->ends.lnf_b = end_at(m, buf, es, "transformer.ln_f.bias");
+  const arch_names *a = names_of(m->s.arch);
+  p->ends.wte = end_at(m, buf, es, a->wte);
+  p->ends.wpe = m->s.wpe ? end_at(m, buf, es, a->wpe) : NULL;
+  p->ends.lnf_w = end_at(m, buf, es, a->lnf_w);
+  p->ends.lnf_b = end_at(m, buf, es, a->lnf_b);
+  p->ends.head = m->s.tied ? p->ends.wte : end_at(m, buf, es, a->head);
 }
 
 void gpt_block(const gpt_model *m, float *buf, int l, gpt_block_ptrs *p) {
@@ -552,7 +610,8 @@ static void tp_sum(gpt_model *m, const act_layout *a, void *buf, size_t n) {
  * into y (N,C) unless y is NULL (the recomputation in the backward pass, which needs only ba).
  * With tensor parallelism the rank holds Hl of the heads (Cl = C/T channels of q, k, v) and Fl of the
  * MLP's units; the row-parallel projections' partial outputs are summed over the tensor ranks, their
- * biases added by tensor rank 0 only. */
+ * biases added by tensor rank 0 only. With rotary embeddings ba->qkv keeps q and k rotated (what the
+ * attention saw). With the parallel residual ln_2 normalises x, and mid = x + attention. */
 static void block_forward(gpt_model *m, const act_layout *a, int l, const block_acts *ba, const void *x, void *y, int B,
                           int T) {
   const backend *be = m->be;
@@ -562,11 +621,17 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   const gpt_block_ptrs p = m->w.blk[l - m->layer_lo];
   be->layernorm_fwd(be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
   be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, 3 * Cl);                           /* (N,3Cl) */
+  if (s->rot) be->rope(be, ba->qkv, NULL, N, T, Cl, m->d.Hl, s->rot, s->rope_theta, 1);
   be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l], s->attn_scale); /* (N,Cl) */
   be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C, C);                         /* (N,C) */
   tp_sum(m, a, tmp, (size_t)N * C);
-  be->residual_layernorm_fwd(be, ba->mid, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, tmp, p.ln2_w, p.ln2_b, N, C, s->eps);
-  be->matmul_gelu_fwd(be, ba->gel, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F); /* fc, gel (N,Fl) */
+  if (s->parallel) {
+    be->layernorm_fwd(be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, p.ln2_w, p.ln2_b, N, C, s->eps);
+    if (y) be->residual_fwd(be, ba->mid, x, tmp, (size_t)N * C);
+  } else {
+    be->residual_layernorm_fwd(be, ba->mid, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, tmp, p.ln2_w, p.ln2_b, N, C, s->eps);
+  }
+  be->matmul_gelu_fwd(be, ba->gel, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F, s->act); /* fc, gel (N,Fl) */
   if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
   be->matmul_fwd(be, tmp, ba->gel, p.proj_w, first ? p.proj_b : NULL, N, F, C, C);
   tp_sum(m, a, tmp, (size_t)N * C);
@@ -597,7 +662,7 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
     char *base = slot_base(m, &a, slot);
     be->layernorm_fwd(be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x, w->lnf_w,
                       w->lnf_b, N, C, s->eps);
-    be->matmul_fwd(be, base + a.logits, base + a.lnf, w->wte, NULL, N, C, m->d.nv,
+    be->matmul_fwd(be, base + a.logits, base + a.lnf, w->head, NULL, N, C, m->d.nv,
                    m->d.ldv); /* (N,nv; rows ldv apart): the shard's columns of the vocabulary */
   }
 }
@@ -688,21 +753,47 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N, in
        *dsmall = arena(m, a->dsmall);
   char *base = slot_base(m, a, slot);
   const gpt_ends_ptrs *w = &m->w.ends, *g = &m->g.ends;
-  /* dlnf (N,C) = dlogits @ wte; dwte += dlogits^T lnf (the shard's vocabulary rows; dlnf summed over them) */
-  be->matmul_bwd(be, dsmall, g->wte, NULL, base + a->logits, base + a->lnf, w->wte, N, C, m->d.nv, m->d.ldv, acc);
+  /* dlnf (N,C) = dlogits @ head; dhead += dlogits^T lnf (the shard's vocabulary rows; dlnf summed over them) */
+  be->matmul_bwd(be, dsmall, g->head, NULL, base + a->logits, base + a->lnf, w->head, N, C, m->d.nv, m->d.ldv, acc);
   tp_sum(m, a, dsmall, (size_t)N * C);
   be->zero(be, dres, (size_t)N * C * backend_dtype_size(be->storage));
   be->layernorm_bwd(be, dres, g->lnf_w, g->lnf_b, dsmall, x, w->lnf_w, (float *)(base + a->lnf_mean),
                     (float *)(base + a->lnf_rstd), N, C, acc);
 }
 
-void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {
-  progress_mark();
+/* Block l's backward pass: dres holds d(block output) (the same on every tensor rank, so are the replicated biases'
+ * gradients) and becomes d(x). Sequential: the MLP's LayerNorm gradient joins dres, which is then d(mid), before the
+ * attention's. Parallel: both branches start from d(output); the MLP's input gradient waits in dpar meanwhile. */
+static void block_backward(gpt_model *m, const act_layout *a, int l, const block_acts *ba, const void *x, int B, int T,
+                           int acc) {
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
   const int C = s->C, Cl = m->d.Cl, F = m->d.Fl, N = B * T;
+  void *dres = arena(m, a->dres), *dsmall = arena(m, a->dsmall), *dbig = arena(m, a->dbig),
+       *scratch = arena(m, a->scratch), *dln2 = s->parallel ? arena(m, a->dpar) : dsmall;
+  const gpt_block_ptrs p = m->w.blk[l - m->layer_lo], g = m->g.blk[l - m->layer_lo];
+  be->matmul_dgelu_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba->gel, ba->fc, p.proj_w, N, F, C, acc, s->act); /* dfc (N,Fl) */
+  be->matmul_bwd(be, dln2, g.fc_w, g.fc_b, dbig, ba->ln2, p.fc_w, N, C, F, F, acc); /* dln2 (N,C), partial */
+  tp_sum(m, a, dln2, (size_t)N * C);
+  if (!s->parallel) /* dres := d(mid) */
+    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dln2, ba->mid, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, C, acc);
+  be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba->att, p.out_w, N, Cl, C, C, acc); /* datt (N,Cl) */
+  be->attention_bwd(be, dbig, dsmall, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l],
+                    s->attn_scale); /* dqkv (N,3Cl), of the rotated q and k */
+  if (s->rot) be->rope(be, dbig, NULL, N, T, Cl, m->d.Hl, s->rot, s->rope_theta, -1);
+  be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba->ln1, p.qkv_w, N, C, 3 * Cl, 3 * Cl, acc); /* dln1, partial */
+  tp_sum(m, a, dsmall, (size_t)N * C);
+  if (s->parallel) /* d(output) + the MLP's part */
+    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dln2, x, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, C, acc);
+  be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba->ln1_mean, ba->ln1_rstd, N, C, acc);
+}
+
+void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {
+  progress_mark();
+  const backend *be = m->be;
+  const int C = m->s.C, N = B * T;
   act_layout a = layout(m);
-  void *dres = arena(m, a.dres), *dsmall = arena(m, a.dsmall), *dbig = arena(m, a.dbig), *scratch = arena(m, a.scratch);
+  void *dres = arena(m, a.dres);
   const int acc = !m->grads_unset; /* the first pass after gpt_zero_grad writes, later ones add */
   m->grads_unset = 0;
   if (m->has_head) {
@@ -711,23 +802,11 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
   }
   /* without the head, dres holds the gradient received from the next stage */
   for (int l = m->layer_hi - 1; l >= m->layer_lo; l--) {
-    const gpt_block_ptrs p = m->w.blk[l - m->layer_lo], g = m->g.blk[l - m->layer_lo];
     block_acts ba;
     block_acts_of(m, &a, slot, l, &ba);
     void *x = res_at(m, &a, slot, l - m->layer_lo, (size_t)N);
     if (m->recompute) block_forward(m, &a, l, &ba, x, NULL, B, T); /* the inner activations again */
-    /* MLP: dres is d(block output), the same on every tensor rank (so are the replicated biases' gradients) */
-    be->matmul_dgelu_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba.gel, ba.fc, p.proj_w, N, F, C, acc); /* dfc (N,Fl) */
-    be->matmul_bwd(be, dsmall, g.fc_w, g.fc_b, dbig, ba.ln2, p.fc_w, N, C, F, F, acc); /* dln2 (N,C), partial */
-    tp_sum(m, &a, dsmall, (size_t)N * C);
-    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dsmall, ba.mid, p.ln2_w, ba.ln2_mean, ba.ln2_rstd, N, C, acc);
-    /* attention: dres is now d(mid) */
-    be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba.att, p.out_w, N, Cl, C, C, acc); /* datt (N,Cl) */
-    be->attention_bwd(be, dbig, dsmall, ba.att, ba.lse, ba.qkv, scratch, B, T, Cl, m->d.Hl, s->window[l],
-                      s->attn_scale);                                           /* dqkv (N,3Cl) */
-    be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba.ln1, p.qkv_w, N, C, 3 * Cl, 3 * Cl, acc); /* dln1, partial */
-    tp_sum(m, &a, dsmall, (size_t)N * C);
-    be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba.ln1_mean, ba.ln1_rstd, N, C, acc);
+    block_backward(m, &a, l, &ba, x, B, T, acc);
     if (hook) hook(ctx, l);
   }
   if (m->has_embed) {
@@ -738,12 +817,12 @@ void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx
 }
 
 /* The gradients no op overwrites, zeroed: the embedding's, which embed_bwd adds row by row (wte's only where no
- * head on this rank writes it first). */
+ * tied head on this rank writes it first). */
 void gpt_zero_grad(gpt_model *m) {
   if (!m->grads) return;
   m->grads_unset = 1;
   if (!m->has_embed) return;
   const size_t row = (size_t)m->s.C * sizeof(float);
-  m->be->zero(m->be, m->g.ends.wpe, (size_t)m->s.maxT * row);                 /* (maxT, C) */
-  if (!m->has_head) m->be->zero(m->be, m->g.ends.wte, (size_t)m->d.nv * row); /* (nv, C): the shard's rows */
+  if (m->g.ends.wpe) m->be->zero(m->be, m->g.ends.wpe, (size_t)m->s.maxT * row); /* (maxT, C) */
+  if (!m->has_head || !m->s.tied) m->be->zero(m->be, m->g.ends.wte, (size_t)m->d.nv * row); /* (nv, C): the shard's rows */
 }

@@ -1,12 +1,18 @@
-/* gpt: the GPT-Neo / GPT-2 decoder as Hugging Face's GPTNeoForCausalLM computes it.
+/* gpt: the decoders of the GPT-Neo line as Hugging Face's GPTNeoForCausalLM, GPT2LMHeadModel and
+ * GPTNeoXForCausalLM compute them.
  *
- *   x0 = wte[tok] + wpe[pos]                                           (B,T,C)
+ *   x0 = wte[tok] + wpe[pos]                                           (B,T,C)  (no wpe with rotary embeddings)
  *   per block l:  h = x + out_proj(attn_l(ln_1(x)))                   (B,T,C)
- *                 x = h + c_proj(gelu_new(c_fc(ln_2(h))))              (B,T,C)
- *   logits = ln_f(x) @ wte^T                                           (B,T,V)  (tied embedding)
+ *                 x = h + c_proj(gelu(c_fc(ln_2(h))))                  (B,T,C)
+ *     or, with the parallel residual (GPT-NeoX):
+ *                 x = x + out_proj(attn_l(ln_1(x))) + c_proj(gelu(c_fc(ln_2(x))))
+ *   logits = ln_f(x) @ head^T                                          (B,T,V)  (head = wte when tied)
  *
  * GPT-Neo: q, k, v without bias, scores not scaled by 1/sqrt(head size), layers global or local
  * (window). GPT-2: one biased qkv projection, scores scaled by 1/sqrt(head size), all global.
+ * GPT-NeoX: one qkv projection (greenlm keeps q, k and v stacked; Hugging Face interleaves them per head),
+ * biased or not, rotary embeddings on the first `rot` dims of each head's q and k, scores scaled by
+ * 1/sqrt(head size), all global, gelu in its erf form by default, an untied head (embed_out).
  *
  * A gpt_model holds a contiguous range of blocks [layer_lo, layer_hi) plus, optionally, the
  * embedding (first pipeline stage) and the final LayerNorm + tied head (last stage); on one rank
@@ -23,7 +29,7 @@
 #include "model/backend.h"
 #include "deck/cfg.h"
 
-typedef enum { GPT_ARCH_NEO, GPT_ARCH_GPT2 } gpt_arch;
+typedef enum { GPT_ARCH_NEO, GPT_ARCH_GPT2, GPT_ARCH_NEOX } gpt_arch;
 
 typedef struct {
   gpt_arch arch;
@@ -34,8 +40,15 @@ typedef struct {
   int *window;  /* (L): 0 for a global layer, the window size for a local one */
   float eps;    /* LayerNorm epsilon */
   float init_std;
-  float attn_scale; /* 1 for GPT-Neo, 1/sqrt(C/H) for GPT-2 */
-  int qkv_bias;     /* GPT-2 only */
+  float attn_scale; /* 1 for GPT-Neo, 1/sqrt(C/H) for GPT-2 and GPT-NeoX */
+  int qkv_bias;     /* the qkv projection has a bias (GPT-2; GPT-NeoX's attention_bias) */
+  int out_bias;     /* the attention's output projection has one (all but GPT-NeoX without attention_bias) */
+  int wpe;          /* learned position embeddings (GPT-Neo, GPT-2); else rotary ones */
+  int rot;          /* rotary dims of each head (even; 0: none) */
+  float rope_theta; /* the rotary frequencies' base */
+  int parallel;     /* the parallel residual (GPT-NeoX's use_parallel_residual) */
+  int act;          /* the MLP's activation (backend_act) */
+  int tied;         /* the head is the token embedding's matrix (else a tensor of its own) */
 } gpt_shape;
 
 typedef enum { GPT_INIT_NORMAL, GPT_INIT_ONES, GPT_INIT_ZEROS } gpt_init_kind;
@@ -53,7 +66,10 @@ typedef struct {
   size_t numel;
   int rows, cols;  /* cols = 1 for vectors */
   int decay;       /* weight decay applies (matrices and embeddings) */
-  int layer;       /* block index, or -1 for embeddings and the final LayerNorm */
+  int layer;       /* block index, or GPT_HOOK_EMBED (-1) for the embeddings, GPT_HOOK_HEAD (-2) for the final
+                      LayerNorm and an untied head */
+  int tied;        /* the tied embedding: the token embedding's and the head's (with pipeline stages the first
+                      and the last each hold a copy; their gradients are summed) */
   int index;       /* position in the whole model's tensor list (stable across layouts) */
   gpt_init_kind init;
   float init_std;
@@ -82,9 +98,10 @@ typedef struct {
 
 /* The same for the tensors outside the blocks; NULL where the part holds none. */
 typedef struct {
-  void *wte;           /* (V, C): the embedding's and the tied head's */
-  void *wpe;           /* (maxT, C): the embedding's */
+  void *wte;           /* (V, C): the token embedding's (and the tied head's) */
+  void *wpe;           /* (maxT, C): the embedding's; NULL with rotary embeddings */
   void *lnf_w, *lnf_b; /* (C): the head's */
+  void *head;          /* (V, C): the head's matrix: wte when tied */
 } gpt_ends_ptrs;
 
 /* Where a parameter-layout buffer's tensors are: gpt_init fills it once, the passes read it. With tensor
@@ -180,7 +197,8 @@ void gpt_shape_free(gpt_shape *s);
 
 /* Parameter count of the whole model (all blocks, embeddings, final LayerNorm). */
 size_t gpt_count_params(const gpt_shape *s);
-/* Model FLOPs per trained token, 6N + 12 L C T (PaLM), N excluding the position embedding. */
+/* Model FLOPs per trained token, 6N + 12 L C T (PaLM), N excluding the position embedding and an untied
+ * token embedding (lookups, no arithmetic). */
 double gpt_flops_per_token(const gpt_shape *s, int T);
 
 /* Memory the model will allocate for micro-batches up to (B,T), without allocating. */

@@ -28,7 +28,7 @@ struct grad_exchange {
   unsigned char *final;    /* per tensor */
   float *recv;             /* ZeRO-1: where reduce-scatters land, (own_hi - own_lo) */
   comm_stage gs, ps, rs;   /* MPI's view of the gradients, the parameters and recv (comm.h) */
-  int wte;                 /* index of transformer.wte.weight in m->tensors, or -1 */
+  int wte;                 /* index of the tied embedding in m->tensors, or -1 */
   qexch *qx;               /* the compressed exchange (&comm), or NULL */
   long step, warmup;       /* the current step; compression starts at step warmup */
   grad_stats st;
@@ -92,7 +92,7 @@ size_t grad_mpi_bytes(const gpt_tensor *ts, int nt, double bucket_mb, const par_
   if (lay->D == 1 || nt == 0) return 0;
   int wte = -1;
   for (int i = 0; i < nt; i++)
-    if (!strcmp(ts[i].name, "transformer.wte.weight")) wte = i;
+    if (ts[i].tied) wte = i;
   grad_bucket *b = util_calloc((size_t)nt, sizeof *b, "buckets");
   size_t most = 0; /* floats of the largest bucket */
   for (int i = 0, nb = make_buckets(ts, nt, wte, bucket_mb, b); i < nb; i++)
@@ -134,8 +134,9 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
   g->zero = lay->zero;
   g->dp = lay->dp;
   MPI_Comm_rank(lay->dp, &g->rank);
-  const gpt_tensor *w = gpt_find_tensor(m, "transformer.wte.weight");
-  g->wte = w ? (int)(w - m->tensors) : -1;
+  g->wte = -1;
+  for (int i = 0; i < m->ntensors; i++)
+    if (m->tensors[i].tied) g->wte = i;
   g->tied = lay->P > 1 && g->wte >= 0;
   g->own_lo = par_piece(m->nparams, g->D, g->rank);
   g->own_hi = par_piece(m->nparams, g->D, g->rank + 1);
@@ -232,11 +233,8 @@ void grad_hook(void *ctx, int what) {
   gpt_model *m = g->model;
   for (int t = 0; t < m->ntensors; t++) {
     const gpt_tensor *x = &m->tensors[t];
-    int is_head = x->layer < 0 && strncmp(x->name, "transformer.ln_f", 16) == 0;
-    int is_emb = x->layer < 0 && !is_head;
     if (t == g->wte) continue; /* final after the tied sum, in grad_finish */
-    if ((what == GPT_HOOK_HEAD && is_head) || (what == GPT_HOOK_EMBED && is_emb) || (what >= 0 && x->layer == what))
-      g->final[t] = 1;
+    if (x->layer == what) g->final[t] = 1; /* a block, GPT_HOOK_HEAD or GPT_HOOK_EMBED */
   }
   launch_ready(g);
   /* let the collectives already under way progress */
