@@ -4,15 +4,20 @@
 Run on a developer machine (never in CI; the fixtures are committed):
 
     pip install torch transformers numpy scipy
-    python3 tests/reference/make_fixtures.py
+    python3 tests/reference/make_fixtures.py [NAME...]    # all fixtures, or the named ones
 
-For each architecture it builds a tiny random Hugging Face model (GPTNeoForCausalLM with global
-and local layers; GPT2LMHeadModel), perturbs every parameter (so biases and LayerNorm parameters
+For each fixture it builds a tiny random Hugging Face model (GPTNeoForCausalLM with global
+and local layers; GPT2LMHeadModel; GPTNeoXForCausalLM in three configurations:
+  gpt-neox-a  partial rotary (rotary_pct 0.5), parallel residual, biases, gelu (erf), untied head;
+  gpt-neox-b  full rotary, sequential residual, no attention biases, gelu_new, untied head;
+  gpt-neox-c  rotary_pct 0.25 with rotary_emb_base 500000 (as Hugging Face's older keys), parallel
+              residual, biases, gelu, tied head), perturbs every parameter (so biases and LayerNorm parameters
 are not trivially 0 and 1), and writes a NetCDF file with:
 
   * the config (attributes) and the inputs/targets of one batch,
   * every parameter under its Hugging Face name, in greenlm's layout (weights (out, in); GPT-2's
-    Conv1D weights are transposed to that layout),
+    Conv1D weights are transposed to that layout; GPT-NeoX's query_key_value rows, per head q|k|v in
+    Hugging Face's layout, are regrouped as all heads' q, then k, then v),
   * the logits, the mean cross-entropy loss, and the gradient of that loss for every parameter
     (variables "grad:<name>"),
   * three AdamW steps (torch.optim.AdamW with global-norm clipping, weight decay on matrices and
@@ -26,16 +31,29 @@ import numpy as np
 import scipy.io
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, GPTNeoXConfig,
+                          GPTNeoXForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 V, MAXT, L, C, H, WINDOW = 67, 24, 2, 32, 4, 5
+# the GPT-NeoX fixtures: name -> (rotary_pct, rotary_emb_base, parallel, attention_bias, hidden_act, tied, C, H)
+NEOX = {"gpt-neox-a": (0.5, 10000.0, True, True, "gelu", False, 32, 4),
+        "gpt-neox-b": (1.0, 10000.0, False, False, "gelu_new", False, 32, 4),
+        "gpt-neox-c": (0.25, 500000.0, True, True, "gelu", True, 64, 4)}
 B, T = 2, 16
 LR, BETAS, EPS, WD, CLIP = 3e-3, (0.9, 0.95), 1e-5, 0.1, 0.5
 
 
 def build(arch):
+    if arch in NEOX:
+        pct, base, par, bias, act, tied, c, h = NEOX[arch]
+        cfg = GPTNeoXConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=c, num_hidden_layers=L,
+                            num_attention_heads=h, intermediate_size=4 * c, hidden_act=act, rotary_pct=pct,
+                            rotary_emb_base=base, use_parallel_residual=par, attention_bias=bias,
+                            attention_dropout=0.0, hidden_dropout=0.0, classifier_dropout=0.0, layer_norm_eps=1e-5,
+                            initializer_range=0.02, tie_word_embeddings=tied, bos_token_id=0, eos_token_id=0)
+        return GPTNeoXForCausalLM(cfg).eval()
     if arch == "gpt-neo":
         cfg = GPTNeoConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_layers=L,
                            attention_types=[[["global", "local"], L // 2]], num_heads=H, window_size=WINDOW,
@@ -55,15 +73,22 @@ def build(arch):
 
 
 def params(model):
-    """Named parameters without the tied lm_head duplicate."""
-    return [(n, p) for n, p in model.named_parameters() if not n.startswith("lm_head")]
+    """Named parameters without the tied lm_head duplicate; GPT-NeoX's untied head under the name published
+    models give it, embed_out (transformers 5 renames it lm_head on loading)."""
+    neox = isinstance(model, GPTNeoXForCausalLM)
+    return [(n.replace("lm_head.", "embed_out.") if neox else n, p) for n, p in model.named_parameters()
+            if neox or not n.startswith("lm_head")]
 
 
 def to_greenlm(arch, name, t):
-    """greenlm layout: (out, in) weights; GPT-2's Conv1D stores (in, out)."""
+    """greenlm layout: (out, in) weights; GPT-2's Conv1D stores (in, out); GPT-NeoX's query_key_value
+    rows are (head, q|k|v, head size), greenlm's (q|k|v, head, head size)."""
     a = t.detach().cpu().numpy().astype(np.float32)
     if arch == "gpt2" and a.ndim == 2 and (".attn." in name or ".mlp." in name):
         a = a.T
+    if arch in NEOX and "query_key_value" in name:
+        h = NEOX[arch][7]
+        a = a.reshape((h, 3, -1) + a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
     return np.ascontiguousarray(a)
 
 
@@ -73,9 +98,12 @@ def loss_of(model, x, y):
 
 
 def main():
-    torch.manual_seed(2024)
+    names = sys.argv[1:] or ["gpt-neo", "gpt2"] + list(NEOX)
+    torch.manual_seed(2024)  # gpt-neo, then gpt2 draw from one stream (as their committed files were written)
     np.random.seed(2024)
-    for arch in ("gpt-neo", "gpt2"):
+    for arch in names:
+        if arch in NEOX:  # each GPT-NeoX fixture from its own seed
+            torch.manual_seed(2024 + list(NEOX).index(arch))
         model = build(arch)
         with torch.no_grad():
             for n, p in params(model):
@@ -85,10 +113,14 @@ def main():
 
         path = os.path.join(HERE, f"{arch}.nc")
         f = scipy.io.netcdf_file(path, "w", version=2)
-        f.arch = arch
+        f.arch = "gpt-neox" if arch in NEOX else arch
         f.vocab_size, f.block_size, f.n_layer, f.n_embd, f.n_head = V, MAXT, L, C, H
         f.window_size = WINDOW
         f.attention_types = "global,local" if arch == "gpt-neo" else "global"
+        if arch in NEOX:  # the &model keys of the configuration
+            pct, base, par, bias, act, tied, f.n_embd, f.n_head = NEOX[arch]
+            f.rotary_pct, f.rotary_emb_base, f.use_parallel_residual, f.attention_bias = pct, base, int(par), int(bias)
+            f.activation, f.head = act, "tied" if tied else "untied"
         f.batch, f.seq_len = B, T
         f.lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, f.grad_clip = LR, BETAS[0], BETAS[1], EPS, WD, CLIP
         f.generator = f"tests/reference/make_fixtures.py, torch {torch.__version__}, transformers {transformers.__version__}"
