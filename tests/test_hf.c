@@ -623,6 +623,44 @@ static void bad_config(loaded *neo) {
   err_free(&e);
 }
 
+/* GPT-NeoX's config.json: fields greenlm does not implement are named and refused; the deck's GPT-NeoX keys are
+ * compared with the config's. */
+static void bad_neox_config(const loaded *neox) {
+  static const struct {
+    const char *name, *json, *what;
+  } cases[] = {
+      {"neox-field", "{\"model_type\": \"gpt_neox\", \"sliding_window\": 4096}",
+       "config.json field \"sliding_window\" is not one greenlm implements"},
+      {"neox-scaling", "{\"model_type\": \"gpt_neox\", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}",
+       "rope_scaling is set"},
+      {"neox-rope-type", "{\"model_type\": \"gpt_neox\", \"rope_parameters\": {\"rope_type\": \"dynamic\"}}",
+       "rope_parameters.rope_type = dynamic is not supported"},
+      {"neox-dropout", "{\"model_type\": \"gpt_neox\", \"hidden_dropout\": 0.1}", "hidden_dropout = 0.1"},
+      {"neox-act", "{\"model_type\": \"gpt_neox\", \"hidden_act\": \"relu\"}", "hidden_act = \"relu\" is not an activation"},
+  };
+  err_list e = {0};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *d = bad_dir(cases[i].name);
+    write_bytes(d, "config.json", cases[i].json, strlen(cases[i].json));
+    T_CHECK(hf_check_config(d, &neox->mc, &e) == 1 && has_error(&e, "config.json", cases[i].what), "%s: expected \"%s\"",
+            cases[i].name, cases[i].what);
+    show(&e);
+    err_free(&e);
+  }
+  char dir[4096];
+  path_of(dir, ref, "hf-neox");
+  cfg_model mc = neox->mc;
+  mc.rotary_pct = 1.0, mc.rotary_emb_base = 500000.0, mc.use_parallel_residual = 0, mc.attention_bias = 0;
+  util_strlcpy(mc.activation, "gelu_new", sizeof mc.activation), util_strlcpy(mc.head, "tied", sizeof mc.head);
+  const char *keys[] = {"&model rotary_pct = 1", "&model rotary_emb_base = 500000", "&model use_parallel_residual = .false.",
+                        "&model attention_bias = .false.", "&model activation = 'gelu_new'", "&model head = 'tied'"};
+  int n = hf_check_config(dir, &mc, &e);
+  T_CHECK(n == 6, "6 mismatches of a GPT-NeoX deck with %s/config.json, got %d", dir, n);
+  for (int i = 0; i < 6; i++) T_CHECK(has_error(&e, "hf-neox/config.json", keys[i]), "a mismatch names %s", keys[i]);
+  show(&e);
+  err_free(&e);
+}
+
 /* Exporting into a non-empty directory without overwrite, or with a bad dtype, writes nothing. */
 static void bad_export(loaded *l) {
   const char *d = bad_dir("export");
@@ -661,7 +699,9 @@ int main(int argc, char **argv) {
   run_model("neo", "hf-neo", 1);
   run_model("gpt2", "hf-gpt2-sharded", 0);
   run_model("gpt2", "hf-gpt2", 1);
-  loaded gpt2, neo;
+  run_model("neox", "hf-neox", 1);           /* as transformers 5 saves it: lm_head, rope_parameters */
+  run_model("neox", "hf-neox-published", 0); /* as Pythia is published: embed_out, rotary_pct, rotary_emb_base */
+  loaded gpt2, neo, neox;
   char dir[4096];
   path_of(dir, ref, "hf-gpt2");
   load(&gpt2, dir, 2, 16);
@@ -672,8 +712,12 @@ int main(int argc, char **argv) {
   load(&neo, dir, 2, 16);
   bad_config(&neo);
   hostile_config(&neo);
+  path_of(dir, ref, "hf-neox");
+  load(&neox, dir, 2, 16);
+  bad_neox_config(&neox);
   unload(&gpt2);
   unload(&neo);
+  unload(&neox);
   int rc = t_done("test_hf");
   MPI_Finalize();
   return rc;

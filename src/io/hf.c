@@ -1,4 +1,4 @@
-/* hf: Hugging Face GPT-Neo / GPT-2 model directories: config check, weight import, export. */
+/* hf: Hugging Face GPT-Neo, GPT-2 and GPT-NeoX model directories: config check, weight import, export. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "io/hf.h"
 
@@ -67,16 +67,6 @@ static int get_int(const json_t *c, const char *key, const char *deck_key, long 
   return 0;
 }
 
-/* A string key that must have the value want (absent: def). */
-static int want_str(const json_t *c, const char *key, const char *def, const char *want, const char *path, err_list *errs) {
-  const json_t *v = json_object_get(c, key);
-  const char *got = !v ? def : json_is_string(v) ? json_string_value(v) : "(not a string)";
-  if (strcmp(got, want) == 0) return 0;
-  err_add(errs, path, 0, 0, "greenlm computes GPT-Neo and GPT-2 as Hugging Face does with their default settings",
-          "%s = \"%s\" is not supported (greenlm computes \"%s\")", key, got, want);
-  return -1;
-}
-
 /* A boolean key that must have the value want (absent: def). */
 static int want_bool(const json_t *c, const char *key, int def, int want, const char *path, err_list *errs) {
   const json_t *v = json_object_get(c, key);
@@ -86,6 +76,40 @@ static int want_bool(const json_t *c, const char *key, int def, int want, const 
           "%s = %s is not supported (greenlm computes %s = %s)", key, got < 0 ? "(not a boolean)" : got ? "true" : "false", key,
           want ? "true" : "false");
   return -1;
+}
+
+/* An activation name of config.json as &model activation's word: the tanh forms (gelu_new, gelu_fast,
+ * gelu_pytorch_tanh) are gelu_new, the erf form is gelu; NULL for one greenlm does not compute. */
+static const char *activation_word(const char *act) {
+  static const char *tanh_forms[] = {"gelu_new", "gelu_fast", "gelu_pytorch_tanh"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(act, tanh_forms[i]) == 0) return "gelu_new";
+  return strcmp(act, "gelu") == 0 ? "gelu" : NULL;
+}
+
+/* The string key `key` (absent: def) as &model activation's word into out; -1 after an error. */
+static int get_activation(const json_t *c, const char *key, const char *def, cfg_model *out, const char *path,
+                          err_list *errs) {
+  const json_t *v = json_object_get(c, key);
+  const char *got = !v ? def : json_is_string(v) ? json_string_value(v) : "(not a string)", *w = activation_word(got);
+  if (!w) {
+    err_add(errs, path, 0, 0, "greenlm computes gelu (the erf form) and gelu_new (the tanh form: gelu_new, gelu_fast, "
+            "gelu_pytorch_tanh)", "%s = \"%s\" is not an activation greenlm computes", key, got);
+    return -1;
+  }
+  util_strlcpy(out->activation, w, sizeof out->activation);
+  return 0;
+}
+
+/* tie_word_embeddings (absent: def) as &model head into out; -1 after an error. */
+static int get_head(const json_t *c, int def, cfg_model *out, const char *path, err_list *errs) {
+  const json_t *v = json_object_get(c, "tie_word_embeddings");
+  if (v && !json_is_boolean(v)) {
+    err_add(errs, path, 0, 0, HF_HINT_SAVE, "tie_word_embeddings must be true or false");
+    return -1;
+  }
+  util_strlcpy(out->head, (v ? json_is_true(v) : def) ? "tied" : "untied", sizeof out->head);
+  return 0;
 }
 
 /* The per-layer kinds of a list that repeats over the layers, as its shortest period. */
@@ -133,15 +157,127 @@ static int neo_attention(const json_t *c, long L, cfg_model *out, const char *pa
   return ok && n == L ? 0 : -1;
 }
 
+/* GPT-NeoX's config.json fields that change nothing greenlm computes (ids, dtypes, bookkeeping, the
+ * classification head's dropout). */
+static int neox_inert(const char *key) {
+  static const char *inert[] = {"architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id",
+                                "torch_dtype", "dtype", "transformers_version", "use_cache", "is_decoder",
+                                "classifier_dropout", "_name_or_path", "initializer_range", "tokenizer_class"};
+  for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++)
+    if (strcmp(key, inert[i]) == 0) return 1;
+  return 0;
+}
+
+/* A number key (absent: def) into *out; -1 after an error. */
+static int get_real(const json_t *c, const char *key, double def, double *out, const char *path, err_list *errs) {
+  const json_t *v = json_object_get(c, key);
+  if (v && !json_is_number(v)) {
+    err_add(errs, path, 0, 0, HF_HINT_SAVE, "%s must be a number", key);
+    return -1;
+  }
+  *out = v ? json_number_value(v) : def;
+  return 0;
+}
+
+/* The rotary embedding of a GPT-NeoX config: rope_parameters (current transformers: rope_type "default",
+ * rope_theta, partial_rotary_factor), else rope_theta / partial_rotary_factor or the older rotary_emb_base /
+ * rotary_pct; rope_scaling other than null is refused (greenlm computes the unscaled embedding). */
+static int neox_rope(const json_t *c, cfg_model *out, const char *path, err_list *errs) {
+  const json_t *rp = json_object_get(c, "rope_parameters"), *sc = json_object_get(c, "rope_scaling");
+  static const char HINT[] = "greenlm computes the default rotary embedding (rope_type \"default\", no scaling)";
+  if (sc && !json_is_null(sc)) {
+    err_add(errs, path, 0, 0, HINT, "rope_scaling is set: scaled rotary embeddings are not supported");
+    return -1;
+  }
+  double base = 10000.0, pct = 0.25;
+  int rc = get_real(c, json_object_get(c, "rope_theta") ? "rope_theta" : "rotary_emb_base", 10000.0, &base, path, errs);
+  rc |= get_real(c, json_object_get(c, "partial_rotary_factor") ? "partial_rotary_factor" : "rotary_pct", 0.25, &pct,
+                 path, errs);
+  if (rp && !json_is_null(rp)) {
+    const char *key;
+    json_t *v;
+    if (!json_is_object(rp)) {
+      err_add(errs, path, 0, 0, HF_HINT_SAVE, "rope_parameters must be an object");
+      return -1;
+    }
+    json_object_foreach((json_t *)rp, key, v) {
+      if (strcmp(key, "rope_type") == 0 && (!json_is_string(v) || strcmp(json_string_value(v), "default") != 0))
+        err_add(errs, path, 0, 0, HINT, "rope_parameters.rope_type = %s is not supported",
+                json_is_string(v) ? json_string_value(v) : "(not a string)"), rc = -1;
+      else if (strcmp(key, "rope_type") != 0 && strcmp(key, "rope_theta") != 0 && strcmp(key, "partial_rotary_factor") != 0)
+        err_add(errs, path, 0, 0, HINT, "rope_parameters.%s is not a field greenlm implements", key), rc = -1;
+    }
+    rc |= get_real(rp, "rope_theta", base, &base, path, errs);
+    rc |= get_real(rp, "partial_rotary_factor", pct, &pct, path, errs);
+  }
+  if (rc == 0 && (pct < 0 || pct > 1 || base < 1 || base > 1e12)) {
+    err_add(errs, path, 0, 0, "greenlm takes a share of rotary dims in [0, 1] and a base in [1, 1e12]",
+            "rotary share %g or base %g out of range", pct, base);
+    rc = -1;
+  }
+  out->rotary_pct = pct, out->rotary_emb_base = base;
+  return rc;
+}
+
+/* A GPT-NeoX config (transformers' defaults for absent keys): every field is mapped to &model, known to change
+ * nothing greenlm computes, or refused by name. */
+static int parse_neox(const json_t *c, const char *path, cfg_model *out, err_list *errs) {
+  static const char *keys[6] = {"vocab_size", "max_position_embeddings", "num_hidden_layers", "hidden_size",
+                                "num_attention_heads", "intermediate_size"};
+  static const char *deck_keys[6] = {"vocab_size", "block_size", "n_layer", "n_embd", "n_head", "n_inner"};
+  static const long defs[6] = {50432, 2048, 44, 6144, 64, 24576};
+  static const char *mapped[] = {"hidden_act", "layer_norm_eps", "use_parallel_residual", "attention_bias",
+                                 "tie_word_embeddings", "rope_parameters", "rope_scaling", "rope_theta",
+                                 "rotary_emb_base", "partial_rotary_factor", "rotary_pct", "attention_dropout",
+                                 "hidden_dropout"};
+  long v[6];
+  int rc = 0;
+  const char *key;
+  json_t *val;
+  json_object_foreach((json_t *)c, key, val) {
+    int known = neox_inert(key);
+    for (int k = 0; k < 6; k++) known |= strcmp(key, keys[k]) == 0;
+    for (size_t k = 0; k < sizeof mapped / sizeof mapped[0]; k++) known |= strcmp(key, mapped[k]) == 0;
+    if (!known)
+      err_add(errs, path, 0, 0, "greenlm imports GPTNeoXForCausalLM as transformers computes it; a field it does not "
+              "implement would change the model", "config.json field \"%s\" is not one greenlm implements", key), rc = -1;
+  }
+  for (int k = 0; k < 6; k++) rc |= get_int(c, keys[k], deck_keys[k], defs[k], 0, &v[k], path, errs);
+  double eps = 1e-5, drop[2] = {0.0, 0.0};
+  rc |= get_real(c, "layer_norm_eps", 1e-5, &eps, path, errs);
+  rc |= get_real(c, "attention_dropout", 0.0, &drop[0], path, errs) | get_real(c, "hidden_dropout", 0.0, &drop[1], path, errs);
+  for (int k = 0; k < 2; k++)
+    if (drop[k] != 0.0)
+      err_add(errs, path, 0, 0, "greenlm trains without dropout: set it to 0.0 in config.json to fine-tune without it",
+              "%s = %g", k ? "hidden_dropout" : "attention_dropout", drop[k]), rc = -1;
+  rc |= get_activation(c, "hidden_act", "gelu", out, path, errs) | get_head(c, 0, out, path, errs);
+  rc |= neox_rope(c, out, path, errs);
+  const json_t *par = json_object_get(c, "use_parallel_residual"), *bias = json_object_get(c, "attention_bias");
+  if ((par && !json_is_boolean(par)) || (bias && !json_is_boolean(bias)))
+    err_add(errs, path, 0, 0, HF_HINT_SAVE, "use_parallel_residual and attention_bias are true or false"), rc = -1;
+  if (rc != 0) return -1;
+  util_strlcpy(out->arch, "gpt-neox", sizeof out->arch);
+  out->vocab_size = v[0], out->block_size = v[1], out->n_layer = v[2], out->n_embd = v[3], out->n_head = v[4];
+  out->n_inner = v[5] == 4 * v[3] ? 0 : v[5];
+  out->layer_norm_epsilon = eps;
+  out->use_parallel_residual = !par || json_is_true(par);
+  out->attention_bias = !bias || json_is_true(bias);
+  out->attention_types.n = 1;
+  util_strlcpy(out->attention_types.v[0], "global", CFG_ITEM_LEN);
+  return 0;
+}
+
 /* The shape keys of a GPT-Neo or GPT-2 config (transformers' defaults for absent keys). */
 static int parse_config(const json_t *c, const char *path, cfg_model *out, err_list *errs) {
   const json_t *mt = json_object_get(c, "model_type");
   const char *type = json_string_value(mt);
   long v[8], L = 0, eps_ok = 1;
   int neo = type && strcmp(type, "gpt_neo") == 0, rc = 0;
+  if (type && strcmp(type, "gpt_neox") == 0) return parse_neox(c, path, out, errs);
   if (!type || (!neo && strcmp(type, "gpt2") != 0)) {
-    err_add(errs, path, 0, 0, "greenlm imports GPTNeoForCausalLM (model_type gpt_neo) and GPT2LMHeadModel (gpt2) models",
-            "unsupported architecture: model_type = \"%s\"", type ? type : "(missing)");
+    err_add(errs, path, 0, 0, "greenlm imports GPTNeoForCausalLM (model_type gpt_neo), GPT2LMHeadModel (gpt2) and "
+            "GPTNeoXForCausalLM (gpt_neox) models", "unsupported architecture: model_type = \"%s\"",
+            type ? type : "(missing)");
     return -1;
   }
   static const char *keys[2][6] = {{"vocab_size", "n_positions", "n_layer", "n_embd", "n_head", "n_inner"},
@@ -153,8 +289,8 @@ static int parse_config(const json_t *c, const char *path, cfg_model *out, err_l
   rc |= get_int(c, "window_size", "window_size", 256, 0, &v[6], path, errs);
   const json_t *e = json_object_get(c, "layer_norm_epsilon");
   if (e && !json_is_number(e)) err_add(errs, path, 0, 0, HF_HINT_SAVE, "layer_norm_epsilon must be a number"), eps_ok = 0;
-  rc |= want_str(c, "activation_function", "gelu_new", "gelu_new", path, errs);
-  rc |= want_bool(c, "tie_word_embeddings", 1, 1, path, errs);
+  rc |= get_activation(c, "activation_function", "gelu_new", out, path, errs);
+  rc |= get_head(c, 1, out, path, errs);
   if (!neo) {
     rc |= want_bool(c, "scale_attn_weights", 1, 1, path, errs);
     rc |= want_bool(c, "scale_attn_by_inverse_layer_idx", 0, 0, path, errs);
@@ -193,33 +329,74 @@ static const char *layer_kind(const cfg_model *m, int l) {
   return m->attention_types.n ? m->attention_types.v[l % m->attention_types.n] : "global";
 }
 
-int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
-  long before = err_count(errs);
-  cfg_model f;
-  memset(&f, 0, sizeof f);
-  if (hf_config_to_model(dir, &f, errs) != 0) return (int)added_since(errs, before);
-  char path[UTIL_PATH_MAX], hint[160];
-  util_snprintf(path, sizeof path, "%s/config.json", dir);
-  int neo = cfg_model_arch_of(&f) == CFG_ARCH_GPT_NEO;
+/* The names config.json gives the shape keys (vocab_size, block_size, n_layer, n_embd, n_head, n_inner) in an
+ * architecture's model type. */
+static const char *const *shape_names(cfg_model_arch arch) {
+  static const char *names[3][6] = {
+      {"vocab_size", "max_position_embeddings", "num_layers", "hidden_size", "num_heads", "intermediate_size"},
+      {"vocab_size", "n_positions", "n_layer", "n_embd", "n_head", "n_inner"},
+      {"vocab_size", "max_position_embeddings", "num_hidden_layers", "hidden_size", "num_attention_heads",
+       "intermediate_size"}};
+  return names[arch == CFG_ARCH_GPT2 ? 1 : arch == CFG_ARCH_GPT_NEOX ? 2 : 0];
+}
+
 #define HF_MISMATCH(key, hfkey, fv, dv, fmt)                                                                        \
   do {                                                                                                           \
     util_snprintf(hint, sizeof hint, "set &model " key " = " fmt " to match the Hugging Face model", fv);         \
     err_add(errs, path, 0, 0, hint, "%s = " fmt " in config.json, but &model " key " = " fmt " in the deck", hfkey, fv, dv); \
   } while (0)
-  if (cfg_model_arch_of(&f) != cfg_model_arch_of(m)) HF_MISMATCH("arch", "model_type", f.arch, m->arch, "'%s'");
-  if (f.vocab_size != m->vocab_size) HF_MISMATCH("vocab_size", "vocab_size", f.vocab_size, m->vocab_size, "%ld");
-  if (f.block_size != m->block_size)
-    HF_MISMATCH("block_size", neo ? "max_position_embeddings" : "n_positions", f.block_size, m->block_size, "%ld");
-  if (f.n_layer != m->n_layer) HF_MISMATCH("n_layer", neo ? "num_layers" : "n_layer", f.n_layer, m->n_layer, "%ld");
-  if (f.n_embd != m->n_embd) HF_MISMATCH("n_embd", neo ? "hidden_size" : "n_embd", f.n_embd, m->n_embd, "%ld");
-  if (f.n_head != m->n_head) HF_MISMATCH("n_head", neo ? "num_heads" : "n_head", f.n_head, m->n_head, "%ld");
-  long fi = f.n_inner ? f.n_inner : 4 * f.n_embd, di = m->n_inner ? m->n_inner : 4 * m->n_embd;
-  if (fi != di) HF_MISMATCH("n_inner", neo ? "intermediate_size" : "n_inner", fi, di, "%ld");
-  if (fabs(f.layer_norm_epsilon - m->layer_norm_epsilon) > 1e-6 * fabs(f.layer_norm_epsilon))
-    HF_MISMATCH("layer_norm_epsilon", "layer_norm_epsilon", f.layer_norm_epsilon, m->layer_norm_epsilon, "%g");
+
+/* The keys every architecture has: shape, epsilon, activation and head. */
+static void check_common(const cfg_model *f, const cfg_model *m, const char *path, err_list *errs) {
+  char hint[160];
+  const char *const *n = shape_names(cfg_model_arch_of(f));
+  if (cfg_model_arch_of(f) != cfg_model_arch_of(m)) HF_MISMATCH("arch", "model_type", f->arch, m->arch, "'%s'");
+  if (f->vocab_size != m->vocab_size) HF_MISMATCH("vocab_size", n[0], f->vocab_size, m->vocab_size, "%ld");
+  if (f->block_size != m->block_size) HF_MISMATCH("block_size", n[1], f->block_size, m->block_size, "%ld");
+  if (f->n_layer != m->n_layer) HF_MISMATCH("n_layer", n[2], f->n_layer, m->n_layer, "%ld");
+  if (f->n_embd != m->n_embd) HF_MISMATCH("n_embd", n[3], f->n_embd, m->n_embd, "%ld");
+  if (f->n_head != m->n_head) HF_MISMATCH("n_head", n[4], f->n_head, m->n_head, "%ld");
+  long fi = f->n_inner ? f->n_inner : 4 * f->n_embd, di = m->n_inner ? m->n_inner : 4 * m->n_embd;
+  if (fi != di) HF_MISMATCH("n_inner", n[5], fi, di, "%ld");
+  if (fabs(f->layer_norm_epsilon - m->layer_norm_epsilon) > 1e-6 * fabs(f->layer_norm_epsilon))
+    HF_MISMATCH("layer_norm_epsilon", "layer_norm_epsilon", f->layer_norm_epsilon, m->layer_norm_epsilon, "%g");
+  const char *fa = cfg_model_gelu_erf(f) ? "gelu" : "gelu_new", *da = cfg_model_gelu_erf(m) ? "gelu" : "gelu_new";
+  if (strcmp(fa, da) != 0)
+    HF_MISMATCH("activation", cfg_model_arch_of(f) == CFG_ARCH_GPT_NEOX ? "hidden_act" : "activation_function", fa, da, "'%s'");
+  const char *fh = cfg_model_untied(f) ? "untied" : "tied", *dh = cfg_model_untied(m) ? "untied" : "tied";
+  if (strcmp(fh, dh) != 0)
+    HF_MISMATCH("head", cfg_model_untied(f) ? "tie_word_embeddings = false: the head" : "tie_word_embeddings = true: the head",
+                fh, dh, "'%s'");
+}
+
+/* GPT-NeoX's: the rotary embedding, the residual, the attention's biases. */
+static void check_neox(const cfg_model *f, const cfg_model *m, const char *path, err_list *errs) {
+  char hint[160];
+  if (cfg_model_arch_of(f) != CFG_ARCH_GPT_NEOX || cfg_model_arch_of(m) != CFG_ARCH_GPT_NEOX) return;
+  if (m->n_embd % m->n_head == 0 && cfg_rotary_dims(f) != cfg_rotary_dims(m))
+    HF_MISMATCH("rotary_pct", "rotary_pct (partial_rotary_factor)", f->rotary_pct, m->rotary_pct, "%g");
+  if (fabs(f->rotary_emb_base - m->rotary_emb_base) > 1e-9 * f->rotary_emb_base)
+    HF_MISMATCH("rotary_emb_base", "rotary_emb_base (rope_theta)", f->rotary_emb_base, m->rotary_emb_base, "%g");
+  if (f->use_parallel_residual != m->use_parallel_residual)
+    HF_MISMATCH("use_parallel_residual", "use_parallel_residual", f->use_parallel_residual ? ".true." : ".false.",
+                m->use_parallel_residual ? ".true." : ".false.", "%s");
+  if (f->attention_bias != m->attention_bias)
+    HF_MISMATCH("attention_bias", "attention_bias", f->attention_bias ? ".true." : ".false.",
+                m->attention_bias ? ".true." : ".false.", "%s");
+}
+
+int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
+  long before = err_count(errs);
+  cfg_model f;
+  cfg_model_defaults(&f);
+  if (hf_config_to_model(dir, &f, errs) != 0) return (int)added_since(errs, before);
+  char path[UTIL_PATH_MAX], hint[160];
+  util_snprintf(path, sizeof path, "%s/config.json", dir);
+  check_common(&f, m, path, errs);
+  check_neox(&f, m, path, errs);
   int any_local = 0;
   for (int l = 0; l < f.n_layer; l++) {
-    const char *fk = layer_kind(&f, l), *dk = cfg_model_arch_of(m) == CFG_ARCH_GPT2 ? "global" : layer_kind(m, l);
+    const char *fk = layer_kind(&f, l), *dk = cfg_model_arch_of(m) != CFG_ARCH_GPT_NEO ? "global" : layer_kind(m, l);
     any_local |= strcmp(fk, "local") == 0;
     if (l < m->n_layer && strcmp(fk, dk) != 0) {
       util_snprintf(hint, sizeof hint, "set &model attention_types to the config's pattern ('%s'%s)", f.attention_types.v[0],
@@ -231,9 +408,9 @@ int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
   }
   if (any_local && f.window_size != m->window_size)
     HF_MISMATCH("window_size", "window_size", f.window_size, m->window_size, "%ld");
-#undef HF_MISMATCH
   return (int)added_since(errs, before);
 }
+#undef HF_MISMATCH
 
 /* ---- weights: the safetensors files of a directory ----------------------------------------------- */
 
@@ -321,23 +498,63 @@ static const char *strip_prefix(const char *name) {
   return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
 }
 
-/* The file tensor of a greenlm name, with or without "transformer."; *fi: its file. */
+/* GPT-NeoX's head is embed_out in published models, lm_head as transformers 5 saves it. */
+#define HF_NEOX_HEAD "embed_out.weight"
+#define HF_NEOX_HEAD_NEW "lm_head.weight"
+
+/* The file tensor of a greenlm name, with or without "transformer." (GPT-NeoX's head under either name); *fi: its
+ * file. */
 static const safetensors_tensor *find_weight(const hf_weights *w, const char *name, int *fi) {
   for (*fi = 0; *fi < w->nf; (*fi)++) {
     const safetensors_tensor *t = safetensors_find(&w->f[*fi], name);
     if (!t) t = safetensors_find(&w->f[*fi], strip_prefix(name));
+    if (!t && strcmp(name, HF_NEOX_HEAD) == 0) t = safetensors_find(&w->f[*fi], HF_NEOX_HEAD_NEW);
     if (t) return t;
   }
   return NULL;
 }
 
-/* The attention-mask buffers some GPT-2 / GPT-Neo checkpoints carry. */
+static int ends_with(const char *s, const char *sfx) {
+  size_t n = strlen(s), k = strlen(sfx);
+  return n > k && strcmp(s + n - k, sfx) == 0;
+}
+
+/* The attention-mask and rotary-frequency buffers some GPT-2, GPT-Neo and GPT-NeoX checkpoints carry. */
 static int is_buffer(const char *name) {
   static const char *sfx[] = {".attn.bias", ".attn.masked_bias", ".attn.attention.bias", ".attn.attention.masked_bias"};
-  size_t n = strlen(name);
+  static const char *neox[] = {".attention.bias", ".attention.masked_bias", ".attention.rotary_emb.inv_freq"};
   for (int i = 0; i < 4; i++)
-    if (n > strlen(sfx[i]) && strcmp(name + n - strlen(sfx[i]), sfx[i]) == 0 && strncmp(name, "h.", 2) == 0) return 1;
+    if (ends_with(name, sfx[i]) && strncmp(name, "h.", 2) == 0) return 1;
+  for (int i = 0; i < 3; i++)
+    if (ends_with(name, neox[i]) && strncmp(name, "gpt_neox.layers.", 16) == 0) return 1;
   return 0;
+}
+
+/* GPT-NeoX's query_key_value: Hugging Face's rows are (head, q|k|v, head size), greenlm's (q|k|v, head, head size). */
+static int is_neox_qkv(const gpt_shape *s, const char *name) {
+  return s->arch == GPT_ARCH_NEOX &&
+         (ends_with(name, "attention.query_key_value.weight") || ends_with(name, "attention.query_key_value.bias"));
+}
+
+/* dst (3C, cols) in greenlm's row order from src in Hugging Face's (to_hf: the other way). */
+static void regroup_qkv(float *dst, const float *src, int H, int hs, size_t cols, int to_hf) {
+  for (int h = 0; h < H; h++)
+    for (int p = 0; p < 3; p++)
+      for (int j = 0; j < hs; j++) {
+        size_t hf = ((size_t)h * 3 + p) * hs + j, ours = ((size_t)p * H + h) * hs + j;
+        memcpy(dst + (to_hf ? hf : ours) * cols, src + (to_hf ? ours : hf) * cols, cols * sizeof(float));
+      }
+}
+
+/* The name a file tensor has among greenlm's: without "transformer.", GPT-NeoX's lm_head as embed_out. */
+static const char *canonical(const gpt_shape *s, const char *name) {
+  if (s->arch == GPT_ARCH_NEOX && strcmp(name, HF_NEOX_HEAD_NEW) == 0) return HF_NEOX_HEAD;
+  return strip_prefix(name);
+}
+
+/* A copy of the tied embedding the files may carry as the head: lm_head (embed_out for GPT-NeoX). */
+static int is_tied_copy(const gpt_shape *s, const char *name) {
+  return s->tied && (strcmp(name, "lm_head.weight") == 0 || (s->arch == GPT_ARCH_NEOX && strcmp(name, HF_NEOX_HEAD) == 0));
 }
 
 /* GPT-2's Conv1D weights, stored (in, out) by Hugging Face. */
@@ -349,21 +566,21 @@ static int is_conv1d(const gpt_shape *s, const char *name) {
   return 0;
 }
 
-/* Every tensor of the files must be a parameter of the whole model (once), a mask buffer, or lm_head.weight. */
+/* Every tensor of the files must be a parameter of the whole model (once), a buffer, or a tied head's copy. */
 static int check_extra(const hf_weights *w, const gpt_shape *s, err_list *errs) {
   int nw, rc = 0;
   gpt_tensor *all = gpt_list_tensors(s, gpt_whole(s), &nw);
   int *seen = util_calloc((size_t)nw + 1, sizeof *seen, "tensor marks");
   for (int k = 0; k < w->nf; k++)
     for (int i = 0; i < w->f[k].n; i++) {
-      const char *name = strip_prefix(w->f[k].t[i].name);
-      if (is_buffer(name) || strcmp(name, "lm_head.weight") == 0) continue;
+      const char *name = canonical(s, w->f[k].t[i].name);
+      if (is_buffer(name) || is_tied_copy(s, name)) continue;
       int j = 0;
       while (j < nw && strcmp(strip_prefix(all[j].name), name) != 0) j++;
       if (j == nw)
         err_add(errs, w->f[k].path, 0, 0, "the weights belong to another architecture or a larger model than the deck's &model",
                 "unexpected tensor %s: not a parameter of this %s model (%d layers)", w->f[k].t[i].name,
-                s->arch == GPT_ARCH_GPT2 ? "GPT-2" : "GPT-Neo", s->L), rc = -1;
+                s->arch == GPT_ARCH_GPT2 ? "GPT-2" : s->arch == GPT_ARCH_NEOX ? "GPT-NeoX" : "GPT-Neo", s->L), rc = -1;
       else if (seen[j]++)
         err_add(errs, w->f[k].path, 0, 0, HF_HINT_SAVE, "tensor %s appears more than once (with and without the "
                 "\"transformer.\" prefix, or in two shards)", w->f[k].t[i].name), rc = -1;
@@ -396,22 +613,22 @@ static int check_tensor(const safetensors_file *f, const safetensors_tensor *ft,
   return -1;
 }
 
-/* lm_head.weight, when the files have it, must equal the file's wte (greenlm's head is tied). */
-static int check_lm_head(hf_weights *w, const safetensors_tensor *wte, int wfi, err_list *errs) {
+/* The head, when the files have it for a tied model, must equal the file's token embedding. */
+static int check_lm_head(hf_weights *w, const gpt_shape *s, const safetensors_tensor *wte, int wfi, err_list *errs) {
   int fi;
-  const safetensors_tensor *h = find_weight(w, "lm_head.weight", &fi);
+  const safetensors_tensor *h = find_weight(w, s->arch == GPT_ARCH_NEOX ? HF_NEOX_HEAD : "lm_head.weight", &fi);
   if (!h) return 0;
   if (h->dtype == SAFETENSORS_OTHER || h->numel != wte->numel) {
-    err_add(errs, w->f[fi].path, 0, 0, "greenlm ties the output head to the token embedding: lm_head.weight, when a "
-            "model has it, is a copy of it", "tensor lm_head.weight: %s, unlike transformer.wte.weight's",
-            h->dtype == SAFETENSORS_OTHER ? "an unsupported dtype" : "another size");
+    err_add(errs, w->f[fi].path, 0, 0, "a tied head, when the files hold it, is a copy of the token embedding",
+            "tensor %s: %s, unlike %s's", h->name, h->dtype == SAFETENSORS_OTHER ? "an unsupported dtype" : "another size",
+            wte->name);
     return -1;
   }
   float *a = util_malloc(2 * wte->numel * sizeof(float) + 1, "lm_head"), *b = a + wte->numel;
   int rc = safetensors_read(&w->f[fi], h, a, errs) | safetensors_read(&w->f[wfi], wte, b, errs);
   if (rc == 0 && memcmp(a, b, wte->numel * sizeof(float)) != 0) {
-    err_add(errs, w->f[fi].path, 0, 0, "greenlm ties the output head to the token embedding; a model with its own head "
-            "cannot be imported", "tensor lm_head.weight differs from transformer.wte.weight");
+    err_add(errs, w->f[fi].path, 0, 0, "the deck ties the head to the token embedding (&model head); a model with its "
+            "own head needs &model head = 'untied'", "tensor %s differs from %s", h->name, wte->name);
     rc = -1;
   }
   free(a);
@@ -419,17 +636,19 @@ static int check_lm_head(hf_weights *w, const safetensors_tensor *wte, int wfi, 
 }
 
 /* Tensor t's part (the whole, or a tensor rank's shard) into dst: the whole tensor is read into tmp (2 x
- * its elements: GPT-2's Conv1D weights are transposed into the second half), then the part's runs copied. */
+ * its elements: GPT-2's Conv1D weights are transposed, GPT-NeoX's q, k and v regrouped into the second half),
+ * then the part's runs copied. */
 static int read_tensor(safetensors_file *f, const safetensors_tensor *ft, const gpt_shape *s, const gpt_tensor *t, float *dst,
                        float *tmp, err_list *errs) {
-  const int conv = is_conv1d(s, t->name);
-  if (!conv && t->split == GPT_SPLIT_NONE) return safetensors_read(f, ft, dst, errs);
+  const int conv = is_conv1d(s, t->name), qkv = is_neox_qkv(s, t->name);
+  if (!conv && !qkv && t->split == GPT_SPLIT_NONE) return safetensors_read(f, ft, dst, errs);
   if (safetensors_read(f, ft, tmp, errs) != 0) return -1;
   const size_t R = (size_t)t->grows, C = (size_t)t->gcols;
-  float *whole = conv ? tmp + R * C : tmp;
+  float *whole = conv || qkv ? tmp + R * C : tmp;
   if (conv)
     for (size_t r = 0; r < R; r++) /* whole (rows=out, cols=in) <- tmp (in, out) */
       for (size_t c = 0; c < C; c++) whole[r * C + c] = tmp[c * R + r];
+  if (qkv) regroup_qkv(whole, tmp, s->H, s->C / s->H, C, 0);
   for (size_t e = 0, run; e < t->numel; e += run) {
     size_t g = gpt_tensor_global(t, e, &run);
     memcpy(dst + e, whole + g, run * sizeof(float));
@@ -450,8 +669,8 @@ int hf_read_params(const char *dir, const gpt_shape *s, const gpt_tensor *t, int
     if (!ft[i])
       err_add(errs, w.nf == 1 ? w.f[0].path : dir, 0, 0, "the weights belong to another architecture or a smaller model "
               "than the deck's &model", "missing tensor %s (or %s)", t[i].name, strip_prefix(t[i].name));
-    else if (check_tensor(&w.f[fi[i]], ft[i], s, &t[i], errs) == 0 && strcmp(t[i].name, "transformer.wte.weight") == 0)
-      check_lm_head(&w, ft[i], fi[i], errs);
+    else if (check_tensor(&w.f[fi[i]], ft[i], s, &t[i], errs) == 0 && t[i].tied)
+      check_lm_head(&w, s, ft[i], fi[i], errs);
     if (2 * (size_t)t[i].grows * (size_t)t[i].gcols > most) most = 2 * (size_t)t[i].grows * (size_t)t[i].gcols;
   }
   float *tmp = util_malloc(most * sizeof(float) + 1, "tensor");
@@ -498,9 +717,39 @@ static json_t *attention_types_json(const gpt_shape *s) {
 
 static json_t *token_id(int eot) { return eot >= 0 ? json_integer(eot) : json_null(); }
 
-/* config.json of a GPTNeoForCausalLM or GPT2LMHeadModel. */
+/* config.json of a GPTNeoXForCausalLM: the rotary embedding in the keys published models have (rotary_pct,
+ * rotary_emb_base), which every transformers version reads. */
+static json_t *neox_config_json(const gpt_shape *s, const cfg_model *m, int eot, const char *dtype) {
+  json_t *c = json_object();
+  json_object_set_new(c, "architectures", json_pack("[s]", "GPTNeoXForCausalLM"));
+  json_object_set_new(c, "model_type", json_string("gpt_neox"));
+  json_object_set_new(c, "vocab_size", json_integer(s->V));
+  json_object_set_new(c, "max_position_embeddings", json_integer(s->maxT));
+  json_object_set_new(c, "hidden_size", json_integer(s->C));
+  json_object_set_new(c, "num_hidden_layers", json_integer(s->L));
+  json_object_set_new(c, "num_attention_heads", json_integer(s->H));
+  json_object_set_new(c, "intermediate_size", json_integer(s->F));
+  json_object_set_new(c, "hidden_act", json_string(s->act == BACKEND_GELU_ERF ? "gelu" : "gelu_new"));
+  json_object_set_new(c, "rotary_pct", json_real(m->rotary_pct));
+  json_object_set_new(c, "rotary_emb_base", json_real(m->rotary_emb_base));
+  json_object_set_new(c, "use_parallel_residual", json_boolean(s->parallel));
+  json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
+  json_object_set_new(c, "attention_dropout", json_real(0.0));
+  json_object_set_new(c, "hidden_dropout", json_real(0.0));
+  json_object_set_new(c, "layer_norm_eps", json_real(m->layer_norm_epsilon));
+  json_object_set_new(c, "initializer_range", json_real(m->init_std));
+  json_object_set_new(c, "bos_token_id", token_id(eot));
+  json_object_set_new(c, "eos_token_id", token_id(eot));
+  json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
+  json_object_set_new(c, "use_cache", json_true());
+  json_object_set_new(c, "torch_dtype", json_string(dtype));
+  return c;
+}
+
+/* config.json of a GPTNeoForCausalLM, GPT2LMHeadModel or GPTNeoXForCausalLM. */
 static json_t *config_json(const gpt_shape *s, const cfg_model *m, int eot, safetensors_dtype d) {
   static const char *torch_dtype[] = {"float32", "bfloat16", "float16"};
+  if (s->arch == GPT_ARCH_NEOX) return neox_config_json(s, m, eot, torch_dtype[d]);
   int neo = s->arch == GPT_ARCH_NEO, window = (int)m->window_size;
   for (int l = 0; l < s->L; l++)
     if (s->window[l]) window = s->window[l];
@@ -521,14 +770,14 @@ static json_t *config_json(const gpt_shape *s, const cfg_model *m, int eot, safe
     json_object_set_new(c, "scale_attn_by_inverse_layer_idx", json_false());
     json_object_set_new(c, "reorder_and_upcast_attn", json_false());
   }
-  json_object_set_new(c, "activation_function", json_string("gelu_new"));
+  json_object_set_new(c, "activation_function", json_string(s->act == BACKEND_GELU_ERF ? "gelu" : "gelu_new"));
   json_object_set_new(c, "layer_norm_epsilon", json_real(m->layer_norm_epsilon));
   json_object_set_new(c, "initializer_range", json_real(m->init_std));
   static const char *drop[2][3] = {{"embd_pdrop", "attn_pdrop", "resid_pdrop"}, {"embed_dropout", "attention_dropout", "resid_dropout"}};
   for (int i = 0; i < 3; i++) json_object_set_new(c, drop[neo][i], json_real(0.0));
   json_object_set_new(c, "bos_token_id", token_id(eot));
   json_object_set_new(c, "eos_token_id", token_id(eot));
-  json_object_set_new(c, "tie_word_embeddings", json_true());
+  json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
   json_object_set_new(c, "use_cache", json_true());
   json_object_set_new(c, "torch_dtype", json_string(torch_dtype[d]));
   return c;
@@ -608,7 +857,8 @@ static int write_tokenizer(const char *dir, const tok_tokenizer *t, const gpt_sh
   return rc;
 }
 
-/* The whole model's tensors as Hugging Face stores them (Conv1D weights transposed into *copies). */
+/* The whole model's tensors as Hugging Face stores them (Conv1D weights transposed, GPT-NeoX's q, k and v
+ * regrouped per head into copies). */
 static int write_weights(const char *dir, const gpt_shape *s, const float *params, safetensors_dtype d, double max_bytes,
                          err_list *errs) {
   int n;
@@ -627,6 +877,10 @@ static int write_weights(const char *dir, const gpt_shape *s, const float *param
         for (int k = 0; k < t[i].cols; k++) c[(size_t)k * t[i].rows + r] = src[(size_t)r * t[i].cols + k];
       out[i].shape[0] = t[i].cols, out[i].shape[1] = t[i].rows;
       out[i].data = c;
+    } else if (is_neox_qkv(s, t[i].name)) { /* q, k, v rows per head */
+      regroup_qkv(copies[i] = util_malloc(t[i].numel * sizeof(float), "regrouped q, k, v"), src, s->H, s->C / s->H,
+                  (size_t)t[i].cols, 1);
+      out[i].data = copies[i];
     }
   }
   int rc = safetensors_write_model(dir, out, n, d, max_bytes, NULL, errs);

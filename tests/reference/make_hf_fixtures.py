@@ -33,8 +33,9 @@ import sys
 
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, GPT2Tokenizer, GPTNeoConfig,
-                          GPTNeoForCausalLM)
+                          GPTNeoForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAXT, L, C, H, WINDOW = 64, 2, 32, 4, 4
@@ -72,6 +73,20 @@ def write_tokenizer_files(d):
 
 
 def build(arch, V, eot):
+    if arch == "neox":  # Pythia's form: partial rotary, parallel residual, biases, gelu, an untied head
+        cfg = GPTNeoXConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_hidden_layers=L,
+                            num_attention_heads=H, intermediate_size=4 * C, hidden_act="gelu", rotary_pct=0.5,
+                            rotary_emb_base=10000.0, use_parallel_residual=True, attention_bias=True,
+                            attention_dropout=0.0, hidden_dropout=0.0, classifier_dropout=0.0, layer_norm_eps=1e-5,
+                            initializer_range=0.02, tie_word_embeddings=False, bos_token_id=eot, eos_token_id=eot)
+        model = GPTNeoXForCausalLM(cfg)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "norm" in n and n.endswith("weight"):
+                    p.copy_(1.0 + 0.1 * torch.randn_like(p))
+                else:
+                    p.add_(0.05 * torch.randn_like(p))
+        return model.eval()
     common = dict(vocab_size=V, layer_norm_epsilon=1e-5, initializer_range=0.02, tie_word_embeddings=True,
                   bos_token_id=eot, eos_token_id=eot, activation_function="gelu_new")
     if arch == "neo":
@@ -109,16 +124,19 @@ def score(model, tok, context, continuation):
 
 
 def greedy_pair(model, tok, context):
-    """(context, the model's greedy next token as text): a pair whose greedy flag is true."""
-    ids = tok.encode(context)
-    for _ in range(8):  # the first greedy token that re-encodes to itself
-        with torch.no_grad():
-            nxt = model(torch.tensor([ids])).logits[0, -1].argmax().item()
-        text = tok.decode([nxt])
-        if tok.encode(text) == [nxt]:
-            return context, text
-        ids.append(nxt)
-        context = tok.decode(ids)
+    """(context, the model's greedy next token as text): a pair whose greedy flag is true. The walk stops at the
+    end-of-text token (its text is not the special token greenlm encodes) and tries the next context."""
+    for start in (context, "on the mat", "in the end", "spaced out", "the", "a", "cafe", "Hello"):
+        ids = tok.encode(start)
+        for _ in range(8):  # the first greedy token that re-encodes to itself
+            with torch.no_grad():
+                nxt = model(torch.tensor([ids])).logits[0, -1].argmax().item()
+            if nxt == tok.eos_token_id or tok.encode(tok.decode(ids)) != ids:  # eot, or bytes that are not UTF-8
+                break
+            text = tok.decode([nxt])
+            if tok.encode(text) == [nxt]:
+                return tok.decode(ids), text
+            ids.append(nxt)
     raise SystemExit("no greedy continuation re-encodes to itself: change the seed")
 
 
@@ -140,6 +158,8 @@ def write(arch):
         sd = os.path.join(HERE, "hf-gpt2-sharded")
         save(model, sd, max_shard_size="50KB")
         tok.save_pretrained(sd)
+    if arch == "neox":
+        write_published(d, os.path.join(HERE, "hf-neox-published"))
     x = torch.randint(0, V, (B, T))
     with torch.no_grad():
         logits = model(x).logits
@@ -160,10 +180,31 @@ def write(arch):
         f.write("\n")
 
 
+def write_published(d, out):
+    """The GPT-NeoX directory d as published Pythia models have it (older transformers): the head named embed_out,
+    the rotary embedding in rotary_pct and rotary_emb_base instead of rope_parameters."""
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(d):
+        if f not in ("model.safetensors", "config.json"):
+            with open(os.path.join(d, f), "rb") as src, open(os.path.join(out, f), "wb") as dst:
+                dst.write(src.read())
+    w = load_file(os.path.join(d, "model.safetensors"))
+    save_file({k.replace("lm_head.", "embed_out."): v for k, v in w.items()}, os.path.join(out, "model.safetensors"),
+              metadata={"format": "pt"})
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    rope = cfg.pop("rope_parameters", None) or {}
+    cfg["rotary_pct"] = rope.get("partial_rotary_factor", 0.25)
+    cfg["rotary_emb_base"] = rope.get("rope_theta", 10000.0)
+    cfg["torch_dtype"] = cfg.pop("dtype", "float32")
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
 def check(d):
     """transformers' logits and encodings of a greenlm export against the fixture of its architecture."""
     cfg = json.load(open(os.path.join(d, "config.json")))
-    fx = json.load(open(os.path.join(HERE, "hf-neo.json" if cfg["model_type"] == "gpt_neo" else "hf-gpt2.json")))
+    name = {"gpt_neo": "hf-neo.json", "gpt2": "hf-gpt2.json", "gpt_neox": "hf-neox.json"}[cfg["model_type"]]
+    fx = json.load(open(os.path.join(HERE, name)))
     model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
     with torch.no_grad():
         logits = model(torch.tensor(fx["input_ids"])).logits.reshape(-1)
@@ -188,8 +229,11 @@ def check(d):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
         sys.exit(0 if all([check(d) for d in sys.argv[2:]]) else 1)
-    torch.manual_seed(2026)
-    for arch in ("neo", "gpt2"):
+    archs = sys.argv[1:] or ["neo", "gpt2", "neox"]
+    torch.manual_seed(2026)  # neo, then gpt2 from one stream, as their committed files were written
+    for arch in archs:
+        if arch == "neox":
+            torch.manual_seed(2027)
         write(arch)
 
 
