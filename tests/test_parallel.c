@@ -1,4 +1,7 @@
-/* test_parallel: every parallel layout reproduces the serial run (run under mpiexec -n 4).
+/* test_parallel: every parallel layout reproduces the serial run (run under mpiexec -n 4; with the argument
+ * gpt-neox, for a GPT-NeoX with partial rotary embeddings, the parallel residual, an untied head and no attention
+ * biases: one layout of
+ * each decomposition and their products, recomputation, bf16 storage, and the checkpoints between them).
  *
  * A tiny GPT-Neo (4 layers) trains for 10 steps on a dataset this test prepares, with the same
  * global batch, serially (rank 0 alone) and laid out as D=2, D=4, P=2, P=4, P=2 x D=2 (both rank
@@ -46,6 +49,7 @@ static const char *comm_exchange = "allgather";
 static int comm_ef; /* &comm error_feedback */
 static int global_batch = 8; /* &training global_batch_size (6 for 3 replicas) */
 static int tensor_par = 1; /* &parallel tensor_parallel */
+static int neox; /* the model is a GPT-NeoX (partial rotary, parallel residual, untied head), not a GPT-Neo */
 
 typedef struct {
   double loss[STEPS], val, vals[2]; /* the validation loss: the blend's, each dataset's */
@@ -54,7 +58,7 @@ typedef struct {
 } run_result;
 
 static cfg_config *deck(const char *dir, int P, int D, int zero, const char *order, int nranks) {
-  char text[20000]; /* four paths of up to 4096 bytes, and the rest */
+  char text[24000]; /* four paths of up to 4096 bytes, and the rest */
   const char *top = getenv("TOP_SRCDIR");
   snprintf(text, sizeof text,
            "&job task = 'prepare', 'train', seed = 5, run_dir = '%s/run' /\n"
@@ -62,7 +66,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "  train_out = '%s/train.nc', val_out = '%s/val.nc' /\n"
            "&data val = '%s/val.nc', '%s/train.nc', val_weights = 3, 2 /\n"
            "&model vocab_size = 256, block_size = 32, n_layer = 4, n_embd = 32, n_head = 4,\n"
-           "  attention_types = 'global', 'local', window_size = 8 /\n"
+           "  %s /\n"
            "&training seq_len = 32, micro_batch_size = 2, global_batch_size = %d, max_steps = %d,\n"
            "  lr = 3e-3, min_lr = 3e-4, warmup_steps = 2, grad_clip = 1.0, eval_batches = 4, recompute = %s /\n"
            "&parallel pipeline_stages = %d, data_parallel = %d, zero_stage = %d, rank_order = '%s',\n"
@@ -70,7 +74,13 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
            "&system backend = 'cpu', precision = '%s' /\n"
            "&comm method = '%s', bits = %d, min_numel = 1000, exchange = '%s', error_feedback = %s /\n",
-           dir, top ? top : ".", dir, dir, dir, dir, global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
+           dir, top ? top : ".", dir, dir, dir, dir,
+           /* no attention biases: the dims of k's bias that no rotation turns add the same to every score of a
+            * query and have no gradient but rounding noise, which AdamW scales up to whole steps; where the layouts'
+            * noise differs, so do those parameters (the biases' exactness is test_reference's) */
+           neox ? "arch = 'gpt-neox', attention_types = 'global', rotary_pct = 0.5, attention_bias = .false."
+                : "attention_types = 'global', 'local', window_size = 8",
+           global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
            tensor_par, precision,
            comm_method, comm_bits, comm_exchange, comm_ef ? ".true." : ".false.");
   return t_load_deck(text, "parallel.nml", nranks);
@@ -129,8 +139,10 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
   for (int i = 1; i < t->lay.D; i++) same &= all[i] == all[0];
   T_CHECK(same, "the replicas of stage %d hold different parameters", t->lay.stage);
   free(all);
-  if (t->lay.embed != MPI_COMM_NULL) { /* the first and the last stage's copies of the tied embedding agree */
-    const gpt_tensor *w = gpt_find_tensor(&t->model, "transformer.wte.weight");
+  const gpt_tensor *w = NULL; /* the tied embedding (none with an untied head) */
+  for (int i = 0; i < t->model.ntensors; i++)
+    if (t->model.tensors[i].tied) w = &t->model.tensors[i];
+  if (t->lay.embed != MPI_COMM_NULL && w) { /* the first and the last stage's copies of the tied embedding agree */
     uint64_t e = util_hash64(t->model.params + w->offset, w->numel * sizeof(float), 7), ends[2];
     MPI_Allgather(&e, 1, MPI_UINT64_T, ends, 1, MPI_UINT64_T, t->lay.embed);
     T_CHECK(ends[0] == ends[1], "replica %d: the tied embedding differs between the first and the last stage",
@@ -274,18 +286,19 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
     const char *order;
     int staged, recompute, bf16;
     int T; /* tensor ranks */
-  } layouts[] = {{1, 2, "replicas_adjacent", 0, 0, 0, 1}, {1, 4, "replicas_adjacent", 0, 0, 0, 1},
-                 {2, 1, "replicas_adjacent", 0, 0, 0, 1}, {4, 1, "replicas_adjacent", 0, 0, 0, 1},
-                 {2, 2, "replicas_adjacent", 0, 0, 0, 1}, {2, 2, "stages_adjacent", 0, 0, 0, 1},
-                 {2, 2, "replicas_adjacent", 1, 0, 0, 1}, {1, 1, "replicas_adjacent", 0, 1, 0, 1},
-                 {2, 2, "replicas_adjacent", 0, 1, 0, 1}, {2, 1, "replicas_adjacent", 0, 0, 1, 1},
-                 {2, 2, "replicas_adjacent", 0, 0, 1, 1}, {2, 2, "replicas_adjacent", 1, 0, 1, 1},
-                 {1, 1, "replicas_adjacent", 0, 0, 0, 2}, {2, 1, "replicas_adjacent", 0, 0, 0, 2},
-                 {1, 2, "replicas_adjacent", 0, 0, 0, 2}, {1, 2, "stages_adjacent", 0, 0, 0, 2},
-                 {1, 1, "replicas_adjacent", 0, 0, 0, 4}, {1, 2, "replicas_adjacent", 1, 1, 0, 2},
-                 {2, 1, "replicas_adjacent", 0, 0, 1, 2}};
+    int both; /* also run for GPT-NeoX (one of each decomposition, their products, recomputation, bf16) */
+  } layouts[] = {{1, 2, "replicas_adjacent", 0, 0, 0, 1, 1}, {1, 4, "replicas_adjacent", 0, 0, 0, 1, 0},
+                 {2, 1, "replicas_adjacent", 0, 0, 0, 1, 1}, {4, 1, "replicas_adjacent", 0, 0, 0, 1, 0},
+                 {2, 2, "replicas_adjacent", 0, 0, 0, 1, 1}, {2, 2, "stages_adjacent", 0, 0, 0, 1, 0},
+                 {2, 2, "replicas_adjacent", 1, 0, 0, 1, 0}, {1, 1, "replicas_adjacent", 0, 1, 0, 1, 1},
+                 {2, 2, "replicas_adjacent", 0, 1, 0, 1, 1}, {2, 1, "replicas_adjacent", 0, 0, 1, 1, 1},
+                 {2, 2, "replicas_adjacent", 0, 0, 1, 1, 0}, {2, 2, "replicas_adjacent", 1, 0, 1, 1, 0},
+                 {1, 1, "replicas_adjacent", 0, 0, 0, 2, 1}, {2, 1, "replicas_adjacent", 0, 0, 0, 2, 1},
+                 {1, 2, "replicas_adjacent", 0, 0, 0, 2, 1}, {1, 2, "stages_adjacent", 0, 0, 0, 2, 0},
+                 {1, 1, "replicas_adjacent", 0, 0, 0, 4, 0}, {1, 2, "replicas_adjacent", 1, 1, 0, 2, 0},
+                 {2, 1, "replicas_adjacent", 0, 0, 1, 2, 1}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-    for (int mode = 0; mode < 4; mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
+    for (int mode = 0; mode < 4 && (!neox || layouts[i].both); mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
       int zero = mode & 1, resumed = mode >> 1;
       int P = layouts[i].P, D = layouts[i].D, n = P * layouts[i].T * D;
       tensor_par = layouts[i].T;
@@ -304,6 +317,10 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
       /* tensor ranks at bf16: each rank's partial projection is rounded to bf16 before the sum, where
        * the serial run rounds the whole product once (2^-8 relative per partial) */
       if (layouts[i].bf16 && layouts[i].T > 1) tl = 3e-4, tp = 1e-2;
+      /* an untied token embedding (GPT-NeoX) has rows that only a rare token's lookups move: AdamW's first steps on
+       * them are near lr whatever the gradient's size, so its sign in a rounding-noise dimension decides them
+       * (measured: 1.7e-2 in embed_in of P=2 x T=2 at bf16; every other tensor within 4.3e-3) */
+      if (layouts[i].bf16 && layouts[i].T > 1 && neox) tp = 3e-2;
       if (sub != MPI_COMM_NULL) {
         cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
         train_from(c, sub, &r, resumed ? ckpt : NULL, resumed ? NULL : mine);
@@ -394,9 +411,10 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   setenv("GREENLM_CUDA_AWARE_MPI", "0", 1); /* the staged layout stages, whatever this MPI can do */
+  neox = argc > 1 && strcmp(argv[1], "gpt-neox") == 0;
   const char *out = getenv("TEST_OUT");
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s/parallel", out ? out : "tests/out");
+  snprintf(dir, sizeof dir, "%s/parallel%s", out ? out : "tests/out", neox ? "-neox" : "");
   if (rank == 0) util_mkdir_p(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   if (size < 4) {
@@ -425,7 +443,7 @@ int main(int argc, char **argv) {
   test_layouts(dir, refs, ckpts, rank);
   precision = "fp32", staged = 0, recompute = 0;
   test_tensor_restarts(dir, rank);
-  test_compressed(dir, &refs[0], rank);
+  if (!neox) test_compressed(dir, &refs[0], rank); /* the exchange does not depend on the architecture */
   for (int k = 0; k < 2 && rank == 0; k++)
     printf("serial, %s: losses %.5f ... %.5f, validation %.5f\n", precisions[k], refs[k].loss[0], refs[k].loss[STEPS - 1],
            refs[k].val);
