@@ -168,6 +168,7 @@ def write_pairs():
     fx = {"generator": f"tests/reference/make_hf_fixtures.py, torch {torch.__version__}, "
                        f"transformers {transformers.__version__}",
           "model": "hf-gpt2", "pairs": scored(model, tok, BOUNDARY_PAIRS), "gpt2_pairs": []}
+    g = None
     if gpt2_dir():
         g = GPT2Tokenizer(os.path.join(gpt2_dir(), "encoder.json"), os.path.join(gpt2_dir(), "vocab.bpe"))
         for c, k in GPT2_PAIRS:
@@ -175,7 +176,7 @@ def write_pairs():
             fx["gpt2_pairs"].append({"context": c, "continuation": k, "context_ids": ctx, "continuation_ids": cont})
     else:
         print("no GPT-2 vocabulary (set GREENLM_GPT2_DIR): lm-eval-pairs.json without gpt2_pairs")
-    for name, t, key in [("tiny", tok, "pairs"), ("GPT-2", g if gpt2_dir() else None, "gpt2_pairs")]:
+    for name, t, key in [("tiny", tok, "pairs"), ("GPT-2", g, "gpt2_pairs")]:
         differ = sum(separate(t, p["context"], p["continuation"]) != (p["context_ids"], p["continuation_ids"])
                      for p in fx[key]) if t else 0
         print(f"{name}: {differ} of {len(fx[key])} pairs encode otherwise with context and continuation apart")
