@@ -4,10 +4,12 @@
  * tests/reference/make_hf_fixtures.py (save_pretrained of tiny random GPTNeoForCausalLM and
  * GPT2LMHeadModel, a tiny byte-level BPE tokenizer). For each model this test imports the weights
  * (hf_check_config, hf_read_params), checks the logits of the fixture batch to 1e-5 relative and
- * the lm-evaluation-harness log-likelihoods and greedy flags of its (context, continuation)
- * pairs, then exports (fp32, bf16, fp16, sharded, byte tokenizer) and imports again. Bad inputs,
- * built here byte by byte, must each fail with an error that names the file and the tensor, and
- * leave the parameters and the directories untouched. The exports stay in $TEST_OUT/hf for
+ * the lm-evaluation-harness encodings, log-likelihoods and greedy flags of its (context,
+ * continuation) pairs, and those of lm-eval-pairs.json (encodings that differ from encoding context
+ * and continuation apart; GPT-2's vocabulary where it is found), then exports (fp32, bf16, fp16,
+ * sharded, byte tokenizer) and imports again. Bad inputs, built here byte by byte, must each fail
+ * with an error that names the file and the tensor, and leave the parameters and the directories
+ * untouched. The exports stay in $TEST_OUT/hf for
  * make_hf_fixtures.py --check. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
@@ -118,6 +120,45 @@ static void check_long_continuation(loaded *l, tok_tokenizer *tok, const char *w
   tok_ids_free(&all);
 }
 
+/* ids equal the JSON array of integers want. */
+static int ids_equal(const int32_t *ids, size_t n, const json_t *want) {
+  int same = n == json_array_size(want);
+  for (size_t k = 0; same && k < n; k++) same = ids[k] == json_integer_value(json_array_get(want, k));
+  return same;
+}
+
+/* Pair i's tokens from score_encode are lm-eval's (context_ids, continuation_ids). */
+static void check_encoding(tok_tokenizer *tok, const json_t *p, size_t i, const char *what) {
+  const char *ctx = json_string_value(json_object_get(p, "context")), *cont = json_string_value(json_object_get(p, "continuation"));
+  tok_ids all = {0};
+  size_t n = score_encode(tok, ctx, cont, &all);
+  T_CHECK(ids_equal(all.v, n, json_object_get(p, "context_ids")) &&
+              ids_equal(all.v + n, all.n - n, json_object_get(p, "continuation_ids")),
+          "%s: pair %zu (\"%s\", \"%s\"): %zu + %zu tokens, not lm-eval's encoding with transformers' tokenizer", what, i, ctx,
+          cont, n, all.n - n);
+  tok_ids_free(&all);
+}
+
+/* Each pair encoded as lm-eval did; with a model l, score_one gives its log-likelihood and greedy
+ * flag as lm-eval with transformers did. */
+static void check_pairs(loaded *l, tok_tokenizer *tok, const json_t *pairs, const char *what) {
+  size_t i;
+  json_t *p;
+  json_array_foreach(pairs, i, p) {
+    check_encoding(tok, p, i, what);
+    if (!l) continue;
+    int want = json_is_true(json_object_get(p, "greedy"));
+    long nt = (long)json_array_size(json_object_get(p, "continuation_ids"));
+    score_request q = {json_string_value(json_object_get(p, "context")), json_string_value(json_object_get(p, "continuation")), 1};
+    score_result r;
+    score_one(&l->m, tok, &q, &r);
+    double lr = json_number_value(json_object_get(p, "loglikelihood"));
+    T_CHECK(fabs(r.loglik - lr) < 1e-4 * fmax(1.0, fabs(lr)) && r.greedy_ok == want && r.ntokens == nt,
+            "%s: pair %zu: log-likelihood %.7f over %d tokens (greedy %d), lm-eval with transformers %.7f (greedy %d)", what, i,
+            r.loglik, r.ntokens, r.greedy_ok, lr, want);
+  }
+}
+
 /* The fixture's logits, and its lm-eval scores from greenlm's scorer (eval/score.h) with the
  * tokenizer of tokdir. */
 static void check_fixture(loaded *l, const json_t *fx, const char *what, const char *tokdir) {
@@ -135,23 +176,11 @@ static void check_fixture(loaded *l, const json_t *fx, const char *what, const c
   double e = t_rel_err(lg, lref, N * V);
   T_CHECK(e < 1e-5, "%s: logits relative error %.3g", what, e);
   printf("  %s: logits relative error %.2e\n", what, e);
-  size_t i;
-  json_t *p;
   tok_tokenizer tok;
   err_list te = {0};
   T_CHECK(tok_open(&tok, CFG_TOK_BPE, tokdir, &te) == 0, "tok_open bpe %s", tokdir);
   show(&te);
-  json_array_foreach(json_object_get(fx, "pairs"), i, p) {
-    if (te.n) break;
-    int want = json_is_true(json_object_get(p, "greedy"));
-    score_request q = {json_string_value(json_object_get(p, "context")), json_string_value(json_object_get(p, "continuation")), 1};
-    score_result r;
-    score_one(&l->m, &tok, &q, &r);
-    double lr = json_number_value(json_object_get(p, "loglikelihood"));
-    T_CHECK(fabs(r.loglik - lr) < 1e-4 * fmax(1.0, fabs(lr)) && r.greedy_ok == want && r.ntokens == (int)json_array_size(json_object_get(p, "continuation_ids")),
-            "%s: pair %zu: log-likelihood %.7f over %d tokens (greedy %d), lm-eval with transformers %.7f (greedy %d)", what, i,
-            r.loglik, r.ntokens, r.greedy_ok, lr, want);
-  }
+  if (!te.n) check_pairs(l, &tok, json_object_get(fx, "pairs"), what);
   if (!te.n) check_long_continuation(l, &tok, what);
   if (!te.n) tok_free(&tok);
   err_free(&te);
@@ -173,27 +202,8 @@ static void check_tokenizer(const char *dir, const json_t *fx) {
     const json_t *want = json_object_get(x, "ids");
     tok_ids ids = {0};
     tok_encode(&t, text, strlen(text), 1, &ids);
-    int same = ids.n == json_array_size(want);
-    for (size_t k = 0; same && k < ids.n; k++) same = ids.v[k] == json_integer_value(json_array_get(want, k));
-    T_CHECK(same, "%s: \"%s\" encodes differently from GPT2Tokenizer", dir, text);
+    T_CHECK(ids_equal(ids.v, ids.n, want), "%s: \"%s\" encodes differently from GPT2Tokenizer", dir, text);
     tok_ids_free(&ids);
-  }
-  json_array_foreach(json_object_get(fx, "pairs"), i, x) { /* lm-eval's encodings: trailing spaces move to the continuation */
-    char ctx[256], cont[256];
-    util_snprintf(ctx, sizeof ctx, "%s", json_string_value(json_object_get(x, "context")));
-    size_t n = strlen(ctx);
-    while (n && ctx[n - 1] == ' ') n--;
-    util_snprintf(cont, sizeof cont, "%s%s", ctx + n, json_string_value(json_object_get(x, "continuation")));
-    ctx[n] = '\0';
-    tok_ids a = {0}, b = {0};
-    tok_encode(&t, ctx, n, 0, &a);
-    tok_encode(&t, cont, strlen(cont), 0, &b);
-    const json_t *wa = json_object_get(x, "context_ids"), *wb = json_object_get(x, "continuation_ids");
-    int same = (n == 0 || a.n == json_array_size(wa)) && b.n == json_array_size(wb);
-    for (size_t k = 0; same && n && k < a.n; k++) same = a.v[k] == json_integer_value(json_array_get(wa, k));
-    for (size_t k = 0; same && k < b.n; k++) same = b.v[k] == json_integer_value(json_array_get(wb, k));
-    T_CHECK(same, "%s: pair %zu (\"%s\", \"%s\") encodes differently from lm-eval with GPT2Tokenizer", dir, i, ctx, cont);
-    tok_ids_free(&a), tok_ids_free(&b);
   }
   tok_free(&t);
 }
@@ -307,6 +317,49 @@ static void run_model(const char *arch, const char *dirname, int exports) {
   }
   if (exports) check_tokenizer(dir, fx);
   unload(&l);
+  json_decref(fx);
+}
+
+/* A tokenizer from dir into t; 0, or -1 after showing why. */
+static int open_tok(tok_tokenizer *t, const char *dir) {
+  err_list e = {0};
+  int rc = tok_open(t, CFG_TOK_BPE, dir, &e);
+  T_CHECK(rc == 0, "tok_open bpe %s", dir);
+  show(&e);
+  err_free(&e);
+  return rc;
+}
+
+/* lm-eval-pairs.json: pairs whose lm-eval encoding differs from encoding context and continuation
+ * apart, scored with the hf-gpt2 model; with GPT-2's vocabulary ($GREENLM_GPT2_DIR, default
+ * $TOP_SRCDIR/../shared/data/gpt2, skipped when absent) the encodings of its gpt2_pairs. */
+static void run_pairs(void) {
+  char fxp[4096], dir[4096], g2[4096];
+  path_of(fxp, ref, "lm-eval-pairs.json");
+  json_error_t je;
+  json_t *fx = json_load_file(fxp, 0, &je);
+  T_CHECK(fx != NULL, "cannot read fixture %s: %s", fxp, je.text);
+  if (!fx) return;
+  path_of(dir, ref, "hf-gpt2");
+  loaded l;
+  tok_tokenizer tok;
+  if (load(&l, dir, 1, 32) == 0 && open_tok(&tok, dir) == 0) {
+    check_pairs(&l, &tok, json_object_get(fx, "pairs"), "lm-eval-pairs");
+    tok_free(&tok);
+  }
+  unload(&l);
+  const char *top = getenv("TOP_SRCDIR"), *gd = getenv("GREENLM_GPT2_DIR");
+  util_snprintf(g2, sizeof g2, "%s/../shared/data/gpt2", top ? top : ".");
+  path_of(fxp, gd ? gd : g2, "encoder.json");
+  if (access(fxp, R_OK) != 0) {
+    printf("SKIP: lm-eval encodings with GPT-2's vocabulary: no %s (set GREENLM_GPT2_DIR)\n", fxp);
+  } else if (open_tok(&tok, gd ? gd : g2) == 0) {
+    const json_t *gp = json_object_get(fx, "gpt2_pairs");
+    T_CHECK(json_array_size(gp) > 0, "%s has no gpt2_pairs", "lm-eval-pairs.json");
+    check_pairs(NULL, &tok, gp, "GPT-2 pairs");
+    printf("  lm-eval encodings of %zu pairs with GPT-2's vocabulary\n", json_array_size(gp));
+    tok_free(&tok);
+  }
   json_decref(fx);
 }
 
@@ -701,6 +754,7 @@ int main(int argc, char **argv) {
   run_model("gpt2", "hf-gpt2", 1);
   run_model("neox", "hf-neox", 1);           /* as transformers 5 saves it: lm_head, rope_parameters */
   run_model("neox", "hf-neox-published", 0); /* as Pythia is published: embed_out, rotary_pct, rotary_emb_base */
+  run_pairs();
   loaded gpt2, neo, neox;
   char dir[4096];
   path_of(dir, ref, "hf-gpt2");

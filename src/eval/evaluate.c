@@ -68,7 +68,8 @@ void eval_benchmark_score(const bench_set *set, gpt_model *m, tok_tokenizer *tok
   free(q), free(r), free(br);
 }
 
-/* The longest request in tokens (at most block_size), for the model's plan. Rank 0 encodes them. */
+/* The longest request in tokens (at most block_size), for the model's plan. Rank 0 encodes them as
+ * score_one does. */
 static int longest_request(eval_job *j) {
   int most = 1;
   if (j->rank == 0) {
@@ -76,9 +77,7 @@ static int longest_request(eval_job *j) {
     for (int s = 0; s < j->b.n; s++)
       for (long r = 0; r < bench_nrequests(&j->b.sets[s]); r++) {
         const bench_request *q = bench_request_at(&j->b.sets[s], r);
-        ids.n = 0;
-        tok_encode(&j->im.tok, q->context, strlen(q->context), 0, &ids);
-        tok_encode(&j->im.tok, q->continuation, strlen(q->continuation), 0, &ids);
+        score_encode(&j->im.tok, q->context, q->continuation, &ids);
         if ((int)ids.n - 1 > most) most = (int)ids.n - 1;
       }
     tok_ids_free(&ids);

@@ -103,27 +103,63 @@ static int argmax(const float *x, int n) {
   return best;
 }
 
-/* The request's tokens into all, as lm-evaluation-harness encodes a pair: white space ending the
- * context moves to the start of the continuation, each is encoded apart, an empty context is
- * <|endoftext|>. Returns the context's token count. */
-static size_t encode_pair(tok_tokenizer *tok, const score_request *q, tok_ids *all) {
-  size_t nctx = strlen(q->context), ncont = strlen(q->continuation), sp = nctx;
-  while (sp > 0 && (q->context[sp - 1] == ' ' || q->context[sp - 1] == '\t' || q->context[sp - 1] == '\n')) sp--;
-  char *cont = util_malloc(nctx - sp + ncont + 1, "continuation");
-  memcpy(cont, q->context + sp, nctx - sp);
-  memcpy(cont + (nctx - sp), q->continuation, ncont + 1);
+/* Python's str.isspace() of code point c. */
+static int py_isspace(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* Bytes of s[0 .. n-1] left by Python's str.rstrip(): UTF-8 characters that are white space taken
+ * off the end (a byte that does not end a well-formed character ends the stripping). */
+static size_t py_rstrip(const char *s, size_t n) {
+  while (n > 0) {
+    size_t k = 1;
+    while (k < 4 && k < n && ((unsigned char)s[n - k] & 0xC0) == 0x80) k++;
+    unsigned char lead = (unsigned char)s[n - k];
+    size_t len = lead < 0x80 ? 1 : lead >= 0xC0 && lead < 0xE0 ? 2 : lead >= 0xE0 && lead < 0xF0 ? 3 : lead >= 0xF0 && lead < 0xF8 ? 4 : 0;
+    if (len != k) break;
+    uint32_t c = len == 1 ? lead : lead & (0x7Fu >> len);
+    for (size_t i = 1; i < len; i++) c = c << 6 | ((unsigned char)s[n - k + i] & 0x3Fu);
+    if (!py_isspace(c)) break;
+    n -= k;
+  }
+  return n;
+}
+
+/* all = prefix token, then all's tokens. */
+static void push_front(tok_ids *all, int32_t prefix) {
+  tok_ids_push(all, prefix);
+  memmove(all->v + 1, all->v, (all->n - 1) * sizeof *all->v);
+  all->v[0] = prefix;
+}
+
+size_t score_encode(tok_tokenizer *tok, const char *context, const char *continuation, tok_ids *all) {
+  const int32_t prefix = tok->eot >= 0 ? tok->eot : 0;
+  size_t nctx = strlen(context), ncont = strlen(continuation), kept = py_rstrip(context, nctx);
   all->n = 0;
-  if (sp == 0) tok_ids_push(all, tok->eot >= 0 ? tok->eot : 0);
-  else tok_encode(tok, q->context, sp, 0, all);
+  if (nctx == 0) { /* lm-eval: the prefix token as context, unless the continuation starts with it */
+    tok_encode(tok, continuation, ncont, 1, all);
+    if (all->n == 0 || all->v[0] != prefix) push_front(all, prefix);
+    return 1;
+  }
+  char *whole = util_malloc(nctx + ncont + 1, "request text");
+  memcpy(whole, context, nctx);
+  memcpy(whole + nctx, continuation, ncont + 1);
+  tok_ids w = {0};
+  tok_encode(tok, whole, nctx + ncont, 1, &w);
+  size_t skip = 0; /* tokens of the whole text that the context's stand for */
+  if (kept > 0) tok_encode(tok, context, kept, 1, all), skip = all->n;
+  else tok_ids_push(all, prefix); /* white space only (score.h) */
   size_t n = all->n;
-  tok_encode(tok, cont, strlen(cont), 0, all);
-  free(cont);
+  for (size_t i = skip; i < w.n; i++) tok_ids_push(all, w.v[i]);
+  tok_ids_free(&w);
+  free(whole);
   return n;
 }
 
 void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_result *r) {
   tok_ids all = {0};
-  size_t nctx = encode_pair(tok, q, &all);
+  size_t nctx = score_encode(tok, q->context, q->continuation, &all);
   int ncont = (int)(all.n - nctx), maxT = m->T;
   /* inputs: the last maxT tokens before the final one; targets: the tokens after each */
   size_t start = all.n - 1 > (size_t)maxT ? all.n - 1 - (size_t)maxT : 0;
@@ -132,13 +168,13 @@ void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_r
   r->ntokens = ncont;
   r->truncated = start > 0;
   r->inputs = T;
+  r->greedy_ok = 1; /* of no continuation token too (lm-eval: all() of none) */
   /* a continuation longer than the window is scored on the tokens the window predicts */
   int first = T > ncont ? T - ncont : 0;
   if (ncont > 0 && T >= 1) {
     float *row = q->greedy ? util_malloc((size_t)m->s.V * sizeof *row, "logits row") : NULL;
     gpt_set_batch(m, 0, all.v + start, all.v + start + 1, 1, T);
     gpt_forward(m, 0, 1, T);
-    r->greedy_ok = 1;
     for (int t = first; q->greedy && t < T; t++) {
       gpt_logits_row(m, 0, (size_t)t, row);
       if (argmax(row, m->s.V) != all.v[start + (size_t)t + 1]) r->greedy_ok = 0;

@@ -39,10 +39,23 @@ typedef struct {
   int inputs;     /* tokens of its forward pass */
 } score_result;
 
+/* A request's tokens into all (emptied first), encoded as lm-evaluation-harness encodes a
+ * (context, continuation) pair for a causal model (lm_eval/api/model.py: _encode_pair, loglikelihood),
+ * the literal <|endoftext|> being the special token as in transformers' tokenizers:
+ *   - the white space ending the context (Python's str.isspace) moves to the continuation's start;
+ *   - context tokens: the context so stripped, encoded alone; continuation tokens: those of the
+ *     whole text (context + continuation) after as many tokens as the context has. Where the
+ *     tokenizer merges across the boundary the continuation's tokens are not its text's encoding.
+ *   - an empty context: the continuation encoded, after the prefix token (<|endoftext|>; token 0 of
+ *     the byte tokenizer), unless its first token is that token, which then is the context;
+ *   - a context of white space only (lm-eval's rule leaves no context token there): the prefix
+ *     token, then the whole text.
+ * Returns the number of context tokens, all->v[0 .. n-1]; the continuation's are the rest. */
+size_t score_encode(tok_tokenizer *tok, const char *context, const char *continuation, tok_ids *all);
+
 /* One request on a whole model m (micro-batches up to (1, T) planned; longer pairs keep their last
- * T + 1 tokens, the context cut on the left), as lm-evaluation-harness scores it: white space
- * ending the context moves to the continuation, context and continuation are encoded apart and
- * joined (an empty context becomes <|endoftext|>), the continuation's tokens scored. */
+ * T + 1 tokens, the context cut on the left), as lm-evaluation-harness scores it: encoded by
+ * score_encode, the continuation's tokens scored (none: log-likelihood 0, greedy). */
 void score_one(gpt_model *m, tok_tokenizer *tok, const score_request *q, score_result *r);
 
 /* Score n requests with score_one on the whole model m held by every rank of comm. Request i

@@ -6,6 +6,7 @@ Run on a developer machine (never in CI; the outputs are committed):
 
     pip install torch transformers safetensors
     python3 tests/reference/make_hf_fixtures.py                    # write the fixtures (a few seconds)
+    python3 tests/reference/make_hf_fixtures.py --pairs            # lm-eval-pairs.json alone
     python3 tests/reference/make_hf_fixtures.py --check DIR [DIR...] # check greenlm exports
 
 Writing: a tiny byte-level BPE tokenizer (the 256 byte tokens in GPT-2's order, a few merges,
@@ -17,9 +18,15 @@ parameters not 0 and 1), saved with save_pretrained (safetensors):
   * tests/reference/hf-gpt2-sharded/ the same GPT-2 model in shards (max_shard_size 50 kB) + index
   * tests/reference/hf-{neo,gpt2}.json: B x T input ids, the logits transformers computes (B,T,V),
     a few texts with their encodings by GPT2Tokenizer, and (context, continuation) pairs scored as
-    lm-evaluation-harness does (context and continuation tokenized separately and concatenated; the
-    sum of the continuation tokens' log-probabilities, and whether greedy decoding reproduces them;
-    the last pair's continuation is the model's own greedy token, so that its flag is true).
+    lm-evaluation-harness does (lm_eval_pair: its encoding of a pair; the sum of the continuation
+    tokens' log-probabilities, and whether greedy decoding reproduces them; the last pair's
+    continuation is the model's own greedy token, so that its flag is true).
+  * tests/reference/lm-eval-pairs.json: pairs whose lm-eval encoding differs from encoding context
+    and continuation apart (the tokenizer merges across the boundary, white space that Python's
+    str.rstrip takes off the context, <|endoftext|> in the text, an empty context), scored by the
+    hf-gpt2 model as saved; and, when GPT-2's own vocabulary is there ($GREENLM_GPT2_DIR, default
+    ../shared/data/gpt2 beside the checkout), the lm-eval encodings of pairs by GPT2Tokenizer with it.
+    `make_hf_fixtures.py --pairs` writes this file alone, from the committed hf-gpt2 directory.
 
 Checking (--check): each DIR is a directory greenlm's hf_export wrote from one of the fixture models
 (tests/test_hf.c leaves them in tests/out/hf/export-{neo,gpt2,gpt2-bf16...}); transformers loads it
@@ -44,6 +51,15 @@ MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e",
 TEXTS = ["the cat sat on the mat", "Hello, world!\n", "  spaced   out  ", "<|endoftext|>in the end", "naïve café"]
 PAIRS = [("The cat", " sat"), ("the other", " one"), ("in", " there"), ("A long time ago", " in a galaxy"),
          ("on and", " on"), ("caterpillar ", "eats"), ("", "x"), ("Hello", ", world")]
+# lm-eval-pairs.json, with the tiny tokenizer: its merges (he, in, er, ...) join across the boundary,
+# white space of all kinds ends contexts, <|endoftext|> stands in the text
+BOUNDARY_PAIRS = [("oth", "er"), ("i", "n the end"), ("the h", "e"), ("the oth", "er one"), ("Answer:\r\n", "yes"),
+                  ("Answer:\t \n", "no"), ("caf\u00e9\u00a0", "au lait"), ("end\u3000", "the"), ("line\x0c", "in"),
+                  ("", "<|endoftext|>the end"), ("a<|endoftext|>", " in"), ("", " in the"), ("the cat  ", "sat on")]
+# with GPT-2's vocabulary: words cut inside, digits, a contraction, white space moved
+GPT2_PAIRS = [("The quick brown fo", "x jumps"), ("Hel", "lo world"), ("12", "34 apples"), ("don", "'t stop"),
+              ("Question: why?\nAnswer:", " because"), ("Answer:\r\n", "Yes"), ("naïve caf", "é au lait"),
+              ("trailing space ", "here"), ("", "<|endoftext|>Once"), ("", "Once upon")]
 
 
 def bytes_to_unicode():
@@ -107,13 +123,26 @@ def build(arch, V, eot):
     return model.eval()
 
 
+def lm_eval_pair(tok, context, continuation):
+    """lm-evaluation-harness's (context ids, continuation ids) of a pair for a causal model
+    (lm_eval/api/model.py: LM.loglikelihood and _encode_pair, HFLM.tok_encode with its defaults)."""
+    prefix = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id  # HFLM.prefix_token_id
+    if context == "":
+        cont = tok.encode(continuation, add_special_tokens=False)
+        return ([prefix], cont) if prefix != cont[0] else (cont[:1], cont[1:])
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = tok.encode(context + continuation)
+    ctx = tok.encode(context)
+    return ctx, whole[len(ctx):]
+
+
 def score(model, tok, context, continuation):
-    """lm-evaluation-harness's loglikelihood of continuation given context (whitespace moved as it does)."""
-    n = len(context) - len(context.rstrip())
-    if n:
-        context, continuation = context[:-n], context[-n:] + continuation
-    ctx = tok.encode(context) if context else [tok.eos_token_id]
-    cont = tok.encode(continuation)
+    """lm-evaluation-harness's loglikelihood of continuation given context, and whether greedy decoding
+    gives every continuation token (HFLM._loglikelihood_tokens)."""
+    ctx, cont = lm_eval_pair(tok, context, continuation)
     whole = (ctx + cont)[-(MAXT + 1):]
     with torch.no_grad():
         logp = torch.log_softmax(model(torch.tensor([whole[:-1]])).logits[0].double(), -1)
@@ -121,6 +150,54 @@ def score(model, tok, context, continuation):
     ll = sum(rows[i, c].item() for i, c in enumerate(cont))
     greedy = all(rows[i].argmax().item() == c for i, c in enumerate(cont))
     return ctx, cont, ll, greedy
+
+
+def scored(model, tok, pairs):
+    """The fixture entries of pairs scored by model."""
+    out = []
+    for c, k in pairs:
+        ctx, cont, ll, greedy = score(model, tok, c, k)
+        out.append({"context": c, "continuation": k, "context_ids": ctx, "continuation_ids": cont,
+                    "loglikelihood": ll, "greedy": greedy})
+    return out
+
+
+def separate(tok, context, continuation):
+    """The encoding of a pair with context and continuation tokenized apart (no longer lm-eval's)."""
+    n = len(context) - len(context.rstrip())
+    context, continuation = context[:len(context) - n], context[len(context) - n:] + continuation
+    ctx = tok.encode(context) if context else [tok.eos_token_id]
+    return ctx, tok.encode(continuation)
+
+
+def gpt2_dir():
+    d = os.environ.get("GREENLM_GPT2_DIR") or os.path.join(HERE, "..", "..", "..", "shared", "data", "gpt2")
+    return d if os.path.exists(os.path.join(d, "encoder.json")) else None
+
+
+def write_pairs():
+    """lm-eval-pairs.json from the saved hf-gpt2 model and tokenizer (its weights are not rewritten)."""
+    d = os.path.join(HERE, "hf-gpt2")
+    tok = GPT2Tokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
+    model = GPT2LMHeadModel.from_pretrained(d, torch_dtype=torch.float32).eval()
+    fx = {"generator": f"tests/reference/make_hf_fixtures.py, torch {torch.__version__}, "
+                       f"transformers {transformers.__version__}",
+          "model": "hf-gpt2", "pairs": scored(model, tok, BOUNDARY_PAIRS), "gpt2_pairs": []}
+    g = None
+    if gpt2_dir():
+        g = GPT2Tokenizer(os.path.join(gpt2_dir(), "encoder.json"), os.path.join(gpt2_dir(), "vocab.bpe"))
+        for c, k in GPT2_PAIRS:
+            ctx, cont = lm_eval_pair(g, c, k)
+            fx["gpt2_pairs"].append({"context": c, "continuation": k, "context_ids": ctx, "continuation_ids": cont})
+    else:
+        print("no GPT-2 vocabulary (set GREENLM_GPT2_DIR): lm-eval-pairs.json without gpt2_pairs")
+    for name, t, key in [("tiny", tok, "pairs"), ("GPT-2", g, "gpt2_pairs")]:
+        differ = sum(separate(t, p["context"], p["continuation"]) != (p["context_ids"], p["continuation_ids"])
+                     for p in fx[key]) if t else 0
+        print(f"{name}: {differ} of {len(fx[key])} pairs encode otherwise with context and continuation apart")
+    with open(os.path.join(HERE, "lm-eval-pairs.json"), "w", encoding="utf-8") as f:
+        json.dump(fx, f, ensure_ascii=False, indent=1)
+        f.write("\n")
 
 
 def greedy_pair(model, tok, context):
@@ -169,12 +246,8 @@ def write(arch):
         "input_ids": x.tolist(),
         "logits": [float(f"{v:.9g}") for v in logits.reshape(-1).tolist()],
         "encodings": [{"text": t, "ids": tok.encode(t)} for t in TEXTS],
-        "pairs": [],
+        "pairs": scored(model, tok, PAIRS + [greedy_pair(model, tok, "the cat")]),
     }
-    for c, k in PAIRS + [greedy_pair(model, tok, "the cat")]:
-        ctx, cont, ll, greedy = score(model, tok, c, k)
-        fx["pairs"].append({"context": c, "continuation": k, "context_ids": ctx, "continuation_ids": cont,
-                            "loglikelihood": ll, "greedy": greedy})
     with open(os.path.join(HERE, f"hf-{arch}.json"), "w", encoding="utf-8") as f:
         json.dump(fx, f, ensure_ascii=False)
         f.write("\n")
@@ -229,12 +302,17 @@ def check(d):
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
         sys.exit(0 if all([check(d) for d in sys.argv[2:]]) else 1)
+    if len(sys.argv) > 1 and sys.argv[1] == "--pairs":
+        write_pairs()
+        return
     archs = sys.argv[1:] or ["neo", "gpt2", "neox"]
     torch.manual_seed(2026)  # neo, then gpt2 from one stream, as their committed files were written
     for arch in archs:
         if arch == "neox":
             torch.manual_seed(2027)
         write(arch)
+    if "gpt2" in archs:
+        write_pairs()
 
 
 if __name__ == "__main__":
