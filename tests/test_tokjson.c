@@ -9,7 +9,8 @@
  * - tests/data/tokjson/refuse: tokenizers greenlm cannot reproduce are refused naming the field
  *   and its value; malformed files (not JSON, gaps in the ids, an unknown merge token, a token that is
  *   not byte-level, a directory in the file's place) give their errors.
- * - which file a directory's tokenizer comes from when it has several. */
+ * - which file a directory's tokenizer comes from when it has several; GPT-2's vocabulary has the same
+ *   hash (the identity datasets record) from tokenizer.json as from vocab.json and merges.txt. */
 #include <jansson.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -272,6 +273,34 @@ static void test_loading_rule(void) {
   err_free(&errs);
 }
 
+/* GPT-2's vocabulary has one identity from either format: tests/reference/hf-gpt2 (transformers saved
+ * tokenizer.json beside vocab.json and merges.txt) against a copy of its vocab.json and merges.txt. */
+static void test_same_hash(void) {
+  char hf[4200], dir[4200], from[4300], to[4300];
+  const char *top = getenv("TOP_SRCDIR");
+  snprintf(hf, sizeof hf, "%s/tests/reference/hf-gpt2", top ? top : ".");
+  snprintf(dir, sizeof dir, "%s/gpt2-files", tmpdir);
+  util_mkdir_p(dir);
+  static const char *const names[] = {"vocab.json", "merges.txt"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(from, sizeof from, "%s/%s", hf, names[i]);
+    snprintf(to, sizeof to, "%s/%s", dir, names[i]);
+    copy_file(from, to);
+  }
+  tok_tokenizer a, b;
+  err_list errs = {0};
+  int ra = tok_load_bpe(&a, hf, &errs), rb = tok_load_bpe(&b, dir, &errs);
+  T_CHECK(ra == 0 && rb == 0, "GPT-2 fixture does not load: %s", errs.n ? errs.v[0].msg : "");
+  if (ra == 0 && rb == 0) {
+    T_CHECK(strstr(a.desc, "tokenizer.json") && !strstr(b.desc, "tokenizer.json"), "read from %s and %s", a.desc, b.desc);
+    T_CHECK(a.hash == b.hash && a.eot == b.eot && a.vocab_size == b.vocab_size, "GPT-2's tokenizer.json: hash %s eot %d "
+            "vocabulary %d; vocab.json: %s %d %d", a.hash_hex, a.eot, a.vocab_size, b.hash_hex, b.eot, b.vocab_size);
+  }
+  if (ra == 0) tok_free(&a);
+  if (rb == 0) tok_free(&b);
+  err_free(&errs);
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   const char *out = getenv("TEST_OUT"), *top = getenv("TOP_SRCDIR");
@@ -284,6 +313,7 @@ int main(int argc, char **argv) {
   test_refusals();
   test_malformed();
   test_loading_rule();
+  test_same_hash();
   int rc = t_done("test_tokjson");
   MPI_Finalize();
   return rc;
