@@ -97,7 +97,7 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
   X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm")                   \
   X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings") \
-  X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
+  X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; tokenizer.json, or vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
 
 #define CFG_GROUP_TRAINING(X, g)                                                                      \
   X(g, INT, seq_len, "128", "[1, 1048576]", "Tokens per training sequence T (at most block_size)")  \
@@ -120,8 +120,8 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, INT, eval_batches, "8", "[1, inf)", "Micro-batches of validation data per evaluation")
 
 #define CFG_GROUP_TOKENIZER(X, g)                                                                  \
-  X(g, STR, kind, "'bytes'", CFG_CHOICES(CFG_TOKENIZER_KINDS), "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary)") \
-  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe (or Hugging Face's vocab.json and merges.txt): read by 'bpe', written by the 'tokenizer' task; empty with &model init_from means that directory") \
+  X(g, STR, kind, "'bytes'", CFG_CHOICES(CFG_TOKENIZER_KINDS), "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary), or a Hugging Face tokenizer.json (GPT-2's, GPT-NeoX's, Llama 3's; doc/interop.md)") \
+  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe; without them, of a Hugging Face tokenizer.json or else vocab.json and merges.txt: read by 'bpe', written by the 'tokenizer' task; empty with &model init_from means that directory") \
   X(g, INT, vocab_size, "4096", "[258, 16777216]", "Vocabulary the 'tokenizer' task learns, <|endoftext|> included") \
   X(g, STRLIST, corpus, "", "", "Text the 'tokenizer' task learns from (files, directories, glob patterns); empty means &prepare input")
 

@@ -19,6 +19,8 @@ static const char *GPT2_PATTERN =
 static const char EOT_TEXT[] = "<|endoftext|>";
 
 const char *tok_gpt2_pattern(void) { return GPT2_PATTERN; }
+
+int tok_is_gpt2(const tok_tokenizer *t) { return !t->pattern && !t->ignore_merges && !t->nfc && t->nadded == 0; }
 static const char TOKJSON[] = "tokenizer.json";
 
 void tok_ids_push(tok_ids *l, int32_t id) {
@@ -126,6 +128,7 @@ uint64_t tok_hash_of(const tok_tokenizer *t) {
   uint32_t *pairs = tok_merge_list(t);
   for (int r = 0; r < t->nmerges; r++) h = hash_u32(hash_u32(h, pairs[2 * r]), pairs[2 * r + 1]);
   free(pairs);
+  if (tok_is_gpt2(t)) return h;
   if (t->pattern) h = util_hash64(t->pattern, strlen(t->pattern), hash_u32(h, 1));
   if (t->ignore_merges || t->nfc) h = hash_u32(hash_u32(h, 2), (uint32_t)(t->ignore_merges | t->nfc << 1));
   for (int i = 0; i < t->nadded; i++) h = hash_u32(hash_u32(h, (uint32_t)t->added[i].id), (uint32_t)t->added[i].normalized);
@@ -453,6 +456,7 @@ void tok_free(tok_tokenizer *t) {
   if (t->vocab.slots) hmap_str_free(&t->vocab);
   free(t->pattern);
   free(t->added);
+  free(t->json_path);
   memset(t, 0, sizeof *t);
 }
 

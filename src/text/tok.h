@@ -63,6 +63,7 @@ typedef struct {
   char desc[128];
   void *re, *md;   /* PCRE2 pattern and match data */
   /* From a tokenizer.json only (tokjson.c); NULL or 0 for GPT-2's files and for 'bytes'. */
+  char *json_path;   /* the tokenizer.json read (export writes it again) */
   char *pattern;     /* the pre-tokenization pattern when it is not GPT-2's */
   int ignore_merges; /* a piece that is a whole token of the vocabulary is that token (Llama 3) */
   int nfc;           /* text is NFC-normalized before it is cut into pieces */
@@ -114,6 +115,9 @@ int tok_bytes_to_chars(const char *b, int n, char *out, int outlen);
  * then each merge's (left, right) ids; then, only where a tokenizer.json sets them (so that GPT-2's
  * vocabulary has one hash from either format), the pattern, ignore_merges, NFC and the added tokens. */
 uint64_t tok_hash_of(const tok_tokenizer *t);
+/* 1 when t encodes as GPT-2's files (encoder.json and vocab.bpe) can say: none of a tokenizer.json's
+ * pattern, ignore_merges, NFC or added tokens matched in text. */
+int tok_is_gpt2(const tok_tokenizer *t);
 /* GPT-2's pre-tokenization pattern (above). */
 const char *tok_gpt2_pattern(void);
 /* For the loaders: compile t's pre-tokenization pattern (t->pattern, or GPT-2's when NULL); an

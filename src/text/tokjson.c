@@ -395,6 +395,7 @@ int tokjson_load(tok_tokenizer *t, const char *path, err_list *errs) {
     return -1;
   }
   tok_finish(t);
+  t->json_path = util_strdup(path);
   util_snprintf(t->desc, sizeof t->desc, "byte-level BPE (vocabulary %d, %d merges) from %s", t->vocab_size, t->nmerges,
                 path);
   return 0;
