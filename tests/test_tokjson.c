@@ -222,6 +222,8 @@ static void test_malformed(void) {
       {"bad-regex", "\"(?i:'s", "\"(?i:'s(", "pre_tokenizer.pretokenizers[0].pattern.Regex: PCRE2 cannot compile"},
       {"no-decoder", "\"decoder\": {", "\"decoder\": null, \"x\": {", "decoder = (missing): greenlm decodes"},
       {"dropout", "\"dropout\": null", "\"dropout\": 0.1", "model.dropout = 0.1: BPE dropout"},
+      {"added-over-vocab", "\"<|end_of_text|>\"", "\"<|end_of_text|>\", \"id\": 0", "its id is an added token's with other text"},
+      {"added-twice", "\"<|end_of_text|>\"", "\"<|end_of_text|>\", \"id\": 701", "another added token has this id"},
   };
   char path[4300];
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

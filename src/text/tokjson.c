@@ -202,9 +202,9 @@ static int read_added(const tj_src *s, const json_t *list, int n, char **tok, in
     int32_t id = id_of(s, json_object_get(a, "id"), f);
     int len = content ? token_bytes(content, buf) : -1;
     if (id < 0) return -1;
-    if (id >= n || len <= 0)
-      return refuse(s, f, a, HINT_FILE, id >= n ? "the id is beyond the vocabulary's" : "no content of 1 to 1024 bytes");
-    free(tok[id]);
+    if (id >= n || len <= 0 || special[id] >= 0)
+      return refuse(s, f, a, HINT_FILE, id >= n ? "the id is beyond the vocabulary's" : len <= 0 ? "no content of 1 to 1024 "
+                    "bytes" : "another added token has this id");
     tok[id] = util_malloc((size_t)len + 1, "token");
     memcpy(tok[id], buf, (size_t)len);
     tlen[id] = len;
@@ -245,7 +245,7 @@ static int count_ids(const tj_src *s, const json_t *vocab, const json_t *added) 
 }
 
 /* model.vocab into tok/tlen and by_bytes (token bytes -> id); an id that added_tokens gives is left
- * to them (special[id] >= 0). */
+ * to them (special[id] >= 0), whose bytes it must have where it is a byte-level string. */
 static int read_vocab(const tj_src *s, const json_t *vocab, char **tok, int *tlen, const signed char *special,
                       hmap_str *by_bytes) {
   const char *key;
@@ -255,6 +255,9 @@ static int read_vocab(const tj_src *s, const json_t *vocab, char **tok, int *tle
     int32_t id = (int32_t)json_integer_value(v);
     int len = tok_chars_to_bytes(key, buf, sizeof buf);
     if (len > 0) *hmap_str_put(by_bytes, buf, (size_t)len, id, NULL) = id;
+    if (special[id] >= 0 && len > 0 && (len != tlen[id] || memcmp(buf, tok[id], (size_t)len) != 0))
+      return refuse_new(s, "model.vocab", json_string(key), HINT_FILE, "its id is an added token's with other text: the "
+                        "two would not decode alike");
     if (special[id] >= 0) continue;
     if (tok[id] || len <= 0)
       return refuse_new(s, "model.vocab", json_string(key), HINT_BPE, tok[id] ? "the id is given twice" :

@@ -10,7 +10,8 @@
  * (SentencePiece-style BPE as in Llama 2), a normalizer other than NFC, a pre-tokenizer other than
  * those above (Metaspace, Whitespace, a Split on a literal string or with another behavior,
  * add_prefix_space), a decoder other than ByteLevel, a non-special added token with lstrip, rstrip or
- * single_word, a vocabulary token that is not a byte-level string, ids that are not 0..n-1.
+ * single_word, a vocabulary token that is not a byte-level string, ids that are not 0..n-1, two added
+ * tokens with one id, an added token on a vocabulary id with other text.
  *
  * Special added tokens are never cut out of text (text is text, as greenlm reads corpora); their ids
  * are in the vocabulary. The end-of-text token (tok_tokenizer.eot), which 'prepare' puts between
