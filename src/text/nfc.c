@@ -16,7 +16,11 @@ enum { RAW = 0x110000 };
 
 #define NELEM(a) (sizeof(a) / sizeof *(a))
 
+/* Below U+0300 no code point combines, and none below U+00C0 decomposes (the tables' first rows). */
+enum { FIRST_MARK = 0x300, FIRST_DECOMP = 0xC0 };
+
 static int ccc_of(uint32_t cp) {
+  if (cp < FIRST_MARK) return 0;
   size_t lo = 0, hi = NELEM(nfc_ccc);
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -29,6 +33,7 @@ static int ccc_of(uint32_t cp) {
 
 /* The table row of cp's canonical decomposition, or NULL. */
 static const uint32_t *decomp_of(uint32_t cp) {
+  if (cp < FIRST_DECOMP) return NULL;
   size_t lo = 0, hi = NELEM(nfc_decomp);
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -45,7 +50,7 @@ static uint32_t compose(uint32_t a, uint32_t b) {
     return SBASE + ((a - LBASE) * VCOUNT + (b - VBASE)) * TCOUNT;
   if (a >= SBASE && a < SBASE + SCOUNT && (a - SBASE) % TCOUNT == 0 && b > TBASE && b < TBASE + TCOUNT)
     return a + (b - TBASE);
-  if (a >= RAW || b >= RAW) return 0;
+  if (a >= RAW || b >= RAW || b < FIRST_MARK) return 0;
   uint64_t key = ((uint64_t)a << 21) | b;
   size_t lo = 0, hi = NELEM(nfc_comp);
   while (lo < hi) {
