@@ -30,10 +30,23 @@ expected.json names for each the text greenlm's error must contain (the field an
 tests/data/tokjson/nfc.jsonl: {"text", "nfc"} pairs, Python's unicodedata.normalize("NFC") of random
 strings of letters, combining marks (in every order), precomposed letters, singletons, composition
 exclusions, Hangul syllables and jamo, for greenlm's NFC (src/text/nfc.c).
+
+At the scale of a published vocabulary (not committed: it needs GPT-2's files):
+
+    python3 tests/reference/make_tokjson_fixtures.py --scale GPT2_DIR OUT
+
+writes OUT/{gpt2,neox,llama3}/tokenizer.json from GPT-2's encoder.json and vocab.bpe in GPT2_DIR
+(50,257 tokens, 50,000 merges; as is, with GPT-NeoX's NFC and runs of spaces, with Llama 3's Split
+and ignore_merges), OUT/mixed.txt (about 1 MB of English with accents in both forms, CJK, Hangul,
+digit runs, capitals, runs of spaces, emoji) and OUT/NAME.ids, the ids tokenizers gives for it.
+`--compare OUT NAME DATASET` then checks the tokens of a greenlm dataset prepared from mixed.txt
+(&prepare documents = 'file', val_fraction = 0) with OUT/NAME against NAME.ids.
 """
 import json
 import os
 import random
+import subprocess
+import sys
 import unicodedata
 
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
@@ -195,7 +208,64 @@ def nfc_cases():
             f.write(json.dumps({"text": t, "nfc": unicodedata.normalize("NFC", t)}, ensure_ascii=False) + "\n")
 
 
+def scale(gpt2_dir, out):
+    base = Tokenizer(models.BPE.from_file(os.path.join(gpt2_dir, "encoder.json"), os.path.join(gpt2_dir, "vocab.bpe")))
+    base.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    base.decoder = decoders.ByteLevel()
+    base.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    d = json.loads(base.to_str())
+    variants = {"gpt2": d}
+    v = json.loads(json.dumps(d))
+    v["normalizer"] = {"type": "NFC"}
+    n = len(v["model"]["vocab"])
+    v["added_tokens"] += [{"id": n + i, "content": " " * k, "single_word": False, "lstrip": False, "rstrip": False,
+                           "normalized": True, "special": False} for i, k in enumerate(range(24, 1, -1))]
+    variants["neox"] = v
+    v = json.loads(json.dumps(d))
+    v["model"]["ignore_merges"] = True
+    v["pre_tokenizer"] = json.loads(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)]).__getstate__())
+    variants["llama3"] = v
+    rnd = random.Random(5)
+    words = " ".join(corpus()).split(" ")
+    extra = [t for t in TEXTS if t and "<|" not in t] + ["\u00a0", "\u3000", "    ", "\t\t", "\n\n"]
+    parts, size = [], 0
+    while size < 1000000:
+        w = rnd.choice(words) if rnd.random() < 0.8 else rnd.choice(extra)
+        parts.append(w + rnd.choice([" ", " ", " ", "  ", "\n", ""]))
+        size += len(parts[-1])
+    text = "".join(parts)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "mixed.txt"), "w", encoding="utf-8") as f:
+        f.write(text)
+    for name, v in variants.items():
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        with open(os.path.join(out, name, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(v, f, ensure_ascii=False)
+        ids = Tokenizer.from_str(json.dumps(v)).encode(text, add_special_tokens=False).ids
+        with open(os.path.join(out, name + ".ids"), "w") as f:
+            f.write(" ".join(map(str, ids)))
+        print("%s: %d ids" % (name, len(ids)))
+
+
+def compare(out, name, dataset):
+    dump = subprocess.run(["ncdump", "-v", "tokens", dataset], capture_output=True, text=True, check=True).stdout
+    s = dump[dump.index("tokens =", dump.index("data:")) + 8:]
+    got = [int(x) for x in s[:s.index(";")].split(",")][:-1]  # the end-of-text token after the document
+    with open(os.path.join(out, name + ".ids")) as f:
+        want = [int(x) for x in f.read().split()]
+    diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    ok = got == want
+    print("%s: %d ids, tokenizers %d: %s" % (name, len(got), len(want), "equal" if ok else "first difference at %s" % diff))
+    return ok
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--scale":
+        return scale(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 5 and sys.argv[1] == "--compare":
+        sys.exit(0 if compare(*sys.argv[2:]) else 1)
     nfc_cases()
     write_case("neox", neox())
     d = llama3()
