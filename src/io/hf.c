@@ -578,11 +578,15 @@ static int write_merges(const char *dir, const tok_tokenizer *t, err_list *errs)
 
 /* A tokenizer read from a tokenizer.json: that file again, as it was read (its hash checked). */
 static int write_tokjson(const char *dir, const tok_tokenizer *t, err_list *errs) {
+  static const char hint[] = "export while the tokenizer's files stay as they are";
   json_error_t je;
-  json_t *j = json_load_file(t->json_path, 0, &je);
+  size_t len;
+  char *text = util_read_file(t->json_path, TOK_MAX_FILE, &len, "tokenizer", hint, errs);
+  json_t *j = text ? json_loadb(text, len, 0, &je) : NULL;
+  int read = text != NULL;
+  free(text);
   if (!j) {
-    err_add(errs, t->json_path, je.line, je.column, "export while the tokenizer's files stay as they are", "cannot read "
-            "it again: %s", je.text);
+    if (read) err_add(errs, t->json_path, je.line, je.column, hint, "cannot read it again: %s", je.text);
     return -1;
   }
   char path[UTIL_PATH_MAX];
@@ -591,8 +595,7 @@ static int write_tokjson(const char *dir, const tok_tokenizer *t, err_list *errs
   if (write_json(dir, "tokenizer.json", j, errs) != 0 || tokjson_load(&again, path, errs) != 0) return -1;
   int same = again.hash == t->hash;
   tok_free(&again);
-  if (!same)
-    err_add(errs, t->json_path, 0, 0, "export while the tokenizer's files stay as they are", "changed since it was read");
+  if (!same) err_add(errs, t->json_path, 0, 0, hint, "changed since it was read");
   return same ? 0 : -1;
 }
 

@@ -388,8 +388,9 @@ int tokjson_load(tok_tokenizer *t, const char *path, err_list *errs) {
   char *text = util_read_file(path, TOK_MAX_FILE, &len, "tokenizer", HINT_FILE, errs);
   json_error_t je;
   json_t *root = text ? json_loadb(text, len, 0, &je) : NULL;
+  int read = text != NULL;
   free(text);
-  if (text && !root)
+  if (read && !root)
     err_add(errs, path, je.line > 0 ? je.line : 0, je.line > 0 ? je.column : 0, HINT_FILE, "not valid JSON: %s", je.text);
   int rc = root ? read_root(&s, root, t) : -1;
   json_decref(root);
