@@ -8,7 +8,9 @@
 #     with file and line; a cut-off gzip file is an error;
 #   - a buffer smaller than a rank's tokens (spill files, rounds of writes) gives the same datasets;
 #   - ncdump -h shows the datasets' attributes;
-#   - a prepare into a place that cannot be written fails cleanly and leaves no file behind.
+#   - a prepare into a place that cannot be written fails cleanly and leaves no file behind;
+#   - a Hugging Face tokenizer.json directory (tests/data/tokjson/llama3) prepares data as it is, the
+#     same tokens on 1 and 2 ranks, with the file's vocabulary size and end-of-text id.
 . "$(dirname "$0")/lib.sh"
 need_program ncmpidiff "${NCMPIDIFF:-}" "PnetCDF's tools: run/deps builds them; Debian: pnetcdf-bin"
 out="$TEST_OUT/data"
@@ -146,6 +148,26 @@ $MPIEXEC -n 1 "$GREENLM" --set "prepare.input='$out/cut.jsonl.gz'" --set "prepar
   --set "prepare.val_out='$out/cut/val.nc'" "$out/bad.nml" > "$out/cut.out" 2>&1
 check "a cut-off gzip file was read without complaint" [ $? -ne 0 ]
 check "cut-off gzip: no error naming it: $(tail -n 3 "$out/cut.out")" grep -q "cut.jsonl.gz: error: the gzip data is cut off: the file ends inside a gzip member" "$out/cut.out"
+
+# a directory with only a tokenizer.json (Llama 3's structure): read natively, no conversion step
+for np in 1 2; do
+  deck "tokjson-$np" "'prepare'" 300 "'$src'" line 0.1
+  sed -i "s|dir = '$out/tokjson-$np/tok'|dir = '$TOP_SRCDIR/tests/data/tokjson/llama3'|" "$out/tokjson-$np.nml"
+  run_ranks "tokjson-$np" "$np"
+  rc=$?; check "prepare with tokenizer.json on $np ranks failed: $(tail -n 5 "$out/tokjson-$np.out")" [ $rc -eq 0 ]
+done
+check "prepare does not name tokenizer.json: $(grep 'tokenizer' "$out/tokjson-1.out" | tail -n 1)" \
+  grep -q "tokenizer byte-level BPE (vocabulary 703, 444 merges) from .*llama3/tokenizer.json" "$out/tokjson-1.out"
+for s in train val; do
+  "$NCMPIDIFF" -q -v tokens,doc_start "$out/tokjson-1/$s.nc" "$out/tokjson-2/$s.nc" > "$out/tokjson-$s.diff" 2>&1
+  rc=$?; check "tokenizer.json: $s tokens differ between 1 and 2 ranks: $(head -n 5 "$out/tokjson-$s.diff")" [ $rc -eq 0 ]
+done
+if [ -n "${NCDUMP:-}" ] && [ -x "$NCDUMP" ]; then
+  "$NCDUMP" -h "$out/tokjson-1/train.nc" > "$out/tokjson-ncdump.txt" 2>&1
+  for a in "vocab_size = 703" "eot_id = 702"; do
+    check "tokenizer.json dataset: no '$a' in ncdump -h" grep -q "$a" "$out/tokjson-ncdump.txt"
+  done
+fi
 
 # an output that cannot be written (its directory is a file): a clear error, nothing half-written
 echo "not a directory" > "$out/blocker"

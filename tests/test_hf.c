@@ -287,9 +287,15 @@ static void check_exports(loaded *l, const char *arch, const char *tokdir) {
   T_CHECK(access(p, F_OK) == 0, "a sharded export of 40 kB shards (about 144 kB in all) has %s", p);
   util_snprintf(name, sizeof name, "export-%s-bytes", arch);
   roundtrip(l, name, "fp32", 5000, "bytes", "");
-  /* the exported tokenizer is the same vocabulary (the same identity hash) */
+  /* the exported tokenizer is the same vocabulary (the same identity hash); a tokenizer read from a
+   * tokenizer.json is written as one again, and as vocab.json and merges.txt when they say all of it */
   tok_tokenizer a, b;
   err_list e = {0};
+  static const char *const files[] = {"tokenizer.json", "vocab.json", "merges.txt"};
+  for (int i = 0; i < 3; i++) {
+    util_snprintf(p, sizeof p, "%s/export-%s/%s", out, arch, files[i]);
+    T_CHECK(access(p, F_OK) == 0, "the export of a model with GPT-2's tokenizer.json has no %s", p);
+  }
   util_snprintf(p, sizeof p, "%s/export-%s", out, arch);
   if (tok_open(&a, CFG_TOK_BPE, tokdir, &e) == 0 && tok_open(&b, CFG_TOK_BPE, p, &e) == 0) {
     T_CHECK(a.hash == b.hash, "exported tokenizer %s has another identity than %s", p, tokdir);

@@ -714,7 +714,7 @@ static void derive(cfg_config *cfg) {
     set_derived(cfg, "data", "val", "prepare", "val_out");
   }
   if (cfg_tokenizer_kind_of(&cfg->tokenizer) == CFG_TOK_BPE && !cfg->tokenizer.dir[0] && cfg->model.init_from[0]) {
-    util_strlcpy(cfg->tokenizer.dir, cfg->model.init_from, sizeof cfg->tokenizer.dir); /* vocab.json, merges.txt */
+    util_strlcpy(cfg->tokenizer.dir, cfg->model.init_from, sizeof cfg->tokenizer.dir); /* tokenizer.json or vocab.json */
     set_derived(cfg, "tokenizer", "dir", "model", "init_from");
   }
   if (!cfg->eval.val.n && cfg->data.val.n) {

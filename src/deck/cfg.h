@@ -105,7 +105,7 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, REAL, rotary_emb_base, "10000", "[1, 1e12]", "gpt-neox: base of the rotary embedding's frequencies (Hugging Face's rotary_emb_base, rope_theta)") \
   X(g, BOOL, use_parallel_residual, ".true.", "", "gpt-neox: each block adds attention and MLP of the same input, x + attn(ln_1(x)) + mlp(ln_2(x)) (as Pythia and GPT-NeoX-20B); .false.: one after the other") \
   X(g, BOOL, attention_bias, ".true.", "", "gpt-neox: the query_key_value and dense projections have biases (Hugging Face's attention_bias)") \
-  X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
+  X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; tokenizer.json, or vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
 
 #define CFG_GROUP_TRAINING(X, g)                                                                      \
   X(g, INT, seq_len, "128", "[1, 1048576]", "Tokens per training sequence T (at most block_size)")  \
@@ -128,8 +128,8 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, INT, eval_batches, "8", "[1, inf)", "Micro-batches of validation data per evaluation")
 
 #define CFG_GROUP_TOKENIZER(X, g)                                                                  \
-  X(g, STR, kind, "'bytes'", CFG_CHOICES(CFG_TOKENIZER_KINDS), "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary)") \
-  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe (or Hugging Face's vocab.json and merges.txt): read by 'bpe', written by the 'tokenizer' task; empty with &model init_from means that directory") \
+  X(g, STR, kind, "'bytes'", CFG_CHOICES(CFG_TOKENIZER_KINDS), "'bytes': one token per byte (vocabulary 256); 'bpe': byte-level BPE from dir/encoder.json and dir/vocab.bpe (GPT-2's files or a learned vocabulary), or a Hugging Face tokenizer.json (GPT-2's, GPT-NeoX's, Llama 3's; doc/interop.md)") \
+  X(g, STR, dir, "''", "", "Directory of encoder.json and vocab.bpe; without them, of a Hugging Face tokenizer.json or else vocab.json and merges.txt: read by 'bpe', written by the 'tokenizer' task; empty with &model init_from means that directory") \
   X(g, INT, vocab_size, "4096", "[258, 16777216]", "Vocabulary the 'tokenizer' task learns, <|endoftext|> included") \
   X(g, STRLIST, corpus, "", "", "Text the 'tokenizer' task learns from (files, directories, glob patterns); empty means &prepare input")
 

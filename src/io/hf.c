@@ -17,6 +17,7 @@
 #include "base/util.h"
 #include "io/safetensors.h"
 #include "text/tok.h"
+#include "text/tokjson.h"
 
 #define HF_HINT_SAVE "save the model with transformers' save_pretrained(dir, safe_serialization=True)"
 
@@ -824,15 +825,48 @@ static int write_merges(const char *dir, const tok_tokenizer *t, err_list *errs)
   return 0;
 }
 
-/* vocab.json, merges.txt, tokenizer_config.json and special_tokens_map.json of &tokenizer. */
-static int write_tokenizer(const char *dir, const tok_tokenizer *t, const gpt_shape *s, err_list *errs) {
+/* A tokenizer read from a tokenizer.json: that file again, as it was read (its hash checked). */
+static int write_tokjson(const char *dir, const tok_tokenizer *t, err_list *errs) {
+  static const char hint[] = "export while the tokenizer's files stay as they are";
+  json_error_t je;
+  size_t len;
+  char *text = util_read_file(t->json_path, TOK_MAX_FILE, &len, "tokenizer", hint, errs);
+  json_t *j = text ? json_loadb(text, len, 0, &je) : NULL;
+  int read = text != NULL;
+  free(text);
+  if (!j) {
+    if (read) err_add(errs, t->json_path, je.line, je.column, hint, "cannot read it again: %s", je.text);
+    return -1;
+  }
+  char path[UTIL_PATH_MAX];
+  util_snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  tok_tokenizer again;
+  if (write_json(dir, "tokenizer.json", j, errs) != 0 || tokjson_load(&again, path, errs) != 0) return -1;
+  int same = again.hash == t->hash;
+  tok_free(&again);
+  if (!same) err_add(errs, t->json_path, 0, 0, hint, "changed since it was read");
+  return same ? 0 : -1;
+}
+
+/* The tokenizer's own files: tokenizer.json when it was read from one; vocab.json and merges.txt when
+ * they say all of it (GPT-2's pattern, no normalizer, no added tokens matched in text). */
+static int write_tokenizer_files(const char *dir, const tok_tokenizer *t, err_list *errs) {
+  if (t->json_path && write_tokjson(dir, t, errs) != 0) return -1;
+  if (!tok_is_gpt2(t)) return 0;
   char buf[4 * TOK_MAX_BYTES + 1];
   json_t *vocab = json_object();
   for (int i = 0; i < t->vocab_size; i++) json_object_set_new(vocab, token_string(t, i, buf, sizeof buf), json_integer(i));
   int rc = write_json(dir, "vocab.json", vocab, errs);
-  if (rc == 0) rc = write_merges(dir, t, errs);
+  return rc == 0 ? write_merges(dir, t, errs) : rc;
+}
+
+/* The tokenizer's files, tokenizer_config.json and special_tokens_map.json of &tokenizer. */
+static int write_tokenizer(const char *dir, const tok_tokenizer *t, const gpt_shape *s, err_list *errs) {
+  char eot[TOK_MAX_BYTES + 1] = "";
+  if (t->eot >= 0) util_snprintf(eot, sizeof eot, "%.*s", (int)(t->off[t->eot + 1] - t->off[t->eot]), t->bytes + t->off[t->eot]);
+  int rc = write_tokenizer_files(dir, t, errs);
   json_t *special = json_object(), *cfg = json_object();
-  json_object_set_new(cfg, "tokenizer_class", json_string("GPT2Tokenizer"));
+  json_object_set_new(cfg, "tokenizer_class", json_string(tok_is_gpt2(t) ? "GPT2Tokenizer" : "PreTrainedTokenizerFast"));
   json_object_set_new(cfg, "model_max_length", json_integer(s->maxT));
   json_object_set_new(cfg, "add_prefix_space", json_false());
   json_object_set_new(cfg, "add_bos_token", json_false());
@@ -840,14 +874,14 @@ static int write_tokenizer(const char *dir, const tok_tokenizer *t, const gpt_sh
   json_object_set_new(cfg, "clean_up_tokenization_spaces", json_false());
   static const char *roles[] = {"bos_token", "eos_token", "unk_token"};
   for (int i = 0; i < 3; i++) {
-    json_object_set_new(cfg, roles[i], t->eot >= 0 ? json_string("<|endoftext|>") : json_null());
-    if (t->eot >= 0) json_object_set_new(special, roles[i], json_string("<|endoftext|>"));
+    json_object_set_new(cfg, roles[i], t->eot >= 0 ? json_string(eot) : json_null());
+    if (t->eot >= 0) json_object_set_new(special, roles[i], json_string(eot));
   }
   if (t->eot >= 0) {
     char id[16];
     util_snprintf(id, sizeof id, "%d", t->eot);
     json_object_set_new(cfg, "added_tokens_decoder",
-                        json_pack("{s:{s:s, s:b, s:b, s:b, s:b, s:b}}", id, "content", "<|endoftext|>", "lstrip", 0,
+                        json_pack("{s:{s:s, s:b, s:b, s:b, s:b, s:b}}", id, "content", eot, "lstrip", 0,
                                   "normalized", 1, "rstrip", 0, "single_word", 0, "special", 1));
   }
   if (rc == 0) rc = write_json(dir, "tokenizer_config.json", cfg, errs);

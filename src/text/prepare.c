@@ -514,7 +514,7 @@ static int not_a_file(const cfg_config *cfg, const char *path, const char *key, 
 
 /* Whether out (at &prepare key) is one of the files of &tokenizer dir, which the task reads. */
 static int tokenizer_file(const cfg_config *cfg, const char *out, const char *key, err_list *errs) {
-  static const char *const names[] = {"encoder.json", "vocab.bpe", "vocab.json", "merges.txt", TOK_MANIFEST};
+  static const char *const names[] = {"encoder.json", "vocab.bpe", "vocab.json", "merges.txt", "tokenizer.json", TOK_MANIFEST};
   if (cfg_tokenizer_kind_of(&cfg->tokenizer) != CFG_TOK_BPE) return 0;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     char p[UTIL_PATH_MAX + 32];

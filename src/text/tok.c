@@ -1,4 +1,4 @@
-/* tok: byte and GPT-2 byte-level BPE tokenizers. */
+/* tok: byte and byte-level BPE tokenizers (GPT-2's files; a tokenizer.json's settings from tokjson.c). */
 #include "text/tok.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -11,10 +11,17 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "text/nfc.h"
+#include "text/tokjson.h"
 
 static const char *GPT2_PATTERN =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 static const char EOT_TEXT[] = "<|endoftext|>";
+
+const char *tok_gpt2_pattern(void) { return GPT2_PATTERN; }
+
+int tok_is_gpt2(const tok_tokenizer *t) { return !t->pattern && !t->ignore_merges && !t->nfc && t->nadded == 0; }
+static const char TOKJSON[] = "tokenizer.json";
 
 void tok_ids_push(tok_ids *l, int32_t id) {
   if (l->n == l->cap) {
@@ -121,6 +128,10 @@ uint64_t tok_hash_of(const tok_tokenizer *t) {
   uint32_t *pairs = tok_merge_list(t);
   for (int r = 0; r < t->nmerges; r++) h = hash_u32(hash_u32(h, pairs[2 * r]), pairs[2 * r + 1]);
   free(pairs);
+  if (tok_is_gpt2(t)) return h;
+  if (t->pattern) h = util_hash64(t->pattern, strlen(t->pattern), hash_u32(h, 1));
+  if (t->ignore_merges || t->nfc) h = hash_u32(hash_u32(h, 2), (uint32_t)(t->ignore_merges | t->nfc << 1));
+  for (int i = 0; i < t->nadded; i++) h = hash_u32(hash_u32(h, (uint32_t)t->added[i].id), (uint32_t)t->added[i].normalized);
   return h;
 }
 
@@ -152,16 +163,21 @@ void tok_init_bytes(tok_tokenizer *t) {
   snprintf(t->desc, sizeof t->desc, "bytes (vocabulary 256)");
 }
 
-static int compile_pattern(tok_tokenizer *t, err_list *errs) {
+int tok_compile_pattern(tok_tokenizer *t, const char *file, const char *field, err_list *errs) {
   int code;
   PCRE2_SIZE at;
-  pcre2_code *re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
+  const char *pattern = t->pattern ? t->pattern : GPT2_PATTERN;
+  pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                                  PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
   if (!re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(code, msg, sizeof msg);
-    err_add(errs, NULL, 0, 0, "rebuild against a PCRE2 with Unicode support (libpcre2-dev)",
-            "PCRE2 cannot compile the GPT-2 pattern: %s", (char *)msg);
+    if (t->pattern)
+      err_add(errs, file, 0, 0, "greenlm compiles the pattern with PCRE2 (Perl syntax, Unicode properties)",
+              "%s: PCRE2 cannot compile the pattern at offset %zu: %s", field, (size_t)at, (char *)msg);
+    else
+      err_add(errs, NULL, 0, 0, "rebuild against a PCRE2 with Unicode support (libpcre2-dev)",
+              "PCRE2 cannot compile the GPT-2 pattern: %s", (char *)msg);
     return -1;
   }
   pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter when JIT is missing */
@@ -171,7 +187,8 @@ static int compile_pattern(tok_tokenizer *t, err_list *errs) {
 }
 
 static const char TOK_HINT[] = "run the 'tokenizer' task to learn a vocabulary, or point &tokenizer dir at GPT-2's "
-                               "encoder.json and vocab.bpe (or a Hugging Face model's vocab.json and merges.txt)";
+                               "encoder.json and vocab.bpe (or a Hugging Face model's tokenizer.json, or its vocab.json "
+                               "and merges.txt)";
 
 /* encoder.json (its text, len bytes): a JSON object of token strings -> ids 0..n-1, each once. Fills
  * t->bytes, t->off, t->vocab_size, t->eot, t->byte_id, and by_bytes (token bytes -> id,
@@ -220,31 +237,40 @@ static int load_encoder(tok_tokenizer *t, const char *path, const char *text, si
   }
   json_decref(enc);
   if (rc == 0) {
-    size_t total = 0, o = 0;
-    for (int i = 0; i < n; i++) total += (size_t)tlen[i];
-    t->bytes = util_malloc(total + 1, "token bytes");
-    t->off = util_malloc(((size_t)n + 1) * sizeof *t->off, "token offsets");
-    for (int i = 0; i < n; i++) {
-      t->off[i] = o;
-      memcpy(t->bytes + o, tok[i], (size_t)tlen[i]);
-      o += (size_t)tlen[i];
+    tok_set_tokens(t, tok, tlen);
+    for (int i = 0; i < n; i++)
       if (i != t->eot) *hmap_str_put(by_bytes, tok[i], (size_t)tlen[i], i, NULL) = i;
-    }
-    t->off[n] = o;
   }
   for (int i = 0; i < n; i++) free(tok[i]);
   free(tok), free(tlen);
-  for (int b = 0; b < 256 && rc == 0; b++) {
+  return rc == 0 ? tok_set_byte_ids(t, by_bytes, path, TOK_HINT, errs) : -1;
+}
+
+void tok_set_tokens(tok_tokenizer *t, char *const *tok, const int *tlen) {
+  int n = t->vocab_size;
+  size_t total = 0, o = 0;
+  for (int i = 0; i < n; i++) total += (size_t)tlen[i];
+  t->bytes = util_malloc(total + 1, "token bytes");
+  t->off = util_malloc(((size_t)n + 1) * sizeof *t->off, "token offsets");
+  for (int i = 0; i < n; i++) {
+    t->off[i] = o;
+    memcpy(t->bytes + o, tok[i], (size_t)tlen[i]);
+    o += (size_t)tlen[i];
+  }
+  t->off[n] = o;
+}
+
+int tok_set_byte_ids(tok_tokenizer *t, const hmap_str *by_bytes, const char *path, const char *hint, err_list *errs) {
+  for (int b = 0; b < 256; b++) {
     char c = (char)b;
     int64_t *id = hmap_str_get(by_bytes, &c, 1);
     if (!id) {
-      err_add(errs, path, 0, 0, TOK_HINT, "no single-byte token for byte 0x%02x: a byte-level vocabulary needs all 256", b);
-      rc = -1;
-    } else {
-      t->byte_id[b] = (int)*id;
+      err_add(errs, path, 0, 0, hint, "no single-byte token for byte 0x%02x: a byte-level vocabulary needs all 256", b);
+      return -1;
     }
+    t->byte_id[b] = (int)*id;
   }
-  return rc;
+  return 0;
 }
 
 /* One merge line "left right" of vocab.bpe (line number lineno, NUL-terminated, no newline) into
@@ -273,13 +299,18 @@ static int add_merge(tok_tokenizer *t, const hmap_str *by_bytes, char *line, con
             !ia ? "the left token" : !ib ? "the right token" : "the merged token", shown);
     return -1;
   }
-  int added;
-  uint64_t *v = hmap_u64_put(&t->merges, ((uint64_t)*ia << 32) | (uint64_t)*ib, 0, &added);
-  if (!added) {
+  if (tok_put_merge(t, (int32_t)*ia, (int32_t)*ib, (int32_t)*iab) != 0) {
     err_add(errs, path, lineno, 0, TOK_HINT, "the merge appears twice: \"%s\"", shown);
     return -1;
   }
-  *v = ((uint64_t)t->nmerges << 32) | (uint64_t)*iab;
+  return 0;
+}
+
+int tok_put_merge(tok_tokenizer *t, int32_t left, int32_t right, int32_t merged) {
+  int added;
+  uint64_t *v = hmap_u64_put(&t->merges, ((uint64_t)(uint32_t)left << 32) | (uint32_t)right, 0, &added);
+  if (!added) return -1;
+  *v = ((uint64_t)t->nmerges << 32) | (uint32_t)merged;
   t->nmerges++;
   return 0;
 }
@@ -353,13 +384,23 @@ static int check_manifest(const char *dir, const char *enc, size_t el, const cha
   return header && e_ok && v_ok ? 0 : -1;
 }
 
+void tok_finish(tok_tokenizer *t) {
+  hmap_str_init(&t->cache, 1 << 14);
+  finish_identity(t);
+}
+
 int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs) {
   memset(t, 0, sizeof *t);
   t->kind = TOK_BPE;
   t->eot = -1;
-  char path[UTIL_PATH_MAX], vpath[UTIL_PATH_MAX];
+  char path[UTIL_PATH_MAX], vpath[UTIL_PATH_MAX], json_path[UTIL_PATH_MAX];
   util_snprintf(path, sizeof path, "%s/encoder.json", dir);
   util_snprintf(vpath, sizeof vpath, "%s/vocab.bpe", dir);
+  util_snprintf(json_path, sizeof json_path, "%s/%s", dir, TOKJSON);
+  /* GPT-2's names (and a learned pair) first; then the fast tokenizer's file, which transformers reads
+   * before vocab.json and merges.txt and which alone says how a model's text is cut */
+  if (access(path, F_OK) != 0 && access(vpath, F_OK) != 0 && access(json_path, F_OK) == 0)
+    return tokjson_load(t, json_path, errs);
   char hf_path[UTIL_PATH_MAX]; /* a Hugging Face model directory has the same files under other names */
   util_snprintf(hf_path, sizeof hf_path, "%s/vocab.json", dir);
   if (access(path, F_OK) != 0 && access(vpath, F_OK) != 0 && access(hf_path, F_OK) == 0) {
@@ -379,13 +420,12 @@ int tok_load_bpe(tok_tokenizer *t, const char *dir, err_list *errs) {
   if (rc == 0) rc = load_merges(t, vpath, voc, vl, &by_bytes, errs);
   hmap_str_free(&by_bytes);
   free(enc), free(voc);
-  if (rc == 0) rc = compile_pattern(t, errs);
+  if (rc == 0) rc = tok_compile_pattern(t, NULL, NULL, errs);
   if (rc != 0) {
     tok_free(t);
     return -1;
   }
-  hmap_str_init(&t->cache, 1 << 14);
-  finish_identity(t);
+  tok_finish(t);
   util_snprintf(t->desc, sizeof t->desc, "byte-level BPE (vocabulary %d, %d merges) from %s", t->vocab_size, t->nmerges,
                 dir);
   return 0;
@@ -402,7 +442,7 @@ int tok_init_pretokenizer(tok_tokenizer *t, err_list *errs) {
   t->kind = TOK_BPE;
   t->eot = -1;
   hmap_u64_init(&t->merges, 1);
-  return compile_pattern(t, errs);
+  return tok_compile_pattern(t, NULL, NULL, errs);
 }
 
 void tok_free(tok_tokenizer *t) {
@@ -413,6 +453,10 @@ void tok_free(tok_tokenizer *t) {
   if (t->re) pcre2_code_free(t->re);
   if (t->cache.slots) hmap_str_free(&t->cache);
   tok_ids_free(&t->cache_ids);
+  if (t->vocab.slots) hmap_str_free(&t->vocab);
+  free(t->pattern);
+  free(t->added);
+  free(t->json_path);
   memset(t, 0, sizeof *t);
 }
 
@@ -495,8 +539,13 @@ static void bpe_piece(const tok_tokenizer *t, const unsigned char *p, size_t n, 
   if (n > 64) free(id), free(nx), free(pv), free(h);
 }
 
-/* BPE with a cache of pieces already seen. */
+/* BPE with a cache of pieces already seen (ignore_merges: a whole token is taken as it is). */
 static void encode_piece(tok_tokenizer *t, const char *p, size_t n, tok_ids *out) {
+  int64_t *whole = t->ignore_merges ? hmap_str_get(&t->vocab, p, n) : NULL;
+  if (whole) {
+    tok_ids_push(out, (int32_t)*whole);
+    return;
+  }
   int64_t *at = hmap_str_get(&t->cache, p, n);
   if (at) {
     /* stored as [count, ids...] */
@@ -544,13 +593,63 @@ static void encode_cb(const char *p, size_t n, void *ctx) {
   encode_piece(c->t, p, n, c->out);
 }
 
+/* The longest added token of the kind normalized (0 or 1) that starts at s (n bytes left): its length,
+ * its id in *id; 0 when none does. */
+static size_t added_at(const tok_tokenizer *t, const char *s, size_t n, int normalized, int32_t *id) {
+  size_t best = 0;
+  for (int k = 0; k < t->nadded; k++) {
+    const tok_added *a = &t->added[k];
+    size_t l = t->off[a->id + 1] - t->off[a->id];
+    if (a->normalized == normalized && l > best && l <= n && memcmp(s, t->bytes + t->off[a->id], l) == 0) {
+      best = l;
+      *id = a->id;
+    }
+  }
+  return best;
+}
+
+/* A tokenizer.json's stages for text (len bytes): 0 cut out the added tokens matched in the text as
+ * given, 1 NFC-normalize what is left, 2 cut out those matched in normalized text, 3 pieces and BPE. */
+static void encode_stage(tok_tokenizer *t, const char *text, size_t len, int stage, tok_ids *out) {
+  if (stage == 1) {
+    if (!t->nfc || nfc_quick(text, len)) {
+      encode_stage(t, text, len, 2, out);
+    } else {
+      size_t n;
+      char *norm = nfc_normalize(text, len, &n);
+      encode_stage(t, norm, n, 2, out);
+      free(norm);
+    }
+    return;
+  }
+  if (stage == 3) {
+    encode_ctx c = {t, out};
+    tok_pieces(t, text, len, encode_cb, &c);
+    return;
+  }
+  if (t->nadded == 0) {
+    encode_stage(t, text, len, stage + 1, out);
+    return;
+  }
+  size_t from = 0;
+  for (size_t i = 0; i < len; i++) {
+    int32_t id;
+    size_t l = t->added_first[(unsigned char)text[i]] ? added_at(t, text + i, len - i, stage == 2, &id) : 0;
+    if (l == 0) continue;
+    encode_stage(t, text + from, i - from, stage + 1, out);
+    tok_ids_push(out, id);
+    from = i + l;
+    i = from - 1;
+  }
+  encode_stage(t, text + from, len - from, stage + 1, out);
+}
+
 static void encode_ordinary(tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
   if (t->kind == TOK_BYTES) {
     for (size_t i = 0; i < len; i++) tok_ids_push(out, (unsigned char)text[i]);
     return;
   }
-  encode_ctx c = {t, out};
-  tok_pieces(t, text, len, encode_cb, &c);
+  encode_stage(t, text, len, 0, out);
 }
 
 void tok_encode(tok_tokenizer *t, const char *text, size_t len, int special, tok_ids *out) {
@@ -558,13 +657,14 @@ void tok_encode(tok_tokenizer *t, const char *text, size_t len, int special, tok
     encode_ordinary(t, text, len, out);
     return;
   }
-  const size_t el = sizeof EOT_TEXT - 1;
+  const char *eot = t->bytes + t->off[t->eot];
+  const size_t el = t->off[t->eot + 1] - t->off[t->eot];
   size_t pos = 0;
-  for (size_t i = 0; i + el <= len;) {
-    const char *hit = memchr(text + i, '<', len - i - el + 1);
+  for (size_t i = 0; el > 0 && i + el <= len;) {
+    const char *hit = memchr(text + i, eot[0], len - i - el + 1);
     if (!hit) break;
     i = (size_t)(hit - text);
-    if (memcmp(hit, EOT_TEXT, el) == 0) {
+    if (memcmp(hit, eot, el) == 0) {
       encode_ordinary(t, text + pos, i - pos, out);
       tok_ids_push(out, t->eot);
       pos = i = i + el;
