@@ -220,7 +220,7 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
   par_plan(&lay, cfg, nranks, 0);
   char b[6][32], desc[4096];
   printf("! parameters: %zu (%.3f M)\n", n, (double)n / 1e6);
-  printf("! FLOPs per token: %.6g (6N + 12LCT, N without wpe)\n", gpt_flops_per_token(&s, T));
+  printf("! FLOPs per token: %.6g (6N + 12LCT, N without lookup-only embeddings)\n", gpt_flops_per_token(&s, T));
   printf("! layout: %d rank%s = %d pipeline stage%s x %d tensor rank%s x %d replica%s, %d micro-batch%s per step, "
          "ZeRO-%d\n", nranks, nranks == 1 ? "" : "s", lay.P, lay.P == 1 ? "" : "s", lay.tp, lay.tp == 1 ? "" : "s", lay.D,
          lay.D == 1 ? "" : "s", lay.nmicro, lay.nmicro == 1 ? "" : "es", lay.zero);

@@ -807,7 +807,7 @@ static json_t *verdict_json(const train_job *r, double wall, uint64_t param_hash
   json_object_set_new(j, "peak_source", json_string(r->peak_source));
   json_object_set_new(j, "flops_per_token", json_real(r->flops_per_token));
   json_object_set_new(j, "flops_total", json_real(r->flops_per_token * tokens));
-  json_object_set_new(j, "flops_formula", json_string("6N + 12*lay*C*T per token (PaLM), N without wpe"));
+  json_object_set_new(j, "flops_formula", json_string("6N + 12*lay*C*T per token (PaLM), N without the lookup-only embeddings: wpe, an untied token embedding"));
   json_object_set_new(j, "n_params", json_integer((json_int_t)nparams));
   json_object_set_new(j, "backend", json_string(r->t->be->name));
   json_object_set_new(j, "engine", json_string(r->engine));

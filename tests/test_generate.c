@@ -1,7 +1,8 @@
 /* test_generate: the KV-cache generator against recomputation, and its stop conditions.
  *
  * On a GPT-Neo (a global and a local layer, window 8, shorter than what is generated, so the local
- * ring wraps) and a GPT-2 (scaled scores, biased qkv) with random weights, a batch of prompts of
+ * ring wraps), a GPT-2 (scaled scores, biased qkv) and a GPT-NeoX (rotary embeddings on half of each head's
+ * dims at the rows' positions, the parallel residual, an untied head) with random weights, a batch of prompts of
  * different lengths (one longer than a prefill pass) is decoded greedily with the cache and by
  * recomputing every sequence for every token: the same tokens, and at every step logits within
  * 1e-5 (max |cache - recomputed| / max |recomputed|, fp32). Then: a sampled batch gives each prompt
@@ -29,7 +30,8 @@ static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V,
   mc.window_size = window, mc.layer_norm_epsilon = 1e-5, mc.init_std = 0.2; /* spread logits: no near-ties */
   strcpy(mc.attention_types.v[0], "global");
   strcpy(mc.attention_types.v[1], "local");
-  mc.attention_types.n = strcmp(arch, "gpt2") ? 2 : 1;
+  mc.attention_types.n = strcmp(arch, "gpt-neo") ? 1 : 2;
+  mc.rotary_pct = 0.5; /* gpt-neox: rotary embeddings at the rows' positions in the cache's passes */
   gpt_shape_from_cfg(s, &mc);
 }
 
@@ -174,6 +176,8 @@ int main(int argc, char **argv) {
   const int neo[NP] = {1, 70, 7}, gpt2[NP] = {5, 12, 3};
   test_against_recompute("gpt-neo", 32, 4, 67, neo, 20, "fp32");
   test_against_recompute("gpt2", 48, 6, 101, gpt2, 25, "fp32");
+  test_against_recompute("gpt-neox", 48, 4, 101, gpt2, 25, "fp32");
+  test_against_recompute("gpt-neox", 48, 4, 101, neo, 20, "bf16");
   test_against_recompute("gpt-neo", 32, 4, 67, neo, 20, "bf16");
   test_stops();
   int rc = t_done("test_generate");

@@ -609,12 +609,27 @@ static void bad_values(loaded *l) {
   err_free(&e);
 }
 
+/* A config.json that must be refused with one error saying `what`. */
+typedef struct {
+  const char *name, *json, *what;
+} config_case;
+
+static void expect_config_errors(const config_case *cases, size_t n, const cfg_model *mc) {
+  err_list e = {0};
+  for (size_t i = 0; i < n; i++) {
+    const char *d = bad_dir(cases[i].name);
+    write_bytes(d, "config.json", cases[i].json, strlen(cases[i].json));
+    T_CHECK(hf_check_config(d, mc, &e) == 1 && has_error(&e, "config.json", cases[i].what), "%s: expected \"%s\"",
+            cases[i].name, cases[i].what);
+    show(&e);
+    err_free(&e);
+  }
+}
+
 /* config.json's counts beyond the deck's ranges (a loop or a product over them would run away), and
  * paths that are not files where the directory's files belong. */
 static void hostile_config(loaded *neo) {
-  static const struct {
-    const char *name, *json, *what;
-  } cases[] = {
+  static const config_case cases[] = {
       {"layers", "{\"model_type\": \"gpt_neo\", \"num_layers\": 1000000000000}",
        "num_layers = 1000000000000 is more than greenlm takes (&model n_layer, at most 4096)"},
       {"inner", "{\"model_type\": \"gpt2\", \"n_inner\": 9223372036854775807}",
@@ -622,15 +637,8 @@ static void hostile_config(loaded *neo) {
       {"repeats", "{\"model_type\": \"gpt_neo\", \"num_layers\": 2, \"attention_types\": [[[], 1000000000000000000]]}",
        "attention_types entry 0 repeats its kinds 1000000000000000000 times: not in 0 .. 2"},
   };
+  expect_config_errors(cases, sizeof cases / sizeof cases[0], &neo->mc);
   err_list e = {0};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const char *d = bad_dir(cases[i].name);
-    write_bytes(d, "config.json", cases[i].json, strlen(cases[i].json));
-    T_CHECK(hf_check_config(d, &neo->mc, &e) == 1 && has_error(&e, "config.json", cases[i].what), "%s: expected \"%s\"",
-            cases[i].name, cases[i].what);
-    show(&e);
-    err_free(&e);
-  }
   char p[4096], dir[4096];
   const char *d = bad_dir("config-dir");
   path_of(p, d, "config.json");
@@ -685,9 +693,7 @@ static void bad_config(loaded *neo) {
 /* GPT-NeoX's config.json: fields greenlm does not implement are named and refused; the deck's GPT-NeoX keys are
  * compared with the config's. */
 static void bad_neox_config(const loaded *neox) {
-  static const struct {
-    const char *name, *json, *what;
-  } cases[] = {
+  static const config_case cases[] = {
       {"neox-field", "{\"model_type\": \"gpt_neox\", \"sliding_window\": 4096}",
        "config.json field \"sliding_window\" is not one greenlm implements"},
       {"neox-scaling", "{\"model_type\": \"gpt_neox\", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}",
@@ -697,15 +703,8 @@ static void bad_neox_config(const loaded *neox) {
       {"neox-dropout", "{\"model_type\": \"gpt_neox\", \"hidden_dropout\": 0.1}", "hidden_dropout = 0.1"},
       {"neox-act", "{\"model_type\": \"gpt_neox\", \"hidden_act\": \"relu\"}", "hidden_act = \"relu\" is not an activation"},
   };
+  expect_config_errors(cases, sizeof cases / sizeof cases[0], &neox->mc);
   err_list e = {0};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const char *d = bad_dir(cases[i].name);
-    write_bytes(d, "config.json", cases[i].json, strlen(cases[i].json));
-    T_CHECK(hf_check_config(d, &neox->mc, &e) == 1 && has_error(&e, "config.json", cases[i].what), "%s: expected \"%s\"",
-            cases[i].name, cases[i].what);
-    show(&e);
-    err_free(&e);
-  }
   char dir[4096];
   path_of(dir, ref, "hf-neox");
   cfg_model mc = neox->mc;

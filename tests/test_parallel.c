@@ -1,7 +1,7 @@
 /* test_parallel: every parallel layout reproduces the serial run (run under mpiexec -n 4; with the argument
  * gpt-neox, for a GPT-NeoX with partial rotary embeddings, the parallel residual, an untied head and no attention
- * biases: one layout of
- * each decomposition and their products, recomputation, bf16 storage, and the checkpoints between them).
+ * biases: one layout of each decomposition and their products, recomputation, bf16 storage, each with ZeRO-1 from
+ * the start and ZeRO-0 from the serial checkpoint, and the checkpoints between the decompositions).
  *
  * A tiny GPT-Neo (4 layers) trains for 10 steps on a dataset this test prepares, with the same
  * global batch, serially (rank 0 alone) and laid out as D=2, D=4, P=2, P=4, P=2 x D=2 (both rank
@@ -299,6 +299,7 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
                  {2, 1, "replicas_adjacent", 0, 0, 1, 2, 1}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
     for (int mode = 0; mode < 4 && (!neox || layouts[i].both); mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
+      if (neox && (mode == 0 || mode == 3)) continue; /* GPT-NeoX: ZeRO-1 from the start, ZeRO-0 restarted */
       int zero = mode & 1, resumed = mode >> 1;
       int P = layouts[i].P, D = layouts[i].D, n = P * layouts[i].T * D;
       tensor_par = layouts[i].T;

@@ -1,12 +1,14 @@
-/* hf: Hugging Face model directories (GPTNeoForCausalLM, GPT2LMHeadModel) in and out of greenlm.
+/* hf: Hugging Face model directories (GPTNeoForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM) in and out of
+ * greenlm.
  *
  * A directory holds config.json, the weights (model.safetensors, or model-0000i-of-0000k
  * .safetensors shards with model.safetensors.index.json), generation_config.json and the GPT-2
  * tokenizer files (vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json).
  * greenlm's tensors carry the Hugging Face names (gpt.h); the weights of GPT-2's Conv1D layers
  * (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are stored (in, out) by Hugging Face and
- * (out, in) by greenlm, so they are transposed on the way in and out. Only safetensors weights
- * are read (never pickled pytorch_model.bin files).
+ * (out, in) by greenlm, so they are transposed on the way in and out; GPT-NeoX's query_key_value rows
+ * are (head, q|k|v, head size) in the files and (q|k|v, head, head size) in greenlm, regrouped the same
+ * way. Only safetensors weights are read (never pickled pytorch_model.bin files).
  *
  * Every function adds its errors (the file, the tensor, what is wrong, a hint) to errs and
  * returns how many it added: 0 means success. */
@@ -18,9 +20,9 @@
 #include "model/gpt.h"
 
 /* Compare dir/config.json with the deck's &model: every shape key that differs is an error (the
- * config's value, the deck's, and the deck key to set). Architectures other than gpt_neo and gpt2,
- * and settings greenlm does not compute (an activation other than gelu_new, unscaled GPT-2
- * attention, untied embeddings), are errors too. */
+ * config's value, the deck's, and the deck key to set). Architectures other than gpt_neo, gpt2 and
+ * gpt_neox, settings greenlm does not compute (an activation other than gelu and gelu_new, unscaled GPT-2
+ * attention, scaled rotary embeddings, dropout) and GPT-NeoX fields it does not implement are errors too. */
 int hf_check_config(const char *dir, const cfg_model *m, err_list *errs);
 
 /* Fill the shape keys of *out (arch, vocab_size, block_size, n_layer, n_embd, n_head, n_inner,
@@ -31,8 +33,9 @@ int hf_config_to_model(const char *dir, cfg_model *out, err_list *errs);
 /* Read the nt tensors t[] (a part of the model as gpt_list_tensors gives it; t[i].offset is the
  * tensor's place in params, host fp32) from dir's safetensors weights, converting BF16/F16 and
  * transposing GPT-2's Conv1D weights. Names are accepted with or without the "transformer."
- * prefix; the attention-mask buffers (attn.bias, attn.masked_bias) are ignored, and
- * lm_head.weight, when present, must equal transformer.wte.weight (greenlm ties them). Every
+ * prefix; the attention-mask and rotary buffers are ignored, and a tied model's head, when present
+ * (lm_head.weight; embed_out.weight for GPT-NeoX, which reads lm_head.weight as its untied head too),
+ * must equal the token embedding. Every
  * other tensor must be one of the whole model's (s): an extra tensor, a missing one, a wrong
  * shape or an unsupported dtype is an error. Nothing is read into params before all of that checks out;
  * a tensor holding a NaN or an infinity is an error too, found as it is read (params are then partly

@@ -165,7 +165,7 @@ static void predict_memory(const plan_ctx *c, const plan_stages *st, plan_layout
  * (1F1B), one pass of each other stage (balanced stages: (m + P - 1) passes), their computation in
  * t_compute and t_bubble, their tensor all-reduces in t_tp; the transfers of the warm-up and the
  * cool-down (every tensor rank sends its whole B x T x C activations); then the replicas' and the
- * tied embedding's exchanges (each tensor rank its vocabulary piece). */
+ * tied embedding's exchanges (each tensor rank its vocabulary piece; none with an untied head). */
 static void predict_time(const plan_ctx *c, const plan_stages *st, plan_layout *l, const par_layout *lay) {
   int busiest = 0;
   for (int s = 1; s < l->P; s++)
@@ -187,7 +187,7 @@ static void predict_time(const plan_ctx *c, const plan_stages *st, plan_layout *
     l->t_p2p += 2.0 * (lat + (double)l->B * c->T * c->s.C * es / bw);
   }
   l->t_dp = dp;
-  if (l->P > 1) {
+  if (l->P > 1 && c->s.tied) { /* an untied head has no copy on the first stage */
     double bw, lat;
     link(c, rank_of(l, 0, 0, 0), rank_of(l, l->P - 1, 0, 0), &bw, &lat);
     l->t_embed = lat + ceil((double)c->s.V / l->tp) * c->s.C * sizeof(float) / bw;
