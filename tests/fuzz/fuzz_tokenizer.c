@@ -2,7 +2,7 @@
  * input up to its first NUL byte is encoder.json, the rest vocab.bpe. Properties: no crash; a
  * vocabulary that loads encodes any bytes (a fixed text and the input itself) to ids it has, and
  * decodes them back to exactly those bytes. */
-#include "fuzz_tok.h"
+#include "tokcheck.h"
 
 static char dir[300];
 

@@ -3,7 +3,7 @@
  * that loads encodes any bytes (a fixed text and the input itself) to ids it has, and decodes them
  * back to exactly those bytes where it does not NFC-normalize; a refused file has one error with
  * its file, a message and a hint. */
-#include "fuzz_tok.h"
+#include "tokcheck.h"
 
 static char dir[300];
 
