@@ -119,7 +119,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void usage(FILE *fp) {
-  fprintf(fp, "usage: greenlm-bench [--arch gpt-neo|gpt2] [--layers L] [--embd C] [--heads H] [--vocab V]\n"
+  fprintf(fp, "usage: greenlm-bench [--arch gpt-neo|gpt2|gpt-neox] [--layers L] [--embd C] [--heads H] [--vocab V]\n"
               "                     [--batch B] [--seq T] [--steps N] [--warmup W] [--threads t]\n"
               "                     [--peak-size n] [--peak-seconds s] [--peak GFLOPS] [--profile]\n"
               "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--recompute]\n"

@@ -539,8 +539,10 @@ static void bpe_piece(const tok_tokenizer *t, const unsigned char *p, size_t n, 
   if (n > 64) free(id), free(nx), free(pv), free(h);
 }
 
-/* BPE with a cache of pieces already seen (ignore_merges: a whole token is taken as it is). */
+/* BPE with a cache of pieces already seen (ignore_merges: a whole token is taken as it is). An empty piece (a
+ * tokenizer.json pattern may match the empty string) has no tokens. */
 static void encode_piece(tok_tokenizer *t, const char *p, size_t n, tok_ids *out) {
+  if (n == 0) return;
   int64_t *whole = t->ignore_merges ? hmap_str_get(&t->vocab, p, n) : NULL;
   if (whole) {
     tok_ids_push(out, (int32_t)*whole);
@@ -566,21 +568,30 @@ static void encode_piece(tok_tokenizer *t, const char *p, size_t n, tok_ids *out
   }
 }
 
+/* Bytes of the character at s (n > 0 bytes left): a UTF-8 sequence's length by its lead byte, 1 for a byte
+ * that leads none; at most n. */
+static size_t char_bytes(const unsigned char *s, size_t n) {
+  size_t k = s[0] < 0xC0 ? 1 : s[0] < 0xE0 ? 2 : s[0] < 0xF0 ? 3 : s[0] < 0xF8 ? 4 : 1;
+  return k < n ? k : n;
+}
+
 void tok_pieces(tok_tokenizer *t, const char *text, size_t len, void (*fn)(const char *, size_t, void *), void *ctx) {
   pcre2_code *re = t->re;
   pcre2_match_data *md = t->md;
-  size_t pos = 0;
+  size_t from = 0, pos = 0; /* text before `from` is given to fn; the next search starts at pos */
   while (pos < len) {
     int rc = pcre2_match(re, (PCRE2_SPTR)text, len, pos, 0, md, NULL);
-    if (rc < 0) { /* nothing more matches: the rest is bytes that are not valid UTF-8 */
-      fn(text + pos, len - pos, ctx);
-      break;
-    }
+    if (rc < 0) break; /* nothing more matches: the rest is bytes that are not valid UTF-8 */
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-    if (ov[0] > pos) fn(text + pos, ov[0] - pos, ctx); /* invalid bytes before the match */
+    if (ov[1] == ov[0]) { /* an empty match (a tokenizer.json pattern may allow one) makes no piece: on by a character */
+      pos = ov[0] + (ov[0] < len ? char_bytes((const unsigned char *)text + ov[0], len - ov[0]) : 1);
+      continue;
+    }
+    if (ov[0] > from) fn(text + from, ov[0] - from, ctx); /* bytes before the match that no match took */
     fn(text + ov[0], ov[1] - ov[0], ctx);
-    pos = ov[1];
+    from = pos = ov[1];
   }
+  if (from < len) fn(text + from, len - from, ctx);
 }
 
 typedef struct {
