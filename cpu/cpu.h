@@ -32,8 +32,16 @@ void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float
 void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C, int v0, int nv);
 void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                        int C, float eps);
+/* mean and db NULL: RMSNorm's backward (rmsnorm_bwd) */
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int N, int C);
+/* out (N,C) = inp * rstd (* w where w is not NULL), rstd (N) written */
+void cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+/* x (N,C) *= w (C) row by row */
+void cpu_mul_rows(float *x, const float *w, int N, int C);
+/* the swiglu ops (backend.h) in fp32 */
+void cpu_swiglu_fwd(float *h, const float *gu, int N, int F);
+void cpu_swiglu_bwd(float *dgu, const float *dh, const float *gu, int N, int F);
 /* Resident bytes OpenBLAS's packing buffers take for the model's linear layers at shapes up to s,
  * measured now (0 where /proc cannot tell). */
 size_t cpu_blas_bytes(const backend_shape *s);

@@ -1,4 +1,4 @@
-/* cpu_ops: embedding, LayerNorm, gelu (tanh and erf forms), rotary embedding, residual, softmax cross-entropy and AdamW on the CPU. */
+/* cpu_ops: embedding, LayerNorm, RMSNorm, gelu (tanh and erf forms), SwiGLU, rotary embedding, residual, softmax cross-entropy and AdamW on the CPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +45,25 @@ void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, c
   }
 }
 
-/* One row of the LayerNorm backward; the buffers never overlap (restrict lets it vectorize). */
+void cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+  for (int i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C;
+    float *o = out + (size_t)i * C;
+    const float r = 1.0f / sqrtf(cpu_dot(x, x, (size_t)C) / (float)C + eps);
+    for (int c = 0; c < C; c++) o[c] = x[c] * r;
+    if (w)
+      for (int c = 0; c < C; c++) o[c] *= w[c];
+    rstd[i] = r;
+  }
+}
+
+void cpu_mul_rows(float *x, const float *w, int N, int C) {
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < C; c++) x[(size_t)i * C + c] *= w[c];
+}
+
+/* One row of the LayerNorm backward (db NULL: RMSNorm's, m = 0 and no sum of dnorm: dx = (dn - n * mean(dn * n)) *
+ * r, n = x r); the buffers never overlap (restrict lets it vectorize). */
 static void layernorm_bwd_row(float *restrict dx, float *restrict dw, float *restrict db, const float *restrict d,
                               const float *restrict x, const float *restrict w, float m, float r, int C) {
   /* two reductions: mean(dnorm) and mean(dnorm * norm), with dnorm = dout * w */
@@ -67,20 +85,43 @@ static void layernorm_bwd_row(float *restrict dx, float *restrict dw, float *res
     s1 += a1[j];
     s2 += a2[j];
   }
-  s1 /= (float)C;
+  s1 = db ? s1 / (float)C : 0.0f;
   s2 /= (float)C;
   for (int c = 0; c < C; c++) {
     float n = (x[c] - m) * r, dn = d[c] * w[c];
     dx[c] += (dn - s1 - n * s2) * r;
     dw[c] += d[c] * n;
-    db[c] += d[c];
   }
+  if (db)
+    for (int c = 0; c < C; c++) db[c] += d[c];
 }
 
 void cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                        const float *mean, const float *rstd, int N, int C) {
   for (int i = 0; i < N; i++)
-    layernorm_bwd_row(dinp + (size_t)i * C, dw, db, dout + (size_t)i * C, inp + (size_t)i * C, w, mean[i], rstd[i], C);
+    layernorm_bwd_row(dinp + (size_t)i * C, dw, db, dout + (size_t)i * C, inp + (size_t)i * C, w, mean ? mean[i] : 0.0f,
+                      rstd[i], C);
+}
+
+static float silu(float g) { return g / (1.0f + expf(-g)); } /* as torch's silu */
+
+void cpu_swiglu_fwd(float *h, const float *gu, int N, int F) {
+  for (int i = 0; i < N; i++) {
+    const float *g = gu + (size_t)i * 2 * F, *u = g + F;
+    for (int j = 0; j < F; j++) h[(size_t)i * F + j] = silu(g[j]) * u[j];
+  }
+}
+
+void cpu_swiglu_bwd(float *dgu, const float *dh, const float *gu, int N, int F) {
+  for (int i = 0; i < N; i++) {
+    const float *g = gu + (size_t)i * 2 * F, *u = g + F, *d = dh + (size_t)i * F;
+    float *dg = dgu + (size_t)i * 2 * F, *du = dg + F;
+    for (int j = 0; j < F; j++) {
+      const float sg = 1.0f / (1.0f + expf(-g[j])); /* silu' = sg (1 + g (1 - sg)) */
+      dg[j] = d[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
+      du[j] = d[j] * silu(g[j]);
+    }
+  }
 }
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */

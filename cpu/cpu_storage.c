@@ -228,6 +228,46 @@ void cpu_op_layernorm_bwd(const backend *be, void *dinp, float *dw, float *db, c
   stage_end(&s);
 }
 
+/* At 16-bit storage the normalized row is rounded before its product with the weight (Hugging Face's order). */
+void cpu_op_rmsnorm_fwd(const backend *be, void *o, float *rstd, const void *inp, const void *w, int N, int C,
+                        float eps) {
+  stage s = stage_begin(be);
+  float *y = out(&s, o, SZ(N) * C, 0);
+  const float *x = in(&s, inp, SZ(N) * C), *wf = in(&s, w, SZ(C));
+  const int wide = be->storage == BACKEND_FP32;
+  cpu_rmsnorm_fwd(y, rstd, x, wide ? wf : NULL, N, C, eps);
+  if (!wide) {
+    cpu_store(be->storage, o, y, SZ(N) * C), cpu_load(be->storage, y, o, SZ(N) * C);
+    cpu_mul_rows(y, wf, N, C);
+  }
+  stage_end(&s);
+}
+
+void cpu_op_rmsnorm_bwd(const backend *be, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                        const float *rstd, int N, int C, int acc) {
+  fresh(acc, dw, SZ(C), NULL, 0);
+  stage s = stage_begin(be);
+  float *dx = out(&s, dinp, SZ(N) * C, 1);
+  const float *d = in(&s, dout, SZ(N) * C), *x = in(&s, inp, SZ(N) * C), *wf = in(&s, w, SZ(C));
+  cpu_layernorm_bwd(dx, dw, NULL, d, x, wf, NULL, rstd, N, C);
+  stage_end(&s);
+}
+
+void cpu_op_swiglu_fwd(const backend *be, void *h, const void *gu, int N, int F) {
+  stage s = stage_begin(be);
+  float *y = out(&s, h, SZ(N) * F, 0);
+  cpu_swiglu_fwd(y, in(&s, gu, SZ(N) * 2 * F), N, F);
+  stage_end(&s);
+}
+
+void cpu_op_swiglu_bwd(const backend *be, void *dgu, const void *dh, const void *gu, int N, int F) {
+  stage s = stage_begin(be);
+  float *dx = out(&s, dgu, SZ(N) * 2 * F, 0);
+  const float *d = in(&s, dh, SZ(N) * F), *x = in(&s, gu, SZ(N) * 2 * F);
+  cpu_swiglu_bwd(dx, d, x, N, F);
+  stage_end(&s);
+}
+
 void cpu_op_matmul_fwd(const backend *be, void *o, const void *inp, const void *w, const void *bias, int N, int K,
                        int M, int ldo) {
   stage s = stage_begin(be);

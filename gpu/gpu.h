@@ -184,10 +184,14 @@ void gpu_layernorm_fwd(backend_dtype t, void *out, float *mean, float *rstd, con
 void gpu_residual_layernorm_fwd(backend_dtype t, void *res, void *out, float *mean, float *rstd, const void *a,
                                 const void *b, const void *w, const void *bias, int N, int C, float eps);
 /* dw, db through partial sums over chunks of rows in gpu_layernorm_workspace(N, C) bytes of the workspace; added
- * to dw, db when acc, else written */
+ * to dw, db when acc, else written. mean and db NULL: RMSNorm's backward (rmsnorm_bwd) */
 void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float *db, const void *dout,
                        const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int acc);
 size_t gpu_layernorm_workspace(int N, int C);
+/* rmsnorm_fwd (backend.h); its backward is gpu_layernorm_bwd with mean and db NULL */
+void gpu_rmsnorm_fwd(backend_dtype t, void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps);
+/* h NULL: swiglu_bwd's dgu from dh; else swiglu_fwd's h (dgu, dh unused) (backend.h) */
+void gpu_swiglu(backend_dtype t, void *h, void *dgu, const void *dh, const void *gu, int N, int F);
 /* act: backend_act */
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n, int act);
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n, int act);

@@ -334,6 +334,20 @@ static void op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float 
                                 const void *pre, const void *w, int N, int K, int M, int acc, int act) {
   gpu_matmul_dgelu_bwd(gpu_of(be), be->storage, dpre, dw, db, d, x, pre, w, N, K, M, acc, act);
 }
+static void op_rmsnorm_fwd(const backend *be, void *o, float *rstd, const void *x, const void *w, int N, int C,
+                           float eps) {
+  gpu_rmsnorm_fwd(be->storage, o, rstd, x, w, N, C, eps);
+}
+static void op_rmsnorm_bwd(const backend *be, void *dx, float *dw, const void *d, const void *x, const void *w,
+                           const float *rstd, int N, int C, int acc) {
+  gpu_layernorm_bwd(gpu_of(be), be->storage, dx, dw, NULL, d, x, w, NULL, rstd, N, C, acc);
+}
+static void op_swiglu_fwd(const backend *be, void *h, const void *gu, int N, int F) {
+  gpu_swiglu(be->storage, h, NULL, NULL, gu, N, F);
+}
+static void op_swiglu_bwd(const backend *be, void *dgu, const void *dh, const void *gu, int N, int F) {
+  gpu_swiglu(be->storage, NULL, dgu, dh, gu, N, F);
+}
 static void op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta,
                     int sign) {
   gpu_rope(be->storage, qkv, pos, N, T, C, H, rot, theta, sign);

@@ -1,4 +1,4 @@
-/* gpu_ops: embedding, LayerNorm, gelu_new, residual, softmax cross-entropy (whole and
+/* gpu_ops: embedding, LayerNorm, RMSNorm, gelu_new, SwiGLU, rotary embedding, residual, softmax cross-entropy (whole and
  * vocabulary-parallel), AdamW, the sum of squares and the storage conversions on the device; the
  * formulas are cpu/cpu_ops.c's. Every kernel that touches activations is a template on their
  * storage type S (gpu.h: ld, st): fp32 arithmetic, one rounding on store. */
@@ -174,7 +174,7 @@ __global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, S *inp, c
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
-/* dinp (N,C) += the gradient through LayerNorm: one warp per row, no atomics */
+/* dinp (N,C) += the gradient through LayerNorm (mean NULL: through RMSNorm, m = 0): one warp per row, no atomics */
 template <typename S, int W>
 __global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, const S *w, const float *mean,
                                         const float *rstd, int N, int C) {
@@ -182,7 +182,7 @@ __global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, co
   if (row >= N) return;
   const S *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
   S *dx = dinp + (size_t)row * C;
-  const float m = mean[row], r = rstd[row];
+  const float m = mean ? mean[row] : 0.0f, r = rstd[row];
   float s1 = 0.0f, s2 = 0.0f, xv[W], dv[W], wv[W], o[W]; /* sums of dnorm and dnorm * norm, dnorm = dout * w */
   for (int c = lane * W; c < C; c += 32 * W) {
     gpu_load<W>(xv, x + c), gpu_load<W>(dv, d + c), gpu_load<W>(wv, w + c);
@@ -192,7 +192,7 @@ __global__ void layernorm_bwd_dx_kernel(S *dinp, const S *dout, const S *inp, co
       s2 += dn * n;
     }
   }
-  s1 = gpu_warp_sum(s1) / (float)C;
+  s1 = mean ? gpu_warp_sum(s1) / (float)C : 0.0f; /* RMSNorm's (mean NULL) has no sum of dnorm */
   s2 = gpu_warp_sum(s2) / (float)C;
   for (int c = lane * W; c < C; c += 32 * W) {
     gpu_load<W>(xv, x + c), gpu_load<W>(dv, d + c), gpu_load<W>(wv, w + c), gpu_load<W>(o, dx + c);
@@ -227,7 +227,7 @@ __global__ void layernorm_bwd_part_kernel(float *part, const S *dout, const S *i
   if (col < C)
     for (int r = r0 + y; r < r1; r += LN_SUM_ROWS) {
       gpu_load<W>(d, dout + (size_t)r * C + col), gpu_load<W>(v, inp + (size_t)r * C + col);
-      const float m = mean[r], rs = rstd[r];
+      const float m = mean ? mean[r] : 0.0f, rs = rstd[r];
       for (int k = 0; k < W; k++) sw[k] += d[k] * (v[k] - m) * rs, sb[k] += d[k];
     }
   for (int k = 0; k < W; k++) pw[y][x + k] = sw[k], pb[y][x + k] = sb[k];
@@ -246,7 +246,8 @@ __global__ void layernorm_bwd_sum_kernel(float *dw, float *db, const float *part
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
     float tw = 0.0f, tb = 0.0f;
     for (int r = 0; r < R; r++) tw += part[(size_t)r * 2 * C + c], tb += part[(size_t)r * 2 * C + C + c];
-    dw[c] = acc ? dw[c] + tw : tw, db[c] = acc ? db[c] + tb : tb;
+    dw[c] = acc ? dw[c] + tw : tw;
+    if (db) db[c] = acc ? db[c] + tb : tb;
   }
 }
 
@@ -279,7 +280,7 @@ void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float
                        const void *inp, const void *w, const float *mean, const float *rstd, int N, int C, int acc) {
   if (N <= 0 && !acc) { /* no rows: the gradients written are zero */
     GPU_CHECK(cudaMemsetAsync(dw, 0, (size_t)C * sizeof(float)));
-    GPU_CHECK(cudaMemsetAsync(db, 0, (size_t)C * sizeof(float)));
+    if (db) GPU_CHECK(cudaMemsetAsync(db, 0, (size_t)C * sizeof(float)));
   }
   if (N <= 0) return;
   GPU_STORAGE(t, {
@@ -300,6 +301,27 @@ void gpu_layernorm_bwd(gpu_ctx *g, backend_dtype t, void *dinp, float *dw, float
   });
   GPU_LAUNCHED();
   layernorm_bwd_sum_kernel<<<gpu_blocks((size_t)C, 256), 256>>>(dw, db, part, R, C, acc);
+  GPU_LAUNCHED();
+}
+
+/* out (N,C) = w * (x * rstd rounded to S), rstd (N) = 1 / sqrt(mean(x^2) + eps): one warp per row */
+template <typename S>
+__global__ void rmsnorm_fwd_kernel(S *out, float *rstd, const S *inp, const S *w, int N, int C, float eps) {
+  const int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const S *x = inp + (size_t)row * C;
+  S *o = out + (size_t)row * C;
+  float ss = 0.0f;
+  for (int c = lane; c < C; c += 32) ss += ld(x[c]) * ld(x[c]);
+  const float r = 1.0f / sqrtf(gpu_warp_sum(ss) / (float)C + eps);
+  for (int c = lane; c < C; c += 32) o[c] = st<S>(ld(st<S>(ld(x[c]) * r)) * ld(w[c]));
+  if (lane == 0) rstd[row] = r;
+}
+
+void gpu_rmsnorm_fwd(backend_dtype t, void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
+  if (N <= 0) return;
+  GPU_STORAGE(t, rmsnorm_fwd_kernel<S><<<(N + LN_WARPS - 1) / LN_WARPS, 32 * LN_WARPS>>>(
+                     (S *)out, rstd, (const S *)inp, (const S *)w, N, C, eps));
   GPU_LAUNCHED();
 }
 
@@ -374,6 +396,31 @@ void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n, int act
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n, int act) {
   if (act == BACKEND_GELU_ERF) GPU_STORAGE(t, map<S>(dinp, dout, inp, n, gelu_erf_bwd_f()));
   else GPU_STORAGE(t, map<S>(dinp, dout, inp, n, gelu_bwd_f()));
+}
+
+/* SwiGLU, one thread per (row, unit j): h (N,F) = silu(g) u, or dgu (N,2F) = [dh u silu'(g) | dh silu(g)], from
+ * gu (N,2F) = [g | u] */
+template <typename S>
+__global__ void swiglu_kernel(S *h, S *dgu, const S *dh, const S *gu, int N, int F) {
+  const size_t n = (size_t)N * F;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = e / F, j = e % F, at = r * 2 * F + j;
+    const float g = ld(gu[at]), u = ld(gu[at + F]), sg = 1.0f / (1.0f + expf(-g)), silu = g / (1.0f + expf(-g));
+    if (h) {
+      h[e] = st<S>(silu * u);
+    } else {
+      const float d = ld(dh[e]);
+      dgu[at] = st<S>(d * u * sg * (1.0f + g * (1.0f - sg)));
+      dgu[at + F] = st<S>(d * silu);
+    }
+  }
+}
+
+void gpu_swiglu(backend_dtype t, void *h, void *dgu, const void *dh, const void *gu, int N, int F) {
+  const size_t n = (size_t)N * F;
+  if (n == 0) return;
+  GPU_STORAGE(t, swiglu_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)h, (S *)dgu, (const S *)dh, (const S *)gu, N, F));
+  GPU_LAUNCHED();
 }
 
 /* ---- rotary embedding ------------------------------------------------------------------------ */

@@ -224,6 +224,46 @@ static void test_layernorm(int N, int C) {
   drop(&inp), drop(&lw), drop(&lb), drop(&dout), drop(&out), drop(&mean), drop(&rstd), drop(&dinp), drop(&dw), drop(&db);
 }
 
+/* RMSNorm forward and backward (dinp +=, dw += and overwritten), the backward on the CPU's rstd */
+static void test_rmsnorm(int N, int C) {
+  char w[96];
+  size_t n = (size_t)N * C;
+  plan((backend_shape){.B = 1, .T = N, .C = C});
+  pair inp = mk(n, 2, 1), lw = mk((size_t)C, 1, 1), dout = mk(n, 1, 1), out = mk(n, 1, 1), rstd = mk((size_t)N, 1, 0);
+  pair dinp = mk(n, 1, 1), dw = mk((size_t)C, 1, 0);
+  cpu->rmsnorm_fwd(cpu, out.c, rstd.c, inp.c, lw.c, N, C, 1e-6f);
+  gpu->rmsnorm_fwd(gpu, out.g, rstd.g, inp.g, lw.g, N, C, 1e-6f);
+  snprintf(w, sizeof w, "rmsnorm fwd N=%d C=%d", N, C);
+  check(w, &out, TOL);
+  check("  rstd", &rstd, TOL);
+  gpu->to_device(gpu, rstd.g, rstd.c, (size_t)N * 4);
+  cpu->rmsnorm_bwd(cpu, dinp.c, dw.c, dout.c, inp.c, lw.c, rstd.c, N, C, 1);
+  gpu->rmsnorm_bwd(gpu, dinp.g, dw.g, dout.g, inp.g, lw.g, rstd.g, N, C, 1);
+  snprintf(w, sizeof w, "rmsnorm bwd dinp += N=%d C=%d", N, C);
+  check(w, &dinp, TOL);
+  check("  dw +=", &dw, TOL);
+  cpu->rmsnorm_bwd(cpu, dinp.c, dw.c, dout.c, inp.c, lw.c, rstd.c, N, C, 0);
+  gpu->rmsnorm_bwd(gpu, dinp.g, dw.g, dout.g, inp.g, lw.g, rstd.g, N, C, 0);
+  check("  dw (acc = 0: overwritten)", &dw, TOL);
+  drop(&inp), drop(&lw), drop(&dout), drop(&out), drop(&rstd), drop(&dinp), drop(&dw);
+}
+
+/* SwiGLU on gu (N,2F): h (N,F), then dgu (N,2F) from dh */
+static void test_swiglu(int N, int F) {
+  char w[96];
+  const size_t nh = (size_t)N * F;
+  plan((backend_shape){.B = 1, .T = N, .C = F, .F = F});
+  pair gu = mk(2 * nh, 2, 1), h = mk(nh, 1, 1), dh = mk(nh, 1, 1), dgu = mk(2 * nh, 1, 1);
+  cpu->swiglu_fwd(cpu, h.c, gu.c, N, F);
+  gpu->swiglu_fwd(gpu, h.g, gu.g, N, F);
+  snprintf(w, sizeof w, "swiglu fwd N=%d F=%d", N, F);
+  check(w, &h, TOL);
+  cpu->swiglu_bwd(cpu, dgu.c, dh.c, gu.c, N, F);
+  gpu->swiglu_bwd(gpu, dgu.g, dh.g, gu.g, N, F);
+  check("  bwd dgu", &dgu, TOL);
+  drop(&gu), drop(&h), drop(&dh), drop(&dgu);
+}
+
 /* out and dout in rows ld >= M apart (ld > M: the LM head's padded rows; the pad, the same random
  * values on both sides, must stay as it is) */
 static void test_matmul(int N, int K, int M, int ld, int with_bias, int with_dinp) {
@@ -557,6 +597,8 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_attention_fwd] = "test_attention", [BACKEND_OP_attention_bwd] = "test_attention",
     [BACKEND_OP_matmul_gelu_fwd] = "test_mlp",     [BACKEND_OP_matmul_dgelu_bwd] = "test_mlp",
     [BACKEND_OP_rope] = "test_rope",
+    [BACKEND_OP_rmsnorm_fwd] = "test_rmsnorm",     [BACKEND_OP_rmsnorm_bwd] = "test_rmsnorm",
+    [BACKEND_OP_swiglu_fwd] = "test_swiglu",       [BACKEND_OP_swiglu_bwd] = "test_swiglu",
     [BACKEND_OP_residual_fwd] = "test_elementwise", [BACKEND_OP_accumulate] = "test_elementwise",
     [BACKEND_OP_reduce_sum] = "test_elementwise",       [BACKEND_OP_xent_fwd_bwd] = "test_xent",
     [BACKEND_OP_xent_part] = "test_xent_shards",   [BACKEND_OP_xent_grad] = "test_xent_shards",
@@ -577,6 +619,11 @@ static void test_ops(void) {
   test_layernorm(5, 5000); /* beyond the shared-memory path of the backward */
   test_layernorm(9, 100);  /* at 16-bit storage C not a multiple of 8: one element per lane access */
   test_layernorm(4100, 256); /* dw, db over 65 chunks of rows, the last of 4 */
+  test_rmsnorm(37, 96);
+  test_rmsnorm(9, 100);      /* C not a multiple of 8 */
+  test_rmsnorm(4100, 512);   /* dw over 65 chunks of rows */
+  test_swiglu(64, 344);
+  test_swiglu(33, 101);      /* F odd: the up half unaligned */
   test_matmul(7, 13, 5, 5, 1, 1);
   test_matmul(64, 96, 200, 200, 1, 1);
   test_matmul(130, 257, 67, 67, 0, 0);

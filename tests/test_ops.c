@@ -188,6 +188,72 @@ static void test_layernorm(void) {
   free(c.x), free(c.g), free(c.b), free(c.w), free(c.y);
 }
 
+/* ---- RMSNorm (Llama): out = x / sqrt(mean(x^2) + eps) * g; rstd saved ------------------------------ */
+
+static void rms_ref(ln_ctx *c) {
+  for (int i = 0; i < c->N; i++) {
+    const double *x = c->x + (size_t)i * c->C;
+    double v = 0;
+    for (int k = 0; k < c->C; k++) v += x[k] * x[k];
+    v /= c->C;
+    for (int k = 0; k < c->C; k++) c->y[(size_t)i * c->C + k] = x[k] / sqrt(v + c->eps) * c->g[k];
+  }
+}
+static double rms_loss(void *p) {
+  ln_ctx *c = p;
+  rms_ref(c);
+  return wsum(c->w, c->y, (size_t)c->N * c->C);
+}
+
+static void test_rmsnorm(void) {
+  ln_ctx c = {.N = 6, .C = 37, .eps = 1e-6};
+  size_t n = (size_t)c.N * c.C;
+  float *x = frand(n, 2), *g = frand((size_t)c.C, 1), *w = frand(n, 1);
+  float *y = fzeros(n), *rstd = fzeros((size_t)c.N), *dx = fzeros(n), *dg = fzeros((size_t)c.C);
+  c.x = dcopy(x, n), c.g = dcopy(g, (size_t)c.C), c.w = dcopy(w, n), c.y = malloc(n * sizeof(double));
+  be->rmsnorm_fwd(be, y, rstd, x, g, c.N, c.C, (float)c.eps);
+  rms_ref(&c);
+  check_fwd("rmsnorm", y, c.y, n);
+  be->rmsnorm_bwd(be, dx, dg, w, x, g, rstd, c.N, c.C, 1);
+  check_grad("rmsnorm d/dinp", rms_loss, &c, c.x, dx, n);
+  check_grad("rmsnorm d/dweight", rms_loss, &c, c.g, dg, (size_t)c.C);
+  float *dgo = frand((size_t)c.C, 1); /* acc = 0: overwritten, whatever it held */
+  be->rmsnorm_bwd(be, dx, dgo, w, x, g, rstd, c.N, c.C, 0);
+  T_CHECK(!memcmp(dgo, dg, (size_t)c.C * sizeof *dg), "rmsnorm_bwd with acc = 0 does not overwrite dweight");
+  free(dgo), free(x), free(g), free(w), free(y), free(rstd), free(dx), free(dg);
+  free(c.x), free(c.g), free(c.w), free(c.y);
+}
+
+/* ---- SwiGLU: h = silu(g) * u from rows [g | u] ---------------------------------------------------- */
+
+typedef struct {
+  int N, F;
+  double *gu, *w, *y;
+} swiglu_ctx;
+
+static double swiglu_loss(void *p) {
+  swiglu_ctx *c = p;
+  for (int i = 0; i < c->N; i++)
+    for (int j = 0; j < c->F; j++) {
+      const double g = c->gu[(size_t)i * 2 * c->F + j], u = c->gu[(size_t)i * 2 * c->F + c->F + j];
+      c->y[(size_t)i * c->F + j] = g / (1.0 + exp(-g)) * u;
+    }
+  return wsum(c->w, c->y, (size_t)c->N * c->F);
+}
+
+static void test_swiglu(void) {
+  swiglu_ctx c = {.N = 5, .F = 23};
+  const size_t n = (size_t)c.N * c.F;
+  float *gu = frand(2 * n, 3), *w = frand(n, 1), *h = fzeros(n), *dgu = frand(2 * n, 1); /* dgu overwritten */
+  c.gu = dcopy(gu, 2 * n), c.w = dcopy(w, n), c.y = malloc(n * sizeof(double));
+  be->swiglu_fwd(be, h, gu, c.N, c.F);
+  swiglu_loss(&c);
+  check_fwd("swiglu", h, c.y, n);
+  be->swiglu_bwd(be, dgu, w, gu, c.N, c.F);
+  check_grad("swiglu d/d[gate|up]", swiglu_loss, &c, c.gu, dgu, 2 * n);
+  free(gu), free(w), free(h), free(dgu), free(c.gu), free(c.w), free(c.y);
+}
+
 /* residual_layernorm_fwd: res = a + b and out = LayerNorm(res), the two ops' results bit for bit;
  * its gradient is layernorm_bwd's dinp, for a and b alike (the model adds it to the residual stream) */
 typedef struct {
@@ -922,6 +988,33 @@ static void storage_norm_and_linear(void) {
       free(dw16), free(db16), free(W), free(B), free(go), free(out), free(dx), free(dW), free(dB), free(dW16), free(dB16),
       free(out16), free(dx16), free(xh), free(wh), free(bh), free(dh), free(Wh), free(Bh), free(Oh);
 }
+/* RMSNorm at 16 bits, in Hugging Face's order: the normalized row (the fp32 op without the weight) rounded, times
+ * the weight in fp32, rounded once more; rstd and the backward's dw as at fp32, its dinp (+=) rounded once. SwiGLU:
+ * each output the fp32 result rounded once. */
+static void storage_rmsnorm_swiglu(void) {
+  const int N = 7, C = 24, F = 19;
+  const size_t n = (size_t)N * C, nh = (size_t)N * F;
+  void *xh, *wh, *gh, *dh, *guh, *hh;
+  float *x = rand16(n, 1, &xh), *w = rand16(C, 1, &wh), *g = rand16(n, 1, &gh), *d = rand16(n, 1, &dh);
+  float *one = fzeros(C), *y = fzeros(n), *rstd = fzeros(N), *r16 = fzeros(N), *dw = fzeros(C), *dw16 = fzeros(C);
+  uint16_t *y16 = malloc(n * 2);
+  for (int c = 0; c < C; c++) one[c] = 1.0f;
+  be->rmsnorm_fwd(be, y, rstd, x, one, N, C, 1e-6f);
+  b16->to_storage(b16, y16, y, n), b16->to_fp32(b16, y, y16, n);
+  for (size_t i = 0; i < n; i++) y[i] *= w[i % C];
+  b16->rmsnorm_fwd(b16, y16, r16, xh, wh, N, C, 1e-6f);
+  same16("rmsnorm_fwd", y16, y, n), same32("rmsnorm_fwd rstd", rstd, r16, N);
+  be->rmsnorm_bwd(be, d, dw, g, x, w, rstd, N, C, 0), b16->rmsnorm_bwd(b16, dh, dw16, gh, xh, wh, rstd, N, C, 0);
+  same16("rmsnorm_bwd dinp (+=)", dh, d, n), same32("rmsnorm_bwd dw", dw, dw16, C);
+  float *gu = rand16(2 * nh, 2, &guh), *h = rand16(nh, 1, &hh), *dgu = fzeros(2 * nh);
+  uint16_t *h16 = malloc(nh * 2), *dgu16 = malloc(2 * nh * 2);
+  be->swiglu_fwd(be, y, gu, N, F), b16->swiglu_fwd(b16, h16, guh, N, F), same16("swiglu_fwd", h16, y, nh);
+  be->swiglu_bwd(be, dgu, h, gu, N, F), b16->swiglu_bwd(b16, dgu16, hh, guh, N, F);
+  same16("swiglu_bwd", dgu16, dgu, 2 * nh);
+  free(x), free(w), free(g), free(d), free(one), free(y), free(rstd), free(r16), free(dw), free(dw16), free(y16);
+  free(xh), free(wh), free(gh), free(dh), free(gu), free(h), free(dgu), free(h16), free(dgu16), free(guh), free(hh);
+}
+
 static void storage_attention(void) {
   const int B = 2, T = 70, C = 12, H = 3;
   const size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
@@ -1079,6 +1172,7 @@ static void test_storage(void) {
     b16->prepare(b16, &sh);
     storage_norm_and_linear();
     storage_attention();
+    storage_rmsnorm_swiglu();
     storage_kv_cache();
     storage_elementwise();
     check_row_stride(b16);
@@ -1108,6 +1202,8 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_attention_fwd] = test_attention_all, [BACKEND_OP_attention_bwd] = test_attention_all,
     [BACKEND_OP_matmul_gelu_fwd] = test_mlp,       [BACKEND_OP_matmul_dgelu_bwd] = test_mlp,
     [BACKEND_OP_rope] = test_rope,
+    [BACKEND_OP_rmsnorm_fwd] = test_rmsnorm,       [BACKEND_OP_rmsnorm_bwd] = test_rmsnorm,
+    [BACKEND_OP_swiglu_fwd] = test_swiglu,         [BACKEND_OP_swiglu_bwd] = test_swiglu,
     [BACKEND_OP_residual_fwd] = test_residual,     [BACKEND_OP_accumulate] = test_residual,
     [BACKEND_OP_residual_layernorm_fwd] = test_residual_layernorm,
     [BACKEND_OP_xent_fwd_bwd] = test_xent,         [BACKEND_OP_adamw] = test_adamw,

@@ -1,9 +1,10 @@
 /* test_reference: the whole model against Hugging Face Transformers.
  *
- * tests/reference/{gpt-neo,gpt2,gpt-neox-a,b,c}.nc were written by tests/reference/make_fixtures.py from a
- * tiny random GPTNeoForCausalLM (global + local layers), GPT2LMHeadModel and GPTNeoXForCausalLM in three
+ * tests/reference/{gpt-neo,gpt2,gpt-neox-a,b,c,llama-a,b}.nc were written by tests/reference/make_fixtures.py from a
+ * tiny random GPTNeoForCausalLM (global + local layers), GPT2LMHeadModel, GPTNeoXForCausalLM in three
  * configurations (partial and full rotary, parallel and sequential residual, with and without attention
- * biases, gelu and gelu_new, untied and tied head). For each, this test loads
+ * biases, gelu and gelu_new, untied and tied head) and LlamaForCausalLM in two (untied without biases; tied with
+ * attention and MLP biases, rope_theta 500000). For each, this test loads
  * the parameters into a greenlm model and checks, relative to each tensor's largest value, the logits, the loss
  * and the gradient of every parameter to 1e-5, and the losses (1e-5) and parameters (2e-5) after three AdamW steps
  * with gradient clipping. */
@@ -102,6 +103,15 @@ static void fixture_model(int nc, cfg_model *mc) {
   att_text(nc, "attention_types", types, sizeof types);
   for (char *tok = strtok(types, ","); tok; tok = strtok(NULL, ","))
     util_strlcpy(mc->attention_types.v[mc->attention_types.n++], tok, CFG_ITEM_LEN);
+  if (cfg_model_arch_of(mc) == CFG_ARCH_LLAMA) {
+    mc->rotary_emb_base = att_float(nc, "rotary_emb_base");
+    mc->layer_norm_epsilon = att_float(nc, "layer_norm_epsilon");
+    mc->n_inner = att_int(nc, "n_inner");
+    mc->attention_bias = (int)att_int(nc, "attention_bias");
+    mc->mlp_bias = (int)att_int(nc, "mlp_bias");
+    att_text(nc, "head", mc->head, sizeof mc->head);
+    return;
+  }
   if (cfg_model_arch_of(mc) != CFG_ARCH_GPT_NEOX) return;
   mc->rotary_pct = att_float(nc, "rotary_pct");
   mc->rotary_emb_base = att_float(nc, "rotary_emb_base");
@@ -229,8 +239,8 @@ int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   const char *top = getenv("TOP_SRCDIR");
   char path[4096];
-  const char *arch[] = {"gpt-neo", "gpt2", "gpt-neox-a", "gpt-neox-b", "gpt-neox-c"};
-  for (int i = 0; i < 5; i++) {
+  const char *arch[] = {"gpt-neo", "gpt2", "gpt-neox-a", "gpt-neox-b", "gpt-neox-c", "llama-a", "llama-b"};
+  for (int i = 0; i < (int)(sizeof arch / sizeof arch[0]); i++) {
     snprintf(path, sizeof path, "%s/tests/reference/%s.nc", top ? top : ".", arch[i]);
     run_fixture(path);
   }

@@ -595,7 +595,8 @@ static void check_data(const cfg_config *cfg, err_list *errs) {
   check_blend(cfg, &cfg->data.val, &cfg->data.val_weights, "val", "val_weights", "validation", errs);
 }
 
-/* What an architecture allows: local layers only in GPT-Neo; GPT-NeoX's rotary dims even. */
+/* What an architecture allows: local layers only in GPT-Neo; GPT-NeoX's rotary dims even; Llama's activation its
+ * own (SwiGLU). */
 static void check_arch(const cfg_config *cfg, err_list *errs) {
   const cfg_model *m = &cfg->model;
   const cfg_model_arch arch = cfg_model_arch_of(m);
@@ -606,6 +607,20 @@ static void check_arch(const cfg_config *cfg, err_list *errs) {
                    "arch = '%s' has no local attention layers", m->arch);
       break;
     }
+  if (arch == CFG_ARCH_LLAMA && cfg_model_activation_of(m) != CFG_ACT_AUTO)
+    cfg_error_at(cfg, errs, "model", "activation", "leave activation = 'auto' (or set arch = 'gpt-neo', 'gpt2' or 'gpt-neox')",
+                 "arch = 'llama' has the SwiGLU MLP (silu), not activation = '%s'", m->activation);
+  if (arch == CFG_ARCH_LLAMA && m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2 != 0)
+    cfg_error_at(cfg, errs, "model", "n_head", "the rotated dims pair up: choose n_head so that n_embd / n_head is even",
+                 "head size n_embd / n_head = %ld is odd; llama's rotary embedding turns every dim in pairs",
+                 m->n_embd / m->n_head);
+  for (int i = 0; arch == CFG_ARCH_LLAMA && i < cfg->job.task.n; i++)
+    if (cfg_task_of(cfg->job.task.v[i]) == CFG_TASK_EXPORT)
+      cfg_error_at(cfg, errs, "job", "task", "export a gpt-neo, gpt2 or gpt-neox model; llama's is not yet written",
+                   "greenlm does not yet export arch = 'llama' to Hugging Face");
+  if (arch == CFG_ARCH_LLAMA && m->init_from[0])
+    cfg_error_at(cfg, errs, "model", "init_from", "start llama from a random initialisation or a greenlm checkpoint",
+                 "greenlm does not yet import arch = 'llama' from Hugging Face");
   if (arch != CFG_ARCH_GPT_NEOX || m->n_embd % m->n_head != 0) return;
   const long hs = m->n_embd / m->n_head, rot = cfg_rotary_dims(m);
   if (rot % 2 != 0) {
@@ -626,7 +641,8 @@ int cfg_model_gelu_erf(const cfg_model *m) {
 
 int cfg_model_untied(const cfg_model *m) {
   const cfg_model_head h = cfg_model_head_of(m);
-  return h == CFG_HEAD_UNTIED || (h == CFG_HEAD_AUTO && cfg_model_arch_of(m) == CFG_ARCH_GPT_NEOX);
+  const cfg_model_arch a = cfg_model_arch_of(m);
+  return h == CFG_HEAD_UNTIED || (h == CFG_HEAD_AUTO && (a == CFG_ARCH_GPT_NEOX || a == CFG_ARCH_LLAMA));
 }
 
 static void check_consistency(cfg_config *cfg, err_list *errs) {
@@ -699,6 +715,10 @@ static void set_derived(cfg_config *cfg, const char *group, const char *key, con
 }
 
 static void derive(cfg_config *cfg) {
+  if (cfg_model_arch_of(&cfg->model) == CFG_ARCH_LLAMA && !cfg->origin[cfg_find("model", "attention_bias")].file[0]) {
+    cfg->model.attention_bias = 0; /* unset: Llama's own default */
+    set_derived(cfg, "model", "attention_bias", "model", "arch");
+  }
   if (cfg->model.n_inner == 0) {
     cfg->model.n_inner = 4 * cfg->model.n_embd;
     set_derived(cfg, "model", "n_inner", "model", "n_embd");

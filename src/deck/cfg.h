@@ -36,7 +36,7 @@ typedef struct {
 #define CFG_TASKS(X)                                                                                  \
   X(CFG_TASK_TOKENIZER, "tokenizer") X(CFG_TASK_PREPARE, "prepare") X(CFG_TASK_PLAN, "plan")            \
   X(CFG_TASK_TRAIN, "train") X(CFG_TASK_EVAL, "eval") X(CFG_TASK_SAMPLE, "sample") X(CFG_TASK_EXPORT, "export")
-#define CFG_ARCHS(X) X(CFG_ARCH_GPT_NEO, "gpt-neo") X(CFG_ARCH_GPT2, "gpt2") X(CFG_ARCH_GPT_NEOX, "gpt-neox")
+#define CFG_ARCHS(X) X(CFG_ARCH_GPT_NEO, "gpt-neo") X(CFG_ARCH_GPT2, "gpt2") X(CFG_ARCH_GPT_NEOX, "gpt-neox") X(CFG_ARCH_LLAMA, "llama")
 #define CFG_ACTIVATIONS(X) X(CFG_ACT_AUTO, "auto") X(CFG_ACT_GELU_NEW, "gelu_new") X(CFG_ACT_GELU, "gelu")
 #define CFG_HEADS(X) X(CFG_HEAD_AUTO, "auto") X(CFG_HEAD_TIED, "tied") X(CFG_HEAD_UNTIED, "untied")
 #define CFG_LR_DECAYS(X) X(CFG_DECAY_COSINE, "cosine") X(CFG_DECAY_LINEAR, "linear") X(CFG_DECAY_CONSTANT, "constant")
@@ -88,23 +88,24 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, REAL, watchdog_floor, "180", "[1, inf)", "The adaptive watchdog limit's least value in seconds (step_timeout = 0)")
 
 #define CFG_GROUP_MODEL(X, g)                                                                         \
-  X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers), 'gpt2' (scaled scores, q/k/v bias, all global) or 'gpt-neox' (Pythia, GPT-NeoX-20B: rotary embeddings instead of wpe, scaled scores, all global, the parallel residual, an untied head)") \
+  X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers), 'gpt2' (scaled scores, q/k/v bias, all global) or 'gpt-neox' (Pythia, GPT-NeoX-20B: rotary embeddings instead of wpe, scaled scores, all global, the parallel residual, an untied head) or 'llama' (Llama 2: RMSNorm, rotary embeddings on every dim of a head, scaled scores, all global, the SwiGLU MLP, an untied head; as many key/value heads as heads)") \
   X(g, INT, vocab_size, "50257", "[2, 16777216]", "Vocabulary size V (rows of the tied token embedding wte)") \
   X(g, INT, block_size, "2048", "[1, 1048576]", "Longest sequence the model can see: rows of the position embedding wpe") \
   X(g, INT, n_layer, "12", "[1, 4096]", "Number of transformer blocks L")                          \
   X(g, INT, n_embd, "768", "[1, 1048576]", "Hidden size C")                                        \
   X(g, INT, n_head, "12", "[1, 4096]", "Attention heads H; head size is C/H")                      \
-  X(g, INT, n_inner, "0", "[0, 4194304]", "MLP hidden size; 0 means 4*n_embd")                     \
+  X(g, INT, n_inner, "0", "[0, 4194304]", "MLP hidden size (llama: Hugging Face's intermediate_size, the units of gate and of up); 0 means 4*n_embd")                     \
   X(g, STRLIST, attention_types, "'global', 'local'", "global|local", "Attention kind of each layer, as a pattern repeated over the layers") \
   X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
-  X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm")                   \
+  X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm (llama: of every RMSNorm, Hugging Face's rms_norm_eps)")                   \
   X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings") \
-  X(g, STR, activation, "'auto'", CFG_CHOICES(CFG_ACTIVATIONS), "The MLP's activation: 'gelu_new' (the tanh form; Hugging Face's gelu_new and gelu_fast) or 'gelu' (the exact erf form); 'auto' is gelu_new for gpt-neo and gpt2, gelu for gpt-neox") \
-  X(g, STR, head, "'auto'", CFG_CHOICES(CFG_HEADS), "The LM head: 'tied' to the token embedding, or 'untied', a matrix of its own (Hugging Face's tie_word_embeddings = false); 'auto' is tied for gpt-neo and gpt2, untied for gpt-neox") \
+  X(g, STR, activation, "'auto'", CFG_CHOICES(CFG_ACTIVATIONS), "The MLP's activation: 'gelu_new' (the tanh form; Hugging Face's gelu_new and gelu_fast) or 'gelu' (the exact erf form); 'auto' is gelu_new for gpt-neo and gpt2, gelu for gpt-neox; llama's MLP is SwiGLU (silu), 'auto' only") \
+  X(g, STR, head, "'auto'", CFG_CHOICES(CFG_HEADS), "The LM head: 'tied' to the token embedding, or 'untied', a matrix of its own (Hugging Face's tie_word_embeddings = false); 'auto' is tied for gpt-neo and gpt2, untied for gpt-neox and llama") \
   X(g, REAL, rotary_pct, "0.25", "[0, 1]", "gpt-neox: share of each head's dims that the rotary position embedding turns (Hugging Face's rotary_pct, partial_rotary_factor); head size x rotary_pct, rounded down, must be even") \
-  X(g, REAL, rotary_emb_base, "10000", "[1, 1e12]", "gpt-neox: base of the rotary embedding's frequencies (Hugging Face's rotary_emb_base, rope_theta)") \
+  X(g, REAL, rotary_emb_base, "10000", "[1, 1e12]", "gpt-neox and llama: base of the rotary embedding's frequencies (Hugging Face's rotary_emb_base, rope_theta)") \
   X(g, BOOL, use_parallel_residual, ".true.", "", "gpt-neox: each block adds attention and MLP of the same input, x + attn(ln_1(x)) + mlp(ln_2(x)) (as Pythia and GPT-NeoX-20B); .false.: one after the other") \
-  X(g, BOOL, attention_bias, ".true.", "", "gpt-neox: the query_key_value and dense projections have biases (Hugging Face's attention_bias)") \
+  X(g, BOOL, attention_bias, ".true.", "", "gpt-neox and llama: the attention's projections have biases (Hugging Face's attention_bias: gpt-neox's query_key_value and dense, llama's q, k, v and o_proj); left unset it is .false. for llama, as Hugging Face's LlamaConfig") \
+  X(g, BOOL, mlp_bias, ".false.", "", "llama: gate_proj, up_proj and down_proj have biases (Hugging Face's mlp_bias)") \
   X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; tokenizer.json, or vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
 
 #define CFG_GROUP_TRAINING(X, g)                                                                      \

@@ -136,6 +136,22 @@ typedef struct backend backend;
     (const backend *be, void *dinp, float *dw, float *db, const void *dout, const void *inp, const void *w,            \
      const float *mean, const float *rstd, int N, int C, int acc),                                                     \
     (dinp, dw, db, dout, inp, w, mean, rstd, N, C, acc))                                                               \
+  /* RMSNorm as Hugging Face's LlamaRMSNorm: rstd F (N) = 1 / sqrt(mean(inp^2) + eps) saved for the backward;      \
+   * out S (N,C) = w S (C) * (inp * rstd rounded to the storage type): the normalized row is rounded before its      \
+   * product with the weight, which is rounded again (one fp32 product at fp32 storage) */                            \
+  X(rmsnorm_fwd, (const backend *be, void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps), \
+    (out, rstd, inp, w, N, C, eps))                                                                                    \
+  /* dinp S (N,C) +=, dw F (C) += (overwritten when acc = 0, as layernorm_bwd's);  dout inp S (N,C), w S (C),         \
+   * rstd F (N) */                                                                                                     \
+  X(rmsnorm_bwd,                                                                                                       \
+    (const backend *be, void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd,    \
+     int N, int C, int acc),                                                                                           \
+    (dinp, dw, dout, inp, w, rstd, N, C, acc))                                                                         \
+  /* SwiGLU (Llama's MLP activation): h S (N,F) = silu(g) * u, silu(g) = g / (1 + exp(-g)), from gu S (N,2F) whose     \
+   * rows hold [g | u] (a tensor rank's F units of each) */                                                           \
+  X(swiglu_fwd, (const backend *be, void *h, const void *gu, int N, int F), (h, gu, N, F))                             \
+  /* dgu S (N,2F) = [dh * u * silu'(g) | dh * silu(g)] (overwritten) from dh S (N,F) and gu S (N,2F) */               \
+  X(swiglu_bwd, (const backend *be, void *dgu, const void *dh, const void *gu, int N, int F), (dgu, dh, gu, N, F))     \
   /* out S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M); bias may be NULL. out's rows are ldo >= M elements apart \
    * (the LM head pads them to a multiple of 128: aligned rows for the tensor cores); columns M..ldo-1 are left     \
    * undefined and never read */                                                                                    \

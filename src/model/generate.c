@@ -43,7 +43,7 @@ static pass_layout plan_pass(const gpt_shape *s, const backend *be, int batch, i
   a.att = take(&cur, R * C, es);
   a.tmp = take(&cur, R * C, es);
   a.mid = take(&cur, R * C, es);
-  a.fc = take(&cur, R * F, es);
+  a.fc = take(&cur, R * F * (s->swiglu ? 2 : 1), es); /* SwiGLU: [gate | up] */
   a.gel = take(&cur, R * F, es);
   a.hx = take(&cur, batch * C, es);
   a.hln = take(&cur, batch * C, es);
@@ -82,7 +82,7 @@ gen_memory gen_plan_memory(const gpt_shape *s, const backend *be, int batch, int
   m.cache = plan_cache(s, be, batch, max_len, NULL, &kv_rows);
   m.acts = plan_pass(s, be, batch, R).total;
   m.io = 3 * (size_t)R * sizeof(int32_t);
-  backend_shape sh = {.B = 1, .T = R, .C = s->C, .H = s->H, .F = s->F, .V = s->V, .kv_rows = kv_rows};
+  backend_shape sh = {.B = 1, .T = R, .C = s->C, .H = s->H, .F = s->F * (s->swiglu ? 2 : 1), .V = s->V, .kv_rows = kv_rows};
   m.work = be->workspace_bytes(be, &sh);
   m.total = m.cache + m.acts + m.io + m.work;
   return m;
@@ -109,7 +109,7 @@ void gen_open(gen *g, gpt_model *m, int batch, int max_len, const cfg_sample *c,
     int kv_rows;
     plan_cache(s, be, batch, max_len, g->kv_at, &kv_rows);
     for (int l = 0; l < s->L; l++) g->ring[l] = ring_rows(s, l, max_len);
-    backend_shape sh = {.B = 1, .T = g->rows, .C = s->C, .H = s->H, .F = s->F, .V = s->V, .kv_rows = kv_rows};
+    backend_shape sh = {.B = 1, .T = g->rows, .C = s->C, .H = s->H, .F = s->F * (s->swiglu ? 2 : 1), .V = s->V, .kv_rows = kv_rows};
     be->prepare(be, &sh);
     g->kv = be->alloc(be, g->mem.cache);
     g->acts = be->alloc(be, g->mem.acts);
@@ -153,7 +153,7 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   float *mean = (float *)(A + a->mean), *rstd = (float *)(A + a->rstd);
   gpt_block_ptrs p;
   gpt_block_compute(m, l, &p);
-  be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->x, p.ln1_w, p.ln1_b, n, C, s->eps);
+  gpt_norm_fwd(s, be, A + a->ln, mean, rstd, A + a->x, p.ln1_w, p.ln1_b, n);
   be->matmul_fwd(be, A + a->qkv, A + a->ln, p.qkv_w, p.qkv_b, n, C, 3 * C, 3 * C); /* (n,3C) */
   if (s->rot) be->rope(be, A + a->qkv, pos, n, n, C, s->H, s->rot, s->rope_theta, 1); /* at the rows' positions */
   be->kv_store(be, kc, vc, A + a->qkv, seq, pos, n, C, g->ring[l]);
@@ -161,13 +161,12 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
                        s->attn_scale); /* (n,C) */
   be->matmul_fwd(be, A + a->tmp, A + a->att, p.out_w, p.out_b, n, C, C, C);
   if (s->parallel) { /* the MLP sees x too */
-    be->layernorm_fwd(be, A + a->ln, mean, rstd, A + a->x, p.ln2_w, p.ln2_b, n, C, s->eps);
+    gpt_norm_fwd(s, be, A + a->ln, mean, rstd, A + a->x, p.ln2_w, p.ln2_b, n);
     be->residual_fwd(be, A + a->mid, A + a->x, A + a->tmp, (size_t)n * C);
   } else {
-    be->residual_layernorm_fwd(be, A + a->mid, A + a->ln, mean, rstd, A + a->x, A + a->tmp, p.ln2_w, p.ln2_b, n, C,
-                               s->eps);
+    gpt_residual_norm_fwd(s, be, A + a->mid, A + a->ln, mean, rstd, A + a->x, A + a->tmp, p.ln2_w, p.ln2_b, n);
   }
-  be->matmul_gelu_fwd(be, A + a->gel, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, C, F, s->act); /* fc, gel (n,F) */
+  gpt_mlp_in_fwd(s, be, A + a->gel, A + a->fc, A + a->ln, p.fc_w, p.fc_b, n, F); /* fc (n,F; SwiGLU 2F), gel (n,F) */
   be->matmul_fwd(be, A + a->tmp, A + a->gel, p.proj_w, p.proj_b, n, F, C, C);
   be->residual_fwd(be, A + a->x, A + a->mid, A + a->tmp, (size_t)n * C);
 }
@@ -194,8 +193,8 @@ static void pass_head(gen *g, const pass_layout *a, int nh) {
   const size_t row = (size_t)C * backend_dtype_size(be->storage), nv = (size_t)nh * V;
   char *A = g->acts;
   for (int h = 0; h < nh; h++) be->copy(be, A + a->hx + h * row, A + a->x + (size_t)g->heads[h] * row, row);
-  be->layernorm_fwd(be, A + a->hln, (float *)(A + a->hmean), (float *)(A + a->hrstd), A + a->hx,
-                    m->w.ends.lnf_w, m->w.ends.lnf_b, nh, C, m->s.eps);
+  gpt_norm_fwd(&m->s, be, A + a->hln, (float *)(A + a->hmean), (float *)(A + a->hrstd), A + a->hx, m->w.ends.lnf_w,
+               m->w.ends.lnf_b, nh);
   be->matmul_fwd(be, A + a->logits, A + a->hln, m->w.ends.head, NULL, nh, C, V, V); /* (nh,V) */
   if (be->storage == BACKEND_FP32) {
     be->to_host(be, g->logits_h, A + a->logits, nv * sizeof(float));

@@ -15,7 +15,8 @@
 void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m) {
   memset(s, 0, sizeof *s);
   const cfg_model_arch arch = cfg_model_arch_of(m);
-  s->arch = arch == CFG_ARCH_GPT2 ? GPT_ARCH_GPT2 : arch == CFG_ARCH_GPT_NEOX ? GPT_ARCH_NEOX : GPT_ARCH_NEO;
+  s->arch = arch == CFG_ARCH_GPT2 ? GPT_ARCH_GPT2 : arch == CFG_ARCH_GPT_NEOX ? GPT_ARCH_NEOX
+             : arch == CFG_ARCH_LLAMA ? GPT_ARCH_LLAMA : GPT_ARCH_NEO;
   s->V = (int)m->vocab_size;
   s->maxT = (int)m->block_size;
   s->L = (int)m->n_layer;
@@ -29,16 +30,18 @@ void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m) {
     const char *kind = m->attention_types.v[l % m->attention_types.n];
     s->window[l] = strcmp(kind, "local") == 0 ? (int)m->window_size : 0;
   }
-  const int neox = s->arch == GPT_ARCH_NEOX;
-  s->qkv_bias = s->arch == GPT_ARCH_GPT2 || (neox && m->attention_bias);
-  s->out_bias = !neox || m->attention_bias;
+  const int neox = s->arch == GPT_ARCH_NEOX, llama = s->arch == GPT_ARCH_LLAMA, rotary = neox || llama;
+  s->qkv_bias = s->arch == GPT_ARCH_GPT2 || (rotary && m->attention_bias);
+  s->out_bias = !rotary || m->attention_bias;
   s->attn_scale = s->arch == GPT_ARCH_NEO ? 1.0f : 1.0f / sqrtf((float)(s->C / s->H));
-  s->wpe = !neox;
-  s->rot = neox ? (int)cfg_rotary_dims(m) : 0;
+  s->wpe = !rotary;
+  s->rot = neox ? (int)cfg_rotary_dims(m) : llama ? s->C / s->H : 0;
   s->rope_theta = (float)m->rotary_emb_base;
   s->parallel = neox && m->use_parallel_residual;
   s->act = cfg_model_gelu_erf(m) ? BACKEND_GELU_ERF : BACKEND_GELU_TANH;
   s->tied = !cfg_model_untied(m);
+  s->rms = s->swiglu = llama;
+  s->mlp_unbiased = llama && !m->mlp_bias;
 }
 
 void gpt_shape_free(gpt_shape *s) {
@@ -126,11 +129,12 @@ gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
 }
 
 /* Hugging Face's names of an architecture's tensors outside the blocks, the blocks' prefix, and the names of a
- * block's tensors in buffer order (GPT-Neo's q, k and v are three tensors, stacked as the others' qkv). */
+ * block's tensors in buffer order (GPT-Neo's and Llama's q, k and v are three tensors, stacked as the others' qkv,
+ * their biases q_b, k_b, v_b too; Llama's gate (fc) and up are two, stacked likewise). */
 typedef struct {
   const char *wte, *wpe, *lnf_w, *lnf_b, *head, *block;
   const char *ln1_w, *ln1_b, *q, *k, *v, *qkv_w, *qkv_b, *out_w, *out_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *proj_w,
-      *proj_b;
+      *proj_b, *q_b, *k_b, *v_b, *up_w, *up_b;
 } arch_names;
 
 static const arch_names *names_of(gpt_arch arch) {
@@ -139,20 +143,30 @@ static const arch_names *names_of(gpt_arch arch) {
                                  "ln_1.bias", "attn.attention.q_proj.weight", "attn.attention.k_proj.weight",
                                  "attn.attention.v_proj.weight", NULL, NULL, "attn.attention.out_proj.weight",
                                  "attn.attention.out_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
-                                 "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+                                 "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+                                  NULL, NULL, NULL, NULL, NULL};
   static const arch_names gpt2 = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
                                   "transformer.ln_f.bias", "lm_head.weight", "transformer.h.%d.", "ln_1.weight",
                                   "ln_1.bias", NULL, NULL, NULL, "attn.c_attn.weight", "attn.c_attn.bias",
                                   "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                                  "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+                                  "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias",
+                                  NULL, NULL, NULL, NULL, NULL};
   static const arch_names neox = {"gpt_neox.embed_in.weight", NULL, "gpt_neox.final_layer_norm.weight",
                                   "gpt_neox.final_layer_norm.bias", "embed_out.weight", "gpt_neox.layers.%d.",
                                   "input_layernorm.weight", "input_layernorm.bias", NULL, NULL, NULL,
                                   "attention.query_key_value.weight", "attention.query_key_value.bias",
                                   "attention.dense.weight", "attention.dense.bias", "post_attention_layernorm.weight",
                                   "post_attention_layernorm.bias", "mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias",
-                                  "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias"};
-  return arch == GPT_ARCH_GPT2 ? &gpt2 : arch == GPT_ARCH_NEOX ? &neox : &neo;
+                                  "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias",
+                                  NULL, NULL, NULL, NULL, NULL};
+  static const arch_names llama = {"model.embed_tokens.weight", NULL, "model.norm.weight", NULL, "lm_head.weight",
+                                   "model.layers.%d.", "input_layernorm.weight", NULL, "self_attn.q_proj.weight",
+                                   "self_attn.k_proj.weight", "self_attn.v_proj.weight", NULL, NULL,
+                                   "self_attn.o_proj.weight", "self_attn.o_proj.bias", "post_attention_layernorm.weight",
+                                   NULL, "mlp.gate_proj.weight", "mlp.gate_proj.bias", "mlp.down_proj.weight",
+                                   "mlp.down_proj.bias", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                   "self_attn.v_proj.bias", "mlp.up_proj.weight", "mlp.up_proj.bias"};
+  return arch == GPT_ARCH_GPT2 ? &gpt2 : arch == GPT_ARCH_NEOX ? &neox : arch == GPT_ARCH_LLAMA ? &llama : &neo;
 }
 
 /* Block l's tensors (k: the part holds it; else they are only numbered). */
@@ -168,11 +182,13 @@ static void add_block(const gpt_shape *s, tensor_list *tl, int l, int k) {
 #define SPEC(name, rows, cols, split, groups) \
   ((tensor_spec){k && tl->names ? (snprintf(n, sizeof n, "%s%s", pre, name), n) : "", rows, cols, split, groups})
   add_tensor(tl, k, SPEC(a->ln1_w, C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
-  add_tensor(tl, k, SPEC(a->ln1_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
-  if (a->q) { /* GPT-Neo: q, k and v apart, each split by heads */
+  if (!s->rms) add_tensor(tl, k, SPEC(a->ln1_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+  if (a->q) { /* GPT-Neo, Llama: q, k and v apart, each split by heads */
     add_tensor(tl, k, SPEC(a->q, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
     add_tensor(tl, k, SPEC(a->k, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
     add_tensor(tl, k, SPEC(a->v, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+    for (int i = 0; i < 3 && s->qkv_bias; i++)
+      add_tensor(tl, k, SPEC(i == 0 ? a->q_b : i == 1 ? a->k_b : a->v_b, C, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
   } else { /* q, k and v stacked: 3 row groups, each split by heads */
     add_tensor(tl, k, SPEC(a->qkv_w, 3 * C, C, R, 3), 1, l, GPT_INIT_NORMAL, std);
     if (s->qkv_bias) add_tensor(tl, k, SPEC(a->qkv_b, 3 * C, 1, R, 3), 0, l, GPT_INIT_ZEROS, 0);
@@ -180,11 +196,14 @@ static void add_block(const gpt_shape *s, tensor_list *tl, int l, int k) {
   add_tensor(tl, k, SPEC(a->out_w, C, C, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
   if (s->out_bias) add_tensor(tl, k, SPEC(a->out_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
   add_tensor(tl, k, SPEC(a->ln2_w, C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
-  add_tensor(tl, k, SPEC(a->ln2_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+  if (!s->rms) add_tensor(tl, k, SPEC(a->ln2_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+  /* SwiGLU's gate and up, each split by units: a rank's rows of both make its [gate | up] */
   add_tensor(tl, k, SPEC(a->fc_w, F, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
-  add_tensor(tl, k, SPEC(a->fc_b, F, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
+  if (s->swiglu) add_tensor(tl, k, SPEC(a->up_w, F, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+  if (!s->mlp_unbiased) add_tensor(tl, k, SPEC(a->fc_b, F, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
+  if (!s->mlp_unbiased && s->swiglu) add_tensor(tl, k, SPEC(a->up_b, F, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
   add_tensor(tl, k, SPEC(a->proj_w, C, F, K, 1), 1, l, GPT_INIT_NORMAL, pstd);
-  add_tensor(tl, k, SPEC(a->proj_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
+  if (!s->mlp_unbiased) add_tensor(tl, k, SPEC(a->proj_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
 #undef SPEC
 }
 
@@ -216,7 +235,7 @@ static void build_tensors(const gpt_shape *s, gpt_part part, tensor_list *tl, in
   }
   const int head = GPT_HOOK_HEAD;
   add_tensor(tl, part.has_head, (tensor_spec){a->lnf_w, C, 1, W, 1}, 0, head, GPT_INIT_ONES, 0);
-  add_tensor(tl, part.has_head, (tensor_spec){a->lnf_b, C, 1, W, 1}, 0, head, GPT_INIT_ZEROS, 0);
+  if (!s->rms) add_tensor(tl, part.has_head, (tensor_spec){a->lnf_b, C, 1, W, 1}, 0, head, GPT_INIT_ZEROS, 0);
   if (!s->tied) add_tensor(tl, part.has_head, (tensor_spec){a->head, s->V, C, R, 1}, 1, head, GPT_INIT_NORMAL, std);
 }
 
@@ -243,6 +262,7 @@ typedef struct {
   size_t slot;                                  /* size of one slot */
   size_t dres, dsmall, dbig, scratch, row;      /* shared, after the slots */
   size_t dpar;                                  /* the parallel residual: the MLP's input gradient (N,C) */
+  size_t dh;                                    /* SwiGLU: the gradient of its output (N,Fl) */
   size_t tpw, xpart, xlse;                      /* tensor parallelism: fp32 sums, the loss's parts and lse */
   size_t total;
 } act_layout;
@@ -275,7 +295,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   a.ln2 = take(&b, N * C, es);
   a.ln2_mean = take(&b, N, f4);
   a.ln2_rstd = take(&b, N, f4);
-  a.fc = take(&b, N * F, es);
+  a.fc = take(&b, N * F * (s->swiglu ? 2 : 1), es); /* SwiGLU: [gate | up] */
   a.gel = take(&b, N * F, es);
   a.blk_stride = b;
   if (!p.recompute) a.blk = take(&cur, (size_t)nl * b, 1); /* per block and slot; else shared, below */
@@ -290,8 +310,10 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   if (p.recompute) a.blk = take(&cur, b, 1); /* one block's inner activations, rebuilt as needed */
   a.dres = take(&cur, N * C, es);
   a.dsmall = take(&cur, N * C, es);
-  a.dbig = take(&cur, N * (F > 3 * Cl ? F : 3 * Cl), es);
+  const size_t units = s->swiglu ? 2 * F : F;
+  a.dbig = take(&cur, N * (units > 3 * Cl ? units : 3 * Cl), es);
   if (s->parallel) a.dpar = take(&cur, N * C, es);
+  if (s->swiglu) a.dh = take(&cur, N * F, es);
   a.scratch = take(&cur, be->attention_scratch(be, T), 1);
   /* one row of logits in fp32 for sampling, when they are stored in another type or sharded */
   if (p.has_head && (be->storage != BACKEND_FP32 || tp))
@@ -321,10 +343,11 @@ size_t gpt_part_params(const gpt_shape *s, gpt_part part) {
   return tl.offset;
 }
 
-/* The ops' largest shapes: the residual stream's C, the shards' heads, MLP width and vocabulary. */
+/* The ops' largest shapes: the residual stream's C, the shards' heads, MLP width (SwiGLU's [gate | up]: 2 Fl, whose
+ * ops then fit the staging planned for an MLP of that width) and vocabulary. */
 static backend_shape op_shape(const gpt_shape *s, int B, int T, gpt_part part) {
   gpt_dims d = gpt_part_dims(s, part);
-  return (backend_shape){.B = B, .T = T, .C = s->C, .H = d.Hl, .F = d.Fl, .V = d.nv};
+  return (backend_shape){.B = B, .T = T, .C = s->C, .H = d.Hl, .F = d.Fl * (s->swiglu ? 2 : 1), .V = d.nv};
 }
 
 /* The losses (B*T floats) and after them, 8-byte aligned, the step's two sums: one allocation */
@@ -375,18 +398,19 @@ static void block_at(const gpt_model *m, void *buf, size_t es, size_t at, gpt_bl
   /* bytes of C elements; the shards' Cl and F elements (tensor parallelism) */
   const size_t C = (size_t)m->s.C * es, Cl = (size_t)m->d.Cl, F = (size_t)m->d.Fl;
   memset(p, 0, sizeof *p);
+  const size_t units = m->s.swiglu ? 2 * F : F; /* rows of fc: SwiGLU's gate and up */
   p->ln1_w = q, q += C;
-  p->ln1_b = q, q += C;
+  if (!m->s.rms) p->ln1_b = q, q += C;
   p->qkv_w = q, q += 3 * Cl * C;      /* (3Cl, C) */
   if (m->s.qkv_bias) p->qkv_b = q, q += 3 * Cl * es;
   p->out_w = q, q += C * Cl;          /* (C, Cl) */
   if (m->s.out_bias) p->out_b = q, q += C;
   p->ln2_w = q, q += C;
-  p->ln2_b = q, q += C;
-  p->fc_w = q, q += F * C;            /* (Fl, C) */
-  p->fc_b = q, q += F * es;
+  if (!m->s.rms) p->ln2_b = q, q += C;
+  p->fc_w = q, q += units * C;        /* (Fl or 2Fl, C) */
+  if (!m->s.mlp_unbiased) p->fc_b = q, q += units * es;
   p->proj_w = q, q += C * F;          /* (C, Fl) */
-  p->proj_b = q;
+  if (!m->s.mlp_unbiased) p->proj_b = q;
 }
 
 /* The tensor of that name in buf, or NULL when the part does not hold it. */
@@ -404,7 +428,7 @@ static void fill_ptrs(const gpt_model *m, void *buf, size_t es, gpt_ptrs *p) {
   p->ends.wte = end_at(m, buf, es, a->wte);
   p->ends.wpe = m->s.wpe ? end_at(m, buf, es, a->wpe) : NULL;
   p->ends.lnf_w = end_at(m, buf, es, a->lnf_w);
-  p->ends.lnf_b = end_at(m, buf, es, a->lnf_b);
+  p->ends.lnf_b = a->lnf_b ? end_at(m, buf, es, a->lnf_b) : NULL;
   p->ends.head = m->s.tied ? p->ends.wte : end_at(m, buf, es, a->head);
 }
 
@@ -606,6 +630,54 @@ static void tp_sum(gpt_model *m, const act_layout *a, void *buf, size_t n) {
   be->to_storage(be, buf, w, n);
 }
 
+void gpt_norm_fwd(const gpt_shape *s, const backend *be, void *out, float *mean, float *rstd, const void *x,
+                  const void *w, const void *b, int n) {
+  if (s->rms) be->rmsnorm_fwd(be, out, rstd, x, w, n, s->C, s->eps);
+  else be->layernorm_fwd(be, out, mean, rstd, x, w, b, n, s->C, s->eps);
+}
+
+void gpt_residual_norm_fwd(const gpt_shape *s, const backend *be, void *res, void *out, float *mean, float *rstd,
+                           const void *a, const void *b, const void *w, const void *bias, int n) {
+  if (!s->rms) {
+    be->residual_layernorm_fwd(be, res, out, mean, rstd, a, b, w, bias, n, s->C, s->eps);
+    return;
+  }
+  be->residual_fwd(be, res, a, b, (size_t)n * s->C);
+  be->rmsnorm_fwd(be, out, rstd, res, w, n, s->C, s->eps);
+}
+
+void gpt_mlp_in_fwd(const gpt_shape *s, const backend *be, void *gel, void *fc, const void *ln, const void *w,
+                    const void *b, int n, int F) {
+  if (!s->swiglu) {
+    be->matmul_gelu_fwd(be, gel, fc, ln, w, b, n, s->C, F, s->act);
+    return;
+  }
+  be->matmul_fwd(be, fc, ln, w, b, n, s->C, 2 * F, 2 * F); /* [gate | up] (n,2F) */
+  be->swiglu_fwd(be, gel, fc, n, F);
+}
+
+/* The norm's backward: dinp (N,C) +=, dw, db (db NULL with RMSNorm) */
+static void norm_bwd(const gpt_model *m, void *dinp, float *dw, float *db, const void *dout, const void *x,
+                     const void *w, const float *mean, const float *rstd, int N, int acc) {
+  const backend *be = m->be;
+  if (m->s.rms) be->rmsnorm_bwd(be, dinp, dw, dout, x, w, rstd, N, m->s.C, acc);
+  else be->layernorm_bwd(be, dinp, dw, db, dout, x, w, mean, rstd, N, m->s.C, acc);
+}
+
+/* The MLP's output layer and activation backward: dfc (N,Fl; SwiGLU (N,2Fl)) from dout (N,C), proj's gradients */
+static void mlp_out_bwd(gpt_model *m, const act_layout *a, const block_acts *ba, void *dfc, const void *dout,
+                        const gpt_block_ptrs *p, const gpt_block_ptrs *g, int N, int acc) {
+  const backend *be = m->be;
+  const int C = m->s.C, F = m->d.Fl;
+  if (!m->s.swiglu) {
+    be->matmul_dgelu_bwd(be, dfc, g->proj_w, g->proj_b, dout, ba->gel, ba->fc, p->proj_w, N, F, C, acc, m->s.act);
+    return;
+  }
+  void *dh = arena(m, a->dh); /* (N,Fl) */
+  be->matmul_bwd(be, dh, g->proj_w, g->proj_b, dout, ba->gel, p->proj_w, N, F, C, C, acc);
+  be->swiglu_bwd(be, dfc, dh, ba->fc, N, F);
+}
+
 /* Block l's forward pass from its input x (N,C) into its inner activations ba, and its output
  * into y (N,C) unless y is NULL (the recomputation in the backward pass, which needs only ba).
  * With tensor parallelism the rank holds Hl of the heads (Cl = C/T channels of q, k, v) and Fl of the
@@ -619,19 +691,19 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   const int C = s->C, Cl = m->d.Cl, F = m->d.Fl, N = B * T, first = m->tp_rank == 0;
   void *tmp = arena(m, a->dsmall), *scratch = arena(m, a->scratch);
   const gpt_block_ptrs p = m->w.blk[l - m->layer_lo];
-  be->layernorm_fwd(be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N, C, s->eps);
+  gpt_norm_fwd(s, be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N);
   be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, 3 * Cl);                           /* (N,3Cl) */
   if (s->rot) be->rope(be, ba->qkv, NULL, N, T, Cl, m->d.Hl, s->rot, s->rope_theta, 1);
   be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l], s->attn_scale); /* (N,Cl) */
   be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C, C);                         /* (N,C) */
   tp_sum(m, a, tmp, (size_t)N * C);
   if (s->parallel) {
-    be->layernorm_fwd(be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, p.ln2_w, p.ln2_b, N, C, s->eps);
+    gpt_norm_fwd(s, be, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, p.ln2_w, p.ln2_b, N);
     if (y) be->residual_fwd(be, ba->mid, x, tmp, (size_t)N * C);
   } else {
-    be->residual_layernorm_fwd(be, ba->mid, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, tmp, p.ln2_w, p.ln2_b, N, C, s->eps);
+    gpt_residual_norm_fwd(s, be, ba->mid, ba->ln2, ba->ln2_mean, ba->ln2_rstd, x, tmp, p.ln2_w, p.ln2_b, N);
   }
-  be->matmul_gelu_fwd(be, ba->gel, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, C, F, s->act); /* fc, gel (N,Fl) */
+  gpt_mlp_in_fwd(s, be, ba->gel, ba->fc, ba->ln2, p.fc_w, p.fc_b, N, F); /* fc (N,Fl; SwiGLU 2Fl), gel (N,Fl) */
   if (!y) return; /* the rest of the block keeps nothing the backward pass reads */
   be->matmul_fwd(be, tmp, ba->gel, p.proj_w, first ? p.proj_b : NULL, N, F, C, C);
   tp_sum(m, a, tmp, (size_t)N * C);
@@ -660,8 +732,8 @@ void gpt_forward(gpt_model *m, int slot, int B, int T) {
   if (m->has_head) {
     void *x = res_at(m, &a, slot, m->layer_hi - m->layer_lo, (size_t)N);
     char *base = slot_base(m, &a, slot);
-    be->layernorm_fwd(be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x, w->lnf_w,
-                      w->lnf_b, N, C, s->eps);
+    gpt_norm_fwd(s, be, base + a.lnf, (float *)(base + a.lnf_mean), (float *)(base + a.lnf_rstd), x, w->lnf_w,
+                 w->lnf_b, N);
     be->matmul_fwd(be, base + a.logits, base + a.lnf, w->head, NULL, N, C, m->d.nv,
                    m->d.ldv); /* (N,nv; rows ldv apart): the shard's columns of the vocabulary */
   }
@@ -757,8 +829,8 @@ static void head_backward(gpt_model *m, const act_layout *a, int slot, int N, in
   be->matmul_bwd(be, dsmall, g->head, NULL, base + a->logits, base + a->lnf, w->head, N, C, m->d.nv, m->d.ldv, acc);
   tp_sum(m, a, dsmall, (size_t)N * C);
   be->zero(be, dres, (size_t)N * C * backend_dtype_size(be->storage));
-  be->layernorm_bwd(be, dres, g->lnf_w, g->lnf_b, dsmall, x, w->lnf_w, (float *)(base + a->lnf_mean),
-                    (float *)(base + a->lnf_rstd), N, C, acc);
+  norm_bwd(m, dres, g->lnf_w, g->lnf_b, dsmall, x, w->lnf_w, (float *)(base + a->lnf_mean),
+           (float *)(base + a->lnf_rstd), N, acc);
 }
 
 /* Block l's backward pass: dres holds d(block output) (the same on every tensor rank, so are the replicated biases'
@@ -772,11 +844,12 @@ static void block_backward(gpt_model *m, const act_layout *a, int l, const block
   void *dres = arena(m, a->dres), *dsmall = arena(m, a->dsmall), *dbig = arena(m, a->dbig),
        *scratch = arena(m, a->scratch), *dln2 = s->parallel ? arena(m, a->dpar) : dsmall;
   const gpt_block_ptrs p = m->w.blk[l - m->layer_lo], g = m->g.blk[l - m->layer_lo];
-  be->matmul_dgelu_bwd(be, dbig, g.proj_w, g.proj_b, dres, ba->gel, ba->fc, p.proj_w, N, F, C, acc, s->act); /* dfc (N,Fl) */
-  be->matmul_bwd(be, dln2, g.fc_w, g.fc_b, dbig, ba->ln2, p.fc_w, N, C, F, F, acc); /* dln2 (N,C), partial */
+  const int units = s->swiglu ? 2 * F : F;
+  mlp_out_bwd(m, a, ba, dbig, dres, &p, &g, N, acc); /* dfc (N,units) */
+  be->matmul_bwd(be, dln2, g.fc_w, g.fc_b, dbig, ba->ln2, p.fc_w, N, C, units, units, acc); /* dln2 (N,C), partial */
   tp_sum(m, a, dln2, (size_t)N * C);
   if (!s->parallel) /* dres := d(mid) */
-    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dln2, ba->mid, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, C, acc);
+    norm_bwd(m, dres, g.ln2_w, g.ln2_b, dln2, ba->mid, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, acc);
   be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba->att, p.out_w, N, Cl, C, C, acc); /* datt (N,Cl) */
   be->attention_bwd(be, dbig, dsmall, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l],
                     s->attn_scale); /* dqkv (N,3Cl), of the rotated q and k */
@@ -784,8 +857,8 @@ static void block_backward(gpt_model *m, const act_layout *a, int l, const block
   be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba->ln1, p.qkv_w, N, C, 3 * Cl, 3 * Cl, acc); /* dln1, partial */
   tp_sum(m, a, dsmall, (size_t)N * C);
   if (s->parallel) /* d(output) + the MLP's part */
-    be->layernorm_bwd(be, dres, g.ln2_w, g.ln2_b, dln2, x, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, C, acc);
-  be->layernorm_bwd(be, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba->ln1_mean, ba->ln1_rstd, N, C, acc);
+    norm_bwd(m, dres, g.ln2_w, g.ln2_b, dln2, x, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, acc);
+  norm_bwd(m, dres, g.ln1_w, g.ln1_b, dsmall, x, p.ln1_w, ba->ln1_mean, ba->ln1_rstd, N, acc);
 }
 
 void gpt_backward(gpt_model *m, int slot, int B, int T, gpt_hook hook, void *ctx) {

@@ -1,5 +1,5 @@
 /* gpt: the decoders of the GPT-Neo line as Hugging Face's GPTNeoForCausalLM, GPT2LMHeadModel and
- * GPTNeoXForCausalLM compute them.
+ * GPTNeoXForCausalLM compute them, and Llama's blocks as LlamaForCausalLM does.
  *
  *   x0 = wte[tok] + wpe[pos]                                           (B,T,C)  (no wpe with rotary embeddings)
  *   per block l:  h = x + out_proj(attn_l(ln_1(x)))                   (B,T,C)
@@ -13,6 +13,10 @@
  * GPT-NeoX: one qkv projection (greenlm keeps q, k and v stacked; Hugging Face interleaves them per head),
  * biased or not, rotary embeddings on the first `rot` dims of each head's q and k, scores scaled by
  * 1/sqrt(head size), all global, gelu in its erf form by default, an untied head (embed_out).
+ * Llama: RMSNorm (no biases) where the others have LayerNorms, q, k and v (stacked as GPT-Neo's) rotated on every dim
+ * of each head, scores scaled by 1/sqrt(head size), biases on q, k, v and o only with attention_bias, the SwiGLU MLP
+ * down(silu(gate x) * up x) with gate and up stacked (2F, C) so that one GEMM makes [gate | up], biases on it only
+ * with mlp_bias, an untied head by default.
  *
  * A gpt_model holds a contiguous range of blocks [layer_lo, layer_hi) plus, optionally, the
  * embedding (first pipeline stage) and the final LayerNorm + tied head (last stage); on one rank
@@ -29,7 +33,7 @@
 #include "model/backend.h"
 #include "deck/cfg.h"
 
-typedef enum { GPT_ARCH_NEO, GPT_ARCH_GPT2, GPT_ARCH_NEOX } gpt_arch;
+typedef enum { GPT_ARCH_NEO, GPT_ARCH_GPT2, GPT_ARCH_NEOX, GPT_ARCH_LLAMA } gpt_arch;
 
 typedef struct {
   gpt_arch arch;
@@ -49,6 +53,9 @@ typedef struct {
   int parallel;     /* the parallel residual (GPT-NeoX's use_parallel_residual) */
   int act;          /* the MLP's activation (backend_act) */
   int tied;         /* the head is the token embedding's matrix (else a tensor of its own) */
+  int rms;          /* RMSNorm without biases instead of every LayerNorm (Llama) */
+  int swiglu;       /* the MLP is SwiGLU: fc holds gate and up, (2F, C) (Llama) */
+  int mlp_unbiased; /* fc and proj have no biases (Llama without mlp_bias); 0: biased, as the others */
 } gpt_shape;
 
 typedef enum { GPT_INIT_NORMAL, GPT_INIT_ONES, GPT_INIT_ZEROS } gpt_init_kind;
@@ -87,12 +94,12 @@ size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run);
 /* Pointers into a parameter-layout buffer for one block: the parameters' compute copy (the storage
  * type), or the master parameters and the gradients (fp32). */
 typedef struct {
-  void *ln1_w, *ln1_b;   /* (C) */
+  void *ln1_w, *ln1_b;   /* (C); the b's NULL with RMSNorm */
   void *qkv_w;           /* (3C, C): q, k, v stacked */
   void *qkv_b;           /* (3C) or NULL */
   void *out_w, *out_b;   /* (C, C), (C) */
   void *ln2_w, *ln2_b;   /* (C) */
-  void *fc_w, *fc_b;     /* (F, C), (F) */
+  void *fc_w, *fc_b;     /* (F, C), (F); SwiGLU: (2F, C), (2F), gate's rows then up's; biases NULL without mlp_bias */
   void *proj_w, *proj_b; /* (C, F), (C) */
 } gpt_block_ptrs;
 
@@ -100,7 +107,7 @@ typedef struct {
 typedef struct {
   void *wte;           /* (V, C): the token embedding's (and the tied head's) */
   void *wpe;           /* (maxT, C): the embedding's; NULL with rotary embeddings */
-  void *lnf_w, *lnf_b; /* (C): the head's */
+  void *lnf_w, *lnf_b; /* (C): the head's (lnf_b NULL with RMSNorm) */
   void *head;          /* (V, C): the head's matrix: wte when tied */
 } gpt_ends_ptrs;
 
@@ -194,6 +201,17 @@ int gpt_tensor_owned(const gpt_model *m, const gpt_tensor *t);
 /* Build the shape from the deck (window list expanded from attention_types). */
 void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m);
 void gpt_shape_free(gpt_shape *s);
+
+/* The model's norm on n rows of s->C: LayerNorm (mean, rstd), or RMSNorm (rstd only; b NULL) */
+void gpt_norm_fwd(const gpt_shape *s, const backend *be, void *out, float *mean, float *rstd, const void *x,
+                  const void *w, const void *b, int n);
+/* res (n,C) = a + b, then out = the norm of res as stored */
+void gpt_residual_norm_fwd(const gpt_shape *s, const backend *be, void *res, void *out, float *mean, float *rstd,
+                           const void *a, const void *b, const void *w, const void *bias, int n);
+/* The MLP's first layer and activation on ln (n,C): fc (n,F) the pre-activations and gel (n,F) = gelu(fc), or with
+ * SwiGLU fc (n,2F) = [gate | up] and gel (n,F) = silu(gate) * up; F a tensor rank's units */
+void gpt_mlp_in_fwd(const gpt_shape *s, const backend *be, void *gel, void *fc, const void *ln, const void *w,
+                    const void *b, int n, int F);
 
 /* Parameter count of the whole model (all blocks, embeddings, final LayerNorm). */
 size_t gpt_count_params(const gpt_shape *s);

@@ -11,7 +11,9 @@ and local layers; GPT2LMHeadModel; GPTNeoXForCausalLM in three configurations:
   gpt-neox-a  partial rotary (rotary_pct 0.5), parallel residual, biases, gelu (erf), untied head;
   gpt-neox-b  full rotary, sequential residual, no attention biases, gelu_new, untied head;
   gpt-neox-c  rotary_pct 0.25 with rotary_emb_base 500000 (as Hugging Face's older keys), parallel
-              residual, biases, gelu, tied head), perturbs every parameter (so biases and LayerNorm parameters
+              residual, biases, gelu, tied head; LlamaForCausalLM in two:
+  llama-a     no biases, rope_theta 10000, rms_norm_eps 1e-6, intermediate_size 88, untied head;
+  llama-b     attention_bias and mlp_bias, rope_theta 500000, rms_norm_eps 1e-5, tied head), perturbs every parameter (so biases and LayerNorm parameters
 are not trivially 0 and 1), and writes a NetCDF file with:
 
   * the config (attributes) and the inputs/targets of one batch,
@@ -32,7 +34,7 @@ import scipy.io
 import torch
 import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, GPTNeoXConfig,
-                          GPTNeoXForCausalLM)
+                          GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,11 +43,22 @@ V, MAXT, L, C, H, WINDOW = 67, 24, 2, 32, 4, 5
 NEOX = {"gpt-neox-a": (0.5, 10000.0, True, True, "gelu", False, 32, 4),
         "gpt-neox-b": (1.0, 10000.0, False, False, "gelu_new", False, 32, 4),
         "gpt-neox-c": (0.25, 500000.0, True, True, "gelu", True, 64, 4)}
+# the Llama fixtures: name -> (attention_bias, mlp_bias, tied, rope_theta, rms_norm_eps, C, H, intermediate_size)
+LLAMA = {"llama-a": (False, False, False, 10000.0, 1e-6, 32, 4, 88),
+         "llama-b": (True, True, True, 500000.0, 1e-5, 64, 4, 96)}
 B, T = 2, 16
 LR, BETAS, EPS, WD, CLIP = 3e-3, (0.9, 0.95), 1e-5, 0.1, 0.5
 
 
 def build(arch):
+    if arch in LLAMA:
+        abias, mbias, tied, theta, eps, c, h, inner = LLAMA[arch]
+        cfg = LlamaConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=c, num_hidden_layers=L,
+                          num_attention_heads=h, num_key_value_heads=h, intermediate_size=inner, hidden_act="silu",
+                          rms_norm_eps=eps, rope_theta=theta, attention_bias=abias, mlp_bias=mbias,
+                          attention_dropout=0.0, initializer_range=0.02, tie_word_embeddings=tied, bos_token_id=0,
+                          eos_token_id=0, pad_token_id=None)
+        return LlamaForCausalLM(cfg).eval()
     if arch in NEOX:
         pct, base, par, bias, act, tied, c, h = NEOX[arch]
         cfg = GPTNeoXConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=c, num_hidden_layers=L,
@@ -73,11 +86,11 @@ def build(arch):
 
 
 def params(model):
-    """Named parameters without the tied lm_head duplicate; GPT-NeoX's untied head under the name published
+    """Named parameters without the tied lm_head duplicate (named_parameters leaves out a tied one, Llama's); GPT-NeoX's untied head under the name published
     models give it, embed_out (transformers 5 renames it lm_head on loading)."""
-    neox = isinstance(model, GPTNeoXForCausalLM)
+    neox, llama = isinstance(model, GPTNeoXForCausalLM), isinstance(model, LlamaForCausalLM)
     return [(n.replace("lm_head.", "embed_out.") if neox else n, p) for n, p in model.named_parameters()
-            if neox or not n.startswith("lm_head")]
+            if neox or llama or not n.startswith("lm_head")]
 
 
 def to_greenlm(arch, name, t):
@@ -98,12 +111,14 @@ def loss_of(model, x, y):
 
 
 def main():
-    names = sys.argv[1:] or ["gpt-neo", "gpt2"] + list(NEOX)
+    names = sys.argv[1:] or ["gpt-neo", "gpt2"] + list(NEOX) + list(LLAMA)
     torch.manual_seed(2024)  # gpt-neo, then gpt2 draw from one stream (as their committed files were written)
     np.random.seed(2024)
     for arch in names:
         if arch in NEOX:  # each GPT-NeoX fixture from its own seed
             torch.manual_seed(2024 + list(NEOX).index(arch))
+        if arch in LLAMA:  # and each Llama one
+            torch.manual_seed(2124 + list(LLAMA).index(arch))
         model = build(arch)
         with torch.no_grad():
             for n, p in params(model):
@@ -113,7 +128,7 @@ def main():
 
         path = os.path.join(HERE, f"{arch}.nc")
         f = scipy.io.netcdf_file(path, "w", version=2)
-        f.arch = "gpt-neox" if arch in NEOX else arch
+        f.arch = "gpt-neox" if arch in NEOX else "llama" if arch in LLAMA else arch
         f.vocab_size, f.block_size, f.n_layer, f.n_embd, f.n_head = V, MAXT, L, C, H
         f.window_size = WINDOW
         f.attention_types = "global,local" if arch == "gpt-neo" else "global"
@@ -121,6 +136,9 @@ def main():
             pct, base, par, bias, act, tied, f.n_embd, f.n_head = NEOX[arch]
             f.rotary_pct, f.rotary_emb_base, f.use_parallel_residual, f.attention_bias = pct, base, int(par), int(bias)
             f.activation, f.head = act, "tied" if tied else "untied"
+        if arch in LLAMA:
+            abias, mbias, tied, f.rotary_emb_base, f.layer_norm_epsilon, f.n_embd, f.n_head, f.n_inner = LLAMA[arch]
+            f.attention_bias, f.mlp_bias, f.head = int(abias), int(mbias), "tied" if tied else "untied"
         f.batch, f.seq_len = B, T
         f.lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, f.grad_clip = LR, BETAS[0], BETAS[1], EPS, WD, CLIP
         f.generator = f"tests/reference/make_fixtures.py, torch {torch.__version__}, transformers {transformers.__version__}"
