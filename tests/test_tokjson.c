@@ -249,8 +249,10 @@ static void copy_file(const char *from, const char *to) {
 }
 
 static void test_loading_rule(void) {
-  char dir[4200], path[4300], src[4300];
-  snprintf(dir, sizeof dir, "%s/both", tmpdir);
+  char dir[4400], path[4500], src[4300], deep[241];
+  memset(deep, 'd', sizeof deep - 1); /* a deep directory: the description keeps the whole path */
+  deep[sizeof deep - 1] = '\0';
+  snprintf(dir, sizeof dir, "%s/%s/both", tmpdir, deep);
   util_mkdir_p(dir);
   snprintf(path, sizeof path, "%s/encoder.json", dir);
   remove(path); /* an earlier run's */
@@ -264,7 +266,12 @@ static void test_loading_rule(void) {
   tok_tokenizer t;
   err_list errs = {0};
   T_CHECK(tok_load_bpe(&t, dir, &errs) == 0, "tokenizer.json beside vocab.json: %s", errs.n ? errs.v[0].msg : "");
-  if (errs.n == 0) tok_free(&t);
+  if (errs.n == 0) {
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    const char *at = strstr(t.desc, " from ");
+    T_CHECK(at && strcmp(at + 6, path) == 0, "the description does not end with the whole path: %s", t.desc);
+    tok_free(&t);
+  }
   err_free(&errs);
   snprintf(path, sizeof path, "%s/encoder.json", dir); /* GPT-2's names come first: the empty file is read */
   copy_file("/dev/null", path);

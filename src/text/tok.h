@@ -22,6 +22,7 @@
 
 #include "base/err.h"
 #include "base/hmap.h"
+#include "base/util.h"
 #include "deck/cfg.h"
 
 typedef enum { TOK_BYTES, TOK_BPE } tok_kind;
@@ -60,7 +61,7 @@ typedef struct {
   hmap_u64 merges; /* (left << 32 | right) -> (rank << 32 | merged id) */
   uint64_t hash;   /* identity of the vocabulary and merges (see tok_hash_of) */
   char hash_hex[17];
-  char desc[128];
+  char desc[UTIL_PATH_MAX + 96]; /* what it is and the path it came from, whole */
   void *re, *md;   /* PCRE2 pattern and match data */
   /* From a tokenizer.json only (tokjson.c); NULL or 0 for GPT-2's files and for 'bytes'. */
   char *json_path;   /* the tokenizer.json read (export writes it again) */
