@@ -50,20 +50,21 @@ void cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *b
 void cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                     int N, int K, int M, int ldo);
 size_t cpu_attention_scratch(int T);
-void cpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
+/* qkv F (B,T,C+2Ckv) as the attention ops lay it out: H query heads, Hkv key/value heads */
+void cpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H, int Hkv,
                        int window, float scale);
 void cpu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                       float *scratch, int B, int T, int C, int H, int window, float scale);
+                       float *scratch, int B, int T, int C, int H, int Hkv, int window, float scale);
 /* kv_store copies elements of es bytes (any storage type); attention_cached computes in fp32 */
 void cpu_kv_store(size_t es, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N, int C,
-                  int ring);
+                  int Ckv, int ring);
 void cpu_attention_cached(float *out, const float *qkv, const float *kc, const float *vc, const int32_t *seq,
-                          const int32_t *pos, int N, int C, int H, int ring, int window, float scale);
+                          const int32_t *pos, int N, int C, int H, int Hkv, int ring, int window, float scale);
 /* act: backend_act */
 void cpu_gelu_fwd(float *out, const float *inp, size_t n, int act);
 void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n, int act);
-/* qkv F (N,3C) rotated in place as the rope op says; the frequency of pair i as the op computes it */
-void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign);
+/* qkv F (N,C+2Ckv) rotated in place as the rope op says; the frequency of pair i as the op computes it */
+void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta, int sign);
 float cpu_rope_inv_freq(int i, int rot, float theta);
 void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n);
 void cpu_accumulate(float *dst, const float *src, size_t n);

@@ -288,20 +288,22 @@ void cpu_op_matmul_bwd(const backend *be, void *dinp, float *dw, float *dbias, c
 }
 
 void cpu_op_attention_fwd(const backend *be, void *o, float *lse, const void *qkv, void *scratch, int B, int T, int C,
-                          int H, int window, float scale) {
+                          int H, int Hkv, int window, float scale) {
   stage s = stage_begin(be);
   float *y = out(&s, o, SZ(B) * T * C, 0);
-  cpu_attention_fwd(y, lse, in(&s, qkv, SZ(B) * T * 3 * C), scratch, B, T, C, H, window, scale);
+  const size_t W = SZ(C) + 2 * SZ(C / H) * Hkv; /* a qkv row */
+  cpu_attention_fwd(y, lse, in(&s, qkv, SZ(B) * T * W), scratch, B, T, C, H, Hkv, window, scale);
   stage_end(&s);
 }
 
 void cpu_op_attention_bwd(const backend *be, void *dqkv, const void *dout, const void *o, const float *lse,
-                          const void *qkv, void *scratch, int B, int T, int C, int H, int window, float scale) {
+                          const void *qkv, void *scratch, int B, int T, int C, int H, int Hkv, int window,
+                          float scale) {
   stage s = stage_begin(be);
-  size_t n = SZ(B) * T * C;
-  float *dx = out(&s, dqkv, 3 * n, 0);
-  const float *d = in(&s, dout, n), *y = in(&s, o, n), *x = in(&s, qkv, 3 * n);
-  cpu_attention_bwd(dx, d, y, lse, x, scratch, B, T, C, H, window, scale);
+  const size_t n = SZ(B) * T * C, nqkv = SZ(B) * T * (SZ(C) + 2 * SZ(C / H) * Hkv);
+  float *dx = out(&s, dqkv, nqkv, 0);
+  const float *d = in(&s, dout, n), *y = in(&s, o, n), *x = in(&s, qkv, nqkv);
+  cpu_attention_bwd(dx, d, y, lse, x, scratch, B, T, C, H, Hkv, window, scale);
   stage_end(&s);
 }
 
@@ -329,11 +331,11 @@ void cpu_op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *db
   stage_end(&s);
 }
 
-void cpu_op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta,
-                 int sign) {
+void cpu_op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,
+                 float theta, int sign) {
   stage s = stage_begin(be);
-  float *x = out(&s, qkv, SZ(N) * 3 * C, 1);
-  cpu_rope(x, pos, N, T, C, H, rot, theta, sign);
+  float *x = out(&s, qkv, SZ(N) * (SZ(C) + 2 * SZ(C / H) * Hkv), 1);
+  cpu_rope(x, pos, N, T, C, H, Hkv, rot, theta, sign);
   stage_end(&s);
 }
 
@@ -389,20 +391,20 @@ void cpu_op_to_storage(const backend *be, void *dst, const float *src, size_t n)
 void cpu_op_to_fp32(const backend *be, float *dst, const void *src, size_t n) { cpu_load(be->storage, dst, src, n); }
 
 void cpu_op_kv_store(const backend *be, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos,
-                     int N, int C, int ring) {
-  cpu_kv_store(backend_dtype_size(be->storage), kc, vc, qkv, seq, pos, N, C, ring);
+                     int N, int C, int Ckv, int ring) {
+  cpu_kv_store(backend_dtype_size(be->storage), kc, vc, qkv, seq, pos, N, C, Ckv, ring);
 }
 
 void cpu_op_attention_cached(const backend *be, void *o, const void *qkv, const void *kc, const void *vc,
-                             const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
-                             float scale) {
+                             const int32_t *seq, const int32_t *pos, int N, int C, int H, int Hkv, int ring,
+                             int window, float scale) {
   int nseq = 0; /* the sequences whose caches are widened: up to the largest one named */
   for (int r = 0; r < N; r++) nseq = seq[r] + 1 > nseq ? seq[r] + 1 : nseq;
   stage s = stage_begin(be);
-  const size_t kv = SZ(nseq) * ring * C;
+  const size_t Ckv = SZ(C / H) * Hkv, kv = SZ(nseq) * ring * Ckv;
   float *y = out(&s, o, SZ(N) * C, 0);
-  const float *x = in(&s, qkv, SZ(N) * 3 * C), *k = in(&s, kc, kv), *v = in(&s, vc, kv);
-  cpu_attention_cached(y, x, k, v, seq, pos, N, C, H, ring, window, scale);
+  const float *x = in(&s, qkv, SZ(N) * (SZ(C) + 2 * Ckv)), *k = in(&s, kc, kv), *v = in(&s, vc, kv);
+  cpu_attention_cached(y, x, k, v, seq, pos, N, C, H, Hkv, ring, window, scale);
   stage_end(&s);
 }
 

@@ -195,8 +195,9 @@ void gpu_swiglu(backend_dtype t, void *h, void *dgu, const void *dh, const void 
 /* act: backend_act */
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n, int act);
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n, int act);
-/* the rope op (backend.h) on qkv (N,3C) in place; pos device memory or NULL */
-void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign);
+/* the rope op (backend.h) on qkv (N,C+2Ckv) in place; pos device memory or NULL */
+void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,
+              int sign);
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);
 void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n);
 /* logits' rows ldr apart (backend.h's ld) */
@@ -270,16 +271,16 @@ void gpu_attention_limits(int *head_size, int *heads, int *batch);
 size_t gpu_attention_scratch(int T);
 size_t gpu_attention_workspace(int B, int T, int H);
 void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
-                       int window, float scale);
+                       int Hkv, int window, float scale);
 void gpu_attention_bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse,
-                       const float *qkv, float *scratch, int B, int T, int C, int H, int window, float scale);
+                       const float *qkv, float *scratch, int B, int T, int C, int H, int Hkv, int window, float scale);
 
 /* gpu_attention.cu: the KV cache of generation; S arrays in storage type t, seq and pos device int32 */
 void gpu_kv_store(backend_dtype t, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N,
-                  int C, int ring);
+                  int C, int Ckv, int ring);
 void gpu_attention_cached(backend_dtype t, void *out, const void *qkv, const void *kc, const void *vc,
-                          const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
-                          float scale);
+                          const int32_t *seq, const int32_t *pos, int N, int C, int H, int Hkv, int ring,
+                          int window, float scale);
 
 #ifdef GREENLM_HAVE_CUDNN
 /* gpu_sdpa.cu: attention_fwd/bwd through cuDNN's fused attention, arrays in 16-bit storage type t
@@ -289,9 +290,9 @@ gpu_sdpa *gpu_sdpa_open(char *why, size_t len); /* NULL, with the reason in why,
 void gpu_sdpa_close(gpu_sdpa *s);
 size_t gpu_sdpa_version(void); /* cudnnGetVersion(): 91900 for 9.19.0 */
 bool gpu_sdpa_fwd(gpu_ctx *g, backend_dtype t, void *out, float *lse, const void *qkv, int B, int T, int C, int H,
-                  int window, float scale);
+                  int Hkv, int window, float scale);
 bool gpu_sdpa_bwd(gpu_ctx *g, backend_dtype t, void *dqkv, const void *dout, const void *out, const float *lse,
-                  const void *qkv, int B, int T, int C, int H, int window, float scale);
+                  const void *qkv, int B, int T, int C, int H, int Hkv, int window, float scale);
 #endif
 
 /* gpu_mpi.c (C, compiled with MPI): whether the MPI library moves CUDA device memory itself. */

@@ -63,6 +63,12 @@ __device__ __forceinline__ int key_lo(int i, int window) {
   return lo > 0 ? lo : 0;
 }
 
+/* Grouped-query attention: a row of qkv is [q (C) | k (Ckv) | v (Ckv)], Ckv = Hkv C/H, and query head h reads
+ * key/value head h / (H/Hkv). The row's width, and the column of query head h's key head (its value head's is Ckv
+ * further). */
+__host__ __device__ __forceinline__ int qkv_width(int C, int H, int Hkv) { return C + 2 * (C / H) * Hkv; }
+__host__ __device__ __forceinline__ int key_col(int C, int H, int Hkv, int h) { return C + h / (H / Hkv) * (C / H); }
+
 /* Whether query i sees key j. */
 __device__ __forceinline__ bool visible(int i, int j, int window) { return j <= i && j >= key_lo(i, window); }
 
@@ -104,15 +110,16 @@ __device__ __forceinline__ float warp_dot(const E *a, const float *b, int hs) {
 /* grid (ceil(T/ATT_ROWS), H, B); out (B,T,C), lse (B,H,T), qkv (B,T,3C) */
 template <int NV>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
-    att_fwd_kernel(float *out, float *lse, const float *qkv, int T, int C, int H, int window, float scale) {
+    att_fwd_kernel(float *out, float *lse, const float *qkv, int T, int C, int H, int Hkv, int window, float scale) {
   constexpr int HP = 32 * NV;
   extern __shared__ float sm[];
   float *Qs = sm;                         /* (ATT_ROWS, HP) */
   float *Ks = Qs + ATT_ROWS * HP;         /* (ATT_TILE, HP + 1) */
   float *Vs = Ks + ATT_TILE * (HP + 1);   /* (ATT_TILE, HP) */
-  const int hs = C / H, C3 = 3 * C, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
+  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
+              *v = k + hs * Hkv;
 
   load_rows(Qs, HP, HP, q, C3, i0, ATT_ROWS, T, hs);
   float m[ATT_RPW], l[ATT_RPW], acc[ATT_RPW][NV];
@@ -176,16 +183,17 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 template <int NV>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     att_bwd_dq_kernel(float *dqkv, float *Dg, const float *dout, const float *out, const float *lse, const float *qkv,
-                      int T, int C, int H, int window, float scale) {
+                      int T, int C, int H, int Hkv, int window, float scale) {
   constexpr int HP = 32 * NV;
   extern __shared__ float sm[];
   float *Qs = sm;                         /* (ATT_ROWS, HP) */
   float *dOs = Qs + ATT_ROWS * HP;        /* (ATT_ROWS, HP) */
   float *Ks = dOs + ATT_ROWS * HP;        /* (ATT_TILE, HP + 1) */
   float *Vs = Ks + ATT_TILE * (HP + 1);   /* (ATT_TILE, HP + 1) */
-  const int hs = C / H, C3 = 3 * C, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
+  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
+              *v = k + hs * Hkv;
   const float *dO = dout + (size_t)b * T * C + (size_t)h * hs, *o = out + (size_t)b * T * C + (size_t)h * hs;
   const float *L = lse + ((size_t)b * H + h) * T;
 
@@ -242,11 +250,12 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
 
 /* ---- backward: dk, dv ------------------------------------------------------------------------ */
 
-/* grid (ceil(T/ATT_ROWS), H, B): a block owns ATT_ROWS keys; writes the k and v parts of dqkv */
+/* grid (ceil(T/ATT_ROWS), Hkv, B): a block owns ATT_ROWS keys of key/value head g; writes the k and v parts of dqkv,
+ * summed over the H/Hkv query heads of the group in turn (k and v stay loaded: nothing is copied per query head) */
 template <int NV>
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     att_bwd_dkdv_kernel(float *dqkv, const float *Dg, const float *dout, const float *lse, const float *qkv, int T,
-                        int C, int H, int window, float scale) {
+                        int C, int H, int Hkv, int window, float scale) {
   constexpr int HP = 32 * NV;
   extern __shared__ float sm[];
   float *Ks = sm;                         /* (ATT_ROWS, HP) */
@@ -255,11 +264,9 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
   float *dOs = Qs + ATT_TILE * (HP + 1);  /* (ATT_TILE, HP + 1) */
   float *Ls = dOs + ATT_TILE * (HP + 1);  /* (ATT_TILE) */
   float *Ds = Ls + ATT_TILE;              /* (ATT_TILE) */
-  const int hs = C / H, C3 = 3 * C, b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * ATT_ROWS;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-  const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-  const float *L = lse + ((size_t)b * H + h) * T, *D = Dg + ((size_t)b * H + h) * T;
+  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * ATT_ROWS;
+  const int G = H / Hkv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float *k = qkv + (size_t)b * T * C3 + C + (size_t)g * hs, *v = k + hs * Hkv;
 
   load_rows(Ks, HP, HP, k, C3, j0, ATT_ROWS, T, hs);
   load_rows(Vs, HP, HP, v, C3, j0, ATT_ROWS, T, hs);
@@ -271,47 +278,51 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
   /* queries that see keys [j0, j1): i in [j0, j1 - 1 + window) for a local layer, [j0, T) globally */
   const int j1 = min(j0 + ATT_ROWS, T);
   const int iend = window > 0 ? min(T, j1 - 1 + window) : T;
-  for (int it = j0; it < iend; it += ATT_TILE) {
-    __syncthreads();
-    load_rows(Qs, HP + 1, HP, q, C3, it, ATT_TILE, iend, hs);
-    load_rows(dOs, HP + 1, HP, dO, C, it, ATT_TILE, iend, hs);
-    if (threadIdx.x < ATT_TILE) {
-      const int i = it + threadIdx.x;
-      Ls[threadIdx.x] = i < iend ? L[i] : 0.0f;
-      Ds[threadIdx.x] = i < iend ? D[i] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rr = 0; rr < ATT_RPW; rr++) {
-      const int r = warp * ATT_RPW + rr, j = j0 + r, i = it + lane;
-      if (j >= T) continue;
-      float p = 0.0f, ds = 0.0f;
-      if (i < iend && visible(i, j, window)) {
-        const float *qi = Qs + lane * (HP + 1), *di = dOs + lane * (HP + 1), *kr = Ks + r * HP, *vr = Vs + r * HP;
-        float s = 0.0f, dp = 0.0f;
-        for (int d = 0; d < hs; d++) {
-          s += qi[d] * kr[d];
-          dp += di[d] * vr[d];
-        }
-        p = expf(scale * s - Ls[lane]);
-        ds = p * (dp - Ds[lane]);
+  for (int h = g * G; h < (g + 1) * G; h++) {
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+    const float *L = lse + ((size_t)b * H + h) * T, *D = Dg + ((size_t)b * H + h) * T;
+    for (int it = j0; it < iend; it += ATT_TILE) {
+      __syncthreads();
+      load_rows(Qs, HP + 1, HP, q, C3, it, ATT_TILE, iend, hs);
+      load_rows(dOs, HP + 1, HP, dO, C, it, ATT_TILE, iend, hs);
+      if (threadIdx.x < ATT_TILE) {
+        const int i = it + threadIdx.x;
+        Ls[threadIdx.x] = i < iend ? L[i] : 0.0f;
+        Ds[threadIdx.x] = i < iend ? D[i] : 0.0f;
       }
-      for (int ii = 0; ii < ATT_TILE; ii++) {
-        const float pi = __shfl_sync(GPU_FULL_MASK, p, ii), dsi = __shfl_sync(GPU_FULL_MASK, ds, ii);
-        const float *qi = Qs + ii * (HP + 1) + lane, *di = dOs + ii * (HP + 1) + lane;
+      __syncthreads();
 #pragma unroll
-        for (int e = 0; e < NV; e++) {
-          dv[rr][e] += pi * di[32 * e];
-          dk[rr][e] += dsi * qi[32 * e];
+      for (int rr = 0; rr < ATT_RPW; rr++) {
+        const int r = warp * ATT_RPW + rr, j = j0 + r, i = it + lane;
+        if (j >= T) continue;
+        float p = 0.0f, ds = 0.0f;
+        if (i < iend && visible(i, j, window)) {
+          const float *qi = Qs + lane * (HP + 1), *di = dOs + lane * (HP + 1), *kr = Ks + r * HP, *vr = Vs + r * HP;
+          float s = 0.0f, dp = 0.0f;
+          for (int d = 0; d < hs; d++) {
+            s += qi[d] * kr[d];
+            dp += di[d] * vr[d];
+          }
+          p = expf(scale * s - Ls[lane]);
+          ds = p * (dp - Ds[lane]);
+        }
+        for (int ii = 0; ii < ATT_TILE; ii++) {
+          const float pi = __shfl_sync(GPU_FULL_MASK, p, ii), dsi = __shfl_sync(GPU_FULL_MASK, ds, ii);
+          const float *qi = Qs + ii * (HP + 1) + lane, *di = dOs + ii * (HP + 1) + lane;
+#pragma unroll
+          for (int e = 0; e < NV; e++) {
+            dv[rr][e] += pi * di[32 * e];
+            dk[rr][e] += dsi * qi[32 * e];
+          }
         }
       }
     }
-  }
+  } /* the group's query heads */
 #pragma unroll
   for (int rr = 0; rr < ATT_RPW; rr++) {
     const int j = j0 + warp * ATT_RPW + rr;
     if (j >= T) continue;
-    float *dkj = dqkv + ((size_t)b * T + j) * C3 + C + (size_t)h * hs, *dvj = dkj + C;
+    float *dkj = dqkv + ((size_t)b * T + j) * C3 + C + (size_t)g * hs, *dvj = dkj + hs * Hkv;
 #pragma unroll
     for (int e = 0; e < NV; e++)
       if (lane + 32 * e < hs) {
@@ -428,7 +439,7 @@ __device__ __forceinline__ void store_acc(float *dst, size_t stride, int r0, int
 /* grid (ceil(T/TC_ROWS), H, B); out (B,T,C), lse (B,H,T), qkv (B,T,3C) */
 template <typename E, int HP>
 __global__ void __launch_bounds__(32 * TC_WARPS)
-    att_fwd_tc_kernel(float *out, float *lse, const float *qkv, int T, int C, int H, int window, float scale) {
+    att_fwd_tc_kernel(float *out, float *lse, const float *qkv, int T, int C, int H, int Hkv, int window, float scale) {
 #if TC_ARCH_OK
   typedef fwd_tc_smem<E, HP> L;
   constexpr int P = L::pitch, ND = HP / 16;
@@ -441,9 +452,10 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *Rs = (float *)(tc_sm + L::vec) + warp * 16;               /* (16): row factors */
   float *Ss = (float *)(tc_sm + L::wf) + warp * (TC_TILE * 16);    /* (TC_TILE, 16): S^T */
   E *Ps = (E *)(tc_sm + L::we) + warp * (TC_TILE * 16);            /* (TC_TILE, 16): P^T */
-  const int hs = C / H, C3 = 3 * C, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
+  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
   const int r = lane % 16, half = lane / 16, i = i0 + warp * 16 + r; /* the lane's row */
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
+              *v = k + hs * Hkv;
 
   load_rows(Qs, P, HP, q, C3, i0, TC_ROWS, T, hs);
   fill_index(Ms);
@@ -499,7 +511,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   __syncwarp();
   store_acc(out + (size_t)b * T * C + (size_t)h * hs, C, i0 + warp * 16, T, hs, o, Ms, Rs, 1.0f);
 #else
-  tc_unused(out, lse, qkv, T, C, H, window, scale);
+  tc_unused(out, lse, qkv, T, C, H, Hkv, window, scale);
 #endif
 }
 
@@ -507,7 +519,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
 template <typename E, int HP>
 __global__ void __launch_bounds__(32 * TC_WARPS)
     att_bwd_dq_tc_kernel(float *dqkv, float *Dg, const float *dout, const float *out, const float *lse,
-                         const float *qkv, int T, int C, int H, int window, float scale) {
+                         const float *qkv, int T, int C, int H, int Hkv, int window, float scale) {
 #if TC_ARCH_OK
   typedef dq_tc_smem<E, HP> L;
   constexpr int P = L::pitch, ND = HP / 16;
@@ -521,9 +533,10 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *Ss = (float *)(tc_sm + L::wf) + warp * 512;  /* (16 keys, 16 rows): S^T */
   float *dPs = Ss + 256;                              /* (16 keys, 16 rows): dP^T */
   E *dSs = (E *)(tc_sm + L::we) + warp * 256;         /* (16 keys, 16 rows): dS^T */
-  const int hs = C / H, C3 = 3 * C, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
+  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
   const int r = lane % 16, half = lane / 16, i = i0 + warp * 16 + r; /* the lane's row */
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
+              *v = k + hs * Hkv;
   const float *dO = dout + (size_t)b * T * C + (size_t)h * hs, *o = out + (size_t)b * T * C + (size_t)h * hs;
 
   load_rows(Qs, P, HP, q, C3, i0, TC_ROWS, T, hs);
@@ -572,15 +585,16 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   }
   store_acc(dqkv + (size_t)b * T * C3 + (size_t)h * hs, C3, i0 + warp * 16, T, hs, dq, Ms, NULL, scale);
 #else
-  tc_unused(dqkv, Dg, dout, out, lse, qkv, T, C, H, window, scale);
+  tc_unused(dqkv, Dg, dout, out, lse, qkv, T, C, H, Hkv, window, scale);
 #endif
 }
 
-/* grid (ceil(T/TC_ROWS), H, B): a block owns TC_ROWS keys; writes the k and v parts of dqkv */
+/* grid (ceil(T/TC_ROWS), Hkv, B): a block owns TC_ROWS keys of key/value head g; writes the k and v parts of dqkv,
+ * summed over the group's query heads in turn */
 template <typename E, int HP>
 __global__ void __launch_bounds__(32 * TC_WARPS)
     att_bwd_dkdv_tc_kernel(float *dqkv, const float *Dg, const float *dout, const float *lse, const float *qkv,
-                           int T, int C, int H, int window, float scale) {
+                           int T, int C, int H, int Hkv, int window, float scale) {
 #if TC_ARCH_OK
   typedef dkdv_tc_smem<E, HP> L;
   constexpr int P = L::pitch, ND = HP / 16;
@@ -597,11 +611,9 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *dPs = Ss + 256;                              /* (16 queries, 16 keys): dP */
   E *Pt = (E *)(tc_sm + L::we) + warp * 512;          /* (16 queries, 16 keys): P */
   E *dSt = Pt + 256;                                  /* (16 queries, 16 keys): dS */
-  const int hs = C / H, C3 = 3 * C, b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * TC_ROWS;
-  const int r = lane % 16, half = lane / 16, j = j0 + warp * 16 + r; /* the lane's key */
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-  const float *dO = dout + (size_t)b * T * C + (size_t)h * hs;
-  const float *Lg = lse + ((size_t)b * H + h) * T, *D = Dg + ((size_t)b * H + h) * T;
+  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * TC_ROWS;
+  const int G = H / Hkv, r = lane % 16, half = lane / 16, j = j0 + warp * 16 + r; /* the lane's key */
+  const float *k = qkv + (size_t)b * T * C3 + C + (size_t)g * hs, *v = k + hs * Hkv;
 
   load_rows(Ks, P, HP, k, C3, j0, TC_ROWS, T, hs);
   load_rows(Vs, P, HP, v, C3, j0, TC_ROWS, T, hs);
@@ -612,44 +624,48 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   /* queries that see keys [j0, j1): i in [j0, j1 - 1 + window) for a local layer, [j0, T) globally */
   const int j1 = min(j0 + TC_ROWS, T);
   const int iend = window > 0 ? min(T, j1 - 1 + window) : T;
-  for (int it = j0; it < iend; it += TC_TILE) {
-    __syncthreads();
-    load_rows(Qs, P, HP, q, C3, it, TC_TILE, iend, hs);
-    load_rows(dOs, P, HP, dO, C, it, TC_TILE, iend, hs);
-    for (int x = threadIdx.x; x < TC_TILE; x += blockDim.x) {
-      Ls[x] = it + x < iend ? Lg[it + x] : 0.0f;
-      Ds[x] = it + x < iend ? D[it + x] : 0.0f;
-    }
-    __syncthreads();
-    for (int ii = 0; ii < TC_TILE / 16; ii++) {
-      /* S^T, dP^T (16 keys, 16 queries) = k q^T, v dO^T, to Ss, dPs as (query, key) */
-      abt_to_smem<E, HP>(Ss, Ks + warp * 16 * P, Qs + ii * 16 * P, P);
-      abt_to_smem<E, HP>(dPs, Vs + warp * 16 * P, dOs + ii * 16 * P, P);
-      __syncwarp();
-      /* P = exp(scale s - lse), dS = P (dP - D): element 32c + lane is (key r, query 2c + half) */
-#pragma unroll
-      for (int c = 0; c < 8; c++) {
-        const int x = 32 * c + lane, iq = ii * 16 + 2 * c + half, i = it + iq;
-        float p = 0.0f, ds = 0.0f;
-        if (i < iend && visible(i, j, window)) {
-          p = expf(scale * Ss[x] - Ls[iq]);
-          ds = p * (dPs[x] - Ds[iq]);
-        }
-        Pt[x] = to_elem<E>(p);
-        dSt[x] = to_elem<E>(ds);
+  for (int h = g * G; h < (g + 1) * G; h++) {
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+    const float *Lg = lse + ((size_t)b * H + h) * T, *D = Dg + ((size_t)b * H + h) * T;
+    for (int it = j0; it < iend; it += TC_TILE) {
+      __syncthreads();
+      load_rows(Qs, P, HP, q, C3, it, TC_TILE, iend, hs);
+      load_rows(dOs, P, HP, dO, C, it, TC_TILE, iend, hs);
+      for (int x = threadIdx.x; x < TC_TILE; x += blockDim.x) {
+        Ls[x] = it + x < iend ? Lg[it + x] : 0.0f;
+        Ds[x] = it + x < iend ? D[it + x] : 0.0f;
       }
-      __syncwarp();
-      /* dv (16 keys, HP) += P^T (16 keys, 16 queries) dO (16 queries, HP); dk += dS^T q */
-      mma_ab<E, HP>(dv, Pt, dOs + ii * 16 * P, P);
-      mma_ab<E, HP>(dk, dSt, Qs + ii * 16 * P, P);
-      __syncwarp(); /* Pt, dSt, Ss, dPs are read before the next block overwrites them */
+      __syncthreads();
+      for (int ii = 0; ii < TC_TILE / 16; ii++) {
+        /* S^T, dP^T (16 keys, 16 queries) = k q^T, v dO^T, to Ss, dPs as (query, key) */
+        abt_to_smem<E, HP>(Ss, Ks + warp * 16 * P, Qs + ii * 16 * P, P);
+        abt_to_smem<E, HP>(dPs, Vs + warp * 16 * P, dOs + ii * 16 * P, P);
+        __syncwarp();
+        /* P = exp(scale s - lse), dS = P (dP - D): element 32c + lane is (key r, query 2c + half) */
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+          const int x = 32 * c + lane, iq = ii * 16 + 2 * c + half, i = it + iq;
+          float p = 0.0f, ds = 0.0f;
+          if (i < iend && visible(i, j, window)) {
+            p = expf(scale * Ss[x] - Ls[iq]);
+            ds = p * (dPs[x] - Ds[iq]);
+          }
+          Pt[x] = to_elem<E>(p);
+          dSt[x] = to_elem<E>(ds);
+        }
+        __syncwarp();
+        /* dv (16 keys, HP) += P^T (16 keys, 16 queries) dO (16 queries, HP); dk += dS^T q */
+        mma_ab<E, HP>(dv, Pt, dOs + ii * 16 * P, P);
+        mma_ab<E, HP>(dk, dSt, Qs + ii * 16 * P, P);
+        __syncwarp(); /* Pt, dSt, Ss, dPs are read before the next block overwrites them */
+      }
     }
-  }
-  float *dkv = dqkv + (size_t)b * T * C3 + C + (size_t)h * hs;
+  } /* the group's query heads */
+  float *dkv = dqkv + (size_t)b * T * C3 + C + (size_t)g * hs;
   store_acc(dkv, C3, j0 + warp * 16, T, hs, dk, Ms, NULL, scale);
-  store_acc(dkv + C, C3, j0 + warp * 16, T, hs, dv, Ms, NULL, 1.0f);
+  store_acc(dkv + hs * Hkv, C3, j0 + warp * 16, T, hs, dv, Ms, NULL, 1.0f);
 #else
-  tc_unused(dqkv, Dg, dout, lse, qkv, T, C, H, window, scale);
+  tc_unused(dqkv, Dg, dout, lse, qkv, T, C, H, Hkv, window, scale);
 #endif
 }
 
@@ -679,50 +695,52 @@ size_t gpu_attention_scratch(int T) {
 size_t gpu_attention_workspace(int B, int T, int H) { return (size_t)B * H * T * sizeof(float); }
 
 template <int NV>
-static void fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, int B, int T, int C, int H, int window, float scale) {
+static void fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, int B, int T, int C, int H, int Hkv, int window,
+                float scale) {
   dim3 grid((T + ATT_ROWS - 1) / ATT_ROWS, H, B);
   size_t smem = fwd_smem(32 * NV);
   static bool ready = false; /* the opt-in is set once per kernel */
   if (!ready) allow_smem(g, att_fwd_kernel<NV>, smem), ready = true;
-  att_fwd_kernel<NV><<<grid, 32 * ATT_WARPS, smem>>>(out, lse, qkv, T, C, H, window, scale);
+  att_fwd_kernel<NV><<<grid, 32 * ATT_WARPS, smem>>>(out, lse, qkv, T, C, H, Hkv, window, scale);
   GPU_LAUNCHED();
 }
 
 template <int NV>
 static void bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv, int B, int T,
-                int C, int H, int window, float scale) {
-  dim3 grid((T + ATT_ROWS - 1) / ATT_ROWS, H, B);
+                int C, int H, int Hkv, int window, float scale) {
+  dim3 grid((T + ATT_ROWS - 1) / ATT_ROWS, H, B), kvgrid(grid.x, Hkv, B);
   float *D = (float *)gpu_workspace(g, gpu_attention_workspace(B, T, H)); /* (B,H,T) */
   size_t s1 = dq_smem(32 * NV), s2 = dkdv_smem(32 * NV);
   static bool ready = false;
   if (!ready) allow_smem(g, att_bwd_dq_kernel<NV>, s1), allow_smem(g, att_bwd_dkdv_kernel<NV>, s2), ready = true;
-  att_bwd_dq_kernel<NV><<<grid, 32 * ATT_WARPS, s1>>>(dqkv, D, dout, out, lse, qkv, T, C, H, window, scale);
+  att_bwd_dq_kernel<NV><<<grid, 32 * ATT_WARPS, s1>>>(dqkv, D, dout, out, lse, qkv, T, C, H, Hkv, window, scale);
   GPU_LAUNCHED();
-  att_bwd_dkdv_kernel<NV><<<grid, 32 * ATT_WARPS, s2>>>(dqkv, D, dout, lse, qkv, T, C, H, window, scale);
+  att_bwd_dkdv_kernel<NV><<<kvgrid, 32 * ATT_WARPS, s2>>>(dqkv, D, dout, lse, qkv, T, C, H, Hkv, window, scale);
   GPU_LAUNCHED();
 }
 
 template <typename E, int HP>
-static void fwd_tc(gpu_ctx *g, float *out, float *lse, const float *qkv, int B, int T, int C, int H, int window, float scale) {
+static void fwd_tc(gpu_ctx *g, float *out, float *lse, const float *qkv, int B, int T, int C, int H, int Hkv, int window,
+                   float scale) {
   dim3 grid((T + TC_ROWS - 1) / TC_ROWS, H, B);
   size_t smem = fwd_tc_smem<E, HP>::bytes;
   static bool ready = false;
   if (!ready) allow_smem(g, att_fwd_tc_kernel<E, HP>, smem), ready = true;
-  att_fwd_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, smem>>>(out, lse, qkv, T, C, H, window, scale);
+  att_fwd_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, smem>>>(out, lse, qkv, T, C, H, Hkv, window, scale);
   GPU_LAUNCHED();
 }
 
 template <typename E, int HP>
 static void bwd_tc(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv, int B, int T,
-                   int C, int H, int window, float scale) {
-  dim3 grid((T + TC_ROWS - 1) / TC_ROWS, H, B);
+                   int C, int H, int Hkv, int window, float scale) {
+  dim3 grid((T + TC_ROWS - 1) / TC_ROWS, H, B), kvgrid(grid.x, Hkv, B);
   float *D = (float *)gpu_workspace(g, gpu_attention_workspace(B, T, H)); /* (B,H,T) */
   size_t s1 = dq_tc_smem<E, HP>::bytes, s2 = dkdv_tc_smem<E, HP>::bytes;
   static bool ready = false;
   if (!ready) allow_smem(g, att_bwd_dq_tc_kernel<E, HP>, s1), allow_smem(g, att_bwd_dkdv_tc_kernel<E, HP>, s2), ready = true;
-  att_bwd_dq_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, s1>>>(dqkv, D, dout, out, lse, qkv, T, C, H, window, scale);
+  att_bwd_dq_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, s1>>>(dqkv, D, dout, out, lse, qkv, T, C, H, Hkv, window, scale);
   GPU_LAUNCHED();
-  att_bwd_dkdv_tc_kernel<E, HP><<<grid, 32 * TC_WARPS, s2>>>(dqkv, D, dout, lse, qkv, T, C, H, window, scale);
+  att_bwd_dkdv_tc_kernel<E, HP><<<kvgrid, 32 * TC_WARPS, s2>>>(dqkv, D, dout, lse, qkv, T, C, H, Hkv, window, scale);
   GPU_LAUNCHED();
 }
 
@@ -748,70 +766,71 @@ static void check_shape(int B, int T, int C, int H) {
   (void)T;
 }
 
-void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H, int window,
-                       float scale) {
+void gpu_attention_fwd(gpu_ctx *g, float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H,
+                       int Hkv, int window, float scale) {
   (void)scratch;
   check_shape(B, T, C, H);
   int hs = C / H;
   switch (tc_choice(g, hs)) {
   case TC_BF16:
-    if (hs <= 64) fwd_tc<__nv_bfloat16, 64>(g, out, lse, qkv, B, T, C, H, window, scale);
-    else fwd_tc<__nv_bfloat16, 128>(g, out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) fwd_tc<__nv_bfloat16, 64>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+    else fwd_tc<__nv_bfloat16, 128>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
     return;
   case TC_FP16:
-    if (hs <= 64) fwd_tc<__half, 64>(g, out, lse, qkv, B, T, C, H, window, scale);
-    else fwd_tc<__half, 128>(g, out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) fwd_tc<__half, 64>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+    else fwd_tc<__half, 128>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
     return;
   case TC_NONE:
     break;
   }
-  if (hs <= 32) fwd<1>(g, out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 64) fwd<2>(g, out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 128) fwd<4>(g, out, lse, qkv, B, T, C, H, window, scale);
-  else fwd<8>(g, out, lse, qkv, B, T, C, H, window, scale);
+  if (hs <= 32) fwd<1>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+  else if (hs <= 64) fwd<2>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+  else if (hs <= 128) fwd<4>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+  else fwd<8>(g, out, lse, qkv, B, T, C, H, Hkv, window, scale);
 }
 
 void gpu_attention_bwd(gpu_ctx *g, float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
-                       float *scratch, int B, int T, int C, int H, int window, float scale) {
+                       float *scratch, int B, int T, int C, int H, int Hkv, int window, float scale) {
   (void)scratch;
   check_shape(B, T, C, H);
   int hs = C / H;
   switch (tc_choice(g, hs)) {
   case TC_BF16:
-    if (hs <= 64) bwd_tc<__nv_bfloat16, 64>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-    else bwd_tc<__nv_bfloat16, 128>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) bwd_tc<__nv_bfloat16, 64>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+    else bwd_tc<__nv_bfloat16, 128>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
     return;
   case TC_FP16:
-    if (hs <= 64) bwd_tc<__half, 64>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-    else bwd_tc<__half, 128>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+    if (hs <= 64) bwd_tc<__half, 64>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+    else bwd_tc<__half, 128>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
     return;
   case TC_NONE:
     break;
   }
-  if (hs <= 32) bwd<1>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 64) bwd<2>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-  else if (hs <= 128) bwd<4>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
-  else bwd<8>(g, dqkv, dout, out, lse, qkv, B, T, C, H, window, scale);
+  if (hs <= 32) bwd<1>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+  else if (hs <= 64) bwd<2>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+  else if (hs <= 128) bwd<4>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
+  else bwd<8>(g, dqkv, dout, out, lse, qkv, B, T, C, H, Hkv, window, scale);
 }
 
 /* ---- the KV cache (generation) ----------------------------------------------------------------- */
 
-/* kc, vc (nseq, ring, C): row r's k and v into row pos[r] % ring of sequence seq[r] */
+/* kc, vc (nseq, ring, Ckv): row r's k and v (of qkv (N,C+2Ckv)) into row pos[r] % ring of sequence seq[r] */
 template <typename S>
-__global__ void kv_store_kernel(S *kc, S *vc, const S *qkv, const int32_t *seq, const int32_t *pos, int C, int ring,
-                                size_t n) {
+__global__ void kv_store_kernel(S *kc, S *vc, const S *qkv, const int32_t *seq, const int32_t *pos, int C, int Ckv,
+                                int ring, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    size_t r = i / (size_t)C, c = i % (size_t)C;
-    size_t at = ((size_t)seq[r] * ring + (size_t)(pos[r] % ring)) * C + c;
-    kc[at] = qkv[r * 3 * C + C + c];
-    vc[at] = qkv[r * 3 * C + 2 * C + c];
+    size_t r = i / (size_t)Ckv, c = i % (size_t)Ckv, W = (size_t)C + 2 * (size_t)Ckv;
+    size_t at = ((size_t)seq[r] * ring + (size_t)(pos[r] % ring)) * Ckv + c;
+    kc[at] = qkv[r * W + C + c];
+    vc[at] = qkv[r * W + C + Ckv + c];
   }
 }
 
 void gpu_kv_store(backend_dtype t, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N,
-                  int C, int ring) {
-  size_t n = (size_t)N * C;
-  GPU_STORAGE(t, kv_store_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)kc, (S *)vc, (const S *)qkv, seq, pos, C, ring, n));
+                  int C, int Ckv, int ring) {
+  size_t n = (size_t)N * Ckv;
+  GPU_STORAGE(t, kv_store_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)kc, (S *)vc, (const S *)qkv, seq, pos, C, Ckv,
+                                                                  ring, n));
   GPU_LAUNCHED();
 }
 
@@ -821,13 +840,15 @@ enum { KV_MAXD = 8 /* head dimensions per lane: head sizes up to 256 */, KV_WARP
  * keys are visited in order with an online softmax (running max m, sum l, rescaled accumulator). */
 template <typename S>
 __global__ void attention_cached_kernel(S *out, const S *qkv, const S *kc, const S *vc, const int32_t *seq,
-                                        const int32_t *pos, int N, int C, int H, int ring, int window, float scale) {
+                                        const int32_t *pos, int N, int C, int H, int Hkv, int ring, int window,
+                                        float scale) {
   const int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
   if (warp >= N * H) return; /* the whole warp leaves */
   const int r = warp / H, h = warp % H, hs = C / H, p = pos[r];
   const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-  const S *q = qkv + (size_t)r * 3 * C + h * hs;
-  const size_t base = (size_t)seq[r] * ring * C + h * hs;
+  const int Ckv = hs * Hkv;
+  const S *q = qkv + (size_t)r * qkv_width(C, H, Hkv) + h * hs;
+  const size_t base = (size_t)seq[r] * ring * Ckv + (size_t)(key_col(C, H, Hkv, h) - C); /* the key head's columns */
   float qr[KV_MAXD], acc[KV_MAXD], m = -INFINITY, l = 0.0f;
 #pragma unroll
   for (int i = 0; i < KV_MAXD; i++) {
@@ -836,7 +857,7 @@ __global__ void attention_cached_kernel(S *out, const S *qkv, const S *kc, const
     acc[i] = 0.0f;
   }
   for (int j = lo; j <= p; j++) {
-    const S *k = kc + base + (size_t)(j % ring) * C, *v = vc + base + (size_t)(j % ring) * C;
+    const S *k = kc + base + (size_t)(j % ring) * Ckv, *v = vc + base + (size_t)(j % ring) * Ckv;
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < KV_MAXD; i++) {
@@ -862,13 +883,13 @@ __global__ void attention_cached_kernel(S *out, const S *qkv, const S *kc, const
 }
 
 void gpu_attention_cached(backend_dtype t, void *out, const void *qkv, const void *kc, const void *vc,
-                          const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
-                          float scale) {
+                          const int32_t *seq, const int32_t *pos, int N, int C, int H, int Hkv, int ring,
+                          int window, float scale) {
   UTIL_CHECK(C / H <= 32 * KV_MAXD, NULL, "internal: attention_cached takes head sizes up to %d, not %d", 32 * KV_MAXD,
              C / H);
   const unsigned blocks = (unsigned)(((size_t)N * H + KV_WARPS - 1) / KV_WARPS);
   GPU_STORAGE(t, attention_cached_kernel<S><<<blocks, 32 * KV_WARPS>>>((S *)out, (const S *)qkv, (const S *)kc,
-                                                                        (const S *)vc, seq, pos, N, C, H, ring, window,
+                                                                        (const S *)vc, seq, pos, N, C, H, Hkv, ring, window,
                                                                         scale));
   GPU_LAUNCHED();
 }

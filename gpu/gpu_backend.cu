@@ -268,7 +268,7 @@ static void op_matmul_bwd(const backend *be, void *dx, float *dw, float *db, con
  * outputs rounded back. */
 static size_t att_own(int B, int T, int H) { return (gpu_attention_workspace(B, T, H) + 255) / 256 * 256; }
 static size_t att_wide(backend_dtype t, int B, int T, int C) {
-  return t == BACKEND_FP32 ? 0 : (size_t)8 * B * T * C * sizeof(float); /* dqkv, dout, out, qkv */
+  return t == BACKEND_FP32 ? 0 : (size_t)8 * B * T * C * sizeof(float); /* dqkv, dout, out, qkv (each qkv row <= 3C) */
 }
 
 #ifdef GREENLM_HAVE_CUDNN
@@ -287,43 +287,43 @@ static gpu_sdpa *sdpa_of(gpu_ctx *g) {
 #endif
 
 static void op_attention_fwd(const backend *be, void *o, float *lse, const void *qkv, void *s, int B, int T, int C,
-                             int H, int window, float scale) {
+                             int H, int Hkv, int window, float scale) {
   gpu_ctx *g = gpu_of(be);
   const backend_dtype t = be->storage;
   if (t == BACKEND_FP32) {
-    gpu_attention_fwd(g, F(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
+    gpu_attention_fwd(g, F(o), lse, CF(qkv), F(s), B, T, C, H, Hkv, window, scale);
     return;
   }
 #ifdef GREENLM_HAVE_CUDNN
-  if (sdpa_of(g) && gpu_sdpa_fwd(g, t, o, lse, qkv, B, T, C, H, window, scale)) return;
+  if (sdpa_of(g) && gpu_sdpa_fwd(g, t, o, lse, qkv, B, T, C, H, Hkv, window, scale)) return;
 #endif
-  const size_t n = (size_t)B * T * C;
+  const size_t n = (size_t)B * T * C, nq = (size_t)B * T * (C + 2 * (C / H) * Hkv);
   float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
   float *q32 = w, *o32 = w + 3 * n;
-  gpu_to_fp32(t, q32, qkv, 3 * n);
-  gpu_attention_fwd(g, o32, lse, q32, F(s), B, T, C, H, window, scale);
+  gpu_to_fp32(t, q32, qkv, nq);
+  gpu_attention_fwd(g, o32, lse, q32, F(s), B, T, C, H, Hkv, window, scale);
   gpu_to_storage(t, o, o32, n);
 }
 
 static void op_attention_bwd(const backend *be, void *dqkv, const void *d, const void *o, const float *lse,
-                             const void *qkv, void *s, int B, int T, int C, int H, int window, float scale) {
+                             const void *qkv, void *s, int B, int T, int C, int H, int Hkv, int window, float scale) {
   gpu_ctx *g = gpu_of(be);
   const backend_dtype t = be->storage;
   if (t == BACKEND_FP32) {
-    gpu_attention_bwd(g, F(dqkv), CF(d), CF(o), lse, CF(qkv), F(s), B, T, C, H, window, scale);
+    gpu_attention_bwd(g, F(dqkv), CF(d), CF(o), lse, CF(qkv), F(s), B, T, C, H, Hkv, window, scale);
     return;
   }
 #ifdef GREENLM_HAVE_CUDNN
-  if (sdpa_of(g) && gpu_sdpa_bwd(g, t, dqkv, d, o, lse, qkv, B, T, C, H, window, scale)) return;
+  if (sdpa_of(g) && gpu_sdpa_bwd(g, t, dqkv, d, o, lse, qkv, B, T, C, H, Hkv, window, scale)) return;
 #endif
-  const size_t n = (size_t)B * T * C;
+  const size_t n = (size_t)B * T * C, nq = (size_t)B * T * (C + 2 * (C / H) * Hkv);
   float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
   float *dq32 = w, *d32 = w + 3 * n, *o32 = w + 4 * n, *q32 = w + 5 * n;
   gpu_to_fp32(t, d32, d, n);
   gpu_to_fp32(t, o32, o, n);
-  gpu_to_fp32(t, q32, qkv, 3 * n);
-  gpu_attention_bwd(g, dq32, d32, o32, lse, q32, F(s), B, T, C, H, window, scale);
-  gpu_to_storage(t, dqkv, dq32, 3 * n);
+  gpu_to_fp32(t, q32, qkv, nq);
+  gpu_attention_bwd(g, dq32, d32, o32, lse, q32, F(s), B, T, C, H, Hkv, window, scale);
+  gpu_to_storage(t, dqkv, dq32, nq);
 }
 
 static void op_matmul_gelu_fwd(const backend *be, void *o, void *pre, const void *x, const void *w, const void *b, int N,
@@ -348,9 +348,9 @@ static void op_swiglu_fwd(const backend *be, void *h, const void *gu, int N, int
 static void op_swiglu_bwd(const backend *be, void *dgu, const void *dh, const void *gu, int N, int F) {
   gpu_swiglu(be->storage, NULL, dgu, dh, gu, N, F);
 }
-static void op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta,
-                    int sign) {
-  gpu_rope(be->storage, qkv, pos, N, T, C, H, rot, theta, sign);
+static void op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,
+                    float theta, int sign) {
+  gpu_rope(be->storage, qkv, pos, N, T, C, H, Hkv, rot, theta, sign);
 }
 static void op_residual_fwd(const backend *be, void *o, const void *a, const void *b, size_t n) {
   gpu_residual_fwd(be->storage, o, a, b, n);
@@ -392,13 +392,13 @@ static void op_to_storage(const backend *be, void *dst, const float *src, size_t
 }
 static void op_to_fp32(const backend *be, float *dst, const void *src, size_t n) { gpu_to_fp32(be->storage, dst, src, n); }
 static void op_kv_store(const backend *be, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos,
-                        int N, int C, int ring) {
-  gpu_kv_store(be->storage, kc, vc, qkv, seq, pos, N, C, ring);
+                        int N, int C, int Ckv, int ring) {
+  gpu_kv_store(be->storage, kc, vc, qkv, seq, pos, N, C, Ckv, ring);
 }
 static void op_attention_cached(const backend *be, void *o, const void *qkv, const void *kc, const void *vc,
-                                const int32_t *seq, const int32_t *pos, int N, int C, int H, int ring, int window,
-                                float scale) {
-  gpu_attention_cached(be->storage, o, qkv, kc, vc, seq, pos, N, C, H, ring, window, scale);
+                                const int32_t *seq, const int32_t *pos, int N, int C, int H, int Hkv, int ring,
+                                int window, float scale) {
+  gpu_attention_cached(be->storage, o, qkv, kc, vc, seq, pos, N, C, H, Hkv, ring, window, scale);
 }
 
 /* ---- planning, instances, the kind ------------------------------------------------------------------ */

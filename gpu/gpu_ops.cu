@@ -429,8 +429,9 @@ void gpu_swiglu(backend_dtype t, void *h, void *dgu, const void *dh, const void 
  * (1 / powf(theta, 2i/rot), times the position), its cos and sin in full precision, applied to pair i of every
  * head of q and k. */
 template <typename S>
-__global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign) {
-  const int half = rot / 2, hs = C / H;
+__global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,
+                            int sign) {
+  const int half = rot / 2, hs = C / H, W = C + 2 * hs * Hkv;
   const size_t n = (size_t)N * half;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
     const int r = (int)(e / half), i = (int)(e % half);
@@ -439,21 +440,20 @@ __global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int
     double sd, cd;
     sincos((double)(p * inv), &sd, &cd);
     const float c = (float)cd, s = (float)sd * (float)sign;
-    for (int part = 0; part < 2; part++)
-      for (int h = 0; h < H; h++) {
-        S *x = qkv + (size_t)r * 3 * C + (size_t)part * C + (size_t)h * hs;
-        const float a = ld(x[i]), b = ld(x[i + half]);
-        x[i] = st<S>(a * c - b * s);
-        x[i + half] = st<S>(b * c + a * s);
-      }
+    for (int h = 0; h < H + Hkv; h++) { /* q's heads, then k's (columns C + (h - H) hs) */
+      S *x = qkv + (size_t)r * W + (size_t)h * hs;
+      const float a = ld(x[i]), b = ld(x[i + half]);
+      x[i] = st<S>(a * c - b * s);
+      x[i + half] = st<S>(b * c + a * s);
+    }
   }
 }
 
-void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta,
+void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,
               int sign) {
   const size_t n = (size_t)N * (rot / 2);
   if (n == 0) return;
-  GPU_STORAGE(t, rope_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)qkv, pos, N, T, C, H, rot, theta, sign));
+  GPU_STORAGE(t, rope_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)qkv, pos, N, T, C, H, Hkv, rot, theta, sign));
   GPU_LAUNCHED();
 }
 

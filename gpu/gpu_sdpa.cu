@@ -1,17 +1,18 @@
 /* gpu_sdpa: GPT-Neo's attention through cuDNN's fused scaled-dot-product attention (a flash
  * attention: no T x T score matrix in memory) at bf16 and fp16 storage; built with --with-cudnn.
  *
- * The attention_fwd/bwd contract of backend.h, unchanged: qkv S (B,T,3C) = [q | k | v] with head h
- * in columns h*D..(h+1)*D (D = C/H) of each third, out S (B,T,C), lse F (B,H,T) the natural
- * log-sum-exp of each row of scale * q k^T (cuDNN's "Stats"), dqkv S (B,T,3C) overwritten. cuDNN
- * reads and writes these in place through strides: q, k, v and dq, dk, dv are (B,H,T,D) views with
- * strides (3CT, D, 3C, 1), out and dout (CT, D, C, 1); nothing is transposed or copied.
+ * The attention_fwd/bwd contract of backend.h, unchanged: qkv S (B,T,W) = [q (C) | k (Ckv) | v (Ckv)], W = C + 2 Ckv,
+ * with head h in columns h*D..(h+1)*D (D = C/H) of each part (H query heads, Hkv key/value heads: grouped-query
+ * attention, which cuDNN takes as it is), out S (B,T,C), lse F (B,H,T) the natural log-sum-exp of each row of
+ * scale * q k^T (cuDNN's "Stats"), dqkv S (B,T,W) overwritten. cuDNN reads and writes these in place through
+ * strides: q and dq are (B,H,T,D) views with strides (WT, D, W, 1), k, v, dk, dv (B,Hkv,T,D) ones, out and dout
+ * (CT, D, C, 1); nothing is transposed or copied.
  *
  * Masks: causal (query i sees keys j <= i, the band's right bound 0 from the top-left diagonal);
  * a local layer keeps keys with j + window > i (the band's left bound = window), GPT-Neo's
  * i - window < j <= i. The scale is the op's (1.0 for GPT-Neo). Softmax and accumulation in fp32.
  *
- * Graphs are built once per shape (direction, storage type, B, T, C, H, window, scale) and kept in
+ * Graphs are built once per shape (direction, storage type, B, T, C, H, Hkv, window, scale) and kept in
  * the instance; a shape cuDNN declines (head size, architecture, cuDNN version) is remembered as
  * declined, said once on stderr, and computed by greenlm's kernels (gpu_attention.cu). The backward
  * graph asks for cuDNN's deterministic algorithm first, so that a step repeats bit for bit. A graph's
@@ -36,9 +37,9 @@ using fe_tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
 enum : int64_t { U_Q = 1, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV };
 
 /* what a graph is built for */
-typedef std::tuple<int, int, int, int, int, int, int, float> sdpa_key; /* bwd, type, B, T, C, H, window, scale */
-static sdpa_key key_of(int bwd, int type, int B, int T, int C, int H, int window, float scale) {
-  return sdpa_key(bwd, type, B, T, C, H, window > 0 ? window : 0, scale); /* every global window is 0 */
+typedef std::tuple<int, int, int, int, int, int, int, int, float> sdpa_key; /* bwd, type, B, T, C, H, Hkv, window, scale */
+static sdpa_key key_of(int bwd, int type, int B, int T, int C, int H, int Hkv, int window, float scale) {
+  return sdpa_key(bwd, type, B, T, C, H, Hkv, window > 0 ? window : 0, scale); /* every global window is 0 */
 }
 
 struct sdpa_plan {
@@ -117,11 +118,11 @@ static std::shared_ptr<fe::graph::Graph> new_graph(backend_dtype t, const fe_dev
 }
 
 static std::shared_ptr<fe::graph::Graph> fwd_graph(backend_dtype t, const fe_device &dp, int sm, int B, int T, int C,
-                                                   int H, int window, float scale) {
+                                                   int H, int Hkv, int window, float scale) {
   auto gr = new_graph(t, dp, sm);
-  const int D = C / H;
-  auto q = view(*gr, "q", U_Q, B, H, T, D, 3 * C), k = view(*gr, "k", U_K, B, H, T, D, 3 * C),
-       v = view(*gr, "v", U_V, B, H, T, D, 3 * C);
+  const int D = C / H, W = C + 2 * D * Hkv;
+  auto q = view(*gr, "q", U_Q, B, H, T, D, W), k = view(*gr, "k", U_K, B, Hkv, T, D, W),
+       v = view(*gr, "v", U_V, B, Hkv, T, D, W);
   auto opt = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true);
   mask(opt, window, scale);
   auto [o, stats] = gr->sdpa(q, k, v, opt);
@@ -131,11 +132,11 @@ static std::shared_ptr<fe::graph::Graph> fwd_graph(backend_dtype t, const fe_dev
 }
 
 static std::shared_ptr<fe::graph::Graph> bwd_graph(backend_dtype t, const fe_device &dp, int sm, int B, int T, int C,
-                                                   int H, int window, float scale, bool deterministic) {
+                                                   int H, int Hkv, int window, float scale, bool deterministic) {
   auto gr = new_graph(t, dp, sm);
-  const int D = C / H;
-  auto q = view(*gr, "q", U_Q, B, H, T, D, 3 * C), k = view(*gr, "k", U_K, B, H, T, D, 3 * C),
-       v = view(*gr, "v", U_V, B, H, T, D, 3 * C), o = view(*gr, "o", U_O, B, H, T, D, C),
+  const int D = C / H, W = C + 2 * D * Hkv;
+  auto q = view(*gr, "q", U_Q, B, H, T, D, W), k = view(*gr, "k", U_K, B, Hkv, T, D, W),
+       v = view(*gr, "v", U_V, B, Hkv, T, D, W), o = view(*gr, "o", U_O, B, H, T, D, C),
        dout = view(*gr, "dout", U_DO, B, H, T, D, C);
   fe::graph::Tensor_attributes lse;
   lse_of(lse.set_name("lse"), B, H, T);
@@ -143,9 +144,9 @@ static std::shared_ptr<fe::graph::Graph> bwd_graph(backend_dtype t, const fe_dev
   auto opt = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_deterministic_algorithm(deterministic);
   mask(opt, window, scale);
   auto [dq, dk, dv] = gr->sdpa_backward(q, k, v, o, dout, stats, opt);
-  as_view(dq, U_DQ, B, H, T, D, 3 * C);
-  as_view(dk, U_DK, B, H, T, D, 3 * C);
-  as_view(dv, U_DV, B, H, T, D, 3 * C);
+  as_view(dq, U_DQ, B, H, T, D, W);
+  as_view(dk, U_DK, B, Hkv, T, D, W);
+  as_view(dv, U_DV, B, Hkv, T, D, W);
   return gr;
 }
 
@@ -168,10 +169,11 @@ static fe::error_t supported(fe::graph::Graph &gr) {
  * cuDNN declines. */
 static std::shared_ptr<fe::graph::Graph> compile(const sdpa_key &k, cudnnHandle_t h, const fe_device &dp, int sm,
                                                  bool &det, int64_t &work, std::string &why) {
-  auto [bwd, type, B, T, C, H, window, scale] = k;
+  auto [bwd, type, B, T, C, H, Hkv, window, scale] = k;
   const backend_dtype t = (backend_dtype)type;
   for (int d = 1; d >= 0; d--) { /* the forward pass has no nondeterministic variant */
-    auto gr = bwd ? bwd_graph(t, dp, sm, B, T, C, H, window, scale, d) : fwd_graph(t, dp, sm, B, T, C, H, window, scale);
+    auto gr = bwd ? bwd_graph(t, dp, sm, B, T, C, H, Hkv, window, scale, d)
+                  : fwd_graph(t, dp, sm, B, T, C, H, Hkv, window, scale);
     fe::error_t e = dp ? supported(*gr) : gr->build(h, {fe::HeurMode_t::A});
     if (e.is_good() && !dp) {
       fe::error_t w = gr->get_workspace_size(work);
@@ -221,12 +223,12 @@ static const sdpa_plan *plan_for(gpu_ctx *g, const sdpa_key &k) {
   sdpa_plan p;
   std::string why;
   bool ok = shape_ok(k, why) && build(g, k, p, why);
-  auto [bwd, type, B, T, C, H, window, scale] = k;
+  auto [bwd, type, B, T, C, H, Hkv, window, scale] = k;
   if (!ok)
     fprintf(stderr,
-            "greenlm: warning: cuDNN declines the attention %s (%s storage, B = %d, T = %d, C = %d, H = %d, window %d): "
-            "%s; greenlm's kernels compute it\n",
-            bwd ? "backward" : "forward", backend_dtype_name((backend_dtype)type), B, T, C, H, window,
+            "greenlm: warning: cuDNN declines the attention %s (%s storage, B = %d, T = %d, C = %d, H = %d, Hkv = %d, "
+            "window %d): %s; greenlm's kernels compute it\n",
+            bwd ? "backward" : "forward", backend_dtype_name((backend_dtype)type), B, T, C, H, Hkv, window,
             why.empty() ? "unsupported shape" : why.c_str());
   auto &slot = g->sdpa->plans[k] = p;
   return ok ? &slot : NULL;
@@ -244,33 +246,35 @@ static void run(gpu_ctx *g, const sdpa_plan *p, std::unordered_map<int64_t, void
 static void *at(const void *p, size_t e) { return (char *)p + 2 * e; }
 
 bool gpu_sdpa_fwd(gpu_ctx *g, backend_dtype t, void *out, float *lse, const void *qkv, int B, int T, int C, int H,
-                  int window, float scale) {
-  const sdpa_plan *p = plan_for(g, key_of(0, t, B, T, C, H, window, scale));
+                  int Hkv, int window, float scale) {
+  const sdpa_plan *p = plan_for(g, key_of(0, t, B, T, C, H, Hkv, window, scale));
   if (!p) return false;
-  std::unordered_map<int64_t, void *> pack = {{U_Q, at(qkv, 0)}, {U_K, at(qkv, C)}, {U_V, at(qkv, 2 * C)},
+  const size_t Ckv = (size_t)(C / H) * Hkv;
+  std::unordered_map<int64_t, void *> pack = {{U_Q, at(qkv, 0)}, {U_K, at(qkv, C)}, {U_V, at(qkv, C + Ckv)},
                                               {U_O, out}, {U_STATS, lse}};
   run(g, p, pack);
   return true;
 }
 
 bool gpu_sdpa_bwd(gpu_ctx *g, backend_dtype t, void *dqkv, const void *dout, const void *out, const float *lse,
-                  const void *qkv, int B, int T, int C, int H, int window, float scale) {
-  const sdpa_plan *p = plan_for(g, key_of(1, t, B, T, C, H, window, scale));
+                  const void *qkv, int B, int T, int C, int H, int Hkv, int window, float scale) {
+  const sdpa_plan *p = plan_for(g, key_of(1, t, B, T, C, H, Hkv, window, scale));
   if (!p) return false;
+  const size_t Ckv = (size_t)(C / H) * Hkv;
   std::unordered_map<int64_t, void *> pack = {
-      {U_Q, at(qkv, 0)},   {U_K, at(qkv, C)},   {U_V, at(qkv, 2 * C)},   {U_O, (void *)out},
-      {U_DO, (void *)dout}, {U_STATS, (void *)lse}, {U_DQ, at(dqkv, 0)}, {U_DK, at(dqkv, C)},
-      {U_DV, at(dqkv, 2 * C)}};
+      {U_Q, at(qkv, 0)},    {U_K, at(qkv, C)},         {U_V, at(qkv, C + Ckv)}, {U_O, (void *)out},
+      {U_DO, (void *)dout}, {U_STATS, (void *)lse},    {U_DQ, at(dqkv, 0)},     {U_DK, at(dqkv, C)},
+      {U_DV, at(dqkv, C + Ckv)}};
   run(g, p, pack);
   return true;
 }
 
 /* ---- ahead of time, without a GPU -------------------------------------------------------------- */
 
-int gpu_sdpa_aot(const char *device_json, int sm, int bwd, int storage, int B, int T, int C, int H, int window, float scale,
-                 int *deterministic, char *why, size_t len) {
+int gpu_sdpa_aot(const char *device_json, int sm, int bwd, int storage, int B, int T, int C, int H, int Hkv, int window,
+                 float scale, int *deterministic, char *why, size_t len) {
   std::string reason;
-  const sdpa_key k = key_of(bwd, storage, B, T, C, H, window, scale);
+  const sdpa_key k = key_of(bwd, storage, B, T, C, H, Hkv, window, scale);
   auto dp = std::make_shared<fe::DeviceProperties>();
   std::vector<uint8_t> js(device_json, device_json + strlen(device_json));
   fe::error_t e = dp->deserialize(js);

@@ -111,6 +111,7 @@ typedef struct {
   const char *arch, *backend, *precision;
   const char *storage; /* NULL: the backend's choice for the precision */
   int generate, prompt, gen_new, gen_recompute; /* --generate: prompt tokens, new tokens, new tokens recomputed */
+  int kv_heads, inner; /* --kv-heads (llama; 0: --heads), --inner the MLP width (0: 4 C) */
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -119,8 +120,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void usage(FILE *fp) {
-  fprintf(fp, "usage: greenlm-bench [--arch gpt-neo|gpt2|gpt-neox] [--layers L] [--embd C] [--heads H] [--vocab V]\n"
-              "                     [--batch B] [--seq T] [--steps N] [--warmup W] [--threads t]\n"
+  fprintf(fp, "usage: greenlm-bench [--arch gpt-neo|gpt2|gpt-neox|llama] [--layers L] [--embd C] [--heads H] [--vocab V]\n"
+              "                     [--kv-heads Hkv] [--inner F] [--batch B] [--seq T] [--steps N] [--warmup W] [--threads t]\n"
               "                     [--peak-size n] [--peak-seconds s] [--peak GFLOPS] [--profile]\n"
               "                     [--backend cpu|cuda] [--precision fp32|tf32|bf16|fp16] [--recompute]\n"
               "                     [--storage fp32|bf16|fp16]\n"
@@ -135,7 +136,7 @@ static void usage(FILE *fp) {
 }
 
 static int parse(int argc, char **argv, bench_args *a) {
-  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 0, 0.0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL, 0, 512, 256, 0};
+  *a = (bench_args){4, 256, 4, 50304, 8, 128, 3, 1, 1, 2048, 0, 0, 0, 0.0, 2.0, 0.0, "gpt-neo", "cpu", "fp32", NULL, 0, 512, 256, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -172,6 +173,8 @@ static int parse(int argc, char **argv, bench_args *a) {
     if (!strcmp(k, "--layers")) a->L = (int)x;
     else if (!strcmp(k, "--embd")) a->C = (int)x;
     else if (!strcmp(k, "--heads")) a->H = (int)x;
+    else if (!strcmp(k, "--kv-heads")) a->kv_heads = (int)x;
+    else if (!strcmp(k, "--inner")) a->inner = (int)x;
     else if (!strcmp(k, "--vocab")) a->V = (int)x;
     else if (!strcmp(k, "--batch")) a->B = (int)x;
     else if (!strcmp(k, "--seq")) a->T = (int)x;
@@ -198,6 +201,11 @@ static int parse(int argc, char **argv, bench_args *a) {
   }
   if (a->C % a->H) {
     fprintf(stderr, "greenlm-bench: error: --embd %d is not divisible by --heads %d\n", a->C, a->H);
+    return 2;
+  }
+  if (a->kv_heads && (a->H % a->kv_heads || cfg_choice_index(CFG_CHOICES(CFG_ARCHS), a->arch) != CFG_ARCH_LLAMA)) {
+    fprintf(stderr, "greenlm-bench: error: --kv-heads %d: llama's key/value heads, a divisor of --heads %d\n",
+            a->kv_heads, a->H);
     return 2;
   }
   return -1;
@@ -237,10 +245,11 @@ static void model_config(const bench_args *a, cfg_model *mc) {
   cfg_model_defaults(mc);
   util_strlcpy(mc->arch, a->arch, sizeof mc->arch);
   mc->vocab_size = a->V, mc->block_size = a->T, mc->n_layer = a->L, mc->n_embd = a->C, mc->n_head = a->H;
+  mc->n_kv_head = a->kv_heads, mc->n_inner = a->inner;
   mc->window_size = 256, mc->layer_norm_epsilon = 1e-5, mc->init_std = 0.02;
   util_strlcpy(mc->attention_types.v[0], "global", CFG_ITEM_LEN);
   util_strlcpy(mc->attention_types.v[1], "local", CFG_ITEM_LEN);
-  mc->attention_types.n = cfg_model_arch_of(mc) == CFG_ARCH_GPT2 ? 1 : 2;
+  mc->attention_types.n = cfg_model_arch_of(mc) == CFG_ARCH_GPT_NEO ? 2 : 1; /* local layers are GPT-Neo's alone */
 }
 
 /* What the steps measured: mean seconds per phase, the median step, the last loss. */

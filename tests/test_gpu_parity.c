@@ -321,48 +321,51 @@ static void test_mlp(int N, int K, int F, int M, int with_bias, int act) {
   drop(&dw), drop(&db);
 }
 
-/* The rotary embedding on qkv (N,3C) in place, at the rows' r % T or at given positions, and back. */
-static void test_rope(int N, int T, int C, int H, int rot, float theta, int given) {
+/* The rotary embedding on qkv (N,C+2Ckv) in place, at the rows' r % T or at given positions, and back. */
+static void test_rope(int N, int T, int C, int H, int Hkv, int rot, float theta, int given) {
   char w[128];
-  const size_t n3 = (size_t)N * 3 * C;
+  const size_t n3 = (size_t)N * (C + 2 * (C / H) * Hkv);
   plan((backend_shape){.B = 1, .T = N, .C = C, .H = H});
   pair qkv = mk(n3, 1, 1);
   int32_t *pos = malloc((size_t)N * sizeof(int32_t));
   for (int r = 0; r < N; r++) pos[r] = (int32_t)rng_below(&R, 4096);
   int32_t *gpos = up(pos, (size_t)N * sizeof(int32_t));
-  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, rot, theta, 1);
-  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, rot, theta, 1);
-  snprintf(w, sizeof w, "rope N=%d C=%d H=%d rot %d theta %g%s", N, C, H, rot, theta, given ? " at given positions" : "");
+  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, Hkv, rot, theta, 1);
+  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, Hkv, rot, theta, 1);
+  snprintf(w, sizeof w, "rope N=%d C=%d H=%d Hkv=%d rot %d theta %g%s", N, C, H, Hkv, rot, theta,
+           given ? " at given positions" : "");
   check(w, &qkv, TOL);
-  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, rot, theta, -1);
-  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, rot, theta, -1);
+  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, Hkv, rot, theta, -1);
+  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, Hkv, rot, theta, -1);
   check("  and back (sign -1)", &qkv, TOL);
   free(pos), gpu->free(gpu, gpos);
   drop(&qkv);
 }
 
-static void test_attention(int B, int T, int C, int H, int window, float scale) {
+/* qkv (B,T,W) = [q (C) | k (Ckv) | v (Ckv)], W = C + 2 Ckv: H query heads, Hkv key/value heads */
+static void test_attention(int B, int T, int C, int H, int Hkv, int window, float scale) {
   char w[128];
-  size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, nl = (size_t)B * H * T;
-  plan((backend_shape){.B = B, .T = T, .C = C, .H = H});
+  const int W = C + 2 * (C / H) * Hkv;
+  size_t n3 = (size_t)B * T * W, n = (size_t)B * T * C, nl = (size_t)B * H * T;
+  plan((backend_shape){.B = B, .T = T, .C = C, .H = H, .Hkv = Hkv});
   float *x = frand(n3, 1);
   const float qk = (float)pow(C / H, -0.25); /* q, k: q.k of variance 1 */
   for (size_t r = 0; r < (size_t)B * T; r++)
-    for (int k = 0; k < 2 * C; k++) x[r * 3 * C + k] *= qk;
+    for (int k = 0; k < W - (W - C) / 2; k++) x[r * W + k] *= qk;
   const double tol = att_tol(C / H);
   pair qkv = from(x, n3, 1), dout = mk(n, 1, 1), out = mk(n, 1, 1), lse = mk(nl, 1, 0), dqkv = mk(n3, 1, 1);
   void *scratch = malloc(cpu->attention_scratch(cpu, T) + 64);
   void *gscratch = gpu->alloc(gpu, gpu->attention_scratch(gpu, T));
-  cpu->attention_fwd(cpu, out.c, lse.c, qkv.c, scratch, B, T, C, H, window, scale);
-  gpu->attention_fwd(gpu, out.g, lse.g, qkv.g, gscratch, B, T, C, H, window, scale);
-  snprintf(w, sizeof w, "attention%s fwd B=%d T=%d C=%d H=%d (hs %d) %s%d", cudnn_att ? " (cuDNN)" : "", B, T, C, H,
-           C / H, window > 0 ? "local " : "global", window > 0 ? window : T);
+  cpu->attention_fwd(cpu, out.c, lse.c, qkv.c, scratch, B, T, C, H, Hkv, window, scale);
+  gpu->attention_fwd(gpu, out.g, lse.g, qkv.g, gscratch, B, T, C, H, Hkv, window, scale);
+  snprintf(w, sizeof w, "attention%s fwd B=%d T=%d C=%d H=%d Hkv=%d (hs %d) %s%d", cudnn_att ? " (cuDNN)" : "", B, T,
+           C, H, Hkv, C / H, window > 0 ? "local " : "global", window > 0 ? window : T);
   check(w, &out, tol);
   check("  lse", &lse, tol);
   /* the backward from the CPU's forward results on both */
   gpu->to_device(gpu, out.g, out.c, n * esize(1)), gpu->to_device(gpu, lse.g, lse.c, nl * 4);
-  cpu->attention_bwd(cpu, dqkv.c, dout.c, out.c, lse.c, qkv.c, scratch, B, T, C, H, window, scale);
-  gpu->attention_bwd(gpu, dqkv.g, dout.g, out.g, lse.g, qkv.g, gscratch, B, T, C, H, window, scale);
+  cpu->attention_bwd(cpu, dqkv.c, dout.c, out.c, lse.c, qkv.c, scratch, B, T, C, H, Hkv, window, scale);
+  gpu->attention_bwd(gpu, dqkv.g, dout.g, out.g, lse.g, qkv.g, gscratch, B, T, C, H, Hkv, window, scale);
   check("  bwd dqkv (overwritten)", &dqkv, tol);
   free(x), free(scratch), gpu->free(gpu, gscratch);
   drop(&qkv), drop(&dout), drop(&out), drop(&lse), drop(&dqkv);
@@ -370,28 +373,29 @@ static void test_attention(int B, int T, int C, int H, int window, float scale) 
 
 /* The KV cache: N rows of 3 sequences (consecutive positions from a random start, so no two rows
  * share a ring row), stored, then attended to over caches filled with random keys and values. */
-static void test_kv_cache(int N, int C, int H, int ring, int window, float scale) {
+static void test_kv_cache(int N, int C, int H, int Hkv, int ring, int window, float scale) {
   enum { NSEQ = 3 };
   char w[128];
-  const size_t nk = (size_t)NSEQ * ring * C, n3 = (size_t)N * 3 * C;
-  plan((backend_shape){.B = 1, .T = N, .C = C, .H = H, .kv_rows = NSEQ * ring});
+  const int Ckv = C / H * Hkv, W = C + 2 * Ckv;
+  const size_t nk = (size_t)NSEQ * ring * Ckv, n3 = (size_t)N * W;
+  plan((backend_shape){.B = 1, .T = N, .C = C, .H = H, .Hkv = Hkv, .kv_rows = NSEQ * ring});
   const float qk = (float)pow(C / H, -0.25);
   float *x = frand(n3, 1);
-  for (size_t i = 0; i < n3; i++) x[i] *= i % (3 * (size_t)C) < 2 * (size_t)C ? qk : 1.0f;
+  for (size_t i = 0; i < n3; i++) x[i] *= i % (size_t)W < (size_t)(C + Ckv) ? qk : 1.0f;
   pair qkv = from(x, n3, 1), kc = mk(nk, qk, 1), vc = mk(nk, 1, 1), out = mk((size_t)N * C, 1, 1);
   int32_t *seq = malloc((size_t)N * sizeof(int32_t)), *pos = malloc((size_t)N * sizeof(int32_t)), start[NSEQ];
   const int span = (N + NSEQ - 1) / NSEQ, most = window > 0 ? 3 * ring : ring; /* global: every position held */
   for (int q = 0; q < NSEQ; q++) start[q] = (int)rng_below(&R, (uint64_t)(most - span + 1));
   for (int r = 0; r < N; r++) seq[r] = r % NSEQ, pos[r] = start[r % NSEQ] + r / NSEQ;
   int32_t *gseq = up(seq, (size_t)N * sizeof(int32_t)), *gpos = up(pos, (size_t)N * sizeof(int32_t));
-  cpu->kv_store(cpu, kc.c, vc.c, qkv.c, seq, pos, N, C, ring);
-  gpu->kv_store(gpu, kc.g, vc.g, qkv.g, gseq, gpos, N, C, ring);
-  snprintf(w, sizeof w, "kv_store N=%d C=%d ring %d", N, C, ring);
+  cpu->kv_store(cpu, kc.c, vc.c, qkv.c, seq, pos, N, C, Ckv, ring);
+  gpu->kv_store(gpu, kc.g, vc.g, qkv.g, gseq, gpos, N, C, Ckv, ring);
+  snprintf(w, sizeof w, "kv_store N=%d C=%d Ckv=%d ring %d", N, C, Ckv, ring);
   check(w, &kc, 0.0);
   check("  values", &vc, 0.0);
-  cpu->attention_cached(cpu, out.c, qkv.c, kc.c, vc.c, seq, pos, N, C, H, ring, window, scale);
-  gpu->attention_cached(gpu, out.g, qkv.g, kc.g, vc.g, gseq, gpos, N, C, H, ring, window, scale);
-  snprintf(w, sizeof w, "attention_cached N=%d C=%d H=%d (hs %d) ring %d %s%d", N, C, H, C / H, ring,
+  cpu->attention_cached(cpu, out.c, qkv.c, kc.c, vc.c, seq, pos, N, C, H, Hkv, ring, window, scale);
+  gpu->attention_cached(gpu, out.g, qkv.g, kc.g, vc.g, gseq, gpos, N, C, H, Hkv, ring, window, scale);
+  snprintf(w, sizeof w, "attention_cached N=%d C=%d H=%d Hkv=%d (hs %d) ring %d %s%d", N, C, H, Hkv, C / H, ring,
            window > 0 ? "local " : "global", window > 0 ? window : ring);
   check(w, &out, TOL); /* fp32 kernels in every mode */
   free(x), free(seq), free(pos), gpu->free(gpu, gseq), gpu->free(gpu, gpos);
@@ -634,9 +638,10 @@ static void test_ops(void) {
   test_mlp(33, 40, 100, 24, 1, BACKEND_GELU_TANH);   /* F not a multiple of 8: greenlm's kernels at every storage */
   test_mlp(256, 768, 3072, 768, 1, BACKEND_GELU_TANH); /* GPT-Neo 125M's MLP */
   test_mlp(64, 96, 384, 96, 1, BACKEND_GELU_ERF);    /* GPT-NeoX's gelu: a GEMM, then greenlm's kernel */
-  test_rope(130, 65, 256, 4, 16, 10000.0f, 0);       /* Pythia's rotary_pct 0.25 of hs 64 */
-  test_rope(77, 77, 384, 3, 128, 10000.0f, 0);       /* every dim of hs 128 */
-  test_rope(50, 1, 128, 2, 64, 500000.0f, 1);        /* generation: given positions up to 4095 */
+  test_rope(130, 65, 256, 4, 4, 16, 10000.0f, 0);    /* Pythia's rotary_pct 0.25 of hs 64 */
+  test_rope(77, 77, 384, 3, 3, 128, 10000.0f, 0);    /* every dim of hs 128 */
+  test_rope(50, 1, 128, 2, 2, 64, 500000.0f, 1);     /* generation: given positions up to 4095 */
+  test_rope(64, 32, 512, 8, 2, 64, 500000.0f, 0);    /* grouped-query attention: 2 key heads of 8 */
   test_elementwise(1000003);
   test_xent(5, 50257, 50257);
   test_xent(5, 50257, 50304); /* GPT-2's vocabulary in rows padded to a multiple of 128 */
@@ -648,27 +653,32 @@ static void test_ops(void) {
   if (strcmp(prec, "fp32") == 0 || s16) test_memory(); /* no GEMM inside: once per storage type */
   /* attention in every mode: the tensor-core kernels (64-row blocks, 64-key tiles) take hs 33..128
    * at bf16 and fp16, the fp32 kernels (16-row blocks, 32-key tiles) the rest */
-  test_attention(2, 37, 64, 4, 0, 1.0f);     /* hs 16 (fp32 kernels), GPT-Neo's unscaled scores */
-  test_attention(1, 100, 128, 2, 0, 0.125f); /* hs 64, GPT-2's 1/sqrt(hs) */
-  test_attention(2, 77, 96, 3, 16, 1.0f);    /* hs 32 (fp32 kernels), local window */
-  test_attention(1, 300, 256, 2, 64, 1.0f);  /* hs 128, local window over several tiles */
-  test_attention(2, 129, 256, 2, 0, 1.0f);   /* hs 128, global */
-  test_attention(1, 50, 512, 2, 0, 0.0625f); /* hs 256 (fp32 kernels) */
-  test_attention(2, 33, 40, 2, 1, 1.0f);     /* hs 20 (fp32 kernels), window 1: each query sees itself */
-  test_attention(1, 1, 64, 2, 0, 1.0f);      /* one token, hs 32 (fp32 kernels) */
-  test_attention(3, 150, 128, 2, 24, 1.0f);  /* hs 64, window 24: shorter than a tile */
-  test_attention(2, 211, 256, 2, 100, 1.0f); /* hs 128, window 100 */
-  test_attention(1, 65, 128, 2, 1, 1.0f);    /* hs 64, window 1 */
-  test_attention(2, 1, 512, 4, 0, 1.0f);     /* one token, hs 128 */
-  test_attention(2, 90, 96, 2, 20, 1.0f);    /* hs 48, zero-padded to 64 */
-  test_attention(1, 200, 192, 2, 0, 1.0f);   /* hs 96, zero-padded to 128 */
-  test_attention(1, 520, 128, 2, 0, 0.125f); /* hs 64, global over 9 key tiles */
+  test_attention(2, 37, 64, 4, 4, 0, 1.0f);     /* hs 16 (fp32 kernels), GPT-Neo's unscaled scores */
+  test_attention(1, 100, 128, 2, 2, 0, 0.125f); /* hs 64, GPT-2's 1/sqrt(hs) */
+  test_attention(2, 77, 96, 3, 3, 16, 1.0f);    /* hs 32 (fp32 kernels), local window */
+  test_attention(1, 300, 256, 2, 2, 64, 1.0f);  /* hs 128, local window over several tiles */
+  test_attention(2, 129, 256, 2, 2, 0, 1.0f);   /* hs 128, global */
+  test_attention(1, 50, 512, 2, 2, 0, 0.0625f); /* hs 256 (fp32 kernels) */
+  test_attention(2, 33, 40, 2, 2, 1, 1.0f);     /* hs 20 (fp32 kernels), window 1: each query sees itself */
+  test_attention(1, 1, 64, 2, 2, 0, 1.0f);      /* one token, hs 32 (fp32 kernels) */
+  test_attention(3, 150, 128, 2, 2, 24, 1.0f);  /* hs 64, window 24: shorter than a tile */
+  test_attention(2, 211, 256, 2, 2, 100, 1.0f); /* hs 128, window 100 */
+  test_attention(1, 65, 128, 2, 2, 1, 1.0f);    /* hs 64, window 1 */
+  test_attention(2, 1, 512, 4, 4, 0, 1.0f);     /* one token, hs 128 */
+  test_attention(2, 90, 96, 2, 2, 20, 1.0f);    /* hs 48, zero-padded to 64 */
+  test_attention(1, 200, 192, 2, 2, 0, 1.0f);   /* hs 96, zero-padded to 128 */
+  test_attention(1, 520, 128, 2, 2, 0, 0.125f); /* hs 64, global over 9 key tiles */
+  /* grouped-query attention (Llama): a key/value head serves H/Hkv query heads */
+  test_attention(2, 100, 512, 8, 2, 0, 0.125f);  /* hs 64, 4 query heads a group */
+  test_attention(1, 77, 256, 8, 1, 0, 0.25f);    /* hs 32 (fp32 kernels), one key/value head */
+  test_attention(1, 150, 512, 4, 2, 0, 0.0884f); /* hs 128 */
   /* the KV cache of generation: one warp per (row, head), head sizes up to 256 */
-  test_kv_cache(5, 64, 4, 40, 0, 1.0f);      /* hs 16, global */
-  test_kv_cache(7, 128, 2, 71, 8, 0.125f);   /* hs 64, local ring of window + 63 rows */
-  test_kv_cache(3, 512, 2, 20, 0, 1.0f);     /* hs 256 */
-  test_kv_cache(64, 96, 3, 100, 16, 1.0f);   /* hs 32, a prefill pass of 64 rows */
-  test_kv_cache(1, 768, 12, 300, 0, 1.0f);   /* GPT-Neo 125M's heads, one decoded row */
+  test_kv_cache(5, 64, 4, 4, 40, 0, 1.0f);      /* hs 16, global */
+  test_kv_cache(7, 128, 2, 2, 71, 8, 0.125f);   /* hs 64, local ring of window + 63 rows */
+  test_kv_cache(3, 512, 2, 2, 20, 0, 1.0f);     /* hs 256 */
+  test_kv_cache(64, 96, 3, 3, 100, 16, 1.0f);   /* hs 32, a prefill pass of 64 rows */
+  test_kv_cache(1, 768, 12, 12, 300, 0, 1.0f);  /* GPT-Neo 125M's heads, one decoded row */
+  test_kv_cache(9, 512, 8, 2, 40, 0, 0.125f);   /* grouped-query attention: 2 key/value heads of 8 */
 }
 
 /* ---- whole training steps ---------------------------------------------------------------------- */

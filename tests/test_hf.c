@@ -682,11 +682,11 @@ static void bad_config(loaded *neo) {
   T_CHECK(hf_check_config(d, &neo->mc, &e) == 2 && has_error(&e, "bad-relu/config.json", "activation_function = \"relu\"") &&
           has_error(&e, "bad-relu/config.json", "scale_attn_weights = false"), "relu and unscaled attention are refused");
   err_free(&e);
-  const char *llama = "{\"model_type\": \"llama\", \"hidden_size\": 32}";
-  d = bad_dir("llama");
-  write_bytes(d, "config.json", llama, strlen(llama));
-  T_CHECK(hf_check_config(d, &neo->mc, &e) == 1 && has_error(&e, "bad-llama/config.json", "unsupported architecture: "
-          "model_type = \"llama\""), "llama is an unsupported architecture");
+  const char *mistral = "{\"model_type\": \"mistral\", \"hidden_size\": 32}";
+  d = bad_dir("mistral");
+  write_bytes(d, "config.json", mistral, strlen(mistral));
+  T_CHECK(hf_check_config(d, &neo->mc, &e) == 1 && has_error(&e, "bad-mistral/config.json", "unsupported architecture: "
+          "model_type = \"mistral\""), "mistral (sliding-window attention) is an unsupported architecture");
   err_free(&e);
 }
 
@@ -715,6 +715,36 @@ static void bad_neox_config(const loaded *neox) {
   int n = hf_check_config(dir, &mc, &e);
   T_CHECK(n == 6, "6 mismatches of a GPT-NeoX deck with %s/config.json, got %d", dir, n);
   for (int i = 0; i < 6; i++) T_CHECK(has_error(&e, "hf-neox/config.json", keys[i]), "a mismatch names %s", keys[i]);
+  show(&e);
+  err_free(&e);
+}
+
+/* Llama's config.json: Llama 3's scaled rotary embedding, fields greenlm does not implement, another activation or
+ * head size are named and refused; the deck's Llama keys are compared with the config's. */
+static void bad_llama_config(const loaded *llama) {
+  static const config_case cases[] = {
+      {"llama-field", "{\"model_type\": \"llama\", \"sliding_window\": 4096}",
+       "config.json field \"sliding_window\" is not one greenlm implements"},
+      {"llama3-scaling", "{\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
+       "rope_scaling is set"},
+      {"llama3-rope-type", "{\"model_type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
+       "rope_parameters.rope_type = llama3 is not supported"},
+      {"llama-act", "{\"model_type\": \"llama\", \"hidden_act\": \"gelu\"}", "hidden_act = \"gelu\" is not silu"},
+      {"llama-head-dim", "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4, \"head_dim\": 32}",
+       "head_dim = 32 with hidden_size 64 and 4 heads"},
+      {"llama-dropout", "{\"model_type\": \"llama\", \"attention_dropout\": 0.1}", "attention_dropout = 0.1"},
+  };
+  expect_config_errors(cases, sizeof cases / sizeof cases[0], &llama->mc);
+  err_list e = {0};
+  char dir[4096];
+  path_of(dir, ref, "hf-llama");
+  cfg_model mc = llama->mc;
+  mc.n_kv_head = 4, mc.rotary_emb_base = 10000.0, mc.attention_bias = 1, mc.mlp_bias = 1;
+  const char *keys[] = {"&model n_kv_head = 4", "&model rotary_emb_base = 10000", "&model attention_bias = .true.",
+                        "&model mlp_bias = .true."};
+  int n = hf_check_config(dir, &mc, &e);
+  T_CHECK(n == 4, "4 mismatches of a Llama deck with %s/config.json, got %d", dir, n);
+  for (int i = 0; i < 4; i++) T_CHECK(has_error(&e, "hf-llama/config.json", keys[i]), "a mismatch names %s", keys[i]);
   show(&e);
   err_free(&e);
 }
@@ -759,8 +789,9 @@ int main(int argc, char **argv) {
   run_model("gpt2", "hf-gpt2", 1);
   run_model("neox", "hf-neox", 1);           /* as transformers 5 saves it: lm_head, rope_parameters */
   run_model("neox", "hf-neox-published", 0); /* as Pythia is published: embed_out, rotary_pct, rotary_emb_base */
+  run_model("llama", "hf-llama", 1);         /* grouped-query attention, rope_parameters */
   run_pairs();
-  loaded gpt2, neo, neox;
+  loaded gpt2, neo, neox, llama;
   char dir[4096];
   path_of(dir, ref, "hf-gpt2");
   load(&gpt2, dir, 2, 16);
@@ -774,6 +805,10 @@ int main(int argc, char **argv) {
   path_of(dir, ref, "hf-neox");
   load(&neox, dir, 2, 16);
   bad_neox_config(&neox);
+  path_of(dir, ref, "hf-llama");
+  load(&llama, dir, 2, 16);
+  bad_llama_config(&llama);
+  unload(&llama);
   unload(&gpt2);
   unload(&neo);
   unload(&neox);

@@ -343,14 +343,18 @@ static void test_matmul(int with_bias) {
 
 /* ---- attention --------------------------------------------------------------------------------- */
 
+/* qkv (B,T,W) = [q (C) | k (Ckv) | v (Ckv)], W = C + 2 Ckv, Ckv = Hkv hs: query head h reads key/value head
+ * h / (H/Hkv) */
 typedef struct {
-  int B, T, C, H, window;
+  int B, T, C, H, Hkv, window;
   double scale;
   double *qkv, *w, *y, *lse;
 } att_ctx;
 
+static int att_width(int C, int H, int Hkv) { return C + 2 * (C / H) * Hkv; }
+
 static void att_ref(att_ctx *c) {
-  int hs = c->C / c->H, C3 = 3 * c->C;
+  const int hs = c->C / c->H, C3 = att_width(c->C, c->H, c->Hkv), Ckv = hs * c->Hkv;
   double *s = malloc((size_t)c->T * sizeof(double));
   for (int b = 0; b < c->B; b++)
     for (int h = 0; h < c->H; h++)
@@ -359,7 +363,7 @@ static void att_ref(att_ctx *c) {
         double mx = -INFINITY;
         for (int j = 0; j <= i; j++) {
           int visible = c->window <= 0 || i - j < c->window;
-          const double *k = c->qkv + ((size_t)b * c->T + j) * C3 + c->C + h * hs;
+          const double *k = c->qkv + ((size_t)b * c->T + j) * C3 + c->C + h / (c->H / c->Hkv) * hs;
           double d = 0;
           for (int e = 0; e < hs; e++) d += q[e] * k[e];
           s[j] = visible ? c->scale * d : -INFINITY;
@@ -372,7 +376,7 @@ static void att_ref(att_ctx *c) {
         for (int e = 0; e < hs; e++) o[e] = 0;
         for (int j = 0; j <= i; j++) {
           double p = exp(s[j] - mx) / sum;
-          const double *v = c->qkv + ((size_t)b * c->T + j) * C3 + 2 * c->C + h * hs;
+          const double *v = c->qkv + ((size_t)b * c->T + j) * C3 + c->C + Ckv + h / (c->H / c->Hkv) * hs;
           for (int e = 0; e < hs; e++) o[e] += p * v[e];
         }
       }
@@ -384,14 +388,14 @@ static double att_loss(void *p) {
   return wsum(c->w, c->y, (size_t)c->B * c->T * c->C);
 }
 
-static void test_attention(int T, int window, double scale, const char *what) {
-  att_ctx c = {.B = 2, .T = T, .C = 12, .H = 3, .window = window, .scale = scale};
-  size_t nq = (size_t)c.B * T * 3 * c.C, ny = (size_t)c.B * T * c.C, nl = (size_t)c.B * c.H * T;
+static void test_attention(int T, int H, int Hkv, int window, double scale, const char *what) {
+  att_ctx c = {.B = 2, .T = T, .C = 4 * H, .H = H, .Hkv = Hkv, .window = window, .scale = scale};
+  size_t nq = (size_t)c.B * T * att_width(c.C, H, Hkv), ny = (size_t)c.B * T * c.C, nl = (size_t)c.B * c.H * T;
   float *qkv = frand(nq, 1), *w = frand(ny, 1), *y = fzeros(ny), *lse = fzeros(nl);
   float *scratch = be->alloc(be, be->attention_scratch(be, T));
   c.qkv = dcopy(qkv, nq), c.w = dcopy(w, ny);
   c.y = malloc(ny * sizeof(double)), c.lse = malloc(nl * sizeof(double));
-  be->attention_fwd(be, y, lse, qkv, scratch, c.B, T, c.C, c.H, window, (float)scale);
+  be->attention_fwd(be, y, lse, qkv, scratch, c.B, T, c.C, c.H, Hkv, window, (float)scale);
   att_ref(&c);
   char name[80];
   snprintf(name, sizeof name, "attention %s", what);
@@ -399,7 +403,7 @@ static void test_attention(int T, int window, double scale, const char *what) {
   snprintf(name, sizeof name, "attention %s lse", what);
   check_fwd(name, lse, c.lse, nl);
   float *dqkv = fzeros(nq);
-  be->attention_bwd(be, dqkv, w, y, lse, qkv, scratch, c.B, T, c.C, c.H, window, (float)scale);
+  be->attention_bwd(be, dqkv, w, y, lse, qkv, scratch, c.B, T, c.C, c.H, Hkv, window, (float)scale);
   snprintf(name, sizeof name, "attention %s d/dqkv", what);
   check_grad(name, att_loss, &c, c.qkv, dqkv, nq);
   be->free(be, scratch);
@@ -412,38 +416,39 @@ static void test_attention(int T, int window, double scale, const char *what) {
  * rows interleaved in a pass): kv_store, then attention_cached; every row's output against the
  * double reference of causal attention over its whole sequence (att_ref), and the ring's rows
  * against the keys and values they hold. ring = window + chunk - 1 for a local layer. */
-static void test_kv_cache(int window, double scale, const char *what) {
-  enum { NS = 3, C = 12, H = 3, CHUNK = 4 };
+static void test_kv_cache(int Hkv, int window, double scale, const char *what) {
+  enum { NS = 3, C = 12, H = 6, CHUNK = 4 };
   const int len[NS] = {9, 20, 33}, maxlen = 33, ring = window > 0 ? window + CHUNK - 1 : maxlen;
+  const int Ckv = C / H * Hkv, W = att_width(C, H, Hkv);
   float *qkv[NS], *out[NS];
-  float *kc = fzeros((size_t)NS * ring * C), *vc = fzeros((size_t)NS * ring * C);
-  float *pq = fzeros((size_t)NS * CHUNK * 3 * C), *po = fzeros((size_t)NS * CHUNK * C);
+  float *kc = fzeros((size_t)NS * ring * Ckv), *vc = fzeros((size_t)NS * ring * Ckv);
+  float *pq = fzeros((size_t)NS * CHUNK * W), *po = fzeros((size_t)NS * CHUNK * C);
   int32_t seq[NS * CHUNK], pos[NS * CHUNK];
-  for (int q = 0; q < NS; q++) qkv[q] = frand((size_t)len[q] * 3 * C, 1), out[q] = fzeros((size_t)len[q] * C);
+  for (int q = 0; q < NS; q++) qkv[q] = frand((size_t)len[q] * W, 1), out[q] = fzeros((size_t)len[q] * C);
   for (int at = 0; at < maxlen; at += CHUNK) {
     int n = 0;
     for (int q = 0; q < NS; q++)
       for (int p = at; p < at + CHUNK && p < len[q]; p++, n++) {
         seq[n] = q, pos[n] = p;
-        memcpy(pq + (size_t)n * 3 * C, qkv[q] + (size_t)p * 3 * C, 3 * C * sizeof(float));
+        memcpy(pq + (size_t)n * W, qkv[q] + (size_t)p * W, (size_t)W * sizeof(float));
       }
-    be->kv_store(be, kc, vc, pq, seq, pos, n, C, ring);
-    be->attention_cached(be, po, pq, kc, vc, seq, pos, n, C, H, ring, window, (float)scale);
+    be->kv_store(be, kc, vc, pq, seq, pos, n, C, Ckv, ring);
+    be->attention_cached(be, po, pq, kc, vc, seq, pos, n, C, H, Hkv, ring, window, (float)scale);
     for (int r = 0; r < n; r++) memcpy(out[seq[r]] + (size_t)pos[r] * C, po + (size_t)r * C, C * sizeof(float));
   }
   char name[80];
   for (int q = 0; q < NS; q++) {
-    att_ctx c = {.B = 1, .T = len[q], .C = C, .H = H, .window = window, .scale = scale};
-    c.qkv = dcopy(qkv[q], (size_t)len[q] * 3 * C);
+    att_ctx c = {.B = 1, .T = len[q], .C = C, .H = H, .Hkv = Hkv, .window = window, .scale = scale};
+    c.qkv = dcopy(qkv[q], (size_t)len[q] * W);
     c.y = malloc((size_t)len[q] * C * sizeof(double)), c.lse = malloc((size_t)H * len[q] * sizeof(double));
     att_ref(&c);
     snprintf(name, sizeof name, "attention_cached %s seq %d", what, q);
     check_fwd(name, out[q], c.y, (size_t)len[q] * C);
     int bad = 0; /* the ring holds the last positions' k and v */
     for (int p = len[q] > ring ? len[q] - ring : 0; p < len[q]; p++) {
-      size_t at = ((size_t)q * ring + (size_t)(p % ring)) * C;
-      bad += memcmp(kc + at, qkv[q] + (size_t)p * 3 * C + C, C * sizeof(float)) != 0;
-      bad += memcmp(vc + at, qkv[q] + (size_t)p * 3 * C + 2 * C, C * sizeof(float)) != 0;
+      size_t at = ((size_t)q * ring + (size_t)(p % ring)) * Ckv;
+      bad += memcmp(kc + at, qkv[q] + (size_t)p * W + C, (size_t)Ckv * sizeof(float)) != 0;
+      bad += memcmp(vc + at, qkv[q] + (size_t)p * W + C + Ckv, (size_t)Ckv * sizeof(float)) != 0;
     }
     T_CHECK(bad == 0, "kv_store %s seq %d: %d ring rows differ from the keys and values stored", what, q, bad);
     free(c.qkv), free(c.y), free(c.lse), free(qkv[q]), free(out[q]);
@@ -452,10 +457,12 @@ static void test_kv_cache(int window, double scale, const char *what) {
 }
 
 static void test_kv_cache_all(void) {
-  test_kv_cache(0, 1.0, "global");
-  test_kv_cache(0, 0.5, "global scaled");
-  test_kv_cache(5, 1.0, "local w=5");
-  test_kv_cache(1, 1.0, "local w=1");
+  test_kv_cache(6, 0, 1.0, "global");
+  test_kv_cache(6, 0, 0.5, "global scaled");
+  test_kv_cache(6, 5, 1.0, "local w=5");
+  test_kv_cache(6, 1, 1.0, "local w=1");
+  test_kv_cache(2, 0, 0.5, "GQA 6/2");
+  test_kv_cache(1, 5, 1.0, "GQA 6/1 local w=5");
 }
 
 /* ---- the MLP: matmul_gelu_fwd, then matmul_dgelu_bwd through gelu (both forms) --------------------- */
@@ -542,22 +549,23 @@ static void test_mlp(void) {
 
 /* ---- rotary embedding: rope forward, and back (sign -1) as its gradient --------------------------- */
 
-/* y (N,3C) = qkv with pairs (i, i + rot/2) of each head of q and k rotated by p * theta^(-2i/rot), all in double */
+/* y (N,W) = qkv (as att_ctx's) with pairs (i, i + rot/2) of each head of q and k rotated by p * theta^(-2i/rot), all
+ * in double */
 typedef struct {
-  int N, T, C, H, rot;
+  int N, T, C, H, Hkv, rot;
   double theta;
   const int32_t *pos;
   double *x, *w, *y;
 } rope_ctx;
 
 static void rope_ref(rope_ctx *c) {
-  const int hs = c->C / c->H, half = c->rot / 2;
-  memcpy(c->y, c->x, (size_t)c->N * 3 * c->C * sizeof(double));
+  const int hs = c->C / c->H, half = c->rot / 2, W = att_width(c->C, c->H, c->Hkv);
+  memcpy(c->y, c->x, (size_t)c->N * W * sizeof(double));
   for (int r = 0; r < c->N; r++)
     for (int part = 0; part < 2; part++)
-      for (int h = 0; h < c->H; h++)
+      for (int h = 0; h < (part ? c->Hkv : c->H); h++)
         for (int i = 0; i < half; i++) {
-          const size_t at = (size_t)r * 3 * c->C + (size_t)part * c->C + (size_t)h * hs + i;
+          const size_t at = (size_t)r * W + (size_t)part * c->C + (size_t)h * hs + i;
           const double p = c->pos ? c->pos[r] : r % c->T, a = p * pow(c->theta, -2.0 * i / c->rot);
           c->y[at] = c->x[at] * cos(a) - c->x[at + half] * sin(a);
           c->y[at + half] = c->x[at + half] * cos(a) + c->x[at] * sin(a);
@@ -566,22 +574,23 @@ static void rope_ref(rope_ctx *c) {
 static double rope_loss(void *p) {
   rope_ctx *c = p;
   rope_ref(c);
-  return wsum(c->w, c->y, (size_t)c->N * 3 * c->C);
+  return wsum(c->w, c->y, (size_t)c->N * att_width(c->C, c->H, c->Hkv));
 }
 
-static void test_rope_case(int T, int C, int H, int rot, double theta, const int32_t *pos, int N, const char *what) {
-  rope_ctx c = {.N = N, .T = T, .C = C, .H = H, .rot = rot, .theta = theta, .pos = pos};
-  const size_t n = (size_t)N * 3 * C;
+static void test_rope_case(int T, int C, int H, int Hkv, int rot, double theta, const int32_t *pos, int N,
+                           const char *what) {
+  rope_ctx c = {.N = N, .T = T, .C = C, .H = H, .Hkv = Hkv, .rot = rot, .theta = theta, .pos = pos};
+  const size_t n = (size_t)N * att_width(C, H, Hkv);
   float *x = frand(n, 1), *w = frand(n, 1), *y = fcopy(x, n), *d = fcopy(w, n);
   c.x = dcopy(x, n), c.w = dcopy(w, n), c.y = malloc(n * sizeof(double));
-  be->rope(be, y, pos, N, T, C, H, rot, (float)theta, 1);
+  be->rope(be, y, pos, N, T, C, H, Hkv, rot, (float)theta, 1);
   rope_ref(&c);
   char name[64];
   snprintf(name, sizeof name, "rope %s", what);
   check_fwd(name, y, c.y, n);
-  be->rope(be, d, pos, N, T, C, H, rot, (float)theta, -1); /* the gradient: the opposite rotation of dout */
+  be->rope(be, d, pos, N, T, C, H, Hkv, rot, (float)theta, -1); /* the gradient: the opposite rotation of dout */
   check_grad(name, rope_loss, &c, c.x, d, n);
-  be->rope(be, y, pos, N, T, C, H, rot, (float)theta, -1); /* and back */
+  be->rope(be, y, pos, N, T, C, H, Hkv, rot, (float)theta, -1); /* and back */
   T_CHECK(t_rel_err(y, x, n) < 1e-6, "rope %s: rotating back does not return the input (rel err %g)", what,
           t_rel_err(y, x, n));
   free(x), free(w), free(y), free(d), free(c.x), free(c.w), free(c.y);
@@ -589,11 +598,13 @@ static void test_rope_case(int T, int C, int H, int rot, double theta, const int
 
 static void test_rope(void) {
   static const int32_t pos[6] = {0, 7, 3, 1000, 2, 2};
-  test_rope_case(5, 24, 3, 8, 10000.0, NULL, 10, "rot 8 of 8, two sequences");
-  test_rope_case(7, 24, 2, 4, 10000.0, NULL, 7, "rot 4 of 12 (partial)");
-  test_rope_case(6, 16, 2, 8, 500000.0, NULL, 6, "rot 8 of 8, theta 5e5");
-  test_rope_case(1, 8, 2, 2, 10000.0, pos, 6, "given positions up to 1000");
-  test_rope_case(4, 8, 2, 0, 10000.0, NULL, 4, "rot 0 (nothing turns)");
+  test_rope_case(5, 24, 3, 3, 8, 10000.0, NULL, 10, "rot 8 of 8, two sequences");
+  test_rope_case(7, 24, 2, 2, 4, 10000.0, NULL, 7, "rot 4 of 12 (partial)");
+  test_rope_case(6, 16, 2, 2, 8, 500000.0, NULL, 6, "rot 8 of 8, theta 5e5");
+  test_rope_case(1, 8, 2, 2, 2, 10000.0, pos, 6, "given positions up to 1000");
+  test_rope_case(4, 8, 2, 2, 0, 10000.0, NULL, 4, "rot 0 (nothing turns)");
+  test_rope_case(5, 32, 4, 1, 8, 10000.0, NULL, 10, "GQA 4/1");
+  test_rope_case(3, 32, 4, 2, 8, 10000.0, pos, 6, "GQA 4/2, given positions");
 }
 
 /* ---- residual ---------------------------------------------------------------------------------- */
@@ -1017,19 +1028,21 @@ static void storage_rmsnorm_swiglu(void) {
 
 static void storage_attention(void) {
   const int B = 2, T = 70, C = 12, H = 3;
-  const size_t nq = (size_t)B * T * 3 * C, ny = (size_t)B * T * C, nl = (size_t)B * H * T;
+  const size_t ny = (size_t)B * T * C, nl = (size_t)B * H * T;
   for (int window = 0; window <= 5; window += 5) {
+    const int Hkv = window ? 1 : H; /* the local case with one key/value head */
+    const size_t nq = (size_t)B * T * att_width(C, H, Hkv);
     void *qh, *gh;
     float *qkv = rand16(nq, 0.5, &qh), *g = rand16(ny, 1, &gh), *y = fzeros(ny), *lse = fzeros(nl), *lse16 = fzeros(nl);
     float *dq = fzeros(nq), *yr = fzeros(ny);
     uint16_t *y16 = malloc(ny * 2), *dq16 = malloc(nq * 2);
     void *s32 = be->alloc(be, be->attention_scratch(be, T)), *s16 = b16->alloc(b16, b16->attention_scratch(b16, T));
-    be->attention_fwd(be, y, lse, qkv, s32, B, T, C, H, window, 1.0f);
-    b16->attention_fwd(b16, y16, lse16, qh, s16, B, T, C, H, window, 1.0f);
+    be->attention_fwd(be, y, lse, qkv, s32, B, T, C, H, Hkv, window, 1.0f);
+    b16->attention_fwd(b16, y16, lse16, qh, s16, B, T, C, H, Hkv, window, 1.0f);
     same16("attention_fwd", y16, y, ny), same32("attention_fwd lse", lse, lse16, nl);
     b16->to_fp32(b16, yr, y16, ny); /* the backward reads the stored (rounded) output */
-    be->attention_bwd(be, dq, g, yr, lse, qkv, s32, B, T, C, H, window, 1.0f);
-    b16->attention_bwd(b16, dq16, gh, y16, lse16, qh, s16, B, T, C, H, window, 1.0f);
+    be->attention_bwd(be, dq, g, yr, lse, qkv, s32, B, T, C, H, Hkv, window, 1.0f);
+    b16->attention_bwd(b16, dq16, gh, y16, lse16, qh, s16, B, T, C, H, Hkv, window, 1.0f);
     same16("attention_bwd", dq16, dq, nq);
     be->free(be, s32), b16->free(b16, s16);
     free(qkv), free(g), free(y), free(lse), free(lse16), free(dq), free(yr), free(y16), free(dq16), free(qh), free(gh);
@@ -1044,10 +1057,10 @@ static void storage_kv_cache(void) {
   float *qkv = rand16((size_t)N * 3 * C, 0.5, &qh), *k = rand16((size_t)3 * ring * C, 0.5, &kh);
   float *v = rand16((size_t)3 * ring * C, 1, &vh), *y = fzeros((size_t)N * C);
   uint16_t *y16 = malloc((size_t)N * C * 2);
-  be->kv_store(be, k, v, qkv, seq, pos, N, C, ring), b16->kv_store(b16, kh, vh, qh, seq, pos, N, C, ring);
+  be->kv_store(be, k, v, qkv, seq, pos, N, C, C, ring), b16->kv_store(b16, kh, vh, qh, seq, pos, N, C, C, ring);
   same16("kv_store k", kh, k, (size_t)3 * ring * C), same16("kv_store v", vh, v, (size_t)3 * ring * C);
-  be->attention_cached(be, y, qkv, k, v, seq, pos, N, C, H, ring, 4, 1.0f);
-  b16->attention_cached(b16, y16, qh, kh, vh, seq, pos, N, C, H, ring, 4, 1.0f);
+  be->attention_cached(be, y, qkv, k, v, seq, pos, N, C, H, H, ring, 4, 1.0f);
+  b16->attention_cached(b16, y16, qh, kh, vh, seq, pos, N, C, H, H, ring, 4, 1.0f);
   same16("attention_cached", y16, y, (size_t)N * C);
   free(qkv), free(k), free(v), free(y), free(y16), free(qh), free(kh), free(vh);
 }
@@ -1060,7 +1073,7 @@ static void storage_elementwise(void) {
   be->residual_fwd(be, y, x, a, n), b16->residual_fwd(b16, y16, xh, ah, n), same16("residual_fwd", y16, y, n);
   be->accumulate(be, a, x, n), b16->accumulate(b16, ah, xh, n), same16("accumulate (+=)", ah, a, n);
   /* rope in place on a (3, 3 x 37) qkv: the 16-bit result is the fp32 rotation of the stored values, rounded once */
-  be->rope(be, x, NULL, 3, 2, 37, 1, 36, 10000.0f, 1), b16->rope(b16, xh, NULL, 3, 2, 37, 1, 36, 10000.0f, 1);
+  be->rope(be, x, NULL, 3, 2, 37, 1, 1, 36, 10000.0f, 1), b16->rope(b16, xh, NULL, 3, 2, 37, 1, 1, 36, 10000.0f, 1);
   same16("rope", xh, x, 3 * 3 * 37);
   /* embedding: rows picked by tokens, and the fp32 gradients of a 16-bit dout */
   const int B = 2, T = 5, C = 6, V = 7;
@@ -1188,10 +1201,13 @@ static void test_matmul_both(void) {
 }
 
 static void test_attention_all(void) {
-  test_attention(9, 0, 1.0, "global");
-  test_attention(70, 0, 0.5, "global T=70 scaled");
-  test_attention(70, 5, 1.0, "local w=5 T=70");
-  test_attention(66, 64, 1.0, "local w=64 T=66");
+  test_attention(9, 3, 3, 0, 1.0, "global");
+  test_attention(70, 3, 3, 0, 0.5, "global T=70 scaled");
+  test_attention(70, 3, 3, 5, 1.0, "local w=5 T=70");
+  test_attention(66, 3, 3, 64, 1.0, "local w=64 T=66");
+  test_attention(9, 4, 2, 0, 0.5, "GQA 4/2");
+  test_attention(70, 4, 1, 0, 0.5, "GQA 4/1 T=70");
+  test_attention(70, 6, 2, 5, 1.0, "GQA 6/2 local w=5 T=70");
 }
 
 /* Which test covers each op of the list; a new op without one fails here. */

@@ -1,7 +1,9 @@
 /* test_parallel: every parallel layout reproduces the serial run (run under mpiexec -n 4; with the argument
  * gpt-neox, for a GPT-NeoX with partial rotary embeddings, the parallel residual, an untied head and no attention
- * biases: one layout of each decomposition and their products, recomputation, bf16 storage, each with ZeRO-1 from
- * the start and ZeRO-0 from the serial checkpoint, and the checkpoints between the decompositions).
+ * biases, with llama for a Llama with grouped-query attention (2 key/value heads of 4, so that T = 2 splits the
+ * groups) and the SwiGLU MLP: one layout of each decomposition and their products, recomputation, bf16 storage,
+ * each with ZeRO-1 from the start and ZeRO-0 from the serial checkpoint, and the checkpoints between the
+ * decompositions).
  *
  * A tiny GPT-Neo (4 layers) trains for 10 steps on a dataset this test prepares, with the same
  * global batch, serially (rank 0 alone) and laid out as D=2, D=4, P=2, P=4, P=2 x D=2 (both rank
@@ -49,7 +51,8 @@ static const char *comm_exchange = "allgather";
 static int comm_ef; /* &comm error_feedback */
 static int global_batch = 8; /* &training global_batch_size (6 for 3 replicas) */
 static int tensor_par = 1; /* &parallel tensor_parallel */
-static int neox; /* the model is a GPT-NeoX (partial rotary, parallel residual, untied head), not a GPT-Neo */
+static const char *arch = "gpt-neo"; /* the command line's: gpt-neo, gpt-neox or llama */
+static int rotary; /* the model is a GPT-NeoX or a Llama (rotary embeddings, an untied head), not a GPT-Neo */
 
 typedef struct {
   double loss[STEPS], val, vals[2]; /* the validation loss: the blend's, each dataset's */
@@ -78,8 +81,10 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            /* no attention biases: the dims of k's bias that no rotation turns add the same to every score of a
             * query and have no gradient but rounding noise, which AdamW scales up to whole steps; where the layouts'
             * noise differs, so do those parameters (the biases' exactness is test_reference's) */
-           neox ? "arch = 'gpt-neox', attention_types = 'global', rotary_pct = 0.5, attention_bias = .false."
-                : "attention_types = 'global', 'local', window_size = 8",
+           strcmp(arch, "gpt-neox") == 0 ? "arch = 'gpt-neox', attention_types = 'global', rotary_pct = 0.5, "
+                                           "attention_bias = .false."
+           : strcmp(arch, "llama") == 0 ? "arch = 'llama', attention_types = 'global', n_kv_head = 2, n_inner = 80"
+                                        : "attention_types = 'global', 'local', window_size = 8",
            global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
            tensor_par, precision,
            comm_method, comm_bits, comm_exchange, comm_ef ? ".true." : ".false.");
@@ -298,8 +303,8 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
                  {1, 1, "replicas_adjacent", 0, 0, 0, 4, 0}, {1, 2, "replicas_adjacent", 1, 1, 0, 2, 0},
                  {2, 1, "replicas_adjacent", 0, 0, 1, 2, 1}};
   for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-    for (int mode = 0; mode < 4 && (!neox || layouts[i].both); mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
-      if (neox && (mode == 0 || mode == 3)) continue; /* GPT-NeoX: ZeRO-1 from the start, ZeRO-0 restarted */
+    for (int mode = 0; mode < 4 && (!rotary || layouts[i].both); mode++) { /* ZeRO 0 and 1, from the start and from the serial checkpoint */
+      if (rotary && (mode == 0 || mode == 3)) continue; /* GPT-NeoX: ZeRO-1 from the start, ZeRO-0 restarted */
       int zero = mode & 1, resumed = mode >> 1;
       int P = layouts[i].P, D = layouts[i].D, n = P * layouts[i].T * D;
       tensor_par = layouts[i].T;
@@ -321,7 +326,7 @@ static void test_layouts(const char *dir, const run_result refs[2], char ckpts[2
       /* an untied token embedding (GPT-NeoX) has rows that only a rare token's lookups move: AdamW's first steps on
        * them are near lr whatever the gradient's size, so its sign in a rounding-noise dimension decides them
        * (measured: 1.7e-2 in embed_in of P=2 x T=2 at bf16; every other tensor within 4.3e-3) */
-      if (layouts[i].bf16 && layouts[i].T > 1 && neox) tp = 3e-2;
+      if (layouts[i].bf16 && layouts[i].T > 1 && rotary) tp = 3e-2;
       if (sub != MPI_COMM_NULL) {
         cfg_config *c = deck(dir, P, D, zero, layouts[i].order, n);
         train_from(c, sub, &r, resumed ? ckpt : NULL, resumed ? NULL : mine);
@@ -412,10 +417,11 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   setenv("GREENLM_CUDA_AWARE_MPI", "0", 1); /* the staged layout stages, whatever this MPI can do */
-  neox = argc > 1 && strcmp(argv[1], "gpt-neox") == 0;
+  if (argc > 1) arch = argv[1];
+  rotary = strcmp(arch, "gpt-neo") != 0;
   const char *out = getenv("TEST_OUT");
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s/parallel%s", out ? out : "tests/out", neox ? "-neox" : "");
+  snprintf(dir, sizeof dir, "%s/parallel%s%s", out ? out : "tests/out", rotary ? "-" : "", rotary ? arch : "");
   if (rank == 0) util_mkdir_p(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   if (size < 4) {
@@ -444,7 +450,7 @@ int main(int argc, char **argv) {
   test_layouts(dir, refs, ckpts, rank);
   precision = "fp32", staged = 0, recompute = 0;
   test_tensor_restarts(dir, rank);
-  if (!neox) test_compressed(dir, &refs[0], rank); /* the exchange does not depend on the architecture */
+  if (!rotary) test_compressed(dir, &refs[0], rank); /* the exchange does not depend on the architecture */
   for (int k = 0; k < 2 && rank == 0; k++)
     printf("serial, %s: losses %.5f ... %.5f, validation %.5f\n", precisions[k], refs[k].loss[0], refs[k].loss[STEPS - 1],
            refs[k].val);

@@ -1,10 +1,11 @@
 /* test_reference: the whole model against Hugging Face Transformers.
  *
- * tests/reference/{gpt-neo,gpt2,gpt-neox-a,b,c,llama-a,b}.nc were written by tests/reference/make_fixtures.py from a
+ * tests/reference/{gpt-neo,gpt2,gpt-neox-a,b,c,llama-a..e}.nc were written by tests/reference/make_fixtures.py from a
  * tiny random GPTNeoForCausalLM (global + local layers), GPT2LMHeadModel, GPTNeoXForCausalLM in three
  * configurations (partial and full rotary, parallel and sequential residual, with and without attention
- * biases, gelu and gelu_new, untied and tied head) and LlamaForCausalLM in two (untied without biases; tied with
- * attention and MLP biases, rope_theta 500000). For each, this test loads
+ * biases, gelu and gelu_new, untied and tied head) and LlamaForCausalLM in five (untied without biases; tied with
+ * attention and MLP biases, rope_theta 500000; grouped-query attention with 2 key/value heads of 8, 1 of 4 and 4 of
+ * 8, with and without biases, tied and untied). For each, this test loads
  * the parameters into a greenlm model and checks, relative to each tensor's largest value, the logits, the loss
  * and the gradient of every parameter to 1e-5, and the losses (1e-5) and parameters (2e-5) after three AdamW steps
  * with gradient clipping. */
@@ -109,6 +110,7 @@ static void fixture_model(int nc, cfg_model *mc) {
     mc->n_inner = att_int(nc, "n_inner");
     mc->attention_bias = (int)att_int(nc, "attention_bias");
     mc->mlp_bias = (int)att_int(nc, "mlp_bias");
+    mc->n_kv_head = att_int(nc, "n_kv_head");
     att_text(nc, "head", mc->head, sizeof mc->head);
     return;
   }
@@ -239,7 +241,8 @@ int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   const char *top = getenv("TOP_SRCDIR");
   char path[4096];
-  const char *arch[] = {"gpt-neo", "gpt2", "gpt-neox-a", "gpt-neox-b", "gpt-neox-c", "llama-a", "llama-b"};
+  const char *arch[] = {"gpt-neo", "gpt2",    "gpt-neox-a", "gpt-neox-b", "gpt-neox-c", "llama-a",
+                        "llama-b", "llama-c", "llama-d",    "llama-e"};
   for (int i = 0; i < (int)(sizeof arch / sizeof arch[0]); i++) {
     snprintf(path, sizeof path, "%s/tests/reference/%s.nc", top ? top : ".", arch[i]);
     run_fixture(path);

@@ -52,17 +52,20 @@ static const char *device_json(const gpu_desc *g, char *buf, size_t len) {
 
 typedef struct {
   const char *name;
-  int B, C, H;
+  int B, C, H, Hkv;
 } model;
-static const model MODELS[] = {{"GPT-Neo 125M", 8, 768, 12}, {"GPT-Neo 1.3B", 4, 2048, 16}, {"GPT-Neo 2.7B", 2, 2560, 20}};
+static const model MODELS[] = {{"GPT-Neo 125M", 8, 768, 12, 12},
+                               {"GPT-Neo 1.3B", 4, 2048, 16, 16},
+                               {"GPT-Neo 2.7B", 2, 2560, 20, 20},
+                               {"Llama 3 8B (grouped-query, 8 key/value heads of 32)", 1, 4096, 32, 8}};
 
 /* One graph on g: 0 (supported, *det) or -1 (declined, why). */
-static int aot(const gpu_desc *g, int bwd, backend_dtype t, int B, int T, int C, int H, int window, float scale, int *det,
-               char *why, size_t len) {
+static int aot(const gpu_desc *g, int bwd, backend_dtype t, int B, int T, int C, int H, int Hkv, int window, float scale,
+               int *det, char *why, size_t len) {
   char js[1024];
   *det = -1;
   why[0] = '\0';
-  return gpu_sdpa_aot(device_json(g, js, sizeof js), g->sm, bwd, (int)t, B, T, C, H, window, scale, det, why, len);
+  return gpu_sdpa_aot(device_json(g, js, sizeof js), g->sm, bwd, (int)t, B, T, C, H, Hkv, window, scale, det, why, len);
 }
 
 /* GPT-Neo's shapes on a device that must take them all, deterministic backward included */
@@ -76,13 +79,13 @@ static void test_supported(const gpu_desc *g) {
             float scale = gpt2 ? 1.0f / sqrtf((float)(x->C / x->H)) : 1.0f;
             int det;
             char why[512];
-            int rc = aot(g, bwd, (backend_dtype)t, x->B, 2048, x->C, x->H, window, scale, &det, why, sizeof why);
+            int rc = aot(g, bwd, (backend_dtype)t, x->B, 2048, x->C, x->H, x->Hkv, window, scale, &det, why, sizeof why);
             T_CHECK(rc == 0 && det == 1, "%s, %s %s %s storage, window %d, scale %g: %s%s", g->name, x->name,
                     bwd ? "backward" : "forward", backend_dtype_name((backend_dtype)t), window, scale,
                     rc ? "declined: " : "not the deterministic algorithm", why);
           }
-  printf("%s: GPT-Neo 125M, 1.3B, 2.7B at T = 2048 (global and local layers, bf16 and fp16, forward and "
-         "deterministic backward) build in cuDNN\n",
+  printf("%s: GPT-Neo 125M, 1.3B, 2.7B and Llama 3 8B's grouped-query attention at T = 2048 (global and local "
+         "layers, bf16 and fp16, forward and deterministic backward) build in cuDNN\n",
          g->name);
 }
 
@@ -91,32 +94,34 @@ static void test_declined(void) {
   char why[512];
   for (size_t m = 0; m < sizeof MODELS / sizeof MODELS[0]; m++) {
     const model *x = &MODELS[m];
-    int rc = aot(&V100, 0, BACKEND_FP16, x->B, 2048, x->C, x->H, 0, 1.0f, &det, why, sizeof why);
+    int rc = aot(&V100, 0, BACKEND_FP16, x->B, 2048, x->C, x->H, x->Hkv, 0, 1.0f, &det, why, sizeof why);
     T_CHECK(rc == -1 && why[0], "%s, %s: cuDNN took the attention (greenlm's WMMA kernels are the V100 path)",
             V100.name, x->name);
   }
   printf("%s: declined (%s): greenlm's fp16 WMMA kernels\n", V100.name, why);
-  int rc = aot(&H200, 0, BACKEND_BF16, 2, 64, 40, 2, 0, 1.0f, &det, why, sizeof why);
+  int rc = aot(&H200, 0, BACKEND_BF16, 2, 64, 40, 2, 2, 0, 1.0f, &det, why, sizeof why);
   T_CHECK(rc == -1 && strstr(why, "multiple of 8"), "head size 20 was not declined by greenlm's rule: %s", why);
-  rc = gpu_sdpa_aot("{\"multiProcessorCount\": 1}", 90, 0, BACKEND_BF16, 2, 64, 64, 2, 0, 1.0f, &det, why, sizeof why);
+  rc = gpu_sdpa_aot("{\"multiProcessorCount\": 1}", 90, 0, BACKEND_BF16, 2, 64, 64, 2, 2, 0, 1.0f, &det, why, sizeof why);
   T_CHECK(rc == -1 && strstr(why, "device description"), "a bad device description was taken: %s", why);
 }
 
 /* the parity program's shapes (tests/test_gpu_parity.c): which path each takes on an H200 */
 static void list_parity(void) {
-  static const int shapes[][5] = {{2, 37, 64, 4, 0},   {1, 100, 128, 2, 0}, {2, 77, 96, 3, 16},  {1, 300, 256, 2, 64},
-                                  {2, 129, 256, 2, 0}, {1, 50, 512, 2, 0},  {2, 33, 40, 2, 1},   {1, 1, 64, 2, 0},
-                                  {3, 150, 128, 2, 24}, {2, 211, 256, 2, 100}, {1, 65, 128, 2, 1}, {2, 1, 512, 4, 0},
-                                  {2, 90, 96, 2, 20},  {1, 200, 192, 2, 0}, {1, 520, 128, 2, 0}};
+  static const int shapes[][6] = {
+      {2, 37, 64, 4, 4, 0},    {1, 100, 128, 2, 2, 0},  {2, 77, 96, 3, 3, 16},    {1, 300, 256, 2, 2, 64},
+      {2, 129, 256, 2, 2, 0},  {1, 50, 512, 2, 2, 0},   {2, 33, 40, 2, 2, 1},     {1, 1, 64, 2, 2, 0},
+      {3, 150, 128, 2, 2, 24}, {2, 211, 256, 2, 2, 100}, {1, 65, 128, 2, 2, 1},   {2, 1, 512, 4, 4, 0},
+      {2, 90, 96, 2, 2, 20},   {1, 200, 192, 2, 2, 0},  {1, 520, 128, 2, 2, 0},   {2, 100, 512, 8, 2, 0},
+      {1, 77, 256, 8, 1, 0},   {1, 150, 512, 4, 2, 0}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int *s = shapes[i];
     int df, db;
     char wf[512], wb[512];
-    int f = aot(&H200, 0, BACKEND_BF16, s[0], s[1], s[2], s[3], s[4], 1.0f, &df, wf, sizeof wf);
-    int b = aot(&H200, 1, BACKEND_BF16, s[0], s[1], s[2], s[3], s[4], 1.0f, &db, wb, sizeof wb);
-    printf("  parity shape B=%d T=%d C=%d H=%d window %d on %s: forward %s, backward %s%s%s\n", s[0], s[1], s[2], s[3],
-           s[4], H200.name, f ? "greenlm's kernels" : "cuDNN", b ? "greenlm's kernels" : "cuDNN", b ? " — " : "",
-           b ? wb : "");
+    int f = aot(&H200, 0, BACKEND_BF16, s[0], s[1], s[2], s[3], s[4], s[5], 1.0f, &df, wf, sizeof wf);
+    int b = aot(&H200, 1, BACKEND_BF16, s[0], s[1], s[2], s[3], s[4], s[5], 1.0f, &db, wb, sizeof wb);
+    printf("  parity shape B=%d T=%d C=%d H=%d Hkv=%d window %d on %s: forward %s, backward %s%s%s\n", s[0], s[1], s[2],
+           s[3], s[4], s[5], H200.name, f ? "greenlm's kernels" : "cuDNN", b ? "greenlm's kernels" : "cuDNN",
+           b ? " — " : "", b ? wb : "");
   }
 }
 

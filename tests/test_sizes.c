@@ -41,7 +41,8 @@ static u64 neo_params(const shape *s) { return s->V * s->C + s->T * s->C + s->L 
 static void shape_of(const shape *s, int arch, gpt_shape *g) {
   memset(g, 0, sizeof *g);
   g->arch = arch;
-  g->V = (int)s->V, g->maxT = (int)s->T, g->L = (int)s->L, g->C = (int)s->C, g->H = (int)s->H, g->F = 4 * (int)s->C;
+  g->V = (int)s->V, g->maxT = (int)s->T, g->L = (int)s->L, g->C = (int)s->C, g->H = g->Hkv = (int)s->H;
+  g->F = 4 * (int)s->C;
   g->wpe = g->tied = g->out_bias = 1, g->qkv_bias = arch == GPT_ARCH_GPT2;
   g->window = calloc(s->L, sizeof *g->window);
   for (u64 l = 1; arch == GPT_ARCH_NEO && l < s->L; l += 2) g->window[l] = 256;

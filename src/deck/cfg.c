@@ -557,15 +557,22 @@ static void check_tasks(const cfg_config *cfg, err_list *errs) {
 /* Tensor parallelism cuts heads, MLP units and vocabulary rows into tp pieces: the first two evenly. */
 static void check_tensor_parallel(cfg_config *cfg, err_list *errs) {
   const cfg_model *m = &cfg->model;
-  const long tp = cfg->parallel.tensor_parallel, F = m->n_inner ? m->n_inner : 4 * m->n_embd;
+  const long tp = cfg->parallel.tensor_parallel, F = m->n_inner ? m->n_inner : 4 * m->n_embd, kv = cfg_kv_heads(m);
   if (tp == 1) return;
-  char hint[256];
-  int o = snprintf(hint, sizeof hint, "tensor_parallel must divide n_head = %ld and the MLP width %ld; these do:", m->n_head, F);
+  char hint[320];
+  int o = kv == m->n_head
+              ? snprintf(hint, sizeof hint, "tensor_parallel must divide n_head = %ld and the MLP width %ld; these do:",
+                         m->n_head, F)
+              : snprintf(hint, sizeof hint, "tensor_parallel must divide n_head = %ld, n_kv_head = %ld and the MLP "
+                         "width %ld; these do:", m->n_head, kv, F);
   for (long d = 1; d <= m->n_head && o < (int)sizeof hint - 8; d++)
-    if (m->n_head % d == 0 && F % d == 0) o += snprintf(hint + o, sizeof hint - (size_t)o, " %ld", d);
+    if (m->n_head % d == 0 && kv % d == 0 && F % d == 0) o += snprintf(hint + o, sizeof hint - (size_t)o, " %ld", d);
   if (m->n_head % tp != 0)
     cfg_error_at(cfg, errs, "parallel", "tensor_parallel", hint, "n_head = %ld heads cannot be split evenly across "
                  "tensor_parallel = %ld ranks", m->n_head, tp);
+  else if (kv % tp != 0) /* a rank holds whole groups: its query heads and the key/value heads they read */
+    cfg_error_at(cfg, errs, "parallel", "tensor_parallel", hint, "n_kv_head = %ld key/value heads cannot be split "
+                 "evenly across tensor_parallel = %ld ranks", kv, tp);
   else if (F % tp != 0)
     cfg_error_at(cfg, errs, "parallel", "tensor_parallel", hint, "the MLP width (n_inner, or 4 x n_embd) = %ld cannot be "
                  "split evenly across tensor_parallel = %ld ranks", F, tp);
@@ -595,6 +602,27 @@ static void check_data(const cfg_config *cfg, err_list *errs) {
   check_blend(cfg, &cfg->data.val, &cfg->data.val_weights, "val", "val_weights", "validation", errs);
 }
 
+/* Grouped-query attention (llama): n_kv_head divides n_head; other architectures have a key/value head per head. */
+static void check_kv_heads(const cfg_config *cfg, err_list *errs) {
+  const cfg_model *m = &cfg->model;
+  const long kv = m->n_kv_head;
+  if (kv == 0 || kv == m->n_head) return;
+  if (cfg_model_arch_of(m) != CFG_ARCH_LLAMA) {
+    cfg_error_at(cfg, errs, "model", "n_kv_head", "leave n_kv_head = 0 (or set arch = 'llama')",
+                 "arch = '%s' has a key/value head per query head; n_kv_head = %ld with n_head = %ld", m->arch, kv,
+                 m->n_head);
+    return;
+  }
+  if (m->n_head % kv == 0) return;
+  char hint[256];
+  int o = snprintf(hint, sizeof hint, "each key/value head serves the same number of query heads: n_kv_head must "
+                   "divide n_head = %ld; these do:", m->n_head);
+  for (long d = 1; d <= m->n_head && o < (int)sizeof hint - 8; d++)
+    if (m->n_head % d == 0) o += snprintf(hint + o, sizeof hint - (size_t)o, " %ld", d);
+  cfg_error_at(cfg, errs, "model", "n_kv_head", hint, "n_head = %ld is not a multiple of n_kv_head = %ld", m->n_head,
+               kv);
+}
+
 /* What an architecture allows: local layers only in GPT-Neo; GPT-NeoX's rotary dims even; Llama's activation its
  * own (SwiGLU). */
 static void check_arch(const cfg_config *cfg, err_list *errs) {
@@ -610,17 +638,11 @@ static void check_arch(const cfg_config *cfg, err_list *errs) {
   if (arch == CFG_ARCH_LLAMA && cfg_model_activation_of(m) != CFG_ACT_AUTO)
     cfg_error_at(cfg, errs, "model", "activation", "leave activation = 'auto' (or set arch = 'gpt-neo', 'gpt2' or 'gpt-neox')",
                  "arch = 'llama' has the SwiGLU MLP (silu), not activation = '%s'", m->activation);
+  check_kv_heads(cfg, errs);
   if (arch == CFG_ARCH_LLAMA && m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2 != 0)
     cfg_error_at(cfg, errs, "model", "n_head", "the rotated dims pair up: choose n_head so that n_embd / n_head is even",
                  "head size n_embd / n_head = %ld is odd; llama's rotary embedding turns every dim in pairs",
                  m->n_embd / m->n_head);
-  for (int i = 0; arch == CFG_ARCH_LLAMA && i < cfg->job.task.n; i++)
-    if (cfg_task_of(cfg->job.task.v[i]) == CFG_TASK_EXPORT)
-      cfg_error_at(cfg, errs, "job", "task", "export a gpt-neo, gpt2 or gpt-neox model; llama's is not yet written",
-                   "greenlm does not yet export arch = 'llama' to Hugging Face");
-  if (arch == CFG_ARCH_LLAMA && m->init_from[0])
-    cfg_error_at(cfg, errs, "model", "init_from", "start llama from a random initialisation or a greenlm checkpoint",
-                 "greenlm does not yet import arch = 'llama' from Hugging Face");
   if (arch != CFG_ARCH_GPT_NEOX || m->n_embd % m->n_head != 0) return;
   const long hs = m->n_embd / m->n_head, rot = cfg_rotary_dims(m);
   if (rot % 2 != 0) {
@@ -631,6 +653,8 @@ static void check_arch(const cfg_config *cfg, err_list *errs) {
                  "head size %ld x rotary_pct %g = %ld rotary dims, an odd number", hs, m->rotary_pct, rot);
   }
 }
+
+long cfg_kv_heads(const cfg_model *m) { return m->n_kv_head ? m->n_kv_head : m->n_head; }
 
 long cfg_rotary_dims(const cfg_model *m) { return (long)((double)(m->n_embd / m->n_head) * m->rotary_pct); }
 

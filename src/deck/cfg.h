@@ -88,12 +88,13 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, REAL, watchdog_floor, "180", "[1, inf)", "The adaptive watchdog limit's least value in seconds (step_timeout = 0)")
 
 #define CFG_GROUP_MODEL(X, g)                                                                         \
-  X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers), 'gpt2' (scaled scores, q/k/v bias, all global) or 'gpt-neox' (Pythia, GPT-NeoX-20B: rotary embeddings instead of wpe, scaled scores, all global, the parallel residual, an untied head) or 'llama' (Llama 2: RMSNorm, rotary embeddings on every dim of a head, scaled scores, all global, the SwiGLU MLP, an untied head; as many key/value heads as heads)") \
+  X(g, STR, arch, "'gpt-neo'", CFG_CHOICES(CFG_ARCHS), "Architecture: 'gpt-neo' (unscaled scores, no q/k/v bias, global/local layers), 'gpt2' (scaled scores, q/k/v bias, all global) or 'gpt-neox' (Pythia, GPT-NeoX-20B: rotary embeddings instead of wpe, scaled scores, all global, the parallel residual, an untied head) or 'llama' (Llama 2 and 3: RMSNorm, rotary embeddings on every dim of a head, scaled scores, all global, the SwiGLU MLP, an untied head, grouped-query attention with n_kv_head)") \
   X(g, INT, vocab_size, "50257", "[2, 16777216]", "Vocabulary size V (rows of the tied token embedding wte)") \
   X(g, INT, block_size, "2048", "[1, 1048576]", "Longest sequence the model can see: rows of the position embedding wpe") \
   X(g, INT, n_layer, "12", "[1, 4096]", "Number of transformer blocks L")                          \
   X(g, INT, n_embd, "768", "[1, 1048576]", "Hidden size C")                                        \
   X(g, INT, n_head, "12", "[1, 4096]", "Attention heads H; head size is C/H")                      \
+  X(g, INT, n_kv_head, "0", "[0, 4096]", "llama: key/value heads (Hugging Face's num_key_value_heads), each shared by n_head / n_kv_head query heads (grouped-query attention); 0 means n_head (multi-head attention)") \
   X(g, INT, n_inner, "0", "[0, 4194304]", "MLP hidden size (llama: Hugging Face's intermediate_size, the units of gate and of up); 0 means 4*n_embd")                     \
   X(g, STRLIST, attention_types, "'global', 'local'", "global|local", "Attention kind of each layer, as a pattern repeated over the layers") \
   X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
@@ -367,6 +368,8 @@ int cfg_comm_compressed(const cfg_comm *c);
 void cfg_model_defaults(cfg_model *m);
 /* &model's rotary dims per head: head size x rotary_pct rounded down (Hugging Face's rotary_ndims); gpt-neox only. */
 long cfg_rotary_dims(const cfg_model *m);
+/* Key/value heads: n_kv_head, or n_head when it is 0. */
+long cfg_kv_heads(const cfg_model *m);
 /* &model activation and head with 'auto' resolved for the architecture: whether the MLP's gelu is the exact erf
  * form (else gelu_new's tanh form), and whether the head is a matrix of its own (else the token embedding's). */
 int cfg_model_gelu_erf(const cfg_model *m);

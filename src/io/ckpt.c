@@ -497,6 +497,7 @@ static int shape_attrs(const cfg_config *cfg, shape_attr *a) {
   a[n++] = (shape_attr){"n_head", m->n_head};
   a[n++] = (shape_attr){"n_inner", m->n_inner};
   a[n++] = (shape_attr){"window_size", m->window_size};
+  if (cfg_model_arch_of(m) == CFG_ARCH_LLAMA) a[n++] = (shape_attr){"n_kv_head", cfg_kv_heads(m)}; /* its own */
   return n;
 }
 

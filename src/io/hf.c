@@ -180,19 +180,19 @@ static int get_real(const json_t *c, const char *key, double def, double *out, c
   return 0;
 }
 
-/* The rotary embedding of a GPT-NeoX config: rope_parameters (current transformers: rope_type "default",
+/* The rotary embedding of a GPT-NeoX or Llama config: rope_parameters (current transformers: rope_type "default",
  * rope_theta, partial_rotary_factor), else rope_theta / partial_rotary_factor or the older rotary_emb_base /
- * rotary_pct; rope_scaling other than null is refused (greenlm computes the unscaled embedding). */
-static int neox_rope(const json_t *c, cfg_model *out, const char *path, err_list *errs) {
+ * rotary_pct (absent: def_pct); rope_scaling other than null is refused (greenlm computes the unscaled embedding). */
+static int get_rope(const json_t *c, double def_pct, cfg_model *out, const char *path, err_list *errs) {
   const json_t *rp = json_object_get(c, "rope_parameters"), *sc = json_object_get(c, "rope_scaling");
   static const char HINT[] = "greenlm computes the default rotary embedding (rope_type \"default\", no scaling)";
   if (sc && !json_is_null(sc)) {
     err_add(errs, path, 0, 0, HINT, "rope_scaling is set: scaled rotary embeddings are not supported");
     return -1;
   }
-  double base = 10000.0, pct = 0.25;
+  double base = 10000.0, pct = def_pct;
   int rc = get_real(c, json_object_get(c, "rope_theta") ? "rope_theta" : "rotary_emb_base", 10000.0, &base, path, errs);
-  rc |= get_real(c, json_object_get(c, "partial_rotary_factor") ? "partial_rotary_factor" : "rotary_pct", 0.25, &pct,
+  rc |= get_real(c, json_object_get(c, "partial_rotary_factor") ? "partial_rotary_factor" : "rotary_pct", def_pct, &pct,
                  path, errs);
   if (rp && !json_is_null(rp)) {
     const char *key;
@@ -201,13 +201,15 @@ static int neox_rope(const json_t *c, cfg_model *out, const char *path, err_list
       err_add(errs, path, 0, 0, HF_HINT_SAVE, "rope_parameters must be an object");
       return -1;
     }
-    json_object_foreach((json_t *)rp, key, v) {
-      if (strcmp(key, "rope_type") == 0 && (!json_is_string(v) || strcmp(json_string_value(v), "default") != 0))
-        err_add(errs, path, 0, 0, HINT, "rope_parameters.rope_type = %s is not supported",
-                json_is_string(v) ? json_string_value(v) : "(not a string)"), rc = -1;
-      else if (strcmp(key, "rope_type") != 0 && strcmp(key, "rope_theta") != 0 && strcmp(key, "partial_rotary_factor") != 0)
-        err_add(errs, path, 0, 0, HINT, "rope_parameters.%s is not a field greenlm implements", key), rc = -1;
+    const json_t *type = json_object_get(rp, "rope_type");
+    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "default") != 0)) { /* its fields are its own */
+      err_add(errs, path, 0, 0, HINT, "rope_parameters.rope_type = %s is not supported",
+              json_is_string(type) ? json_string_value(type) : "(not a string)");
+      return -1;
     }
+    json_object_foreach((json_t *)rp, key, v)
+      if (strcmp(key, "rope_type") != 0 && strcmp(key, "rope_theta") != 0 && strcmp(key, "partial_rotary_factor") != 0)
+        err_add(errs, path, 0, 0, HINT, "rope_parameters.%s is not a field greenlm implements", key), rc = -1;
     rc |= get_real(rp, "rope_theta", base, &base, path, errs);
     rc |= get_real(rp, "partial_rotary_factor", pct, &pct, path, errs);
   }
@@ -252,7 +254,7 @@ static int parse_neox(const json_t *c, const char *path, cfg_model *out, err_lis
       err_add(errs, path, 0, 0, "greenlm trains without dropout: set it to 0.0 in config.json to fine-tune without it",
               "%s = %g", k ? "hidden_dropout" : "attention_dropout", drop[k]), rc = -1;
   rc |= get_activation(c, "hidden_act", "gelu", out, path, errs) | get_head(c, 0, out, path, errs);
-  rc |= neox_rope(c, out, path, errs);
+  rc |= get_rope(c, 0.25, out, path, errs);
   const json_t *par = json_object_get(c, "use_parallel_residual"), *bias = json_object_get(c, "attention_bias");
   if ((par && !json_is_boolean(par)) || (bias && !json_is_boolean(bias)))
     err_add(errs, path, 0, 0, HF_HINT_SAVE, "use_parallel_residual and attention_bias are true or false"), rc = -1;
@@ -268,6 +270,72 @@ static int parse_neox(const json_t *c, const char *path, cfg_model *out, err_lis
   return 0;
 }
 
+/* Whether key is one of the n names of list. */
+static int listed(const char *key, const char *const *list, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(key, list[i]) == 0) return 1;
+  return 0;
+}
+
+/* A boolean key (absent: false) into *out; -1 after an error. */
+static int get_bool(const json_t *c, const char *key, int *out, const char *path, err_list *errs) {
+  const json_t *v = json_object_get(c, key);
+  if (v && !json_is_boolean(v)) {
+    err_add(errs, path, 0, 0, HF_HINT_SAVE, "%s must be true or false", key);
+    return -1;
+  }
+  *out = v && json_is_true(v);
+  return 0;
+}
+
+/* A Llama config (LlamaConfig's defaults for absent keys): every field mapped to &model, known to change nothing
+ * greenlm computes, or refused by name. */
+static int parse_llama(const json_t *c, const char *path, cfg_model *out, err_list *errs) {
+  static const char *keys[7] = {"vocab_size", "max_position_embeddings", "num_hidden_layers", "hidden_size",
+                                "num_attention_heads", "intermediate_size", "num_key_value_heads"};
+  static const char *deck_keys[7] = {"vocab_size", "block_size", "n_layer", "n_embd", "n_head", "n_inner", "n_kv_head"};
+  static const long defs[7] = {32000, 2048, 32, 4096, 32, 11008, 0};
+  static const char *mapped[] = {"hidden_act", "rms_norm_eps", "attention_bias", "mlp_bias", "tie_word_embeddings",
+                                 "rope_parameters", "rope_scaling", "rope_theta", "attention_dropout", "head_dim",
+                                 "pretraining_tp"};
+  long v[7];
+  int rc = 0, abias = 0, mbias = 0;
+  const char *key;
+  json_t *val;
+  json_object_foreach((json_t *)c, key, val)
+    if (!neox_inert(key) && !listed(key, keys, 7) && !listed(key, mapped, sizeof mapped / sizeof mapped[0]))
+      err_add(errs, path, 0, 0, "greenlm imports LlamaForCausalLM as transformers computes it; a field it does not "
+              "implement would change the model", "config.json field \"%s\" is not one greenlm implements", key), rc = -1;
+  for (int k = 0; k < 7; k++) rc |= get_int(c, keys[k], deck_keys[k], defs[k], k == 6, &v[k], path, errs);
+  double eps = 1e-6, drop = 0.0;
+  rc |= get_real(c, "rms_norm_eps", 1e-6, &eps, path, errs) | get_real(c, "attention_dropout", 0.0, &drop, path, errs);
+  if (drop != 0.0)
+    err_add(errs, path, 0, 0, "greenlm trains without dropout: set it to 0.0 in config.json to fine-tune without it",
+            "attention_dropout = %g", drop), rc = -1;
+  const json_t *act = json_object_get(c, "hidden_act"), *hd = json_object_get(c, "head_dim");
+  if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
+    err_add(errs, path, 0, 0, "greenlm's llama MLP is SwiGLU: silu(gate) * up", "hidden_act = \"%s\" is not silu",
+            json_is_string(act) ? json_string_value(act) : "(not a string)"), rc = -1;
+  if (hd && !json_is_null(hd) && rc == 0 && (!json_is_integer(hd) || v[4] == 0 || json_integer_value(hd) * v[4] != v[3]))
+    err_add(errs, path, 0, 0, "greenlm's heads split the hidden size: head_dim = hidden_size / num_attention_heads",
+            "head_dim = %lld with hidden_size %ld and %ld heads", json_is_integer(hd) ? (long long)json_integer_value(hd) : -1LL,
+            v[3], v[4]), rc = -1;
+  rc |= get_bool(c, "attention_bias", &abias, path, errs) | get_bool(c, "mlp_bias", &mbias, path, errs);
+  rc |= get_head(c, 0, out, path, errs) | get_rope(c, 1.0, out, path, errs);
+  if (rc == 0 && out->rotary_pct != 1.0)
+    err_add(errs, path, 0, 0, "Llama turns every dim of a head", "partial_rotary_factor = %g", out->rotary_pct), rc = -1;
+  if (rc != 0) return -1;
+  util_strlcpy(out->arch, "llama", sizeof out->arch);
+  out->vocab_size = v[0], out->block_size = v[1], out->n_layer = v[2], out->n_embd = v[3], out->n_head = v[4];
+  out->n_inner = v[5] == 4 * v[3] ? 0 : v[5];
+  out->n_kv_head = v[6] == v[4] ? 0 : v[6];
+  out->layer_norm_epsilon = eps;
+  out->attention_bias = abias, out->mlp_bias = mbias;
+  out->attention_types.n = 1;
+  util_strlcpy(out->attention_types.v[0], "global", CFG_ITEM_LEN);
+  return 0;
+}
+
 /* The shape keys of a GPT-Neo or GPT-2 config (transformers' defaults for absent keys). */
 static int parse_config(const json_t *c, const char *path, cfg_model *out, err_list *errs) {
   const json_t *mt = json_object_get(c, "model_type");
@@ -275,9 +343,10 @@ static int parse_config(const json_t *c, const char *path, cfg_model *out, err_l
   long v[8], L = 0, eps_ok = 1;
   int neo = type && strcmp(type, "gpt_neo") == 0, rc = 0;
   if (type && strcmp(type, "gpt_neox") == 0) return parse_neox(c, path, out, errs);
+  if (type && strcmp(type, "llama") == 0) return parse_llama(c, path, out, errs);
   if (!type || (!neo && strcmp(type, "gpt2") != 0)) {
-    err_add(errs, path, 0, 0, "greenlm imports GPTNeoForCausalLM (model_type gpt_neo), GPT2LMHeadModel (gpt2) and "
-            "GPTNeoXForCausalLM (gpt_neox) models", "unsupported architecture: model_type = \"%s\"",
+    err_add(errs, path, 0, 0, "greenlm imports GPTNeoForCausalLM (model_type gpt_neo), GPT2LMHeadModel (gpt2), "
+            "GPTNeoXForCausalLM (gpt_neox) and LlamaForCausalLM (llama) models", "unsupported architecture: model_type = \"%s\"",
             type ? type : "(missing)");
     return -1;
   }
@@ -338,7 +407,7 @@ static const char *const *shape_names(cfg_model_arch arch) {
       {"vocab_size", "n_positions", "n_layer", "n_embd", "n_head", "n_inner"},
       {"vocab_size", "max_position_embeddings", "num_hidden_layers", "hidden_size", "num_attention_heads",
        "intermediate_size"}};
-  return names[arch == CFG_ARCH_GPT2 ? 1 : arch == CFG_ARCH_GPT_NEOX ? 2 : 0];
+  return names[arch == CFG_ARCH_GPT2 ? 1 : arch == CFG_ARCH_GPT_NEOX || arch == CFG_ARCH_LLAMA ? 2 : 0];
 }
 
 #define HF_MISMATCH(key, hfkey, fv, dv, fmt)                                                                        \
@@ -386,6 +455,20 @@ static void check_neox(const cfg_model *f, const cfg_model *m, const char *path,
                 m->attention_bias ? ".true." : ".false.", "%s");
 }
 
+/* Llama's: the key/value heads, the rope base, the biases. */
+static void check_llama(const cfg_model *f, const cfg_model *m, const char *path, err_list *errs) {
+  char hint[160];
+  if (cfg_model_arch_of(f) != CFG_ARCH_LLAMA || cfg_model_arch_of(m) != CFG_ARCH_LLAMA) return;
+  if (cfg_kv_heads(f) != cfg_kv_heads(m)) HF_MISMATCH("n_kv_head", "num_key_value_heads", cfg_kv_heads(f), cfg_kv_heads(m), "%ld");
+  if (fabs(f->rotary_emb_base - m->rotary_emb_base) > 1e-9 * f->rotary_emb_base)
+    HF_MISMATCH("rotary_emb_base", "rope_theta", f->rotary_emb_base, m->rotary_emb_base, "%g");
+  if (f->attention_bias != m->attention_bias)
+    HF_MISMATCH("attention_bias", "attention_bias", f->attention_bias ? ".true." : ".false.",
+                m->attention_bias ? ".true." : ".false.", "%s");
+  if (f->mlp_bias != m->mlp_bias)
+    HF_MISMATCH("mlp_bias", "mlp_bias", f->mlp_bias ? ".true." : ".false.", m->mlp_bias ? ".true." : ".false.", "%s");
+}
+
 int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
   long before = err_count(errs);
   cfg_model f;
@@ -395,6 +478,7 @@ int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
   util_snprintf(path, sizeof path, "%s/config.json", dir);
   check_common(&f, m, path, errs);
   check_neox(&f, m, path, errs);
+  check_llama(&f, m, path, errs);
   int any_local = 0;
   for (int l = 0; l < f.n_layer; l++) {
     const char *fk = layer_kind(&f, l), *dk = cfg_model_arch_of(m) != CFG_ARCH_GPT_NEO ? "global" : layer_kind(m, l);
@@ -528,7 +612,7 @@ static int is_buffer(const char *name) {
     if (ends_with(name, sfx[i]) && strncmp(name, "h.", 2) == 0) return 1;
   for (int i = 0; i < 3; i++)
     if (ends_with(name, neox[i]) && strncmp(name, "gpt_neox.layers.", 16) == 0) return 1;
-  return 0;
+  return ends_with(name, ".self_attn.rotary_emb.inv_freq") && strncmp(name, "model.layers.", 13) == 0; /* Llama's */
 }
 
 /* GPT-NeoX's query_key_value: Hugging Face's rows are (head, q|k|v, head size), greenlm's (q|k|v, head, head size). */
@@ -581,7 +665,11 @@ static int check_extra(const hf_weights *w, const gpt_shape *s, err_list *errs) 
       if (j == nw)
         err_add(errs, w->f[k].path, 0, 0, "the weights belong to another architecture or a larger model than the deck's &model",
                 "unexpected tensor %s: not a parameter of this %s model (%d layers)", w->f[k].t[i].name,
-                s->arch == GPT_ARCH_GPT2 ? "GPT-2" : s->arch == GPT_ARCH_NEOX ? "GPT-NeoX" : "GPT-Neo", s->L), rc = -1;
+                s->arch == GPT_ARCH_GPT2   ? "GPT-2"
+                : s->arch == GPT_ARCH_NEOX ? "GPT-NeoX"
+                : s->arch == GPT_ARCH_LLAMA ? "Llama"
+                                            : "GPT-Neo",
+                s->L), rc = -1;
       else if (seen[j]++)
         err_add(errs, w->f[k].path, 0, 0, HF_HINT_SAVE, "tensor %s appears more than once (with and without the "
                 "\"transformer.\" prefix, or in two shards)", w->f[k].t[i].name), rc = -1;
@@ -747,10 +835,39 @@ static json_t *neox_config_json(const gpt_shape *s, const cfg_model *m, int eot,
   return c;
 }
 
-/* config.json of a GPTNeoForCausalLM, GPT2LMHeadModel or GPTNeoXForCausalLM. */
+/* config.json of a LlamaForCausalLM: the rope base as rope_theta, which every transformers version reads. */
+static json_t *llama_config_json(const gpt_shape *s, const cfg_model *m, int eot, const char *dtype) {
+  json_t *c = json_object();
+  json_object_set_new(c, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+  json_object_set_new(c, "model_type", json_string("llama"));
+  json_object_set_new(c, "vocab_size", json_integer(s->V));
+  json_object_set_new(c, "max_position_embeddings", json_integer(s->maxT));
+  json_object_set_new(c, "hidden_size", json_integer(s->C));
+  json_object_set_new(c, "num_hidden_layers", json_integer(s->L));
+  json_object_set_new(c, "num_attention_heads", json_integer(s->H));
+  json_object_set_new(c, "num_key_value_heads", json_integer(s->Hkv));
+  json_object_set_new(c, "head_dim", json_integer(s->C / s->H));
+  json_object_set_new(c, "intermediate_size", json_integer(s->F));
+  json_object_set_new(c, "hidden_act", json_string("silu"));
+  json_object_set_new(c, "rms_norm_eps", json_real(m->layer_norm_epsilon));
+  json_object_set_new(c, "rope_theta", json_real(m->rotary_emb_base));
+  json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
+  json_object_set_new(c, "mlp_bias", json_boolean(!s->mlp_unbiased));
+  json_object_set_new(c, "attention_dropout", json_real(0.0));
+  json_object_set_new(c, "initializer_range", json_real(m->init_std));
+  json_object_set_new(c, "bos_token_id", token_id(eot));
+  json_object_set_new(c, "eos_token_id", token_id(eot));
+  json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
+  json_object_set_new(c, "use_cache", json_true());
+  json_object_set_new(c, "torch_dtype", json_string(dtype));
+  return c;
+}
+
+/* config.json of a GPTNeoForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM or LlamaForCausalLM. */
 static json_t *config_json(const gpt_shape *s, const cfg_model *m, int eot, safetensors_dtype d) {
   static const char *torch_dtype[] = {"float32", "bfloat16", "float16"};
   if (s->arch == GPT_ARCH_NEOX) return neox_config_json(s, m, eot, torch_dtype[d]);
+  if (s->arch == GPT_ARCH_LLAMA) return llama_config_json(s, m, eot, torch_dtype[d]);
   int neo = s->arch == GPT_ARCH_NEO, window = (int)m->window_size;
   for (int l = 0; l < s->L; l++)
     if (s->window[l]) window = s->window[l];

@@ -96,6 +96,7 @@ static inline BACKEND_HOST_DEVICE float backend_adamw_factor(const backend_adamw
  * (and allocated by prepare) from these, so the dry run's memory plan is exact. */
 typedef struct {
   int B, T, C, H, F, V;
+  int Hkv; /* key/value heads (H: multi-head attention) */
   int kv_rows; /* rows (all sequences' rings) of the largest KV cache attention_cached reads; 0 without */
 } backend_shape;
 
@@ -165,19 +166,21 @@ typedef struct backend backend;
     (const backend *be, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,  \
      int K, int M, int ldo, int acc),                                                                                  \
     (dinp, dw, dbias, dout, inp, w, N, K, M, ldo, acc))                                                                \
-  /* Causal self-attention on qkv S (B,T,3C) = [q | k | v], head h in columns h*C/H..(h+1)*C/H of each.               \
+  /* Causal self-attention on qkv S (B,T,W) = [q (C) | k (Ckv) | v (Ckv)], W = C + 2 Ckv, Ckv = Hkv C/H: query head h \
+   * in columns h*C/H..(h+1)*C/H of q, its key and value head h / (H/Hkv) likewise in k and v (grouped-query         \
+   * attention; Hkv = H is multi-head attention, W = 3C).                                                              \
    * window <= 0: global (query i sees keys j <= i); else local (i - window < j <= i).                                 \
    * out S (B,T,C) = softmax(scale * q k^T) v per head; lse F (B,H,T) the log-sum-exp of each row.                     \
    * scratch: attention_scratch bytes of backend memory. */                                                            \
   X(attention_fwd,                                                                                                     \
-    (const backend *be, void *out, float *lse, const void *qkv, void *scratch, int B, int T, int C, int H, int window, \
-     float scale),                                                                                                     \
-    (out, lse, qkv, scratch, B, T, C, H, window, scale))                                                               \
-  /* dqkv S (B,T,3C) = gradient w.r.t. qkv (overwritten), from dout S (B,T,C) and the forward's out, lse */            \
+    (const backend *be, void *out, float *lse, const void *qkv, void *scratch, int B, int T, int C, int H, int Hkv,    \
+     int window, float scale),                                                                                         \
+    (out, lse, qkv, scratch, B, T, C, H, Hkv, window, scale))                                                          \
+  /* dqkv S (B,T,W) = gradient w.r.t. qkv (overwritten), from dout S (B,T,C) and the forward's out, lse */             \
   X(attention_bwd,                                                                                                     \
     (const backend *be, void *dqkv, const void *dout, const void *out, const float *lse, const void *qkv,              \
-     void *scratch, int B, int T, int C, int H, int window, float scale),                                              \
-    (dqkv, dout, out, lse, qkv, scratch, B, T, C, H, window, scale))                                                   \
+     void *scratch, int B, int T, int C, int H, int Hkv, int window, float scale),                                     \
+    (dqkv, dout, out, lse, qkv, scratch, B, T, C, H, Hkv, window, scale))                                              \
   /* The MLP's first linear layer with its activation: pre S (N,M) = inp S (N,K) @ w S (M,K)^T + bias S (M) (bias may  \
    * be NULL); out S (N,M) = gelu(pre) of pre as computed (before its rounding to the storage type): a GEMM           \
    * epilogue's form. act (backend_act): BACKEND_GELU_TANH gelu_new = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), \
@@ -194,14 +197,15 @@ typedef struct backend backend;
     (const backend *be, void *dpre, float *dw, float *dbias, const void *dout, const void *inp, const void *pre,        \
      const void *w, int N, int K, int M, int acc, int act),                                                            \
     (dpre, dw, dbias, dout, inp, pre, w, N, K, M, acc, act))                                                           \
-  /* Rotary position embedding (GPT-NeoX's rotate-half form), in place on the queries and keys of qkv S (N,3C): in     \
-   * each of the H heads of q (columns [0,C)) and of k ([C,2C)) the first rot (even, <= C/H) dims are rotated as the   \
+  /* Rotary position embedding (GPT-NeoX's rotate-half form), in place on the queries and keys of qkv S (N,W) (laid   \
+   * out as attention_fwd's): in each of q's H heads and k's Hkv the first rot (even, <= C/H) dims turn as the         \
    * pairs (i, i + rot/2), i < rot/2: (a, b) -> (a cos - b sin, b cos + a sin), angle = p * theta^(-2i/rot) computed   \
    * in fp32 as Hugging Face does, p the row's position: pos[r] (int32 (N) backend memory), or r % T when pos is      \
    * NULL. sign = -1 rotates back (the backward pass: dq, dk in dqkv); v and the other dims are left as they are */    \
   X(rope,                                                                                                              \
-    (const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int rot, float theta, int sign),    \
-    (qkv, pos, N, T, C, H, rot, theta, sign))                                                                          \
+    (const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,      \
+     int sign),                                                                                                        \
+    (qkv, pos, N, T, C, H, Hkv, rot, theta, sign))                                                                     \
   /* out S (n) = a S + b S (the residual connection; its backward is accumulate) */                                    \
   X(residual_fwd, (const backend *be, void *out, const void *a, const void *b, size_t n), (out, a, b, n))             \
   /* dst S (n) += src S */                                                                                             \
@@ -239,19 +243,20 @@ typedef struct backend backend;
   X(to_storage, (const backend *be, void *dst, const float *src, size_t n), (dst, src, n))                            \
   /* dst F (n) = src S (n) (logits for sampling, tensors for tests) */                                                 \
   X(to_fp32, (const backend *be, float *dst, const void *src, size_t n), (dst, src, n))                               \
-  /* KV cache (generation). kc, vc S (nseq, ring, C): the keys and values of sequence s at position p in row          \
+  /* KV cache (generation). kc, vc S (nseq, ring, Ckv): the keys and values of sequence s at position p in row        \
    * p % ring of its slab. seq, pos int32 (N) in backend memory: each row's sequence and position.                     \
-   * kv_store: the k and v of row r of qkv S (N,3C) into row pos[r] % ring of sequence seq[r]. */                      \
+   * kv_store: the k and v of row r of qkv S (N,C+2Ckv) into row pos[r] % ring of sequence seq[r]. */                  \
   X(kv_store, (const backend *be, void *kc, void *vc, const void *qkv, const int32_t *seq, const int32_t *pos, int N,  \
-               int C, int ring),                                                                                       \
-    (kc, vc, qkv, seq, pos, N, C, ring))                                                                               \
-  /* Attention of N new query rows (q: the first C columns of qkv S (N,3C)) against the cache: row r sees the          \
+               int C, int Ckv, int ring),                                                                              \
+    (kc, vc, qkv, seq, pos, N, C, Ckv, ring))                                                                          \
+  /* Attention of N new query rows (q: the first C columns of qkv S (N,C+2Ckv), H heads, Hkv key/value heads as       \
+   * attention_fwd's) against the cache: row r sees the                                                               \
    * positions j <= pos[r] of sequence seq[r] (window > 0: pos[r] - j < window), which must be stored (kv_store)       \
    * and still held (ring >= the visible span). out S (N,C) = softmax(scale * q k^T) v per head. */                    \
   X(attention_cached,                                                                                                  \
     (const backend *be, void *out, const void *qkv, const void *kc, const void *vc, const int32_t *seq,                \
-     const int32_t *pos, int N, int C, int H, int ring, int window, float scale),                                      \
-    (out, qkv, kc, vc, seq, pos, N, C, H, ring, window, scale))                                                      \
+     const int32_t *pos, int N, int C, int H, int Hkv, int ring, int window, float scale),                             \
+    (out, qkv, kc, vc, seq, pos, N, C, H, Hkv, ring, window, scale))                                                  \
   /* The compressed gradient exchange (src/base/quant.h), on backend memory: seg (nseg) a table of segments in     \
    * backend memory, q the scheme (host). quant_encode: the segments of v F encoded into msg (bytes, each segment at    \
    * its off) with the random bits of rng_hash(key, seg.id); with ef F (indexed as v; NULL: none) v += ef first on the  \

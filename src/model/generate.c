@@ -31,6 +31,9 @@ static int pass_rows(int batch, int max_len) {
   return batch > chunk ? batch : chunk;
 }
 
+/* The width of a qkv row: q (C), k and v (Hkv heads each) */
+static size_t qkv_width(const gpt_shape *s) { return (size_t)s->C + 2 * (size_t)(s->C / s->H) * (size_t)s->Hkv; }
+
 static pass_layout plan_pass(const gpt_shape *s, const backend *be, int batch, int R) {
   const size_t es = backend_dtype_size(be->storage), f4 = sizeof(float), C = (size_t)s->C, F = (size_t)s->F;
   pass_layout a;
@@ -39,7 +42,7 @@ static pass_layout plan_pass(const gpt_shape *s, const backend *be, int batch, i
   a.ln = take(&cur, R * C, es);
   a.mean = take(&cur, (size_t)R, f4);
   a.rstd = take(&cur, (size_t)R, f4);
-  a.qkv = take(&cur, R * 3 * C, es);
+  a.qkv = take(&cur, R * qkv_width(s), es);
   a.att = take(&cur, R * C, es);
   a.tmp = take(&cur, R * C, es);
   a.mid = take(&cur, R * C, es);
@@ -62,9 +65,9 @@ static int ring_rows(const gpt_shape *s, int l, int max_len) {
   return w > 0 && w + chunk - 1 < max_len ? w + chunk - 1 : max_len;
 }
 
-/* Bytes of the caches; with kv_at (L) the offset of each layer's keys (its values follow). */
+/* Bytes of the caches; with kv_at (L) the offset of each layer's keys (its values follow): rows of Hkv heads. */
 static size_t plan_cache(const gpt_shape *s, const backend *be, int batch, int max_len, size_t *kv_at, int *kv_rows) {
-  size_t cur = 0, row = (size_t)s->C * backend_dtype_size(be->storage);
+  size_t cur = 0, row = (size_t)(s->C / s->H * s->Hkv) * backend_dtype_size(be->storage);
   *kv_rows = 0;
   for (int l = 0; l < s->L; l++) {
     int r = ring_rows(s, l, max_len);
@@ -75,6 +78,12 @@ static size_t plan_cache(const gpt_shape *s, const backend *be, int batch, int m
   return cur;
 }
 
+/* The ops' largest shapes in a pass of R rows (SwiGLU's fc: [gate | up]) */
+static backend_shape pass_shape(const gpt_shape *s, int R, int kv_rows) {
+  return (backend_shape){.B = 1, .T = R, .C = s->C, .H = s->H, .Hkv = s->Hkv, .F = s->F * (s->swiglu ? 2 : 1),
+                         .V = s->V, .kv_rows = kv_rows};
+}
+
 gen_memory gen_plan_memory(const gpt_shape *s, const backend *be, int batch, int max_len, gen_mode mode) {
   gen_memory m = {0};
   if (mode == GEN_RECOMPUTE) return m;
@@ -82,7 +91,7 @@ gen_memory gen_plan_memory(const gpt_shape *s, const backend *be, int batch, int
   m.cache = plan_cache(s, be, batch, max_len, NULL, &kv_rows);
   m.acts = plan_pass(s, be, batch, R).total;
   m.io = 3 * (size_t)R * sizeof(int32_t);
-  backend_shape sh = {.B = 1, .T = R, .C = s->C, .H = s->H, .F = s->F * (s->swiglu ? 2 : 1), .V = s->V, .kv_rows = kv_rows};
+  backend_shape sh = pass_shape(s, R, kv_rows);
   m.work = be->workspace_bytes(be, &sh);
   m.total = m.cache + m.acts + m.io + m.work;
   return m;
@@ -109,7 +118,7 @@ void gen_open(gen *g, gpt_model *m, int batch, int max_len, const cfg_sample *c,
     int kv_rows;
     plan_cache(s, be, batch, max_len, g->kv_at, &kv_rows);
     for (int l = 0; l < s->L; l++) g->ring[l] = ring_rows(s, l, max_len);
-    backend_shape sh = {.B = 1, .T = g->rows, .C = s->C, .H = s->H, .F = s->F * (s->swiglu ? 2 : 1), .V = s->V, .kv_rows = kv_rows};
+    backend_shape sh = pass_shape(s, g->rows, kv_rows);
     be->prepare(be, &sh);
     g->kv = be->alloc(be, g->mem.cache);
     g->acts = be->alloc(be, g->mem.acts);
@@ -146,18 +155,18 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   const gpt_model *m = g->m;
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
-  const int C = s->C, F = s->F;
+  const int C = s->C, F = s->F, Ckv = C / s->H * s->Hkv, W = (int)qkv_width(s);
   char *A = g->acts, *kc = (char *)g->kv + g->kv_at[l];
-  char *vc = kc + (size_t)g->batch * g->ring[l] * C * backend_dtype_size(be->storage);
+  char *vc = kc + (size_t)g->batch * g->ring[l] * Ckv * backend_dtype_size(be->storage);
   const int32_t *seq = g->io + g->rows, *pos = g->io + 2 * (size_t)g->rows;
   float *mean = (float *)(A + a->mean), *rstd = (float *)(A + a->rstd);
   gpt_block_ptrs p;
   gpt_block_compute(m, l, &p);
   gpt_norm_fwd(s, be, A + a->ln, mean, rstd, A + a->x, p.ln1_w, p.ln1_b, n);
-  be->matmul_fwd(be, A + a->qkv, A + a->ln, p.qkv_w, p.qkv_b, n, C, 3 * C, 3 * C); /* (n,3C) */
-  if (s->rot) be->rope(be, A + a->qkv, pos, n, n, C, s->H, s->rot, s->rope_theta, 1); /* at the rows' positions */
-  be->kv_store(be, kc, vc, A + a->qkv, seq, pos, n, C, g->ring[l]);
-  be->attention_cached(be, A + a->att, A + a->qkv, kc, vc, seq, pos, n, C, s->H, g->ring[l], s->window[l],
+  be->matmul_fwd(be, A + a->qkv, A + a->ln, p.qkv_w, p.qkv_b, n, C, W, W); /* (n,W) */
+  if (s->rot) be->rope(be, A + a->qkv, pos, n, n, C, s->H, s->Hkv, s->rot, s->rope_theta, 1); /* at the rows' positions */
+  be->kv_store(be, kc, vc, A + a->qkv, seq, pos, n, C, Ckv, g->ring[l]);
+  be->attention_cached(be, A + a->att, A + a->qkv, kc, vc, seq, pos, n, C, s->H, s->Hkv, g->ring[l], s->window[l],
                        s->attn_scale); /* (n,C) */
   be->matmul_fwd(be, A + a->tmp, A + a->att, p.out_w, p.out_b, n, C, C, C);
   if (s->parallel) { /* the MLP sees x too */

@@ -22,6 +22,7 @@ void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m) {
   s->L = (int)m->n_layer;
   s->C = (int)m->n_embd;
   s->H = (int)m->n_head;
+  s->Hkv = (int)cfg_kv_heads(m);
   s->F = (int)(m->n_inner ? m->n_inner : 4 * m->n_embd);
   s->eps = (float)m->layer_norm_epsilon;
   s->init_std = (float)m->init_std;
@@ -122,7 +123,8 @@ size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run) {
 
 gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
   int T = part.tp > 1 ? part.tp : 1, r = part.tp > 1 ? part.tp_rank : 0;
-  gpt_dims d = {s->C / T, s->H / T, s->F / T, (int)util_piece((size_t)s->V, T, r), 0, 0};
+  gpt_dims d = {s->C / T, s->H / T, s->F / T, (int)util_piece((size_t)s->V, T, r), 0, 0, s->Hkv / T, 0};
+  d.Wl = d.Cl + 2 * d.Hkvl * (s->C / s->H);
   d.nv = (int)util_piece((size_t)s->V, T, r + 1) - d.v0;
   d.ldv = (d.nv + GPT_LOGITS_ALIGN - 1) / GPT_LOGITS_ALIGN * GPT_LOGITS_ALIGN;
   return d;
@@ -183,12 +185,13 @@ static void add_block(const gpt_shape *s, tensor_list *tl, int l, int k) {
   ((tensor_spec){k && tl->names ? (snprintf(n, sizeof n, "%s%s", pre, name), n) : "", rows, cols, split, groups})
   add_tensor(tl, k, SPEC(a->ln1_w, C, 1, W, 1), 0, l, GPT_INIT_ONES, 0);
   if (!s->rms) add_tensor(tl, k, SPEC(a->ln1_b, C, 1, W, 1), 0, l, GPT_INIT_ZEROS, 0);
-  if (a->q) { /* GPT-Neo, Llama: q, k and v apart, each split by heads */
+  if (a->q) { /* GPT-Neo, Llama: q, k and v apart, each split by heads (k and v: Ckv rows of Hkv heads) */
+    const int Ckv = C / s->H * s->Hkv;
     add_tensor(tl, k, SPEC(a->q, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
-    add_tensor(tl, k, SPEC(a->k, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
-    add_tensor(tl, k, SPEC(a->v, C, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+    add_tensor(tl, k, SPEC(a->k, Ckv, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
+    add_tensor(tl, k, SPEC(a->v, Ckv, C, R, 1), 1, l, GPT_INIT_NORMAL, std);
     for (int i = 0; i < 3 && s->qkv_bias; i++)
-      add_tensor(tl, k, SPEC(i == 0 ? a->q_b : i == 1 ? a->k_b : a->v_b, C, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
+      add_tensor(tl, k, SPEC(i == 0 ? a->q_b : i == 1 ? a->k_b : a->v_b, i ? Ckv : C, 1, R, 1), 0, l, GPT_INIT_ZEROS, 0);
   } else { /* q, k and v stacked: 3 row groups, each split by heads */
     add_tensor(tl, k, SPEC(a->qkv_w, 3 * C, C, R, 3), 1, l, GPT_INIT_NORMAL, std);
     if (s->qkv_bias) add_tensor(tl, k, SPEC(a->qkv_b, 3 * C, 1, R, 3), 0, l, GPT_INIT_ZEROS, 0);
@@ -279,7 +282,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   memset(&a, 0, sizeof a);
   const gpt_dims d = gpt_part_dims(s, p);
   const int tp = p.tp > 1;
-  const size_t N = (size_t)B * T, C = (size_t)s->C, F = (size_t)d.Fl, Cl = (size_t)d.Cl,
+  const size_t N = (size_t)B * T, C = (size_t)s->C, F = (size_t)d.Fl, Cl = (size_t)d.Cl, Wl = (size_t)d.Wl,
                es = backend_dtype_size(be->storage), f4 = sizeof(float);
   const int nl = p.hi - p.lo;
   size_t cur = 0;
@@ -288,7 +291,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   a.ln1 = take(&b, N * C, es);
   a.ln1_mean = take(&b, N, f4);
   a.ln1_rstd = take(&b, N, f4);
-  a.qkv = take(&b, N * 3 * Cl, es);
+  a.qkv = take(&b, N * Wl, es);
   a.att = take(&b, N * Cl, es);
   a.lse = take(&b, (size_t)B * d.Hl * T, f4);
   a.mid = take(&b, N * C, es);
@@ -311,7 +314,7 @@ static act_layout plan_acts(const gpt_shape *s, const backend *be, int B, int T,
   a.dres = take(&cur, N * C, es);
   a.dsmall = take(&cur, N * C, es);
   const size_t units = s->swiglu ? 2 * F : F;
-  a.dbig = take(&cur, N * (units > 3 * Cl ? units : 3 * Cl), es);
+  a.dbig = take(&cur, N * (units > Wl ? units : Wl), es);
   if (s->parallel) a.dpar = take(&cur, N * C, es);
   if (s->swiglu) a.dh = take(&cur, N * F, es);
   a.scratch = take(&cur, be->attention_scratch(be, T), 1);
@@ -347,7 +350,7 @@ size_t gpt_part_params(const gpt_shape *s, gpt_part part) {
  * ops then fit the staging planned for an MLP of that width) and vocabulary. */
 static backend_shape op_shape(const gpt_shape *s, int B, int T, gpt_part part) {
   gpt_dims d = gpt_part_dims(s, part);
-  return (backend_shape){.B = B, .T = T, .C = s->C, .H = d.Hl, .F = d.Fl * (s->swiglu ? 2 : 1), .V = d.nv};
+  return (backend_shape){.B = B, .T = T, .C = s->C, .H = d.Hl, .Hkv = d.Hkvl, .F = d.Fl * (s->swiglu ? 2 : 1), .V = d.nv};
 }
 
 /* The losses (B*T floats) and after them, 8-byte aligned, the step's two sums: one allocation */
@@ -396,13 +399,13 @@ static size_t block_offset(const gpt_model *m, int l) {
 static void block_at(const gpt_model *m, void *buf, size_t es, size_t at, gpt_block_ptrs *p) {
   char *q = (char *)buf + at * es;
   /* bytes of C elements; the shards' Cl and F elements (tensor parallelism) */
-  const size_t C = (size_t)m->s.C * es, Cl = (size_t)m->d.Cl, F = (size_t)m->d.Fl;
+  const size_t C = (size_t)m->s.C * es, Cl = (size_t)m->d.Cl, Wl = (size_t)m->d.Wl, F = (size_t)m->d.Fl;
   memset(p, 0, sizeof *p);
   const size_t units = m->s.swiglu ? 2 * F : F; /* rows of fc: SwiGLU's gate and up */
   p->ln1_w = q, q += C;
   if (!m->s.rms) p->ln1_b = q, q += C;
-  p->qkv_w = q, q += 3 * Cl * C;      /* (3Cl, C) */
-  if (m->s.qkv_bias) p->qkv_b = q, q += 3 * Cl * es;
+  p->qkv_w = q, q += Wl * C;          /* (Wl, C): q, k, v */
+  if (m->s.qkv_bias) p->qkv_b = q, q += Wl * es;
   p->out_w = q, q += C * Cl;          /* (C, Cl) */
   if (m->s.out_bias) p->out_b = q, q += C;
   p->ln2_w = q, q += C;
@@ -692,9 +695,10 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   void *tmp = arena(m, a->dsmall), *scratch = arena(m, a->scratch);
   const gpt_block_ptrs p = m->w.blk[l - m->layer_lo];
   gpt_norm_fwd(s, be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N);
-  be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, 3 * Cl, 3 * Cl);                           /* (N,3Cl) */
-  if (s->rot) be->rope(be, ba->qkv, NULL, N, T, Cl, m->d.Hl, s->rot, s->rope_theta, 1);
-  be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l], s->attn_scale); /* (N,Cl) */
+  const int H = m->d.Hl, Hkv = m->d.Hkvl, Wl = m->d.Wl;
+  be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, Wl, Wl); /* (N,Wl) */
+  if (s->rot) be->rope(be, ba->qkv, NULL, N, T, Cl, H, Hkv, s->rot, s->rope_theta, 1);
+  be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, H, Hkv, s->window[l], s->attn_scale); /* (N,Cl) */
   be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C, C);                         /* (N,C) */
   tp_sum(m, a, tmp, (size_t)N * C);
   if (s->parallel) {
@@ -851,10 +855,11 @@ static void block_backward(gpt_model *m, const act_layout *a, int l, const block
   if (!s->parallel) /* dres := d(mid) */
     norm_bwd(m, dres, g.ln2_w, g.ln2_b, dln2, ba->mid, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, acc);
   be->matmul_bwd(be, dsmall, g.out_w, g.out_b, dres, ba->att, p.out_w, N, Cl, C, C, acc); /* datt (N,Cl) */
-  be->attention_bwd(be, dbig, dsmall, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, m->d.Hl, s->window[l],
-                    s->attn_scale); /* dqkv (N,3Cl), of the rotated q and k */
-  if (s->rot) be->rope(be, dbig, NULL, N, T, Cl, m->d.Hl, s->rot, s->rope_theta, -1);
-  be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba->ln1, p.qkv_w, N, C, 3 * Cl, 3 * Cl, acc); /* dln1, partial */
+  const int H = m->d.Hl, Hkv = m->d.Hkvl, Wl = m->d.Wl;
+  be->attention_bwd(be, dbig, dsmall, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, H, Hkv, s->window[l],
+                    s->attn_scale); /* dqkv (N,Wl), of the rotated q and k */
+  if (s->rot) be->rope(be, dbig, NULL, N, T, Cl, H, Hkv, s->rot, s->rope_theta, -1);
+  be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba->ln1, p.qkv_w, N, C, Wl, Wl, acc); /* dln1, partial */
   tp_sum(m, a, dsmall, (size_t)N * C);
   if (s->parallel) /* d(output) + the MLP's part */
     norm_bwd(m, dres, g.ln2_w, g.ln2_b, dln2, x, p.ln2_w, ba->ln2_mean, ba->ln2_rstd, N, acc);

@@ -40,6 +40,7 @@ typedef struct {
   int V;        /* vocabulary */
   int maxT;     /* block_size: rows of wpe */
   int L, C, H;  /* layers, channels, heads */
+  int Hkv;      /* key/value heads (H: multi-head attention; fewer: grouped-query, Llama's num_key_value_heads) */
   int F;        /* MLP hidden size (n_inner) */
   int *window;  /* (L): 0 for a global layer, the window size for a local one */
   float eps;    /* LayerNorm epsilon */
@@ -140,13 +141,15 @@ typedef struct {
   int tp, tp_rank; /* tensor parallelism: the part is tensor rank tp_rank's of tp (0 or 1: none) */
 } gpt_part;
 
-/* Sizes of a tensor rank's shards: attention channels Cl = C/T of Hl = H/T heads, MLP width Fl = F/T,
+/* Sizes of a tensor rank's shards: attention channels Cl = C/T of Hl = H/T heads, Hkvl = Hkv/T key/value heads
+ * (a row of the rank's qkv holds Wl = Cl + 2 Hkvl C/H: [q | k | v]), MLP width Fl = F/T,
  * vocabulary rows [v0, v0 + nv) (in T nearly equal pieces); the whole model's without tensor parallelism.
  * The logits' rows are ldv apart: nv padded to a multiple of GPT_LOGITS_ALIGN, so that every row
  * starts aligned for the tensor cores (the pad columns are never computed, read, counted or sampled). */
 enum { GPT_LOGITS_ALIGN = 128 };
 typedef struct {
   int Cl, Hl, Fl, v0, nv, ldv;
+  int Hkvl, Wl;
 } gpt_dims;
 gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part);
 

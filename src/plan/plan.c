@@ -267,7 +267,9 @@ static void push(plan_result *r, const plan_layout *l, int *cap) {
 
 /* Whether tp tensor ranks split the model: heads and MLP units evenly, a vocabulary row each at
  * least (the deck's check of &parallel tensor_parallel). */
-static int tp_splits(const gpt_shape *s, int T) { return s->H % T == 0 && s->F % T == 0 && s->V >= T; }
+static int tp_splits(const gpt_shape *s, int T) {
+  return s->H % T == 0 && s->Hkv % T == 0 && s->F % T == 0 && s->V >= T;
+}
 
 /* Whether B sequences a micro-batch on D replicas make a layout of the global batch whose counts the
  * deck's ranges take (&parallel data_parallel, micro_batches): the layout's deck lines must load. */
@@ -412,7 +414,7 @@ int plan_make(plan_result *r, const cfg_config *cfg, const backend *be, FILE *pr
   *c.cfg = *cfg;
   gpt_shape_from_cfg(&c.s, &cfg->model);
   r->nparams = (double)gpt_count_params(&c.s);
-  const backend_shape ops = {.B = c.B0, .T = c.T, .C = c.s.C, .H = c.s.H, .F = c.s.F, .V = c.s.V};
+  const backend_shape ops = {.B = c.B0, .T = c.T, .C = c.s.C, .H = c.s.H, .Hkv = c.s.Hkv, .F = c.s.F, .V = c.s.V};
   int rc = machine_resolve(&r->mach, cfg, be, r->nparams, &ops, errs);
   if (rc == 0 && (c.G = global_batch(cfg, r->mach.ranks, errs)) == 0) rc = 1;
   if (rc == 0) {

@@ -13,7 +13,11 @@ and local layers; GPT2LMHeadModel; GPTNeoXForCausalLM in three configurations:
   gpt-neox-c  rotary_pct 0.25 with rotary_emb_base 500000 (as Hugging Face's older keys), parallel
               residual, biases, gelu, tied head; LlamaForCausalLM in two:
   llama-a     no biases, rope_theta 10000, rms_norm_eps 1e-6, intermediate_size 88, untied head;
-  llama-b     attention_bias and mlp_bias, rope_theta 500000, rms_norm_eps 1e-5, tied head), perturbs every parameter (so biases and LayerNorm parameters
+  llama-b     attention_bias and mlp_bias, rope_theta 500000, rms_norm_eps 1e-5, tied head;
+  llama-c     grouped-query attention, 2 key/value heads of 8, attention_bias, untied head;
+  llama-d     1 key/value head of 4 (multi-query), no biases, untied head;
+  llama-e     4 key/value heads of 8, mlp_bias, rope_theta 500000, tied head), perturbs every parameter (so biases and
+              LayerNorm parameters
 are not trivially 0 and 1), and writes a NetCDF file with:
 
   * the config (attributes) and the inputs/targets of one batch,
@@ -43,18 +47,22 @@ V, MAXT, L, C, H, WINDOW = 67, 24, 2, 32, 4, 5
 NEOX = {"gpt-neox-a": (0.5, 10000.0, True, True, "gelu", False, 32, 4),
         "gpt-neox-b": (1.0, 10000.0, False, False, "gelu_new", False, 32, 4),
         "gpt-neox-c": (0.25, 500000.0, True, True, "gelu", True, 64, 4)}
-# the Llama fixtures: name -> (attention_bias, mlp_bias, tied, rope_theta, rms_norm_eps, C, H, intermediate_size)
-LLAMA = {"llama-a": (False, False, False, 10000.0, 1e-6, 32, 4, 88),
-         "llama-b": (True, True, True, 500000.0, 1e-5, 64, 4, 96)}
+# the Llama fixtures: name -> (attention_bias, mlp_bias, tied, rope_theta, rms_norm_eps, C, H, intermediate_size,
+# num_key_value_heads)
+LLAMA = {"llama-a": (False, False, False, 10000.0, 1e-6, 32, 4, 88, 4),
+         "llama-b": (True, True, True, 500000.0, 1e-5, 64, 4, 96, 4),
+         "llama-c": (True, False, False, 10000.0, 1e-6, 64, 8, 80, 2),
+         "llama-d": (False, False, False, 10000.0, 1e-5, 32, 4, 64, 1),
+         "llama-e": (False, True, True, 500000.0, 1e-6, 64, 8, 72, 4)}
 B, T = 2, 16
 LR, BETAS, EPS, WD, CLIP = 3e-3, (0.9, 0.95), 1e-5, 0.1, 0.5
 
 
 def build(arch):
     if arch in LLAMA:
-        abias, mbias, tied, theta, eps, c, h, inner = LLAMA[arch]
+        abias, mbias, tied, theta, eps, c, h, inner, kv = LLAMA[arch]
         cfg = LlamaConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=c, num_hidden_layers=L,
-                          num_attention_heads=h, num_key_value_heads=h, intermediate_size=inner, hidden_act="silu",
+                          num_attention_heads=h, num_key_value_heads=kv, intermediate_size=inner, hidden_act="silu",
                           rms_norm_eps=eps, rope_theta=theta, attention_bias=abias, mlp_bias=mbias,
                           attention_dropout=0.0, initializer_range=0.02, tie_word_embeddings=tied, bos_token_id=0,
                           eos_token_id=0, pad_token_id=None)
@@ -137,7 +145,8 @@ def main():
             f.rotary_pct, f.rotary_emb_base, f.use_parallel_residual, f.attention_bias = pct, base, int(par), int(bias)
             f.activation, f.head = act, "tied" if tied else "untied"
         if arch in LLAMA:
-            abias, mbias, tied, f.rotary_emb_base, f.layer_norm_epsilon, f.n_embd, f.n_head, f.n_inner = LLAMA[arch]
+            abias, mbias, tied, f.rotary_emb_base, f.layer_norm_epsilon, f.n_embd, f.n_head, f.n_inner, f.n_kv_head = \
+                LLAMA[arch]
             f.attention_bias, f.mlp_bias, f.head = int(abias), int(mbias), "tied" if tied else "untied"
         f.batch, f.seq_len = B, T
         f.lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, f.grad_clip = LR, BETAS[0], BETAS[1], EPS, WD, CLIP

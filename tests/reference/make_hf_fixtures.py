@@ -16,6 +16,9 @@ parameters not 0 and 1), saved with save_pretrained (safetensors):
   * tests/reference/hf-neo/          GPTNeoForCausalLM, layers global + local, window 4 < T = 16
   * tests/reference/hf-gpt2/         GPT2LMHeadModel
   * tests/reference/hf-gpt2-sharded/ the same GPT-2 model in shards (max_shard_size 50 kB) + index
+  * tests/reference/hf-neox/, hf-neox-published/  GPTNeoXForCausalLM as transformers 5 saves it and as Pythia is
+    published
+  * tests/reference/hf-llama/        LlamaForCausalLM with grouped-query attention (2 key/value heads of 4)
   * tests/reference/hf-{neo,gpt2}.json: B x T input ids, the logits transformers computes (B,T,V),
     a few texts with their encodings by GPT2Tokenizer, and (context, continuation) pairs scored as
     lm-evaluation-harness does (lm_eval_pair: its encoding of a pair; the sum of the continuation
@@ -42,7 +45,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, GPT2Tokenizer, GPTNeoConfig,
-                          GPTNeoForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM)
+                          GPTNeoForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAXT, L, C, H, WINDOW = 64, 2, 32, 4, 4
@@ -89,13 +92,21 @@ def write_tokenizer_files(d):
 
 
 def build(arch, V, eot):
-    if arch == "neox":  # Pythia's form: partial rotary, parallel residual, biases, gelu, an untied head
-        cfg = GPTNeoXConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_hidden_layers=L,
-                            num_attention_heads=H, intermediate_size=4 * C, hidden_act="gelu", rotary_pct=0.5,
-                            rotary_emb_base=10000.0, use_parallel_residual=True, attention_bias=True,
-                            attention_dropout=0.0, hidden_dropout=0.0, classifier_dropout=0.0, layer_norm_eps=1e-5,
-                            initializer_range=0.02, tie_word_embeddings=False, bos_token_id=eot, eos_token_id=eot)
-        model = GPTNeoXForCausalLM(cfg)
+    if arch in ("neox", "llama"):
+        if arch == "neox":  # Pythia's form: partial rotary, parallel residual, biases, gelu, an untied head
+            cfg = GPTNeoXConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_hidden_layers=L,
+                                num_attention_heads=H, intermediate_size=4 * C, hidden_act="gelu", rotary_pct=0.5,
+                                rotary_emb_base=10000.0, use_parallel_residual=True, attention_bias=True,
+                                attention_dropout=0.0, hidden_dropout=0.0, classifier_dropout=0.0, layer_norm_eps=1e-5,
+                                initializer_range=0.02, tie_word_embeddings=False, bos_token_id=eot, eos_token_id=eot)
+            model = GPTNeoXForCausalLM(cfg)
+        else:  # Llama 3's form: grouped-query attention (2 key/value heads of 4), no biases, an untied head
+            cfg = LlamaConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_hidden_layers=L,
+                              num_attention_heads=H, num_key_value_heads=2, intermediate_size=96, hidden_act="silu",
+                              rms_norm_eps=1e-5, rope_theta=500000.0, attention_bias=False, mlp_bias=False,
+                              attention_dropout=0.0, initializer_range=0.02, tie_word_embeddings=False,
+                              bos_token_id=eot, eos_token_id=eot, pad_token_id=None)
+            model = LlamaForCausalLM(cfg)
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if "norm" in n and n.endswith("weight"):
@@ -276,7 +287,8 @@ def write_published(d, out):
 def check(d):
     """transformers' logits and encodings of a greenlm export against the fixture of its architecture."""
     cfg = json.load(open(os.path.join(d, "config.json")))
-    name = {"gpt_neo": "hf-neo.json", "gpt2": "hf-gpt2.json", "gpt_neox": "hf-neox.json"}[cfg["model_type"]]
+    name = {"gpt_neo": "hf-neo.json", "gpt2": "hf-gpt2.json", "gpt_neox": "hf-neox.json",
+            "llama": "hf-llama.json"}[cfg["model_type"]]
     fx = json.load(open(os.path.join(HERE, name)))
     model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
     with torch.no_grad():
@@ -305,11 +317,11 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--pairs":
         write_pairs()
         return
-    archs = sys.argv[1:] or ["neo", "gpt2", "neox"]
+    archs = sys.argv[1:] or ["neo", "gpt2", "neox", "llama"]
     torch.manual_seed(2026)  # neo, then gpt2 from one stream, as their committed files were written
     for arch in archs:
-        if arch == "neox":
-            torch.manual_seed(2027)
+        if arch in ("neox", "llama"):
+            torch.manual_seed(2027 if arch == "neox" else 2028)
         write(arch)
     if "gpt2" in archs:
         write_pairs()
