@@ -690,6 +690,19 @@ static void bad_config(loaded *neo) {
   err_free(&e);
 }
 
+/* A deck mc against tests/reference/<name>/config.json: exactly the n mismatches keys, each named. */
+static void expect_mismatches(const char *name, const cfg_model *mc, const char *const *keys, int n) {
+  err_list e = {0};
+  char dir[4096], where[128];
+  path_of(dir, ref, name);
+  util_snprintf(where, sizeof where, "%s/config.json", name);
+  int got = hf_check_config(dir, mc, &e);
+  T_CHECK(got == n, "%d mismatches of the deck with %s/config.json, got %d", n, dir, got);
+  for (int i = 0; i < n; i++) T_CHECK(has_error(&e, where, keys[i]), "a mismatch names %s", keys[i]);
+  show(&e);
+  err_free(&e);
+}
+
 /* GPT-NeoX's config.json: fields greenlm does not implement are named and refused; the deck's GPT-NeoX keys are
  * compared with the config's. */
 static void bad_neox_config(const loaded *neox) {
@@ -704,19 +717,13 @@ static void bad_neox_config(const loaded *neox) {
       {"neox-act", "{\"model_type\": \"gpt_neox\", \"hidden_act\": \"relu\"}", "hidden_act = \"relu\" is not an activation"},
   };
   expect_config_errors(cases, sizeof cases / sizeof cases[0], &neox->mc);
-  err_list e = {0};
-  char dir[4096];
-  path_of(dir, ref, "hf-neox");
   cfg_model mc = neox->mc;
   mc.rotary_pct = 1.0, mc.rotary_emb_base = 500000.0, mc.use_parallel_residual = 0, mc.attention_bias = 0;
   util_strlcpy(mc.activation, "gelu_new", sizeof mc.activation), util_strlcpy(mc.head, "tied", sizeof mc.head);
-  const char *keys[] = {"&model rotary_pct = 1", "&model rotary_emb_base = 500000", "&model use_parallel_residual = .false.",
-                        "&model attention_bias = .false.", "&model activation = 'gelu_new'", "&model head = 'tied'"};
-  int n = hf_check_config(dir, &mc, &e);
-  T_CHECK(n == 6, "6 mismatches of a GPT-NeoX deck with %s/config.json, got %d", dir, n);
-  for (int i = 0; i < 6; i++) T_CHECK(has_error(&e, "hf-neox/config.json", keys[i]), "a mismatch names %s", keys[i]);
-  show(&e);
-  err_free(&e);
+  static const char *const keys[] = {"&model rotary_pct = 1", "&model rotary_emb_base = 500000",
+                                     "&model use_parallel_residual = .false.", "&model attention_bias = .false.",
+                                     "&model activation = 'gelu_new'", "&model head = 'tied'"};
+  expect_mismatches("hf-neox", &mc, keys, 6);
 }
 
 /* Llama's config.json: Llama 3's scaled rotary embedding, fields greenlm does not implement, another activation or
@@ -735,18 +742,11 @@ static void bad_llama_config(const loaded *llama) {
       {"llama-dropout", "{\"model_type\": \"llama\", \"attention_dropout\": 0.1}", "attention_dropout = 0.1"},
   };
   expect_config_errors(cases, sizeof cases / sizeof cases[0], &llama->mc);
-  err_list e = {0};
-  char dir[4096];
-  path_of(dir, ref, "hf-llama");
   cfg_model mc = llama->mc;
   mc.n_kv_head = 4, mc.rotary_emb_base = 10000.0, mc.attention_bias = 1, mc.mlp_bias = 1;
-  const char *keys[] = {"&model n_kv_head = 4", "&model rotary_emb_base = 10000", "&model attention_bias = .true.",
-                        "&model mlp_bias = .true."};
-  int n = hf_check_config(dir, &mc, &e);
-  T_CHECK(n == 4, "4 mismatches of a Llama deck with %s/config.json, got %d", dir, n);
-  for (int i = 0; i < 4; i++) T_CHECK(has_error(&e, "hf-llama/config.json", keys[i]), "a mismatch names %s", keys[i]);
-  show(&e);
-  err_free(&e);
+  static const char *const keys[] = {"&model n_kv_head = 4", "&model rotary_emb_base = 10000",
+                                     "&model attention_bias = .true.", "&model mlp_bias = .true."};
+  expect_mismatches("hf-llama", &mc, keys, 4);
 }
 
 /* Exporting into a non-empty directory without overwrite, or with a bad dtype, writes nothing. */

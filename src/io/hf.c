@@ -806,18 +806,34 @@ static json_t *attention_types_json(const gpt_shape *s) {
 
 static json_t *token_id(int eot) { return eot >= 0 ? json_integer(eot) : json_null(); }
 
-/* config.json of a GPTNeoXForCausalLM: the rotary embedding in the keys published models have (rotary_pct,
- * rotary_emb_base), which every transformers version reads. */
-static json_t *neox_config_json(const gpt_shape *s, const cfg_model *m, int eot, const char *dtype) {
+/* The shape keys GPT-NeoX's and Llama's config.json share (the class, the model type, the sizes). */
+static json_t *rotary_config_json(const gpt_shape *s, const char *cls, const char *type) {
   json_t *c = json_object();
-  json_object_set_new(c, "architectures", json_pack("[s]", "GPTNeoXForCausalLM"));
-  json_object_set_new(c, "model_type", json_string("gpt_neox"));
+  json_object_set_new(c, "architectures", json_pack("[s]", cls));
+  json_object_set_new(c, "model_type", json_string(type));
   json_object_set_new(c, "vocab_size", json_integer(s->V));
   json_object_set_new(c, "max_position_embeddings", json_integer(s->maxT));
   json_object_set_new(c, "hidden_size", json_integer(s->C));
   json_object_set_new(c, "num_hidden_layers", json_integer(s->L));
   json_object_set_new(c, "num_attention_heads", json_integer(s->H));
   json_object_set_new(c, "intermediate_size", json_integer(s->F));
+  return c;
+}
+
+/* The keys every exported config.json ends with: init, token ids, the head's tying, the dtype. */
+static void common_tail_json(json_t *c, const gpt_shape *s, const cfg_model *m, int eot, const char *dtype) {
+  json_object_set_new(c, "initializer_range", json_real(m->init_std));
+  json_object_set_new(c, "bos_token_id", token_id(eot));
+  json_object_set_new(c, "eos_token_id", token_id(eot));
+  json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
+  json_object_set_new(c, "use_cache", json_true());
+  json_object_set_new(c, "torch_dtype", json_string(dtype));
+}
+
+/* config.json of a GPTNeoXForCausalLM: the rotary embedding in the keys published models have (rotary_pct,
+ * rotary_emb_base), which every transformers version reads. */
+static json_t *neox_config_json(const gpt_shape *s, const cfg_model *m, int eot, const char *dtype) {
+  json_t *c = rotary_config_json(s, "GPTNeoXForCausalLM", "gpt_neox");
   json_object_set_new(c, "hidden_act", json_string(s->act == BACKEND_GELU_ERF ? "gelu" : "gelu_new"));
   json_object_set_new(c, "rotary_pct", json_real(m->rotary_pct));
   json_object_set_new(c, "rotary_emb_base", json_real(m->rotary_emb_base));
@@ -826,40 +842,22 @@ static json_t *neox_config_json(const gpt_shape *s, const cfg_model *m, int eot,
   json_object_set_new(c, "attention_dropout", json_real(0.0));
   json_object_set_new(c, "hidden_dropout", json_real(0.0));
   json_object_set_new(c, "layer_norm_eps", json_real(m->layer_norm_epsilon));
-  json_object_set_new(c, "initializer_range", json_real(m->init_std));
-  json_object_set_new(c, "bos_token_id", token_id(eot));
-  json_object_set_new(c, "eos_token_id", token_id(eot));
-  json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
-  json_object_set_new(c, "use_cache", json_true());
-  json_object_set_new(c, "torch_dtype", json_string(dtype));
+  common_tail_json(c, s, m, eot, dtype);
   return c;
 }
 
 /* config.json of a LlamaForCausalLM: the rope base as rope_theta, which every transformers version reads. */
 static json_t *llama_config_json(const gpt_shape *s, const cfg_model *m, int eot, const char *dtype) {
-  json_t *c = json_object();
-  json_object_set_new(c, "architectures", json_pack("[s]", "LlamaForCausalLM"));
-  json_object_set_new(c, "model_type", json_string("llama"));
-  json_object_set_new(c, "vocab_size", json_integer(s->V));
-  json_object_set_new(c, "max_position_embeddings", json_integer(s->maxT));
-  json_object_set_new(c, "hidden_size", json_integer(s->C));
-  json_object_set_new(c, "num_hidden_layers", json_integer(s->L));
-  json_object_set_new(c, "num_attention_heads", json_integer(s->H));
+  json_t *c = rotary_config_json(s, "LlamaForCausalLM", "llama");
   json_object_set_new(c, "num_key_value_heads", json_integer(s->Hkv));
   json_object_set_new(c, "head_dim", json_integer(s->C / s->H));
-  json_object_set_new(c, "intermediate_size", json_integer(s->F));
   json_object_set_new(c, "hidden_act", json_string("silu"));
   json_object_set_new(c, "rms_norm_eps", json_real(m->layer_norm_epsilon));
   json_object_set_new(c, "rope_theta", json_real(m->rotary_emb_base));
   json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
   json_object_set_new(c, "mlp_bias", json_boolean(!s->mlp_unbiased));
   json_object_set_new(c, "attention_dropout", json_real(0.0));
-  json_object_set_new(c, "initializer_range", json_real(m->init_std));
-  json_object_set_new(c, "bos_token_id", token_id(eot));
-  json_object_set_new(c, "eos_token_id", token_id(eot));
-  json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
-  json_object_set_new(c, "use_cache", json_true());
-  json_object_set_new(c, "torch_dtype", json_string(dtype));
+  common_tail_json(c, s, m, eot, dtype);
   return c;
 }
 
@@ -890,14 +888,9 @@ static json_t *config_json(const gpt_shape *s, const cfg_model *m, int eot, safe
   }
   json_object_set_new(c, "activation_function", json_string(s->act == BACKEND_GELU_ERF ? "gelu" : "gelu_new"));
   json_object_set_new(c, "layer_norm_epsilon", json_real(m->layer_norm_epsilon));
-  json_object_set_new(c, "initializer_range", json_real(m->init_std));
   static const char *drop[2][3] = {{"embd_pdrop", "attn_pdrop", "resid_pdrop"}, {"embed_dropout", "attention_dropout", "resid_dropout"}};
   for (int i = 0; i < 3; i++) json_object_set_new(c, drop[neo][i], json_real(0.0));
-  json_object_set_new(c, "bos_token_id", token_id(eot));
-  json_object_set_new(c, "eos_token_id", token_id(eot));
-  json_object_set_new(c, "tie_word_embeddings", json_boolean(s->tied));
-  json_object_set_new(c, "use_cache", json_true());
-  json_object_set_new(c, "torch_dtype", json_string(torch_dtype[d]));
+  common_tail_json(c, s, m, eot, torch_dtype[d]);
   return c;
 }
 
