@@ -64,8 +64,8 @@ void cpu_attention_cached(float *out, const float *qkv, const float *kc, const f
 void cpu_gelu_fwd(float *out, const float *inp, size_t n, int act);
 void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n, int act);
 /* qkv F (N,C+2Ckv) rotated in place as the rope op says; the frequency of pair i as the op computes it */
-void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta, int sign);
-float cpu_rope_inv_freq(int i, int rot, float theta);
+void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, const backend_rope *rope,
+              int sign);
 void cpu_residual_fwd(float *out, const float *a, const float *b, size_t n);
 void cpu_accumulate(float *dst, const float *src, size_t n);
 void cpu_xent_fwd_bwd(float *losses, float *logits, const int32_t *targets, int N, int V, int ld, float dscale);

@@ -157,17 +157,14 @@ void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n, in
   }
 }
 
-float cpu_rope_inv_freq(int i, int rot, float theta) {
-  return 1.0f / powf(theta, (float)(2 * i) / (float)rot); /* fp32, as Hugging Face's inv_freq */
-}
-
-void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta, int sign) {
+void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, const backend_rope *rope,
+              int sign) {
   const int hs = C / H, half = rot / 2, W = C + 2 * hs * Hkv;
   float *cs = util_malloc(2 * (size_t)(half > 0 ? half : 1) * sizeof(float), "rotary table"), *sn = cs + half;
   for (int r = 0; r < N; r++) {
     const float p = (float)(pos ? pos[r] : r % T);
     for (int i = 0; i < half; i++) {
-      const double a = (double)(p * cpu_rope_inv_freq(i, rot, theta)); /* the fp32 angle, its cos and sin exact */
+      const double a = (double)(p * backend_rope_inv_freq(rope, i, rot)); /* the fp32 angle, its cos and sin exact */
       cs[i] = (float)cos(a), sn[i] = (float)sin(a) * (float)sign;
     }
     for (int h = 0; h < H + Hkv; h++) { /* q's heads, then k's (columns C + (h - H) hs) */

@@ -332,10 +332,10 @@ void cpu_op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *db
 }
 
 void cpu_op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,
-                 float theta, int sign) {
+                 const backend_rope *rope, int sign) {
   stage s = stage_begin(be);
   float *x = out(&s, qkv, SZ(N) * (SZ(C) + 2 * SZ(C / H) * Hkv), 1);
-  cpu_rope(x, pos, N, T, C, H, Hkv, rot, theta, sign);
+  cpu_rope(x, pos, N, T, C, H, Hkv, rot, rope, sign);
   stage_end(&s);
 }
 

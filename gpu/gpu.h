@@ -196,8 +196,8 @@ void gpu_swiglu(backend_dtype t, void *h, void *dgu, const void *dh, const void 
 void gpu_gelu_fwd(backend_dtype t, void *out, const void *inp, size_t n, int act);
 void gpu_gelu_bwd(backend_dtype t, void *dinp, const void *dout, const void *inp, size_t n, int act);
 /* the rope op (backend.h) on qkv (N,C+2Ckv) in place; pos device memory or NULL */
-void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,
-              int sign);
+void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,
+              const backend_rope *rope, int sign);
 void gpu_residual_fwd(backend_dtype t, void *out, const void *a, const void *b, size_t n);
 void gpu_accumulate(backend_dtype t, void *dst, const void *src, size_t n);
 /* logits' rows ldr apart (backend.h's ld) */

@@ -349,8 +349,8 @@ static void op_swiglu_bwd(const backend *be, void *dgu, const void *dh, const vo
   gpu_swiglu(be->storage, NULL, dgu, dh, gu, N, F);
 }
 static void op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,
-                    float theta, int sign) {
-  gpu_rope(be->storage, qkv, pos, N, T, C, H, Hkv, rot, theta, sign);
+                    const backend_rope *rope, int sign) {
+  gpu_rope(be->storage, qkv, pos, N, T, C, H, Hkv, rot, rope, sign);
 }
 static void op_residual_fwd(const backend *be, void *o, const void *a, const void *b, size_t n) {
   gpu_residual_fwd(be->storage, o, a, b, n);

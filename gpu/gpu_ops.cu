@@ -426,17 +426,17 @@ void gpu_swiglu(backend_dtype t, void *h, void *dgu, const void *dh, const void 
 /* ---- rotary embedding ------------------------------------------------------------------------ */
 
 /* One thread per (row, pair i): the angle of pair i at the row's position in fp32 as the CPU reference forms it
- * (1 / powf(theta, 2i/rot), times the position), its cos and sin in full precision, applied to pair i of every
+ * (backend_rope_inv_freq, times the position), its cos and sin in full precision, applied to pair i of every
  * head of q and k. */
 template <typename S>
-__global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,
+__global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, backend_rope rope,
                             int sign) {
   const int half = rot / 2, hs = C / H, W = C + 2 * hs * Hkv;
   const size_t n = (size_t)N * half;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
     const int r = (int)(e / half), i = (int)(e % half);
     const float p = (float)(pos ? pos[r] : r % T);
-    const float inv = 1.0f / powf(theta, (float)(2 * i) / (float)rot);
+    const float inv = backend_rope_inv_freq(&rope, i, rot);
     double sd, cd;
     sincos((double)(p * inv), &sd, &cd);
     const float c = (float)cd, s = (float)sd * (float)sign;
@@ -449,11 +449,11 @@ __global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int
   }
 }
 
-void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,
-              int sign) {
+void gpu_rope(backend_dtype t, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,
+              const backend_rope *rope, int sign) {
   const size_t n = (size_t)N * (rot / 2);
   if (n == 0) return;
-  GPU_STORAGE(t, rope_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)qkv, pos, N, T, C, H, Hkv, rot, theta, sign));
+  GPU_STORAGE(t, rope_kernel<S><<<gpu_blocks(n, 256), 256>>>((S *)qkv, pos, N, T, C, H, Hkv, rot, *rope, sign));
   GPU_LAUNCHED();
 }
 

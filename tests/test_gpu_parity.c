@@ -322,7 +322,7 @@ static void test_mlp(int N, int K, int F, int M, int with_bias, int act) {
 }
 
 /* The rotary embedding on qkv (N,C+2Ckv) in place, at the rows' r % T or at given positions, and back. */
-static void test_rope(int N, int T, int C, int H, int Hkv, int rot, float theta, int given) {
+static void test_rope(int N, int T, int C, int H, int Hkv, int rot, backend_rope rope, int given) {
   char w[128];
   const size_t n3 = (size_t)N * (C + 2 * (C / H) * Hkv);
   plan((backend_shape){.B = 1, .T = N, .C = C, .H = H});
@@ -330,13 +330,13 @@ static void test_rope(int N, int T, int C, int H, int Hkv, int rot, float theta,
   int32_t *pos = malloc((size_t)N * sizeof(int32_t));
   for (int r = 0; r < N; r++) pos[r] = (int32_t)rng_below(&R, 4096);
   int32_t *gpos = up(pos, (size_t)N * sizeof(int32_t));
-  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, Hkv, rot, theta, 1);
-  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, Hkv, rot, theta, 1);
-  snprintf(w, sizeof w, "rope N=%d C=%d H=%d Hkv=%d rot %d theta %g%s", N, C, H, Hkv, rot, theta,
-           given ? " at given positions" : "");
+  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, Hkv, rot, &rope, 1);
+  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, Hkv, rot, &rope, 1);
+  snprintf(w, sizeof w, "rope N=%d C=%d H=%d Hkv=%d rot %d theta %g%s%s", N, C, H, Hkv, rot, rope.theta,
+           rope.factor > 0 ? " llama3 scaling" : "", given ? " at given positions" : "");
   check(w, &qkv, TOL);
-  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, Hkv, rot, theta, -1);
-  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, Hkv, rot, theta, -1);
+  cpu->rope(cpu, qkv.c, given ? pos : NULL, N, T, C, H, Hkv, rot, &rope, -1);
+  gpu->rope(gpu, qkv.g, given ? gpos : NULL, N, T, C, H, Hkv, rot, &rope, -1);
   check("  and back (sign -1)", &qkv, TOL);
   free(pos), gpu->free(gpu, gpos);
   drop(&qkv);
@@ -638,10 +638,11 @@ static void test_ops(void) {
   test_mlp(33, 40, 100, 24, 1, BACKEND_GELU_TANH);   /* F not a multiple of 8: greenlm's kernels at every storage */
   test_mlp(256, 768, 3072, 768, 1, BACKEND_GELU_TANH); /* GPT-Neo 125M's MLP */
   test_mlp(64, 96, 384, 96, 1, BACKEND_GELU_ERF);    /* GPT-NeoX's gelu: a GEMM, then greenlm's kernel */
-  test_rope(130, 65, 256, 4, 4, 16, 10000.0f, 0);    /* Pythia's rotary_pct 0.25 of hs 64 */
-  test_rope(77, 77, 384, 3, 3, 128, 10000.0f, 0);    /* every dim of hs 128 */
-  test_rope(50, 1, 128, 2, 2, 64, 500000.0f, 1);     /* generation: given positions up to 4095 */
-  test_rope(64, 32, 512, 8, 2, 64, 500000.0f, 0);    /* grouped-query attention: 2 key heads of 8 */
+  const backend_rope base = {10000.0f, 0, 0, 0, 0}, llama3 = {500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f};
+  test_rope(130, 65, 256, 4, 4, 16, base, 0);   /* Pythia's rotary_pct 0.25 of hs 64 */
+  test_rope(77, 77, 384, 3, 3, 128, base, 0);   /* every dim of hs 128 */
+  test_rope(50, 1, 128, 2, 2, 64, llama3, 1);   /* generation: given positions up to 4095, Llama 3.1's scaling */
+  test_rope(64, 32, 512, 8, 2, 64, llama3, 0);  /* grouped-query attention: 2 key heads of 8 */
   test_elementwise(1000003);
   test_xent(5, 50257, 50257);
   test_xent(5, 50257, 50304); /* GPT-2's vocabulary in rows padded to a multiple of 128 */

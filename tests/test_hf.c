@@ -726,16 +726,23 @@ static void bad_neox_config(const loaded *neox) {
   expect_mismatches("hf-neox", &mc, keys, 6);
 }
 
-/* Llama's config.json: Llama 3's scaled rotary embedding, fields greenlm does not implement, another activation or
- * head size are named and refused; the deck's Llama keys are compared with the config's. */
-static void bad_llama_config(const loaded *llama) {
+/* Llama's config.json: scaled rotary embeddings other than Llama 3's, an incomplete Llama 3 scaling, fields greenlm
+ * does not implement, another activation or head size are named and refused; the deck's Llama keys (Llama 3's
+ * scaling too) are compared with the config's. */
+static void bad_llama_config(const loaded *llama, const loaded *llama3) {
   static const config_case cases[] = {
       {"llama-field", "{\"model_type\": \"llama\", \"sliding_window\": 4096}",
        "config.json field \"sliding_window\" is not one greenlm implements"},
-      {"llama3-scaling", "{\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
-       "rope_scaling is set"},
-      {"llama3-rope-type", "{\"model_type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
-       "rope_parameters.rope_type = llama3 is not supported"},
+      {"llama-yarn", "{\"model_type\": \"llama\", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}}",
+       "rope_scaling is set: scaled rotary embeddings of type yarn are not supported"},
+      {"llama-dynamic", "{\"model_type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}",
+       "rope_parameters.rope_type = dynamic is not supported"},
+      {"llama3-incomplete", "{\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+       "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}}",
+       "rope_scaling.original_max_position_embeddings is missing"},
+      {"llama3-field", "{\"model_type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+       "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, "
+       "\"attention_factor\": 2.0}}", "rope_parameters.attention_factor is not a field greenlm implements"},
       {"llama-act", "{\"model_type\": \"llama\", \"hidden_act\": \"gelu\"}", "hidden_act = \"gelu\" is not silu"},
       {"llama-head-dim", "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4, \"head_dim\": 32}",
        "head_dim = 32 with hidden_size 64 and 4 heads"},
@@ -747,6 +754,14 @@ static void bad_llama_config(const loaded *llama) {
   static const char *const keys[] = {"&model n_kv_head = 4", "&model rotary_emb_base = 10000",
                                      "&model attention_bias = .true.", "&model mlp_bias = .true."};
   expect_mismatches("hf-llama", &mc, keys, 4);
+  mc = llama3->mc; /* Llama 3's scaling: each of its keys, and none in the deck */
+  mc.rope_factor = 4, mc.rope_low_freq_factor = 2, mc.rope_high_freq_factor = 8, mc.rope_original_positions = 8192;
+  static const char *const scaled[] = {"&model rope_factor = 4", "&model rope_low_freq_factor = 2",
+                                       "&model rope_high_freq_factor = 8", "&model rope_original_positions = 8192"};
+  expect_mismatches("hf-llama3", &mc, scaled, 4);
+  util_strlcpy(mc.rope_scaling, "none", sizeof mc.rope_scaling);
+  static const char *const unscaled[] = {"&model rope_scaling = 'none'"};
+  expect_mismatches("hf-llama3", &mc, unscaled, 1);
 }
 
 /* Exporting into a non-empty directory without overwrite, or with a bad dtype, writes nothing. */
@@ -790,8 +805,9 @@ int main(int argc, char **argv) {
   run_model("neox", "hf-neox", 1);           /* as transformers 5 saves it: lm_head, rope_parameters */
   run_model("neox", "hf-neox-published", 0); /* as Pythia is published: embed_out, rotary_pct, rotary_emb_base */
   run_model("llama", "hf-llama", 1);         /* grouped-query attention, rope_parameters */
+  run_model("llama3", "hf-llama3", 1);       /* and Llama 3.1's scaled rotary embedding */
   run_pairs();
-  loaded gpt2, neo, neox, llama;
+  loaded gpt2, neo, neox, llama, llama3;
   char dir[4096];
   path_of(dir, ref, "hf-gpt2");
   load(&gpt2, dir, 2, 16);
@@ -807,8 +823,10 @@ int main(int argc, char **argv) {
   bad_neox_config(&neox);
   path_of(dir, ref, "hf-llama");
   load(&llama, dir, 2, 16);
-  bad_llama_config(&llama);
-  unload(&llama);
+  path_of(dir, ref, "hf-llama3");
+  load(&llama3, dir, 2, 16);
+  bad_llama_config(&llama, &llama3);
+  unload(&llama), unload(&llama3);
   unload(&gpt2);
   unload(&neo);
   unload(&neox);

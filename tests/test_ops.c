@@ -553,10 +553,21 @@ static void test_mlp(void) {
  * in double */
 typedef struct {
   int N, T, C, H, Hkv, rot;
-  double theta;
+  backend_rope rope;
   const int32_t *pos;
   double *x, *w, *y;
 } rope_ctx;
+
+/* Pair i's frequency in double, as transformers' formulas (Llama 3's _compute_llama3_parameters with a factor). */
+static double inv_freq_d(const backend_rope *r, int i, int rot) {
+  const double inv = pow(r->theta, -2.0 * i / rot), pi2 = 2 * 3.14159265358979323846;
+  if (r->factor <= 0) return inv;
+  const double wavelen = pi2 / inv, lo = r->orig / r->low_freq, hi = r->orig / r->high_freq;
+  if (wavelen > lo) return inv / r->factor;
+  if (wavelen < hi) return inv;
+  const double smooth = (r->orig / wavelen - r->low_freq) / (r->high_freq - r->low_freq);
+  return (1 - smooth) * inv / r->factor + smooth * inv;
+}
 
 static void rope_ref(rope_ctx *c) {
   const int hs = c->C / c->H, half = c->rot / 2, W = att_width(c->C, c->H, c->Hkv);
@@ -566,7 +577,7 @@ static void rope_ref(rope_ctx *c) {
       for (int h = 0; h < (part ? c->Hkv : c->H); h++)
         for (int i = 0; i < half; i++) {
           const size_t at = (size_t)r * W + (size_t)part * c->C + (size_t)h * hs + i;
-          const double p = c->pos ? c->pos[r] : r % c->T, a = p * pow(c->theta, -2.0 * i / c->rot);
+          const double p = c->pos ? c->pos[r] : r % c->T, a = p * inv_freq_d(&c->rope, i, c->rot);
           c->y[at] = c->x[at] * cos(a) - c->x[at + half] * sin(a);
           c->y[at + half] = c->x[at + half] * cos(a) + c->x[at] * sin(a);
         }
@@ -577,27 +588,37 @@ static double rope_loss(void *p) {
   return wsum(c->w, c->y, (size_t)c->N * att_width(c->C, c->H, c->Hkv));
 }
 
-static void test_rope_case(int T, int C, int H, int Hkv, int rot, double theta, const int32_t *pos, int N,
-                           const char *what) {
-  rope_ctx c = {.N = N, .T = T, .C = C, .H = H, .Hkv = Hkv, .rot = rot, .theta = theta, .pos = pos};
+static void test_rope_scaled(int T, int C, int H, int Hkv, int rot, backend_rope rope, const int32_t *pos, int N,
+                             const char *what) {
+  rope_ctx c = {.N = N, .T = T, .C = C, .H = H, .Hkv = Hkv, .rot = rot, .rope = rope, .pos = pos};
   const size_t n = (size_t)N * att_width(C, H, Hkv);
   float *x = frand(n, 1), *w = frand(n, 1), *y = fcopy(x, n), *d = fcopy(w, n);
   c.x = dcopy(x, n), c.w = dcopy(w, n), c.y = malloc(n * sizeof(double));
-  be->rope(be, y, pos, N, T, C, H, Hkv, rot, (float)theta, 1);
+  be->rope(be, y, pos, N, T, C, H, Hkv, rot, &rope, 1);
   rope_ref(&c);
   char name[64];
   snprintf(name, sizeof name, "rope %s", what);
   check_fwd(name, y, c.y, n);
-  be->rope(be, d, pos, N, T, C, H, Hkv, rot, (float)theta, -1); /* the gradient: the opposite rotation of dout */
+  be->rope(be, d, pos, N, T, C, H, Hkv, rot, &rope, -1); /* the gradient: the opposite rotation of dout */
   check_grad(name, rope_loss, &c, c.x, d, n);
-  be->rope(be, y, pos, N, T, C, H, Hkv, rot, (float)theta, -1); /* and back */
+  be->rope(be, y, pos, N, T, C, H, Hkv, rot, &rope, -1); /* and back */
   T_CHECK(t_rel_err(y, x, n) < 1e-6, "rope %s: rotating back does not return the input (rel err %g)", what,
           t_rel_err(y, x, n));
   free(x), free(w), free(y), free(d), free(c.x), free(c.w), free(c.y);
 }
 
+static void test_rope_case(int T, int C, int H, int Hkv, int rot, double theta, const int32_t *pos, int N,
+                           const char *what) {
+  test_rope_scaled(T, C, H, Hkv, rot, (backend_rope){(float)theta, 0, 0, 0, 0}, pos, N, what);
+}
+
 static void test_rope(void) {
   static const int32_t pos[6] = {0, 7, 3, 1000, 2, 2};
+  /* Llama 3's scaling with an original context of 16: of hs 8's four pairs at theta 5e5 (wavelengths 6.3, 167,
+   * 4443, 118000) the first blends (between 16/4 and 16/1), the others turn 8 times slower */
+  test_rope_scaled(6, 32, 4, 2, 8, (backend_rope){500000.0f, 8.0f, 1.0f, 4.0f, 16.0f}, NULL, 12, "llama3 scaling, GQA 4/2");
+  test_rope_scaled(1, 16, 2, 2, 8, (backend_rope){10000.0f, 8.0f, 1.0f, 4.0f, 64.0f}, pos, 6,
+                   "llama3 scaling, given positions");
   test_rope_case(5, 24, 3, 3, 8, 10000.0, NULL, 10, "rot 8 of 8, two sequences");
   test_rope_case(7, 24, 2, 2, 4, 10000.0, NULL, 7, "rot 4 of 12 (partial)");
   test_rope_case(6, 16, 2, 2, 8, 500000.0, NULL, 6, "rot 8 of 8, theta 5e5");
@@ -1073,7 +1094,8 @@ static void storage_elementwise(void) {
   be->residual_fwd(be, y, x, a, n), b16->residual_fwd(b16, y16, xh, ah, n), same16("residual_fwd", y16, y, n);
   be->accumulate(be, a, x, n), b16->accumulate(b16, ah, xh, n), same16("accumulate (+=)", ah, a, n);
   /* rope in place on a (3, 3 x 37) qkv: the 16-bit result is the fp32 rotation of the stored values, rounded once */
-  be->rope(be, x, NULL, 3, 2, 37, 1, 1, 36, 10000.0f, 1), b16->rope(b16, xh, NULL, 3, 2, 37, 1, 1, 36, 10000.0f, 1);
+  const backend_rope rope = {10000.0f, 8.0f, 1.0f, 4.0f, 64.0f}; /* Llama 3's scaling */
+  be->rope(be, x, NULL, 3, 2, 37, 1, 1, 36, &rope, 1), b16->rope(b16, xh, NULL, 3, 2, 37, 1, 1, 36, &rope, 1);
   same16("rope", xh, x, 3 * 3 * 37);
   /* embedding: rows picked by tokens, and the fp32 gradients of a 16-bit dout */
   const int B = 2, T = 5, C = 6, V = 7;

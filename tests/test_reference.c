@@ -1,11 +1,11 @@
 /* test_reference: the whole model against Hugging Face Transformers.
  *
- * tests/reference/{gpt-neo,gpt2,gpt-neox-a,b,c,llama-a..e}.nc were written by tests/reference/make_fixtures.py from a
+ * tests/reference/{gpt-neo,gpt2,gpt-neox-a,b,c,llama-a..f}.nc were written by tests/reference/make_fixtures.py from a
  * tiny random GPTNeoForCausalLM (global + local layers), GPT2LMHeadModel, GPTNeoXForCausalLM in three
  * configurations (partial and full rotary, parallel and sequential residual, with and without attention
- * biases, gelu and gelu_new, untied and tied head) and LlamaForCausalLM in five (untied without biases; tied with
+ * biases, gelu and gelu_new, untied and tied head) and LlamaForCausalLM in six (untied without biases; tied with
  * attention and MLP biases, rope_theta 500000; grouped-query attention with 2 key/value heads of 8, 1 of 4 and 4 of
- * 8, with and without biases, tied and untied). For each, this test loads
+ * 8, with and without biases, tied and untied; Llama 3's scaled rotary embedding). For each, this test loads
  * the parameters into a greenlm model and checks, relative to each tensor's largest value, the logits, the loss
  * and the gradient of every parameter to 1e-5, and the losses (1e-5) and parameters (2e-5) after three AdamW steps
  * with gradient clipping. */
@@ -111,6 +111,13 @@ static void fixture_model(int nc, cfg_model *mc) {
     mc->attention_bias = (int)att_int(nc, "attention_bias");
     mc->mlp_bias = (int)att_int(nc, "mlp_bias");
     mc->n_kv_head = att_int(nc, "n_kv_head");
+    att_text(nc, "rope_scaling", mc->rope_scaling, sizeof mc->rope_scaling);
+    if (cfg_model_rope_scaling_of(mc) == CFG_ROPE_LLAMA3) {
+      mc->rope_factor = att_float(nc, "rope_factor");
+      mc->rope_low_freq_factor = att_float(nc, "rope_low_freq_factor");
+      mc->rope_high_freq_factor = att_float(nc, "rope_high_freq_factor");
+      mc->rope_original_positions = att_int(nc, "rope_original_positions");
+    }
     att_text(nc, "head", mc->head, sizeof mc->head);
     return;
   }
@@ -242,7 +249,7 @@ int main(int argc, char **argv) {
   const char *top = getenv("TOP_SRCDIR");
   char path[4096];
   const char *arch[] = {"gpt-neo", "gpt2",    "gpt-neox-a", "gpt-neox-b", "gpt-neox-c", "llama-a",
-                        "llama-b", "llama-c", "llama-d",    "llama-e"};
+                        "llama-b", "llama-c", "llama-d",    "llama-e",    "llama-f"};
   for (int i = 0; i < (int)(sizeof arch / sizeof arch[0]); i++) {
     snprintf(path, sizeof path, "%s/tests/reference/%s.nc", top ? top : ".", arch[i]);
     run_fixture(path);

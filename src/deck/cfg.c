@@ -639,6 +639,13 @@ static void check_arch(const cfg_config *cfg, err_list *errs) {
     cfg_error_at(cfg, errs, "model", "activation", "leave activation = 'auto' (or set arch = 'gpt-neo', 'gpt2' or 'gpt-neox')",
                  "arch = 'llama' has the SwiGLU MLP (silu), not activation = '%s'", m->activation);
   check_kv_heads(cfg, errs);
+  if (cfg_model_rope_scaling_of(m) == CFG_ROPE_LLAMA3 && arch != CFG_ARCH_LLAMA)
+    cfg_error_at(cfg, errs, "model", "rope_scaling", "leave rope_scaling = 'none' (or set arch = 'llama')",
+                 "rope_scaling = 'llama3' is Llama's; arch = '%s' turns its rotary dims unscaled", m->arch);
+  if (cfg_model_rope_scaling_of(m) == CFG_ROPE_LLAMA3 && m->rope_high_freq_factor <= m->rope_low_freq_factor)
+    cfg_error_at(cfg, errs, "model", "rope_high_freq_factor", "the blend runs between the two: rope_high_freq_factor > "
+                 "rope_low_freq_factor (Llama 3.1: 4 and 1)", "rope_high_freq_factor = %g is not more than "
+                 "rope_low_freq_factor = %g", m->rope_high_freq_factor, m->rope_low_freq_factor);
   if (arch == CFG_ARCH_LLAMA && m->n_embd % m->n_head == 0 && (m->n_embd / m->n_head) % 2 != 0)
     cfg_error_at(cfg, errs, "model", "n_head", "the rotated dims pair up: choose n_head so that n_embd / n_head is even",
                  "head size n_embd / n_head = %ld is odd; llama's rotary embedding turns every dim in pairs",
@@ -736,6 +743,16 @@ static void set_derived(cfg_config *cfg, const char *group, const char *key, con
   int k = cfg_find(group, key);
   cfg->origin[k] = cfg->origin[cfg_find(from_group, from_key)];
   cfg->origin[k].derived = 1;
+}
+
+/* The defaults an architecture sets, before the checks: attention_types left unset is 'global' for every architecture
+ * but GPT-Neo (the only one with local layers). */
+static void arch_defaults(cfg_config *cfg) {
+  if (cfg_model_arch_of(&cfg->model) != CFG_ARCH_GPT_NEO && !cfg->origin[cfg_find("model", "attention_types")].file[0]) {
+    cfg->model.attention_types.n = 1;
+    util_strlcpy(cfg->model.attention_types.v[0], "global", CFG_ITEM_LEN);
+    set_derived(cfg, "model", "attention_types", "model", "arch");
+  }
 }
 
 static void derive(cfg_config *cfg) {
@@ -966,6 +983,7 @@ int cfg_load_sources(cfg_config *cfg, const cfg_source *src, int nsrc, char *con
   nml_doc_free(&doc);
   for (int i = 0; i < noverrides; i++) apply_override(cfg, overrides[i], errs);
   if (err_count(errs) > n0) return (int)(err_count(errs) - n0);
+  arch_defaults(cfg);
   check_consistency(cfg, errs);
   if (err_count(errs) > n0) return (int)(err_count(errs) - n0);
   derive(cfg);

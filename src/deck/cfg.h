@@ -39,6 +39,7 @@ typedef struct {
 #define CFG_ARCHS(X) X(CFG_ARCH_GPT_NEO, "gpt-neo") X(CFG_ARCH_GPT2, "gpt2") X(CFG_ARCH_GPT_NEOX, "gpt-neox") X(CFG_ARCH_LLAMA, "llama")
 #define CFG_ACTIVATIONS(X) X(CFG_ACT_AUTO, "auto") X(CFG_ACT_GELU_NEW, "gelu_new") X(CFG_ACT_GELU, "gelu")
 #define CFG_HEADS(X) X(CFG_HEAD_AUTO, "auto") X(CFG_HEAD_TIED, "tied") X(CFG_HEAD_UNTIED, "untied")
+#define CFG_ROPE_SCALINGS(X) X(CFG_ROPE_NONE, "none") X(CFG_ROPE_LLAMA3, "llama3")
 #define CFG_LR_DECAYS(X) X(CFG_DECAY_COSINE, "cosine") X(CFG_DECAY_LINEAR, "linear") X(CFG_DECAY_CONSTANT, "constant")
 #define CFG_TOKENIZER_KINDS(X) X(CFG_TOK_BYTES, "bytes") X(CFG_TOK_BPE, "bpe")
 #define CFG_DOCUMENTS(X)                                                                              \
@@ -62,7 +63,7 @@ typedef struct {
 
 /* The choice keys of one word each: X(group, key, LIST). */
 #define CFG_CHOICE_KEYS(X)                                                                            \
-  X(model, arch, CFG_ARCHS) X(model, activation, CFG_ACTIVATIONS) X(model, head, CFG_HEADS) X(training, lr_decay, CFG_LR_DECAYS) X(tokenizer, kind, CFG_TOKENIZER_KINDS) \
+  X(model, arch, CFG_ARCHS) X(model, activation, CFG_ACTIVATIONS) X(model, head, CFG_HEADS) X(model, rope_scaling, CFG_ROPE_SCALINGS) X(training, lr_decay, CFG_LR_DECAYS) X(tokenizer, kind, CFG_TOKENIZER_KINDS) \
   X(prepare, documents, CFG_DOCUMENTS) X(prepare, format, CFG_FORMATS) X(prepare, bad_records, CFG_BAD_RECORDS) \
   X(parallel, rank_order, CFG_RANK_ORDERS) X(parallel, bind, CFG_BINDS) X(comm, method, CFG_COMM_METHODS)  \
   X(comm, exchange, CFG_EXCHANGES) X(export, dtype, CFG_DTYPES) X(system, backend, CFG_BACKENDS)           \
@@ -96,7 +97,7 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, INT, n_head, "12", "[1, 4096]", "Attention heads H; head size is C/H")                      \
   X(g, INT, n_kv_head, "0", "[0, 4096]", "llama: key/value heads (Hugging Face's num_key_value_heads), each shared by n_head / n_kv_head query heads (grouped-query attention); 0 means n_head (multi-head attention)") \
   X(g, INT, n_inner, "0", "[0, 4194304]", "MLP hidden size (llama: Hugging Face's intermediate_size, the units of gate and of up); 0 means 4*n_embd")                     \
-  X(g, STRLIST, attention_types, "'global', 'local'", "global|local", "Attention kind of each layer, as a pattern repeated over the layers") \
+  X(g, STRLIST, attention_types, "'global', 'local'", "global|local", "Attention kind of each layer, as a pattern repeated over the layers; left unset it is 'global' for every architecture but gpt-neo (only GPT-Neo has local layers)") \
   X(g, INT, window_size, "256", "[1, 1048576]", "Keys a 'local' layer sees: query i attends to keys j with i - window_size < j <= i") \
   X(g, REAL, layer_norm_epsilon, "1e-5", "(0, 1)", "Epsilon of every LayerNorm (llama: of every RMSNorm, Hugging Face's rms_norm_eps)")                   \
   X(g, REAL, init_std, "0.02", "(0, 10]", "Standard deviation of the normal initialisation of weights and embeddings") \
@@ -107,6 +108,11 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, BOOL, use_parallel_residual, ".true.", "", "gpt-neox: each block adds attention and MLP of the same input, x + attn(ln_1(x)) + mlp(ln_2(x)) (as Pythia and GPT-NeoX-20B); .false.: one after the other") \
   X(g, BOOL, attention_bias, ".true.", "", "gpt-neox and llama: the attention's projections have biases (Hugging Face's attention_bias: gpt-neox's query_key_value and dense, llama's q, k, v and o_proj); left unset it is .false. for llama, as Hugging Face's LlamaConfig") \
   X(g, BOOL, mlp_bias, ".false.", "", "llama: gate_proj, up_proj and down_proj have biases (Hugging Face's mlp_bias)") \
+  X(g, STR, rope_scaling, "'none'", CFG_CHOICES(CFG_ROPE_SCALINGS), "llama: the rotary frequencies' scaling: 'none', or 'llama3' (Llama 3.1 and later; Hugging Face's rope_scaling or rope_parameters of rope_type llama3): a pair whose wavelength exceeds rope_original_positions / rope_low_freq_factor turns rope_factor times slower, one below rope_original_positions / rope_high_freq_factor as it is, one between at a blend") \
+  X(g, REAL, rope_factor, "8", "[1, 1e6]", "llama with rope_scaling = 'llama3': how many times slower the low frequencies turn (Hugging Face's factor)") \
+  X(g, REAL, rope_low_freq_factor, "1", "(0, 1e6]", "llama with rope_scaling = 'llama3': Hugging Face's low_freq_factor") \
+  X(g, REAL, rope_high_freq_factor, "4", "(0, 1e6]", "llama with rope_scaling = 'llama3': Hugging Face's high_freq_factor (more than rope_low_freq_factor)") \
+  X(g, INT, rope_original_positions, "8192", "[1, 1048576]", "llama with rope_scaling = 'llama3': the context the model was first trained for (Hugging Face's original_max_position_embeddings)") \
   X(g, STR, init_from, "''", "", "Directory of a Hugging Face model (config.json, model.safetensors or a sharded model.safetensors.index.json; tokenizer.json, or vocab.json and merges.txt) whose weights start the run instead of the random initialisation; its config.json must agree with this group (doc/interop.md). A checkpoint to restart from takes precedence")
 
 #define CFG_GROUP_TRAINING(X, g)                                                                      \

@@ -180,36 +180,97 @@ static int get_real(const json_t *c, const char *key, double def, double *out, c
   return 0;
 }
 
-/* The rotary embedding of a GPT-NeoX or Llama config: rope_parameters (current transformers: rope_type "default",
- * rope_theta, partial_rotary_factor), else rope_theta / partial_rotary_factor or the older rotary_emb_base /
- * rotary_pct (absent: def_pct); rope_scaling other than null is refused (greenlm computes the unscaled embedding). */
-static int get_rope(const json_t *c, double def_pct, cfg_model *out, const char *path, err_list *errs) {
-  const json_t *rp = json_object_get(c, "rope_parameters"), *sc = json_object_get(c, "rope_scaling");
-  static const char HINT[] = "greenlm computes the default rotary embedding (rope_type \"default\", no scaling)";
-  if (sc && !json_is_null(sc)) {
-    err_add(errs, path, 0, 0, HINT, "rope_scaling is set: scaled rotary embeddings are not supported");
+/* Whether key is one of the n names of list. */
+static int listed(const char *key, const char *const *list, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(key, list[i]) == 0) return 1;
+  return 0;
+}
+
+/* The rope_type of a rope_parameters or rope_scaling object (older files: "type"); "default" when absent. */
+static const char *rope_type_of(const json_t *o) {
+  const json_t *t = json_object_get(o, "rope_type");
+  if (!t) t = json_object_get(o, "type");
+  return !t ? "default" : json_is_string(t) ? json_string_value(t) : "(not a string)";
+}
+
+static const char ROPE_HINT[] = "greenlm computes the default rotary embedding and, for llama, Llama 3's scaling "
+                                "(rope_type \"llama3\")";
+
+/* The fields of rope object o (named `where`) that are not among the n of known: refused by name. */
+static int rope_unknown(const json_t *o, const char *where, const char *const *known, size_t n, const char *path,
+                        err_list *errs) {
+  const char *key;
+  json_t *v;
+  int rc = 0;
+  json_object_foreach((json_t *)o, key, v)
+    if (!listed(key, known, n))
+      err_add(errs, path, 0, 0, ROPE_HINT, "%s.%s is not a field greenlm implements", where, key), rc = -1;
+  return rc;
+}
+
+/* Llama 3's scaling from o (rope_parameters or rope_scaling, named `where`) into out's rope_* keys; -1 after an
+ * error. Every field is needed, in the ranges of the deck's keys. */
+static int llama3_scaling(const json_t *o, const char *where, cfg_model *out, const char *path, err_list *errs) {
+  static const char *const known[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
+                                      "high_freq_factor", "original_max_position_embeddings"};
+  int rc = rope_unknown(o, where, known, sizeof known / sizeof known[0], path, errs);
+  double v[4];
+  for (int k = 0; k < 4; k++) {
+    const char *key = known[3 + k];
+    if (!json_object_get(o, key))
+      err_add(errs, path, 0, 0, HF_HINT_SAVE, "%s.%s is missing: Llama 3's scaling needs it", where, key), rc = -1;
+    else
+      rc |= get_real(o, key, 0.0, &v[k], path, errs);
+  }
+  if (rc != 0) return -1;
+  if (v[0] < 1 || v[0] > 1e6 || v[1] <= 0 || v[2] <= v[1] || v[2] > 1e6 || v[3] < 1 || v[3] > 1048576 ||
+      v[3] != floor(v[3])) {
+    err_add(errs, path, 0, 0, "Llama 3.1 has factor 8, low_freq_factor 1, high_freq_factor 4 and a context of 8192",
+            "%s: factor %g, low_freq_factor %g, high_freq_factor %g or original_max_position_embeddings %g out of "
+            "range", where, v[0], v[1], v[2], v[3]);
     return -1;
   }
+  util_strlcpy(out->rope_scaling, "llama3", sizeof out->rope_scaling);
+  out->rope_factor = v[0], out->rope_low_freq_factor = v[1], out->rope_high_freq_factor = v[2];
+  out->rope_original_positions = (long)v[3];
+  return 0;
+}
+
+/* rope_scaling: null, or (llama3_ok) Llama 3's; -1 after an error. */
+static int rope_scaling(const json_t *sc, int llama3_ok, cfg_model *out, const char *path, err_list *errs) {
+  if (!sc || json_is_null(sc)) return 0;
+  const char *type = json_is_object(sc) ? rope_type_of(sc) : "(not an object)";
+  if (llama3_ok && strcmp(type, "llama3") == 0) return llama3_scaling(sc, "rope_scaling", out, path, errs);
+  err_add(errs, path, 0, 0, ROPE_HINT, "rope_scaling is set: scaled rotary embeddings of type %s are not supported", type);
+  return -1;
+}
+
+/* The rotary embedding of a GPT-NeoX or Llama config: rope_parameters (current transformers: rope_type "default"
+ * with rope_theta, partial_rotary_factor; for llama also "llama3" with its scaling), else rope_theta /
+ * partial_rotary_factor or the older rotary_emb_base / rotary_pct (absent: def_pct), and rope_scaling (null, or for
+ * llama Llama 3's); another scaling is refused by name. */
+static int get_rope(const json_t *c, double def_pct, int llama3_ok, cfg_model *out, const char *path, err_list *errs) {
+  const json_t *rp = json_object_get(c, "rope_parameters");
+  if (rope_scaling(json_object_get(c, "rope_scaling"), llama3_ok, out, path, errs) != 0) return -1;
   double base = 10000.0, pct = def_pct;
   int rc = get_real(c, json_object_get(c, "rope_theta") ? "rope_theta" : "rotary_emb_base", 10000.0, &base, path, errs);
   rc |= get_real(c, json_object_get(c, "partial_rotary_factor") ? "partial_rotary_factor" : "rotary_pct", def_pct, &pct,
                  path, errs);
   if (rp && !json_is_null(rp)) {
-    const char *key;
-    json_t *v;
     if (!json_is_object(rp)) {
       err_add(errs, path, 0, 0, HF_HINT_SAVE, "rope_parameters must be an object");
       return -1;
     }
-    const json_t *type = json_object_get(rp, "rope_type");
-    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "default") != 0)) { /* its fields are its own */
-      err_add(errs, path, 0, 0, HINT, "rope_parameters.rope_type = %s is not supported",
-              json_is_string(type) ? json_string_value(type) : "(not a string)");
+    static const char *const known[] = {"rope_type", "rope_theta", "partial_rotary_factor"};
+    const char *type = rope_type_of(rp);
+    if (llama3_ok && strcmp(type, "llama3") == 0)
+      rc |= llama3_scaling(rp, "rope_parameters", out, path, errs);
+    else if (strcmp(type, "default") != 0) { /* its fields are its own */
+      err_add(errs, path, 0, 0, ROPE_HINT, "rope_parameters.rope_type = %s is not supported", type);
       return -1;
-    }
-    json_object_foreach((json_t *)rp, key, v)
-      if (strcmp(key, "rope_type") != 0 && strcmp(key, "rope_theta") != 0 && strcmp(key, "partial_rotary_factor") != 0)
-        err_add(errs, path, 0, 0, HINT, "rope_parameters.%s is not a field greenlm implements", key), rc = -1;
+    } else
+      rc |= rope_unknown(rp, "rope_parameters", known, 3, path, errs);
     rc |= get_real(rp, "rope_theta", base, &base, path, errs);
     rc |= get_real(rp, "partial_rotary_factor", pct, &pct, path, errs);
   }
@@ -254,7 +315,7 @@ static int parse_neox(const json_t *c, const char *path, cfg_model *out, err_lis
       err_add(errs, path, 0, 0, "greenlm trains without dropout: set it to 0.0 in config.json to fine-tune without it",
               "%s = %g", k ? "hidden_dropout" : "attention_dropout", drop[k]), rc = -1;
   rc |= get_activation(c, "hidden_act", "gelu", out, path, errs) | get_head(c, 0, out, path, errs);
-  rc |= get_rope(c, 0.25, out, path, errs);
+  rc |= get_rope(c, 0.25, 0, out, path, errs);
   const json_t *par = json_object_get(c, "use_parallel_residual"), *bias = json_object_get(c, "attention_bias");
   if ((par && !json_is_boolean(par)) || (bias && !json_is_boolean(bias)))
     err_add(errs, path, 0, 0, HF_HINT_SAVE, "use_parallel_residual and attention_bias are true or false"), rc = -1;
@@ -267,13 +328,6 @@ static int parse_neox(const json_t *c, const char *path, cfg_model *out, err_lis
   out->attention_bias = !bias || json_is_true(bias);
   out->attention_types.n = 1;
   util_strlcpy(out->attention_types.v[0], "global", CFG_ITEM_LEN);
-  return 0;
-}
-
-/* Whether key is one of the n names of list. */
-static int listed(const char *key, const char *const *list, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (strcmp(key, list[i]) == 0) return 1;
   return 0;
 }
 
@@ -321,7 +375,7 @@ static int parse_llama(const json_t *c, const char *path, cfg_model *out, err_li
             "head_dim = %lld with hidden_size %ld and %ld heads", json_is_integer(hd) ? (long long)json_integer_value(hd) : -1LL,
             v[3], v[4]), rc = -1;
   rc |= get_bool(c, "attention_bias", &abias, path, errs) | get_bool(c, "mlp_bias", &mbias, path, errs);
-  rc |= get_head(c, 0, out, path, errs) | get_rope(c, 1.0, out, path, errs);
+  rc |= get_head(c, 0, out, path, errs) | get_rope(c, 1.0, 1, out, path, errs);
   if (rc == 0 && out->rotary_pct != 1.0)
     err_add(errs, path, 0, 0, "Llama turns every dim of a head", "partial_rotary_factor = %g", out->rotary_pct), rc = -1;
   if (rc != 0) return -1;
@@ -467,6 +521,20 @@ static void check_llama(const cfg_model *f, const cfg_model *m, const char *path
                 m->attention_bias ? ".true." : ".false.", "%s");
   if (f->mlp_bias != m->mlp_bias)
     HF_MISMATCH("mlp_bias", "mlp_bias", f->mlp_bias ? ".true." : ".false.", m->mlp_bias ? ".true." : ".false.", "%s");
+  const int fs = cfg_model_rope_scaling_of(f) == CFG_ROPE_LLAMA3, ds = cfg_model_rope_scaling_of(m) == CFG_ROPE_LLAMA3;
+  if (fs != ds) HF_MISMATCH("rope_scaling", "the rope scaling", fs ? "llama3" : "none", ds ? "llama3" : "none", "'%s'");
+  if (!fs || !ds) return;
+  static const char *const hf[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  const double fv[4] = {f->rope_factor, f->rope_low_freq_factor, f->rope_high_freq_factor, (double)f->rope_original_positions};
+  const double dv[4] = {m->rope_factor, m->rope_low_freq_factor, m->rope_high_freq_factor, (double)m->rope_original_positions};
+  static const char *const deck[4] = {"rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                                      "rope_original_positions"};
+  for (int k = 0; k < 4; k++)
+    if (fabs(fv[k] - dv[k]) > 1e-9 * fabs(fv[k])) {
+      util_snprintf(hint, sizeof hint, "set &model %s = %g to match the Hugging Face model", deck[k], fv[k]);
+      err_add(errs, path, 0, 0, hint, "the rope scaling's %s = %g in config.json, but &model %s = %g in the deck", hf[k],
+              fv[k], deck[k], dv[k]);
+    }
 }
 
 int hf_check_config(const char *dir, const cfg_model *m, err_list *errs) {
@@ -854,6 +922,12 @@ static json_t *llama_config_json(const gpt_shape *s, const cfg_model *m, int eot
   json_object_set_new(c, "hidden_act", json_string("silu"));
   json_object_set_new(c, "rms_norm_eps", json_real(m->layer_norm_epsilon));
   json_object_set_new(c, "rope_theta", json_real(m->rotary_emb_base));
+  if (cfg_model_rope_scaling_of(m) == CFG_ROPE_LLAMA3) /* the form transformers 4.43 and later read */
+    json_object_set_new(c, "rope_scaling", json_pack("{s:s, s:f, s:f, s:f, s:I}", "rope_type", "llama3", "factor",
+                                                     m->rope_factor, "low_freq_factor", m->rope_low_freq_factor,
+                                                     "high_freq_factor", m->rope_high_freq_factor,
+                                                     "original_max_position_embeddings",
+                                                     (json_int_t)m->rope_original_positions));
   json_object_set_new(c, "attention_bias", json_boolean(s->qkv_bias));
   json_object_set_new(c, "mlp_bias", json_boolean(!s->mlp_unbiased));
   json_object_set_new(c, "attention_dropout", json_real(0.0));

@@ -92,6 +92,26 @@ static inline BACKEND_HOST_DEVICE float backend_adamw_factor(const backend_adamw
   return (float)(c / a->loss_scale);
 }
 
+/* The rotary embedding's frequencies: pair i of rot dims turns at inv_freq(i) = theta^(-2i/rot), in fp32 as
+ * transformers forms it; with factor > 0 Llama 3's scaling (transformers' _compute_llama3_parameters, its fp32 steps
+ * in its order): a pair whose wavelength 2 pi / inv_freq is above orig / low_freq turns factor times slower, one
+ * below orig / high_freq as it is, and one between at a blend of the two, smooth = (orig / wavelength - low_freq) /
+ * (high_freq - low_freq), inv_freq ((1 - smooth) / factor + smooth). */
+typedef struct {
+  float theta;
+  float factor, low_freq, high_freq, orig; /* factor 0: no scaling */
+} backend_rope;
+
+static inline BACKEND_HOST_DEVICE float backend_rope_inv_freq(const backend_rope *r, int i, int rot) {
+  const float inv = 1.0f / powf(r->theta, (float)(2 * i) / (float)rot);
+  if (r->factor <= 0.0f) return inv;
+  const float wavelen = (1.0f / inv) * 6.2831855f, lo_wave = r->orig / r->low_freq, hi_wave = r->orig / r->high_freq;
+  const float scaled = wavelen > lo_wave ? inv / r->factor : inv;
+  if (wavelen < hi_wave || wavelen > lo_wave) return scaled;
+  const float smooth = ((1.0f / wavelen) * r->orig - r->low_freq) / (r->high_freq - r->low_freq);
+  return (1.0f - smooth) * scaled / r->factor + smooth * scaled;
+}
+
 /* The largest shapes a backend instance will be asked to compute on: its workspaces are planned
  * (and allocated by prepare) from these, so the dry run's memory plan is exact. */
 typedef struct {
@@ -199,13 +219,14 @@ typedef struct backend backend;
     (dpre, dw, dbias, dout, inp, pre, w, N, K, M, acc, act))                                                           \
   /* Rotary position embedding (GPT-NeoX's rotate-half form), in place on the queries and keys of qkv S (N,W) (laid   \
    * out as attention_fwd's): in each of q's H heads and k's Hkv the first rot (even, <= C/H) dims turn as the         \
-   * pairs (i, i + rot/2), i < rot/2: (a, b) -> (a cos - b sin, b cos + a sin), angle = p * theta^(-2i/rot) computed   \
-   * in fp32 as Hugging Face does, p the row's position: pos[r] (int32 (N) backend memory), or r % T when pos is      \
-   * NULL. sign = -1 rotates back (the backward pass: dq, dk in dqkv); v and the other dims are left as they are */    \
+   * pairs (i, i + rot/2), i < rot/2: (a, b) -> (a cos - b sin, b cos + a sin), angle = p * backend_rope_inv_freq(i)  \
+   * computed in fp32 as Hugging Face does, p the row's position: pos[r] (int32 (N) backend memory), or r % T when    \
+   * pos is NULL. sign = -1 rotates back (the backward pass: dq, dk in dqkv); v and the other dims are left as they    \
+   * are. rope (host memory): the frequencies */                                                                       \
   X(rope,                                                                                                              \
-    (const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, float theta,      \
-     int sign),                                                                                                        \
-    (qkv, pos, N, T, C, H, Hkv, rot, theta, sign))                                                                     \
+    (const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,                   \
+     const backend_rope *rope, int sign),                                                                              \
+    (qkv, pos, N, T, C, H, Hkv, rot, rope, sign))                                                                      \
   /* out S (n) = a S + b S (the residual connection; its backward is accumulate) */                                    \
   X(residual_fwd, (const backend *be, void *out, const void *a, const void *b, size_t n), (out, a, b, n))             \
   /* dst S (n) += src S */                                                                                             \

@@ -164,7 +164,7 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   gpt_block_compute(m, l, &p);
   gpt_norm_fwd(s, be, A + a->ln, mean, rstd, A + a->x, p.ln1_w, p.ln1_b, n);
   be->matmul_fwd(be, A + a->qkv, A + a->ln, p.qkv_w, p.qkv_b, n, C, W, W); /* (n,W) */
-  if (s->rot) be->rope(be, A + a->qkv, pos, n, n, C, s->H, s->Hkv, s->rot, s->rope_theta, 1); /* at the rows' positions */
+  if (s->rot) be->rope(be, A + a->qkv, pos, n, n, C, s->H, s->Hkv, s->rot, &s->rope, 1); /* at the rows' positions */
   be->kv_store(be, kc, vc, A + a->qkv, seq, pos, n, C, Ckv, g->ring[l]);
   be->attention_cached(be, A + a->att, A + a->qkv, kc, vc, seq, pos, n, C, s->H, s->Hkv, g->ring[l], s->window[l],
                        s->attn_scale); /* (n,C) */

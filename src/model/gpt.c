@@ -37,7 +37,10 @@ void gpt_shape_from_cfg(gpt_shape *s, const cfg_model *m) {
   s->attn_scale = s->arch == GPT_ARCH_NEO ? 1.0f : 1.0f / sqrtf((float)(s->C / s->H));
   s->wpe = !rotary;
   s->rot = neox ? (int)cfg_rotary_dims(m) : llama ? s->C / s->H : 0;
-  s->rope_theta = (float)m->rotary_emb_base;
+  s->rope = (backend_rope){(float)m->rotary_emb_base, 0.0f, 0.0f, 0.0f, 0.0f};
+  if (llama && cfg_model_rope_scaling_of(m) == CFG_ROPE_LLAMA3)
+    s->rope = (backend_rope){(float)m->rotary_emb_base, (float)m->rope_factor, (float)m->rope_low_freq_factor,
+                             (float)m->rope_high_freq_factor, (float)m->rope_original_positions};
   s->parallel = neox && m->use_parallel_residual;
   s->act = cfg_model_gelu_erf(m) ? BACKEND_GELU_ERF : BACKEND_GELU_TANH;
   s->tied = !cfg_model_untied(m);
@@ -697,7 +700,7 @@ static void block_forward(gpt_model *m, const act_layout *a, int l, const block_
   gpt_norm_fwd(s, be, ba->ln1, ba->ln1_mean, ba->ln1_rstd, x, p.ln1_w, p.ln1_b, N);
   const int H = m->d.Hl, Hkv = m->d.Hkvl, Wl = m->d.Wl;
   be->matmul_fwd(be, ba->qkv, ba->ln1, p.qkv_w, p.qkv_b, N, C, Wl, Wl); /* (N,Wl) */
-  if (s->rot) be->rope(be, ba->qkv, NULL, N, T, Cl, H, Hkv, s->rot, s->rope_theta, 1);
+  if (s->rot) be->rope(be, ba->qkv, NULL, N, T, Cl, H, Hkv, s->rot, &s->rope, 1);
   be->attention_fwd(be, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, H, Hkv, s->window[l], s->attn_scale); /* (N,Cl) */
   be->matmul_fwd(be, tmp, ba->att, p.out_w, first ? p.out_b : NULL, N, Cl, C, C);                         /* (N,C) */
   tp_sum(m, a, tmp, (size_t)N * C);
@@ -858,7 +861,7 @@ static void block_backward(gpt_model *m, const act_layout *a, int l, const block
   const int H = m->d.Hl, Hkv = m->d.Hkvl, Wl = m->d.Wl;
   be->attention_bwd(be, dbig, dsmall, ba->att, ba->lse, ba->qkv, scratch, B, T, Cl, H, Hkv, s->window[l],
                     s->attn_scale); /* dqkv (N,Wl), of the rotated q and k */
-  if (s->rot) be->rope(be, dbig, NULL, N, T, Cl, H, Hkv, s->rot, s->rope_theta, -1);
+  if (s->rot) be->rope(be, dbig, NULL, N, T, Cl, H, Hkv, s->rot, &s->rope, -1);
   be->matmul_bwd(be, dsmall, g.qkv_w, g.qkv_b, dbig, ba->ln1, p.qkv_w, N, C, Wl, Wl, acc); /* dln1, partial */
   tp_sum(m, a, dsmall, (size_t)N * C);
   if (s->parallel) /* d(output) + the MLP's part */

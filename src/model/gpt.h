@@ -50,7 +50,7 @@ typedef struct {
   int out_bias;     /* the attention's output projection has one (all but GPT-NeoX without attention_bias) */
   int wpe;          /* learned position embeddings (GPT-Neo, GPT-2); else rotary ones */
   int rot;          /* rotary dims of each head (even; 0: none) */
-  float rope_theta; /* the rotary frequencies' base */
+  backend_rope rope; /* the rotary frequencies: base, Llama 3's scaling */
   int parallel;     /* the parallel residual (GPT-NeoX's use_parallel_residual) */
   int act;          /* the MLP's activation (backend_act) */
   int tied;         /* the head is the token embedding's matrix (else a tensor of its own) */

@@ -16,8 +16,10 @@ and local layers; GPT2LMHeadModel; GPTNeoXForCausalLM in three configurations:
   llama-b     attention_bias and mlp_bias, rope_theta 500000, rms_norm_eps 1e-5, tied head;
   llama-c     grouped-query attention, 2 key/value heads of 8, attention_bias, untied head;
   llama-d     1 key/value head of 4 (multi-query), no biases, untied head;
-  llama-e     4 key/value heads of 8, mlp_bias, rope_theta 500000, tied head), perturbs every parameter (so biases and
-              LayerNorm parameters
+  llama-e     4 key/value heads of 8, mlp_bias, rope_theta 500000, tied head;
+  llama-f     Llama 3's scaled rotary embedding (rope_type llama3, factor 8, original context 16: of a head's
+              four pairs one blends, three turn 8 times slower), 2 key/value heads of 8), perturbs every
+              parameter (so biases and LayerNorm parameters
 are not trivially 0 and 1), and writes a NetCDF file with:
 
   * the config (attributes) and the inputs/targets of one batch,
@@ -53,7 +55,11 @@ LLAMA = {"llama-a": (False, False, False, 10000.0, 1e-6, 32, 4, 88, 4),
          "llama-b": (True, True, True, 500000.0, 1e-5, 64, 4, 96, 4),
          "llama-c": (True, False, False, 10000.0, 1e-6, 64, 8, 80, 2),
          "llama-d": (False, False, False, 10000.0, 1e-5, 32, 4, 64, 1),
-         "llama-e": (False, True, True, 500000.0, 1e-6, 64, 8, 72, 4)}
+         "llama-e": (False, True, True, 500000.0, 1e-6, 64, 8, 72, 4),
+         "llama-f": (False, False, False, 500000.0, 1e-5, 64, 8, 80, 2)}
+# Llama 3's rope scaling of a fixture (the others have none)
+LLAMA3_ROPE = {"llama-f": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 16}}
 B, T = 2, 16
 LR, BETAS, EPS, WD, CLIP = 3e-3, (0.9, 0.95), 1e-5, 0.1, 0.5
 
@@ -63,7 +69,8 @@ def build(arch):
         abias, mbias, tied, theta, eps, c, h, inner, kv = LLAMA[arch]
         cfg = LlamaConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=c, num_hidden_layers=L,
                           num_attention_heads=h, num_key_value_heads=kv, intermediate_size=inner, hidden_act="silu",
-                          rms_norm_eps=eps, rope_theta=theta, attention_bias=abias, mlp_bias=mbias,
+                          rms_norm_eps=eps, rope_theta=theta, rope_scaling=LLAMA3_ROPE.get(arch), attention_bias=abias,
+                          mlp_bias=mbias,
                           attention_dropout=0.0, initializer_range=0.02, tie_word_embeddings=tied, bos_token_id=0,
                           eos_token_id=0, pad_token_id=None)
         return LlamaForCausalLM(cfg).eval()
@@ -148,6 +155,12 @@ def main():
             abias, mbias, tied, f.rotary_emb_base, f.layer_norm_epsilon, f.n_embd, f.n_head, f.n_inner, f.n_kv_head = \
                 LLAMA[arch]
             f.attention_bias, f.mlp_bias, f.head = int(abias), int(mbias), "tied" if tied else "untied"
+            sc = LLAMA3_ROPE.get(arch)
+            f.rope_scaling = "llama3" if sc else "none"
+            if sc:
+                f.rope_factor, f.rope_low_freq_factor = sc["factor"], sc["low_freq_factor"]
+                f.rope_high_freq_factor, f.rope_original_positions = sc["high_freq_factor"], \
+                    sc["original_max_position_embeddings"]
         f.batch, f.seq_len = B, T
         f.lr, f.beta1, f.beta2, f.adam_eps, f.weight_decay, f.grad_clip = LR, BETAS[0], BETAS[1], EPS, WD, CLIP
         f.generator = f"tests/reference/make_fixtures.py, torch {torch.__version__}, transformers {transformers.__version__}"

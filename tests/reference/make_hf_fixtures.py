@@ -19,6 +19,7 @@ parameters not 0 and 1), saved with save_pretrained (safetensors):
   * tests/reference/hf-neox/, hf-neox-published/  GPTNeoXForCausalLM as transformers 5 saves it and as Pythia is
     published
   * tests/reference/hf-llama/        LlamaForCausalLM with grouped-query attention (2 key/value heads of 4)
+  * tests/reference/hf-llama3/       the same shape with Llama 3.1's scaled rotary embedding (rope_type llama3)
   * tests/reference/hf-{neo,gpt2}.json: B x T input ids, the logits transformers computes (B,T,V),
     a few texts with their encodings by GPT2Tokenizer, and (context, continuation) pairs scored as
     lm-evaluation-harness does (lm_eval_pair: its encoding of a pair; the sum of the continuation
@@ -92,7 +93,7 @@ def write_tokenizer_files(d):
 
 
 def build(arch, V, eot):
-    if arch in ("neox", "llama"):
+    if arch in ("neox", "llama", "llama3"):
         if arch == "neox":  # Pythia's form: partial rotary, parallel residual, biases, gelu, an untied head
             cfg = GPTNeoXConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_hidden_layers=L,
                                 num_attention_heads=H, intermediate_size=4 * C, hidden_act="gelu", rotary_pct=0.5,
@@ -100,10 +101,14 @@ def build(arch, V, eot):
                                 attention_dropout=0.0, hidden_dropout=0.0, classifier_dropout=0.0, layer_norm_eps=1e-5,
                                 initializer_range=0.02, tie_word_embeddings=False, bos_token_id=eot, eos_token_id=eot)
             model = GPTNeoXForCausalLM(cfg)
-        else:  # Llama 3's form: grouped-query attention (2 key/value heads of 4), no biases, an untied head
+        else:  # Llama 3's form: grouped-query attention (2 key/value heads of 4), no biases, an untied head; llama3
+            # also with Llama 3.1's scaled rotary embedding (an original context of 16: one pair blends, three slow)
+            scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 16} if arch == "llama3" else None
             cfg = LlamaConfig(vocab_size=V, max_position_embeddings=MAXT, hidden_size=C, num_hidden_layers=L,
                               num_attention_heads=H, num_key_value_heads=2, intermediate_size=96, hidden_act="silu",
-                              rms_norm_eps=1e-5, rope_theta=500000.0, attention_bias=False, mlp_bias=False,
+                              rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=scaling, attention_bias=False,
+                              mlp_bias=False,
                               attention_dropout=0.0, initializer_range=0.02, tie_word_embeddings=False,
                               bos_token_id=eot, eos_token_id=eot, pad_token_id=None)
             model = LlamaForCausalLM(cfg)
@@ -287,8 +292,10 @@ def write_published(d, out):
 def check(d):
     """transformers' logits and encodings of a greenlm export against the fixture of its architecture."""
     cfg = json.load(open(os.path.join(d, "config.json")))
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    llama3 = rope.get("rope_type", rope.get("type")) == "llama3"
     name = {"gpt_neo": "hf-neo.json", "gpt2": "hf-gpt2.json", "gpt_neox": "hf-neox.json",
-            "llama": "hf-llama.json"}[cfg["model_type"]]
+            "llama": "hf-llama3.json" if llama3 else "hf-llama.json"}[cfg["model_type"]]
     fx = json.load(open(os.path.join(HERE, name)))
     model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
     with torch.no_grad():
@@ -317,11 +324,11 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--pairs":
         write_pairs()
         return
-    archs = sys.argv[1:] or ["neo", "gpt2", "neox", "llama"]
+    archs = sys.argv[1:] or ["neo", "gpt2", "neox", "llama", "llama3"]
     torch.manual_seed(2026)  # neo, then gpt2 from one stream, as their committed files were written
     for arch in archs:
-        if arch in ("neox", "llama"):
-            torch.manual_seed(2027 if arch == "neox" else 2028)
+        if arch in ("neox", "llama", "llama3"):
+            torch.manual_seed({"neox": 2027, "llama": 2028, "llama3": 2029}[arch])
         write(arch)
     if "gpt2" in archs:
         write_pairs()
