@@ -1,30 +1,61 @@
 #!/bin/sh
 # test_netcluster: run/netcluster builds an emulated cluster (namespaces, veth pairs, a bridge, a
-# rate limit per link), MPI traffic crosses it at the limited rate (an all-reduce between 2 ranks at
-# 100 Mbit/s runs at no more than 110 Mbit/s per rank, and at least 30), and nothing of it is left
-# afterwards. Skipped (77) where network namespaces cannot be made (not root, a container).
+# rate limit per node's link), MPI traffic between nodes crosses it at the limited rate (an all-reduce
+# between 2 one-rank nodes at 100 Mbit/s runs at no more than 110 Mbit/s per rank, and at least 30),
+# traffic inside a node does not (2 ranks on one node: above 150 Mbit/s, and the node's link carries
+# none of it), 4 ranks as 2 nodes x 2 put less than 60% of what they send on the nodes' links, and
+# nothing of it is left afterwards. Skipped (77) where network namespaces cannot be made (not root, a
+# container).
 . "$(dirname "$0")/lib.sh"
 out="$TEST_OUT/netcluster"
 mkdir -p "$out"
 probe="$(dirname "$GREENLM")/../tests/net_probe"
-# (a time limit: MPI's teardown over TCP has been seen to spin after the measurement; the script's
-# trap still removes the namespaces when the limit ends it)
-timeout -k 5 120 "$TOP_SRCDIR/run/netcluster" --launcher "$MPIEXEC" --rate 100mbit -n 2 -- "$probe" > "$out/run.out" 2>&1
+# probe NAME SHAPE...: the all-reduce probe on the emulated cluster of that shape, output in NAME.out; its status
+# (a time limit: MPI's teardown over TCP has been seen to spin after the measurement; the script's trap still
+# removes the namespaces when the limit ends it, and a measured rate is judged)
+probe() {
+  name=$1
+  shift
+  timeout -k 5 120 "$TOP_SRCDIR/run/netcluster" --launcher "$MPIEXEC" --rate 100mbit "$@" -- "$probe" > "$out/$name.out" 2>&1
+  rc=$?
+  if [ $rc -eq 124 ] && grep -q "^net_probe: " "$out/$name.out"; then
+    echo "warning: $name: the probe measured its rate but did not end within 120 s (MPI teardown); judged on the rate"
+    rc=0
+  fi
+  return $rc
+}
+rate_of() { sed -n 's/^net_probe: [0-9]* ranks, \([0-9.]*\) Mbit.*/\1/p' "$out/$1.out"; }
+link_total() { sed -n 's/^run\/netcluster: bytes sent on the links, per node:.*; total \([0-9]*\)$/\1/p' "$out/$1.out"; }
+
+probe flat -n 2
 rc=$?
-if [ $rc -eq 124 ] && grep -q "^net_probe: " "$out/run.out"; then
-  echo "warning: the probe measured its rate but did not end within 120 s (MPI teardown); judged on the rate"
-  rc=0
-fi
 if [ $rc -eq 77 ]; then
-  cat "$out/run.out"
+  cat "$out/flat.out"
   exit 77
 fi
-check "run/netcluster failed ($rc): $(tail -n 5 "$out/run.out")" [ $rc -eq 0 ]
-rate=$(sed -n 's/^net_probe: 2 ranks, \([0-9.]*\) Mbit.*/\1/p' "$out/run.out")
-check "no rate measured: $(cat "$out/run.out")" [ -n "$rate" ]
+check "run/netcluster failed ($rc): $(tail -n 5 "$out/flat.out")" [ $rc -eq 0 ]
+rate=$(rate_of flat)
+check "no rate measured: $(cat "$out/flat.out")" [ -n "$rate" ]
 check "the all-reduce ran at $rate Mbit/s: not limited to 100 Mbit/s by the emulated links" \
   awk -v r="$rate" 'BEGIN { exit !(r > 30 && r < 110) }'
+
+probe node --nodes 1 --ranks-per-node 2
+check "2 ranks on one node failed ($?): $(tail -n 5 "$out/node.out")" [ -n "$(rate_of node)" ]
+inside=$(rate_of node) crossed=$(link_total node)
+check "2 ranks on one node: $inside Mbit/s, limited by the node's link as if they were apart" \
+  awk -v r="$inside" 'BEGIN { exit !(r > 150) }'
+check "2 ranks on one node: $crossed bytes crossed the node's link" [ "${crossed:-1000000}" -lt 100000 ]
+
+probe nodes --nodes 2 --ranks-per-node 2
+check "4 ranks as 2 nodes x 2 failed ($?): $(tail -n 5 "$out/nodes.out")" [ -n "$(rate_of nodes)" ]
+crossed=$(link_total nodes)
+# each rank of a 4-rank all-reduce of 16 MiB sends 2 (4 - 1) / 4 of it: 4 x 25.2 MB in all
+check "2 nodes x 2: $crossed bytes on the links, not less than 60% of the 100.7 MB the ranks sent" \
+  awk -v b="${crossed:-0}" 'BEGIN { exit !(b > 0 && b < 0.6 * 4 * 1.5 * 16777216) }'
+check "2 nodes x 2: not two nodes' byte counts: $(grep 'per node' "$out/nodes.out")" \
+  grep -q "per node: [0-9]* [0-9]*; total" "$out/nodes.out"
+
 check "namespaces left behind: $(ip netns list | grep glm)" sh -c '! ip netns list | grep -q "^glm"'
 check "links left behind" sh -c '! ip link | grep -q "glm[0-9]*br"'
-echo "emulated 100 Mbit/s link: $rate Mbit/s measured"
+echo "emulated 100 Mbit/s links: $rate Mbit/s measured between nodes, $inside inside a node; 2 x 2 put $crossed bytes on the links"
 finish
