@@ -11,12 +11,15 @@ out="$TEST_OUT/netcluster"
 mkdir -p "$out"
 probe="$(dirname "$GREENLM")/../tests/net_probe"
 # probe NAME SHAPE...: the all-reduce probe on the emulated cluster of that shape, output in NAME.out; its status
-# (a time limit: MPI's teardown over TCP has been seen to spin after the measurement; the script's trap still
-# removes the namespaces when the limit ends it, and a measured rate is judged)
+# (MPI's teardown over TCP has been seen to wait forever after the measurement: the probe's done file lets
+# run/netcluster stop the ranks 5 s after it; and a time limit, after which the script's trap still removes the
+# namespaces, and a measured rate is judged)
 probe() {
   name=$1
   shift
-  timeout -k 5 120 "$TOP_SRCDIR/run/netcluster" --launcher "$MPIEXEC" --rate 100mbit "$@" -- "$probe" > "$out/$name.out" 2>&1
+  rm -f "$out/$name.done"
+  timeout -k 5 120 "$TOP_SRCDIR/run/netcluster" --launcher "$MPIEXEC" --rate 100mbit --done "$out/$name.done" --grace 5 \
+    "$@" -- "$probe" "$out/$name.done" > "$out/$name.out" 2>&1
   rc=$?
   if [ $rc -eq 124 ] && grep -q "^net_probe: " "$out/$name.out"; then
     echo "warning: $name: the probe measured its rate but did not end within 120 s (MPI teardown); judged on the rate"
