@@ -32,6 +32,11 @@ static void shape_of(gpt_shape *s, const char *arch, int L, int C, int H, int V,
   strcpy(mc.attention_types.v[1], "local");
   mc.attention_types.n = strcmp(arch, "gpt-neo") ? 1 : 2;
   mc.rotary_pct = 0.5; /* gpt-neox: rotary embeddings at the rows' positions in the cache's passes */
+  if (strcmp(arch, "llama") == 0) { /* grouped-query attention: a cache of H/2 heads; Llama 3's scaled rope */
+    mc.n_kv_head = H / 2;
+    strcpy(mc.rope_scaling, "llama3");
+    mc.rope_original_positions = 16;
+  }
   gpt_shape_from_cfg(s, &mc);
 }
 
@@ -178,6 +183,8 @@ int main(int argc, char **argv) {
   test_against_recompute("gpt2", 48, 6, 101, gpt2, 25, "fp32");
   test_against_recompute("gpt-neox", 48, 4, 101, gpt2, 25, "fp32");
   test_against_recompute("gpt-neox", 48, 4, 101, neo, 20, "bf16");
+  test_against_recompute("llama", 48, 4, 101, gpt2, 25, "fp32");
+  test_against_recompute("llama", 48, 4, 101, neo, 20, "bf16");
   test_against_recompute("gpt-neo", 32, 4, 67, neo, 20, "bf16");
   test_stops();
   int rc = t_done("test_generate");
