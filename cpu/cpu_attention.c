@@ -25,18 +25,13 @@ static inline int key_lo(int i, int window) {
   return lo > 0 ? lo : 0;
 }
 
-/* Row width of qkv (C + 2 Ckv) and the offset of query head h's key head within a row (its value head's is
- * Ckv further): C + (h / (H/Hkv)) hs. */
-static inline int qkv_width(int C, int H, int Hkv) { return C + 2 * (C / H) * Hkv; }
-static inline int key_col(int C, int H, int Hkv, int h) { return C + h / (H / Hkv) * (C / H); }
-
 void cpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch, int B, int T, int C, int H, int Hkv,
                        int window, float scale) {
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), Ckv = hs * Hkv;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), Ckv = hs * Hkv;
   float *S = scratch; /* (bq, nk) */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
-      const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
+      const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = qkv + (size_t)b * T * C3 + backend_key_col(C, H, Hkv, h),
                   *v = k + Ckv;
       float *o = out + (size_t)b * T * C + h * hs;
       float *l = lse + ((size_t)b * H + h) * T;
@@ -67,12 +62,12 @@ void cpu_attention_fwd(float *out, float *lse, const float *qkv, float *scratch,
 /* A key/value head's gradients sum over the H/Hkv query heads that read it. */
 void cpu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
                        float *scratch, int B, int T, int C, int H, int Hkv, int window, float scale) {
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), Ckv = hs * Hkv;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), Ckv = hs * Hkv;
   float *P = scratch, *dP = scratch + (size_t)CPU_ATT_BQ * T;
   memset(dqkv, 0, (size_t)B * T * C3 * sizeof(float));
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
-      const size_t row0 = (size_t)b * T * C3, kc = (size_t)key_col(C, H, Hkv, h);
+      const size_t row0 = (size_t)b * T * C3, kc = (size_t)backend_key_col(C, H, Hkv, h);
       const float *q = qkv + row0 + h * hs, *k = qkv + row0 + kc, *v = k + Ckv;
       float *dq = dqkv + row0 + h * hs, *dk = dqkv + row0 + kc, *dv = dk + Ckv;
       const float *o = out + (size_t)b * T * C + h * hs, *dO = dout + (size_t)b * T * C + h * hs;
@@ -128,13 +123,13 @@ void cpu_kv_store(size_t es, void *kc, void *vc, const void *qkv, const int32_t 
  * weighted sum of v), so no score array is kept; o is the accumulator. */
 void cpu_attention_cached(float *out, const float *qkv, const float *kc, const float *vc, const int32_t *seq,
                           const int32_t *pos, int N, int C, int H, int Hkv, int ring, int window, float scale) {
-  const int hs = C / H, Ckv = hs * Hkv, W = qkv_width(C, H, Hkv);
+  const int hs = C / H, Ckv = hs * Hkv, W = backend_qkv_width(C, H, Hkv);
   for (int r = 0; r < N; r++) {
     const size_t base = (size_t)seq[r] * ring * Ckv;
     const int p = pos[r], lo = key_lo(p, window);
     for (int h = 0; h < H; h++) {
       const float *q = qkv + (size_t)r * W + h * hs;
-      const size_t kh = (size_t)(key_col(C, H, Hkv, h) - C); /* the key head's columns in a cache row */
+      const size_t kh = (size_t)(backend_key_col(C, H, Hkv, h) - C); /* the key head's columns in a cache row */
       float *o = out + (size_t)r * C + h * hs, mx = -INFINITY, sum = 0.0f;
       for (int j = lo; j <= p; j++) {
         float s = scale * cpu_dot(q, kc + base + (size_t)(j % ring) * Ckv + kh, (size_t)hs);

@@ -159,7 +159,7 @@ void cpu_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n, in
 
 void cpu_rope(float *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, const backend_rope *rope,
               int sign) {
-  const int hs = C / H, half = rot / 2, W = C + 2 * hs * Hkv;
+  const int hs = C / H, half = rot / 2, W = backend_qkv_width(C, H, Hkv);
   float *cs = util_malloc(2 * (size_t)(half > 0 ? half : 1) * sizeof(float), "rotary table"), *sn = cs + half;
   for (int r = 0; r < N; r++) {
     const float p = (float)(pos ? pos[r] : r % T);

@@ -291,7 +291,7 @@ void cpu_op_attention_fwd(const backend *be, void *o, float *lse, const void *qk
                           int H, int Hkv, int window, float scale) {
   stage s = stage_begin(be);
   float *y = out(&s, o, SZ(B) * T * C, 0);
-  const size_t W = SZ(C) + 2 * SZ(C / H) * Hkv; /* a qkv row */
+  const size_t W = SZ(backend_qkv_width(C, H, Hkv)); /* a qkv row */
   cpu_attention_fwd(y, lse, in(&s, qkv, SZ(B) * T * W), scratch, B, T, C, H, Hkv, window, scale);
   stage_end(&s);
 }
@@ -300,7 +300,7 @@ void cpu_op_attention_bwd(const backend *be, void *dqkv, const void *dout, const
                           const void *qkv, void *scratch, int B, int T, int C, int H, int Hkv, int window,
                           float scale) {
   stage s = stage_begin(be);
-  const size_t n = SZ(B) * T * C, nqkv = SZ(B) * T * (SZ(C) + 2 * SZ(C / H) * Hkv);
+  const size_t n = SZ(B) * T * C, nqkv = SZ(B) * T * SZ(backend_qkv_width(C, H, Hkv));
   float *dx = out(&s, dqkv, nqkv, 0);
   const float *d = in(&s, dout, n), *y = in(&s, o, n), *x = in(&s, qkv, nqkv);
   cpu_attention_bwd(dx, d, y, lse, x, scratch, B, T, C, H, Hkv, window, scale);
@@ -334,7 +334,7 @@ void cpu_op_matmul_dgelu_bwd(const backend *be, void *dpre, float *dw, float *db
 void cpu_op_rope(const backend *be, void *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot,
                  const backend_rope *rope, int sign) {
   stage s = stage_begin(be);
-  float *x = out(&s, qkv, SZ(N) * (SZ(C) + 2 * SZ(C / H) * Hkv), 1);
+  float *x = out(&s, qkv, SZ(N) * SZ(backend_qkv_width(C, H, Hkv)), 1);
   cpu_rope(x, pos, N, T, C, H, Hkv, rot, rope, sign);
   stage_end(&s);
 }
@@ -403,7 +403,7 @@ void cpu_op_attention_cached(const backend *be, void *o, const void *qkv, const 
   stage s = stage_begin(be);
   const size_t Ckv = SZ(C / H) * Hkv, kv = SZ(nseq) * ring * Ckv;
   float *y = out(&s, o, SZ(N) * C, 0);
-  const float *x = in(&s, qkv, SZ(N) * (SZ(C) + 2 * Ckv)), *k = in(&s, kc, kv), *v = in(&s, vc, kv);
+  const float *x = in(&s, qkv, SZ(N) * SZ(backend_qkv_width(C, H, Hkv))), *k = in(&s, kc, kv), *v = in(&s, vc, kv);
   cpu_attention_cached(y, x, k, v, seq, pos, N, C, H, Hkv, ring, window, scale);
   stage_end(&s);
 }

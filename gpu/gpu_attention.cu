@@ -63,12 +63,6 @@ __device__ __forceinline__ int key_lo(int i, int window) {
   return lo > 0 ? lo : 0;
 }
 
-/* Grouped-query attention: a row of qkv is [q (C) | k (Ckv) | v (Ckv)], Ckv = Hkv C/H, and query head h reads
- * key/value head h / (H/Hkv). The row's width, and the column of query head h's key head (its value head's is Ckv
- * further). */
-__host__ __device__ __forceinline__ int qkv_width(int C, int H, int Hkv) { return C + 2 * (C / H) * Hkv; }
-__host__ __device__ __forceinline__ int key_col(int C, int H, int Hkv, int h) { return C + h / (H / Hkv) * (C / H); }
-
 /* Whether query i sees key j. */
 __device__ __forceinline__ bool visible(int i, int j, int window) { return j <= i && j >= key_lo(i, window); }
 
@@ -116,10 +110,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
   float *Qs = sm;                         /* (ATT_ROWS, HP) */
   float *Ks = Qs + ATT_ROWS * HP;         /* (ATT_TILE, HP + 1) */
   float *Vs = Ks + ATT_TILE * (HP + 1);   /* (ATT_TILE, HP) */
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
-              *v = k + hs * Hkv;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs,
+              *k = qkv + (size_t)b * T * C3 + backend_key_col(C, H, Hkv, h), *v = k + hs * Hkv;
 
   load_rows(Qs, HP, HP, q, C3, i0, ATT_ROWS, T, hs);
   float m[ATT_RPW], l[ATT_RPW], acc[ATT_RPW][NV];
@@ -190,10 +184,10 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
   float *dOs = Qs + ATT_ROWS * HP;        /* (ATT_ROWS, HP) */
   float *Ks = dOs + ATT_ROWS * HP;        /* (ATT_TILE, HP + 1) */
   float *Vs = Ks + ATT_TILE * (HP + 1);   /* (ATT_TILE, HP + 1) */
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * ATT_ROWS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
-              *v = k + hs * Hkv;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs,
+              *k = qkv + (size_t)b * T * C3 + backend_key_col(C, H, Hkv, h), *v = k + hs * Hkv;
   const float *dO = dout + (size_t)b * T * C + (size_t)h * hs, *o = out + (size_t)b * T * C + (size_t)h * hs;
   const float *L = lse + ((size_t)b * H + h) * T;
 
@@ -264,7 +258,7 @@ __global__ void __launch_bounds__(32 * ATT_WARPS)
   float *dOs = Qs + ATT_TILE * (HP + 1);  /* (ATT_TILE, HP + 1) */
   float *Ls = dOs + ATT_TILE * (HP + 1);  /* (ATT_TILE) */
   float *Ds = Ls + ATT_TILE;              /* (ATT_TILE) */
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * ATT_ROWS;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * ATT_ROWS;
   const int G = H / Hkv, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float *k = qkv + (size_t)b * T * C3 + C + (size_t)g * hs, *v = k + hs * Hkv;
 
@@ -452,10 +446,10 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *Rs = (float *)(tc_sm + L::vec) + warp * 16;               /* (16): row factors */
   float *Ss = (float *)(tc_sm + L::wf) + warp * (TC_TILE * 16);    /* (TC_TILE, 16): S^T */
   E *Ps = (E *)(tc_sm + L::we) + warp * (TC_TILE * 16);            /* (TC_TILE, 16): P^T */
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
   const int r = lane % 16, half = lane / 16, i = i0 + warp * 16 + r; /* the lane's row */
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
-              *v = k + hs * Hkv;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs,
+              *k = qkv + (size_t)b * T * C3 + backend_key_col(C, H, Hkv, h), *v = k + hs * Hkv;
 
   load_rows(Qs, P, HP, q, C3, i0, TC_ROWS, T, hs);
   fill_index(Ms);
@@ -533,10 +527,10 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *Ss = (float *)(tc_sm + L::wf) + warp * 512;  /* (16 keys, 16 rows): S^T */
   float *dPs = Ss + 256;                              /* (16 keys, 16 rows): dP^T */
   E *dSs = (E *)(tc_sm + L::we) + warp * 256;         /* (16 keys, 16 rows): dS^T */
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TC_ROWS;
   const int r = lane % 16, half = lane / 16, i = i0 + warp * 16 + r; /* the lane's row */
-  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = qkv + (size_t)b * T * C3 + key_col(C, H, Hkv, h),
-              *v = k + hs * Hkv;
+  const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs,
+              *k = qkv + (size_t)b * T * C3 + backend_key_col(C, H, Hkv, h), *v = k + hs * Hkv;
   const float *dO = dout + (size_t)b * T * C + (size_t)h * hs, *o = out + (size_t)b * T * C + (size_t)h * hs;
 
   load_rows(Qs, P, HP, q, C3, i0, TC_ROWS, T, hs);
@@ -611,7 +605,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
   float *dPs = Ss + 256;                              /* (16 queries, 16 keys): dP */
   E *Pt = (E *)(tc_sm + L::we) + warp * 512;          /* (16 queries, 16 keys): P */
   E *dSt = Pt + 256;                                  /* (16 queries, 16 keys): dS */
-  const int hs = C / H, C3 = qkv_width(C, H, Hkv), b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * TC_ROWS;
+  const int hs = C / H, C3 = backend_qkv_width(C, H, Hkv), b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * TC_ROWS;
   const int G = H / Hkv, r = lane % 16, half = lane / 16, j = j0 + warp * 16 + r; /* the lane's key */
   const float *k = qkv + (size_t)b * T * C3 + C + (size_t)g * hs, *v = k + hs * Hkv;
 
@@ -847,8 +841,9 @@ __global__ void attention_cached_kernel(S *out, const S *qkv, const S *kc, const
   const int r = warp / H, h = warp % H, hs = C / H, p = pos[r];
   const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
   const int Ckv = hs * Hkv;
-  const S *q = qkv + (size_t)r * qkv_width(C, H, Hkv) + h * hs;
-  const size_t base = (size_t)seq[r] * ring * Ckv + (size_t)(key_col(C, H, Hkv, h) - C); /* the key head's columns */
+  const S *q = qkv + (size_t)r * backend_qkv_width(C, H, Hkv) + h * hs;
+  /* the key head's columns in a cache row */
+  const size_t base = (size_t)seq[r] * ring * Ckv + (size_t)(backend_key_col(C, H, Hkv, h) - C);
   float qr[KV_MAXD], acc[KV_MAXD], m = -INFINITY, l = 0.0f;
 #pragma unroll
   for (int i = 0; i < KV_MAXD; i++) {

@@ -297,7 +297,7 @@ static void op_attention_fwd(const backend *be, void *o, float *lse, const void 
 #ifdef GREENLM_HAVE_CUDNN
   if (sdpa_of(g) && gpu_sdpa_fwd(g, t, o, lse, qkv, B, T, C, H, Hkv, window, scale)) return;
 #endif
-  const size_t n = (size_t)B * T * C, nq = (size_t)B * T * (C + 2 * (C / H) * Hkv);
+  const size_t n = (size_t)B * T * C, nq = (size_t)B * T * backend_qkv_width(C, H, Hkv);
   float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
   float *q32 = w, *o32 = w + 3 * n;
   gpu_to_fp32(t, q32, qkv, nq);
@@ -316,7 +316,7 @@ static void op_attention_bwd(const backend *be, void *dqkv, const void *d, const
 #ifdef GREENLM_HAVE_CUDNN
   if (sdpa_of(g) && gpu_sdpa_bwd(g, t, dqkv, d, o, lse, qkv, B, T, C, H, Hkv, window, scale)) return;
 #endif
-  const size_t n = (size_t)B * T * C, nq = (size_t)B * T * (C + 2 * (C / H) * Hkv);
+  const size_t n = (size_t)B * T * C, nq = (size_t)B * T * backend_qkv_width(C, H, Hkv);
   float *w = (float *)((char *)gpu_workspace(g, att_own(B, T, H) + att_wide(t, B, T, C)) + att_own(B, T, H));
   float *dq32 = w, *d32 = w + 3 * n, *o32 = w + 4 * n, *q32 = w + 5 * n;
   gpu_to_fp32(t, d32, d, n);

@@ -431,7 +431,7 @@ void gpu_swiglu(backend_dtype t, void *h, void *dgu, const void *dh, const void 
 template <typename S>
 __global__ void rope_kernel(S *qkv, const int32_t *pos, int N, int T, int C, int H, int Hkv, int rot, backend_rope rope,
                             int sign) {
-  const int half = rot / 2, hs = C / H, W = C + 2 * hs * Hkv;
+  const int half = rot / 2, hs = C / H, W = backend_qkv_width(C, H, Hkv);
   const size_t n = (size_t)N * half;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
     const int r = (int)(e / half), i = (int)(e % half);

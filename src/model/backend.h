@@ -92,6 +92,13 @@ static inline BACKEND_HOST_DEVICE float backend_adamw_factor(const backend_adamw
   return (float)(c / a->loss_scale);
 }
 
+/* The qkv row of the attention ops: [q (C) | k (Ckv) | v (Ckv)], Ckv = Hkv C/H, query head h reading key/value head
+ * h / (H/Hkv). Its width, and the column where query head h's key head starts (its value head's is Ckv further). */
+static inline BACKEND_HOST_DEVICE int backend_qkv_width(int C, int H, int Hkv) { return C + 2 * (C / H) * Hkv; }
+static inline BACKEND_HOST_DEVICE int backend_key_col(int C, int H, int Hkv, int h) {
+  return C + h / (H / Hkv) * (C / H);
+}
+
 /* The rotary embedding's frequencies: pair i of rot dims turns at inv_freq(i) = theta^(-2i/rot), in fp32 as
  * transformers forms it; with factor > 0 Llama 3's scaling (transformers' _compute_llama3_parameters, its fp32 steps
  * in its order): a pair whose wavelength 2 pi / inv_freq is above orig / low_freq turns factor times slower, one

@@ -31,9 +31,6 @@ static int pass_rows(int batch, int max_len) {
   return batch > chunk ? batch : chunk;
 }
 
-/* The width of a qkv row: q (C), k and v (Hkv heads each) */
-static size_t qkv_width(const gpt_shape *s) { return (size_t)s->C + 2 * (size_t)(s->C / s->H) * (size_t)s->Hkv; }
-
 static pass_layout plan_pass(const gpt_shape *s, const backend *be, int batch, int R) {
   const size_t es = backend_dtype_size(be->storage), f4 = sizeof(float), C = (size_t)s->C, F = (size_t)s->F;
   pass_layout a;
@@ -42,7 +39,7 @@ static pass_layout plan_pass(const gpt_shape *s, const backend *be, int batch, i
   a.ln = take(&cur, R * C, es);
   a.mean = take(&cur, (size_t)R, f4);
   a.rstd = take(&cur, (size_t)R, f4);
-  a.qkv = take(&cur, R * qkv_width(s), es);
+  a.qkv = take(&cur, R * (size_t)backend_qkv_width(s->C, s->H, s->Hkv), es);
   a.att = take(&cur, R * C, es);
   a.tmp = take(&cur, R * C, es);
   a.mid = take(&cur, R * C, es);
@@ -155,7 +152,7 @@ static void pass_block(gen *g, const pass_layout *a, int l, int n) {
   const gpt_model *m = g->m;
   const backend *be = m->be;
   const gpt_shape *s = &m->s;
-  const int C = s->C, F = s->F, Ckv = C / s->H * s->Hkv, W = (int)qkv_width(s);
+  const int C = s->C, F = s->F, Ckv = C / s->H * s->Hkv, W = backend_qkv_width(C, s->H, s->Hkv);
   char *A = g->acts, *kc = (char *)g->kv + g->kv_at[l];
   char *vc = kc + (size_t)g->batch * g->ring[l] * Ckv * backend_dtype_size(be->storage);
   const int32_t *seq = g->io + g->rows, *pos = g->io + 2 * (size_t)g->rows;

@@ -127,7 +127,7 @@ size_t gpt_tensor_global(const gpt_tensor *t, size_t e, size_t *run) {
 gpt_dims gpt_part_dims(const gpt_shape *s, gpt_part part) {
   int T = part.tp > 1 ? part.tp : 1, r = part.tp > 1 ? part.tp_rank : 0;
   gpt_dims d = {s->C / T, s->H / T, s->F / T, (int)util_piece((size_t)s->V, T, r), 0, 0, s->Hkv / T, 0};
-  d.Wl = d.Cl + 2 * d.Hkvl * (s->C / s->H);
+  d.Wl = backend_qkv_width(d.Cl, d.Hl, d.Hkvl);
   d.nv = (int)util_piece((size_t)s->V, T, r + 1) - d.v0;
   d.ldv = (d.nv + GPT_LOGITS_ALIGN - 1) / GPT_LOGITS_ALIGN * GPT_LOGITS_ALIGN;
   return d;
