@@ -493,34 +493,39 @@ static void check_common(const cfg_model *f, const cfg_model *m, const char *pat
                 fh, dh, "'%s'");
 }
 
+/* A logical as a deck writes it. */
+static const char *deck_bool(int b) { return b ? ".true." : ".false."; }
+
+/* What the rotary architectures share: the rope base (config.json's name for it: base_key) and the attention's
+ * biases. */
+static void check_rotary(const cfg_model *f, const cfg_model *m, const char *base_key, const char *path,
+                         err_list *errs) {
+  char hint[160];
+  if (fabs(f->rotary_emb_base - m->rotary_emb_base) > 1e-9 * f->rotary_emb_base)
+    HF_MISMATCH("rotary_emb_base", base_key, f->rotary_emb_base, m->rotary_emb_base, "%g");
+  if (f->attention_bias != m->attention_bias)
+    HF_MISMATCH("attention_bias", "attention_bias", deck_bool(f->attention_bias), deck_bool(m->attention_bias), "%s");
+}
+
 /* GPT-NeoX's: the rotary embedding, the residual, the attention's biases. */
 static void check_neox(const cfg_model *f, const cfg_model *m, const char *path, err_list *errs) {
   char hint[160];
   if (cfg_model_arch_of(f) != CFG_ARCH_GPT_NEOX || cfg_model_arch_of(m) != CFG_ARCH_GPT_NEOX) return;
   if (m->n_embd % m->n_head == 0 && cfg_rotary_dims(f) != cfg_rotary_dims(m))
     HF_MISMATCH("rotary_pct", "rotary_pct (partial_rotary_factor)", f->rotary_pct, m->rotary_pct, "%g");
-  if (fabs(f->rotary_emb_base - m->rotary_emb_base) > 1e-9 * f->rotary_emb_base)
-    HF_MISMATCH("rotary_emb_base", "rotary_emb_base (rope_theta)", f->rotary_emb_base, m->rotary_emb_base, "%g");
+  check_rotary(f, m, "rotary_emb_base (rope_theta)", path, errs);
   if (f->use_parallel_residual != m->use_parallel_residual)
-    HF_MISMATCH("use_parallel_residual", "use_parallel_residual", f->use_parallel_residual ? ".true." : ".false.",
-                m->use_parallel_residual ? ".true." : ".false.", "%s");
-  if (f->attention_bias != m->attention_bias)
-    HF_MISMATCH("attention_bias", "attention_bias", f->attention_bias ? ".true." : ".false.",
-                m->attention_bias ? ".true." : ".false.", "%s");
+    HF_MISMATCH("use_parallel_residual", "use_parallel_residual", deck_bool(f->use_parallel_residual),
+                deck_bool(m->use_parallel_residual), "%s");
 }
 
-/* Llama's: the key/value heads, the rope base, the biases. */
+/* Llama's: the key/value heads, the rope base and scaling, the biases. */
 static void check_llama(const cfg_model *f, const cfg_model *m, const char *path, err_list *errs) {
   char hint[160];
   if (cfg_model_arch_of(f) != CFG_ARCH_LLAMA || cfg_model_arch_of(m) != CFG_ARCH_LLAMA) return;
   if (cfg_kv_heads(f) != cfg_kv_heads(m)) HF_MISMATCH("n_kv_head", "num_key_value_heads", cfg_kv_heads(f), cfg_kv_heads(m), "%ld");
-  if (fabs(f->rotary_emb_base - m->rotary_emb_base) > 1e-9 * f->rotary_emb_base)
-    HF_MISMATCH("rotary_emb_base", "rope_theta", f->rotary_emb_base, m->rotary_emb_base, "%g");
-  if (f->attention_bias != m->attention_bias)
-    HF_MISMATCH("attention_bias", "attention_bias", f->attention_bias ? ".true." : ".false.",
-                m->attention_bias ? ".true." : ".false.", "%s");
-  if (f->mlp_bias != m->mlp_bias)
-    HF_MISMATCH("mlp_bias", "mlp_bias", f->mlp_bias ? ".true." : ".false.", m->mlp_bias ? ".true." : ".false.", "%s");
+  check_rotary(f, m, "rope_theta", path, errs);
+  if (f->mlp_bias != m->mlp_bias) HF_MISMATCH("mlp_bias", "mlp_bias", deck_bool(f->mlp_bias), deck_bool(m->mlp_bias), "%s");
   const int fs = cfg_model_rope_scaling_of(f) == CFG_ROPE_LLAMA3, ds = cfg_model_rope_scaling_of(m) == CFG_ROPE_LLAMA3;
   if (fs != ds) HF_MISMATCH("rope_scaling", "the rope scaling", fs ? "llama3" : "none", ds ? "llama3" : "none", "'%s'");
   if (!fs || !ds) return;
