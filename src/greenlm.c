@@ -15,6 +15,7 @@
 #include "model/backend.h"
 #include "parallel/backends.h"
 #include "parallel/grad.h"
+#include "parallel/hier.h"
 #include "parallel/qexch.h"
 #include "deck/cfg.h"
 #include "config.h"
@@ -248,9 +249,21 @@ static void dry_run(const cfg_config *cfg, const backend *be, const char *header
       int nt;
       gpt_tensor *t = gpt_list_tensors(&s, m.part, &nt);
       size_t sent = qexch_plan_bytes(&cfg->comm, t, nt, lay.D), fp32 = gpt_part_params(&s, m.part) * sizeof(float);
-      printf("! gradient exchange per replica and step, stage %d: %s (fp32: %s, %.1fx fewer)\n", st,
-             util_fmt_bytes((double)sent, b[0], 32), util_fmt_bytes((double)fp32, b[1], 32), (double)fp32 / sent);
-      size_t ef = qexch_plan_residual_bytes(&cfg->comm, gpt_part_params(&s, m.part), lay.D);
+      par_layout ls = lay;
+      ls.stage = st;
+      hier_shape h = hier_plan_shape(&cfg->comm, &ls, 0);
+      int two = hier_on(&cfg->comm, lay.D);
+      if (two) /* inside the node a reduce-scatter and an all-gather in fp32, between nodes a R-th compressed */
+        sent = h.nodes > 1 ? qexch_plan_bytes(&cfg->comm, t, nt, h.nodes) / (size_t)h.per_node : 0;
+      printf("! gradient exchange per replica and step, stage %d: %s%s (fp32: %s, %.1fx fewer)\n", st,
+             util_fmt_bytes((double)sent, b[0], 32), two ? " between nodes" : "", util_fmt_bytes((double)fp32, b[1], 32),
+             (double)fp32 / (double)(sent ? sent : 1));
+      if (two)
+        printf("! two-level exchange, stage %d: %d node%s x %d replicas%s; inside a node %s per replica and step in fp32\n",
+               st, h.nodes, h.nodes > 1 ? "s" : "", h.per_node,
+               cfg->comm.ranks_per_node ? "" : " (ranks_per_node = 0: the nodes MPI reports, taken here as one)",
+               util_fmt_bytes(h.per_node > 1 ? (double)fp32 * (1.0 + 1.0 / h.per_node) : 0.0, b[0], 32));
+      size_t ef = qexch_plan_residual_bytes(&cfg->comm, gpt_part_params(&s, m.part), two ? h.nodes : lay.D);
       if (ef) printf("! error-feedback residual per rank, stage %d: %s of %s memory\n", st, util_fmt_bytes((double)ef, b[0], 32),
                      be->caps.host_memory || cfg_comm_exchange_of(&cfg->comm) == CFG_EXCHANGE_INTSUM ? "host" : "device (in the total above)");
       free(t);

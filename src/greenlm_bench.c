@@ -550,9 +550,8 @@ static int exchange_bench(const bench_args *a) {
       cfg_comm c = {.bits = 4, .min_numel = 0, .error_every = 0};
       util_strlcpy(c.method, kinds[k].method, sizeof c.method);
       util_strlcpy(c.exchange, kinds[k].exchange, sizeof c.exchange);
-      size_t b0 = 0, b1 = n;
-      int t0 = 0, t1 = 1;
-      qexch *x = qexch_create(&c, 0, 1, &m, 1, &b0, &b1, &t0, &t1, MPI_COMM_WORLD, MPI_COMM_WORLD);
+      qexch_bucket b = {.b0 = 0, .b1 = n, .lo = 0, .hi = n, .t0 = 0, .t1 = 1};
+      qexch *x = qexch_create(&c, 0, 1, &m, 1, &b, MPI_COMM_WORLD, MPI_COMM_WORLD);
       double enc, dec, med = time_exchange(x, &m, be->caps.host_memory ? NULL : host, mb, &enc, &dec);
       if (!x) base = med;
       size_t sent = x ? qexch_message_bytes(x, 0) : n * sizeof(float);

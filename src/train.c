@@ -29,6 +29,7 @@
 typedef struct {
   double time, tokens, steps, compute, bubble, exchange, bytes, tensor; /* tensor: the tensor ranks' sums */
   double grad_bytes, grad_fp32, encode, decode; /* the gradient exchange: bytes, their fp32 equivalent, seconds */
+  double grad_inter;                            /* of grad_bytes: to collectives among ranks of several nodes */
   double q_measured, q_expected, q_norm2;       /* its quantization error, where measured (qexch_error) */
 } train_window;
 
@@ -46,6 +47,7 @@ typedef struct {
   double *val_losses;  /* (nval) the last evaluation's loss of each validation dataset */
   double grad_bytes;   /* rank 0: the gradient exchange's bytes handed to the collectives (all ranks) */
   double grad_fp32;    /* rank 0: the same exchanges' bytes in fp32 */
+  double grad_inter;   /* rank 0: of grad_bytes, those handed to collectives among ranks of several nodes */
   double tp_bytes;     /* rank 0: bytes handed to the tensor-parallel sums (all ranks) */
   double tp_s;         /* rank 0: rank-seconds in the tensor-parallel sums */
   train_window win;    /* since the last progress line */
@@ -585,7 +587,9 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
                        100.0 * w->exchange / busy);
       if (j->t->lay.tp > 1 && o > 0 && (size_t)o < sizeof ps)
         o += snprintf(ps + o, sizeof ps - (size_t)o, " | tensor sums %.1f%%", 100.0 * w->tensor / busy);
-      if (w->grad_fp32 > 0 && w->grad_bytes < w->grad_fp32 && o > 0 && (size_t)o < sizeof ps) /* compressed */
+      if (w->grad_inter > 0 && w->grad_inter < w->grad_bytes && o > 0 && (size_t)o < sizeof ps) /* two-level */
+        o += snprintf(ps + o, sizeof ps - (size_t)o, " (%.1fx fewer bytes between nodes)", w->grad_fp32 / w->grad_inter);
+      else if (w->grad_fp32 > 0 && w->grad_bytes < w->grad_fp32 && o > 0 && (size_t)o < sizeof ps) /* compressed */
         o += snprintf(ps + o, sizeof ps - (size_t)o, " (%.1fx fewer bytes)", w->grad_fp32 / w->grad_bytes);
       if (w->q_norm2 > 0 && o > 0 && (size_t)o < sizeof ps) /* measured this window: relative error, its expectation */
         snprintf(ps + o, sizeof ps - (size_t)o, " | q-error %.3g (expected %.3g)", w->q_measured / w->q_norm2,
@@ -603,7 +607,8 @@ static void progress(train_job *j, const trainer_step_info *info, double vl, int
                        energy_kind(e), w->compute / busy, w->bubble / busy, w->exchange / busy, w->bytes / w->steps,
                        w->grad_bytes / w->steps, w->grad_fp32 > 0 ? w->grad_bytes / w->grad_fp32 : NAN,
                        1e3 * w->encode / (w->steps * j->size), 1e3 * w->decode / (w->steps * j->size),
-                       w->q_norm2 > 0 ? w->q_measured / w->q_norm2 : NAN, w->q_norm2 > 0 ? w->q_expected / w->q_norm2 : NAN};
+                       w->q_norm2 > 0 ? w->q_measured / w->q_norm2 : NAN, w->q_norm2 > 0 ? w->q_expected / w->q_norm2 : NAN,
+                       w->grad_inter / w->steps};
     metrics_csv_row(&j->out, &row);
   }
   memset(w, 0, sizeof *w);
@@ -631,11 +636,12 @@ static train_agreement agree(const train_job *j, double step_s) {
 
 /* The step's figures: the wall time dt is the slowest rank's (the agreement's), the breakdown summed over ranks. */
 static void account(train_job *j, const trainer_step_info *info, double dt) {
-  double mine[13] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
+  double mine[14] = {info->pipe.compute_s, info->pipe.wait_s,      info->grad.wait_s,   info->pipe.bytes + info->grad.bytes,
                      info->grad.bytes,     info->grad.fp32_bytes, info->grad.encode_s, info->grad.decode_s,
-                     info->grad.q_measured, info->grad.q_expected, info->grad.q_norm2, info->tp_s, info->tp_bytes},
-         sum[13];
-  MPI_Reduce(mine, sum, 13, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+                     info->grad.q_measured, info->grad.q_expected, info->grad.q_norm2, info->tp_s, info->tp_bytes,
+                     info->grad.inter_bytes},
+         sum[14];
+  MPI_Reduce(mine, sum, 14, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   train_tally *k = &j->tally;
   train_window *w = &k->win;
   double tokens = (double)j->t->G * j->t->T;
@@ -649,6 +655,7 @@ static void account(train_job *j, const trainer_step_info *info, double dt) {
     w->q_measured += sum[8], w->q_expected += sum[9], w->q_norm2 += sum[10];
     w->tensor += sum[11], w->bytes += sum[12];
     k->tp_s += sum[11], k->tp_bytes += sum[12];
+    w->grad_inter += sum[13], k->grad_inter += sum[13];
   }
 }
 
@@ -830,6 +837,9 @@ static json_t *verdict_json(const train_job *r, double wall, uint64_t param_hash
   json_object_set_new(gx, "bytes", json_real(k->grad_bytes));
   json_object_set_new(gx, "fp32_bytes", json_real(k->grad_fp32));
   json_object_set_new(gx, "fewer", k->grad_bytes > 0 ? json_real(k->grad_fp32 / k->grad_bytes) : json_null());
+  json_object_set_new(gx, "hierarchy", json_string(cfg->comm.hierarchy));
+  json_object_set_new(gx, "inter_node_bytes", json_real(k->grad_inter)); /* to collectives among ranks of several nodes */
+  json_object_set_new(gx, "inter_node_fewer", k->grad_inter > 0 ? json_real(k->grad_fp32 / k->grad_inter) : json_null());
   json_object_set_new(j, "gradient_exchange", gx);
   /* the final parameters' hash (trainer_params_hash): equal hashes mean bitwise-equal models */
   char hash[32];
@@ -941,7 +951,12 @@ static int verdict(train_job *j, err_list *errs) {
     if (j->t->lay.tp > 1)
       metrics_printf(out, "tensor-parallel sums: %.4g GB handed to them by all ranks, %.1f%% of the ranks' time\n",
                      k->tp_bytes / 1e9, 100.0 * k->tp_s / (k->train_time * j->size));
-    if (k->grad_bytes > 0 && k->grad_bytes < k->grad_fp32) /* compressed */
+    if (k->grad_inter > 0 && k->grad_inter < k->grad_bytes) /* two-level */
+      metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.4g GB of it between nodes, "
+                     "%.1fx fewer than fp32's (%s %ld-bit, %s%s, in two levels)\n", k->grad_bytes / 1e9, k->grad_inter / 1e9,
+                     k->grad_fp32 / k->grad_inter, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,
+                     cfg->comm.error_feedback ? ", error feedback" : "");
+    else if (k->grad_bytes > 0 && k->grad_bytes < k->grad_fp32) /* compressed */
       metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.1fx fewer than fp32 (%s %ld-bit, %s%s)\n",
                      k->grad_bytes / 1e9, k->grad_fp32 / k->grad_bytes, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,
                      cfg->comm.error_feedback ? ", error feedback" : "");

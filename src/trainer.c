@@ -20,6 +20,7 @@
 #include "model/gpt.h"
 #include "model/optim.h"
 #include "parallel/comm.h"
+#include "parallel/hier.h"
 #include "parallel/par.h"
 #include "parallel/qexch.h"
 #include "model/sample.h"
@@ -36,7 +37,7 @@ trainer_memory trainer_plan_memory_of(const cfg_config *cfg, const backend *be, 
   t.part = par_stage_part(lay, stage);
   t.model = gpt_plan_memory(s, be, B, T, t.part);
   t.adam = optim_bytes(grad_own_params(tt->n, lay, replica));
-  t.exchange = grad_exchange_bytes(tt->n, lay) + qexch_plan_device_bytes(&cfg->comm, tt->t, tt->nt, lay->D, be, tt->n);
+  t.exchange = grad_plan_device_bytes(cfg, tt->t, tt->nt, tt->n, lay, replica, be);
   t.mpi = grad_mpi_bytes(tt->t, tt->nt, cfg->parallel.bucket_mb, lay);
   t.pipe = pipe_bytes(s, t.part, B, T, backend_dtype_size(be->storage));
   t.total = t.model.total + t.adam + t.exchange + t.pipe;
@@ -120,6 +121,7 @@ trainer *trainer_open(const cfg_config *cfg, const backend *be, MPI_Comm comm, e
   /* inputs: every rank reads the same headers, so all find the same problems */
   long n0 = err_count(errs);
   int e0 = errs->n;
+  hier_check_nodes(cfg, &t->lay, errs); /* the nodes MPI reports, where the deck does not say */
   if (tok_open(&t->tok, cfg_tokenizer_kind_of(&cfg->tokenizer), cfg->tokenizer.dir, errs) == 0) data_open(&t->data, cfg, &t->tok, t->T, errs);
   else cfg_relocate(cfg, errs, e0, "tokenizer", "dir");
   int bad = err_count(errs) > n0, any;

@@ -49,6 +49,7 @@ static const char *comm_method = "none"; /* &comm: the compressed gradient excha
 static int comm_bits = 4;
 static const char *comm_exchange = "allgather";
 static int comm_ef; /* &comm error_feedback */
+static int ranks_per_node; /* &comm hierarchy = 'node' with these ranks per node; 0: no hierarchy */
 static int global_batch = 8; /* &training global_batch_size (6 for 3 replicas) */
 static int tensor_par = 1; /* &parallel tensor_parallel */
 static const char *arch = "gpt-neo"; /* the command line's: gpt-neo, gpt-neox or llama */
@@ -76,7 +77,8 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "  bucket_mb = 0.01, tensor_parallel = %d /\n"
            "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
            "&system backend = 'cpu', precision = '%s' /\n"
-           "&comm method = '%s', bits = %d, min_numel = 1000, exchange = '%s', error_feedback = %s /\n",
+           "&comm method = '%s', bits = %d, min_numel = 1000, exchange = '%s', error_feedback = %s,\n"
+           "  hierarchy = '%s', ranks_per_node = %d /\n",
            dir, top ? top : ".", dir, dir, dir, dir,
            /* no attention biases: the dims of k's bias that no rotation turns add the same to every score of a
             * query and have no gradient but rounding noise, which AdamW scales up to whole steps; where the layouts'
@@ -87,7 +89,8 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
                                         : "attention_types = 'global', 'local', window_size = 8",
            global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
            tensor_par, precision,
-           comm_method, comm_bits, comm_exchange, comm_ef ? ".true." : ".false.");
+           comm_method, comm_bits, comm_exchange, comm_ef ? ".true." : ".false.", ranks_per_node ? "node" : "none",
+           ranks_per_node);
   return t_load_deck(text, "parallel.nml", nranks);
 }
 
@@ -175,88 +178,98 @@ static void train_from(cfg_config *c, MPI_Comm comm, run_result *r, const char *
   err_free(&e);
 }
 
+/* A case of the compressed exchange: &comm method, bits, exchange and error feedback on P stages x D
+ * replicas with ZeRO-zero; bounds against the serial fp32 run (losses tl, parameters tp); dev: also
+ * with the gradients in "device" memory; rpn: &comm hierarchy = 'node' with rpn ranks per node. */
+typedef struct {
+  const char *method;
+  int bits, D, zero;
+  double tl, tp;
+  const char *exchange;
+  int ef, P, dev, rpn;
+} comm_case;
+
+/* Case k on the first P x D ranks: close to the serial run ref; a restart from the layout's own
+ * checkpoint continues it bit for bit; with dev, the device path's run and restart are the host
+ * path's bit for bit. The replicas' agreement is train_from's. */
+static void check_case(const char *dir, const run_result *ref, int rank, const comm_case *k) {
+  const int D = k->D, P = k->P;
+  MPI_Comm sub;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < P * D ? 0 : MPI_UNDEFINED, rank, &sub);
+  run_result r = {0}, again = {0}, dev = {0}, dev_again = {0};
+  char mine[CFG_STR_LEN] = "", shape[48] = "";
+  comm_method = k->method, comm_bits = k->bits, comm_exchange = k->exchange, comm_ef = k->ef, ranks_per_node = k->rpn;
+  global_batch = D == 3 ? 6 : D == 6 ? 12 : 8;
+  if (k->rpn) snprintf(shape, sizeof shape, ", hierarchy on nodes of %d rank%s", k->rpn, k->rpn > 1 ? "s" : "");
+  if (sub != MPI_COMM_NULL) {
+    cfg_config *c = deck(dir, P, D, k->zero, "replicas_adjacent", P * D);
+    train_from(c, sub, &r, NULL, mine);
+    train_from(c, sub, &again, mine, NULL);
+    if (k->dev) { /* the same run with the gradients in "device" memory, restart included */
+      staged = 1;
+      train_from(c, sub, &dev, NULL, mine);
+      train_from(c, sub, &dev_again, mine, NULL);
+      staged = 0;
+    }
+    free(c);
+    MPI_Comm_free(&sub);
+  }
+  if (rank == 0) {
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(r.loss[s] - ref->loss[s]) / fabs(ref->loss[s]));
+    double pe = r.params && r.n == ref->n ? t_rel_err(r.params, ref->params, r.n) : INFINITY;
+    int bitwise = again.params && r.params && again.n == r.n && !memcmp(again.params, r.params, r.n * sizeof(float)) &&
+                  !memcmp(again.loss + STEPS / 2, r.loss + STEPS / 2, STEPS / 2 * sizeof(double));
+    printf("compressed %s %d-bit %s%s, P=%d D=%d ZeRO-%d%s: step losses rel err %.2e, val %.5f (serial %.5f), "
+           "parameters %.2e; restart %s\n", k->method, k->bits, k->exchange, k->ef ? " + error feedback" : "", P, D,
+           k->zero, shape, worst, r.val, ref->val, pe, bitwise ? "bit for bit" : "DIFFERS");
+    T_CHECK(worst <= k->tl, "%s %d-bit D=%d%s: a step's loss differs by %.3g", k->method, k->bits, D, shape, worst);
+    T_CHECK(pe <= k->tp, "%s %d-bit D=%d%s: parameters differ by %.3g", k->method, k->bits, D, shape, pe);
+    T_CHECK(bitwise, "%s %d-bit D=%d%s: the restart from step %d does not continue bit for bit", k->method, k->bits, D,
+            shape, STEPS / 2);
+    if (k->dev) {
+      int same = dev.params && dev_again.params && dev.n == r.n && !memcmp(dev.params, r.params, r.n * sizeof(float)) &&
+                 !memcmp(dev.loss, r.loss, sizeof r.loss) && dev.val == r.val && dev_again.n == r.n &&
+                 !memcmp(dev_again.params, r.params, r.n * sizeof(float));
+      printf("compressed %s %d-bit %s%s, P=%d D=%d%s: on \"device\" memory (the ops there, messages staged) %s\n",
+             k->method, k->bits, k->exchange, k->ef ? " + error feedback" : "", P, D, shape,
+             same ? "bit for bit the host path's, restart included" : "DIFFERS");
+      T_CHECK(same, "%s %d-bit %s D=%d%s: the device path differs from the host path", k->method, k->bits, k->exchange, D,
+              shape);
+    }
+  }
+  free(r.params), free(again.params), free(dev.params), free(dev_again.params);
+  MPI_Barrier(MPI_COMM_WORLD);
+  global_batch = 8;
+  comm_method = "none", comm_bits = 4, comm_exchange = "allgather", comm_ef = 0, ranks_per_node = 0;
+}
+
 /* The compressed exchange (&comm) on D = 2 and D = 4, ZeRO 0 and 1, with and without error
  * feedback, and on 2 pipeline stages x 2 replicas: close to the serial run; a restart from the
  * layout's own checkpoint continues it bit for bit (the rounding is keyed by the step; ALQ's and
  * AMQ's levels, refitted after every step of these 10-step runs, and the error-feedback residuals
- * come from the checkpoint); bits = 32 is the fp32 exchange bit for bit. The replicas' agreement is train_from's. The
- * cases marked dev run again with the gradients in "device" memory (the counting backend poses as
- * one): encoded and decoded by the backend's ops there, the messages staged through the host, the
- * residual copied to and from checkpoints: bit for bit the host path's run and restart, with the
- * exact memory plan that train_from checks. The bounds against the serial run are loose: quantization noise moves a 10-step run (NUQSGD's L2
- * buckets of 8192 the most); doc/compression.md measures what it costs a full run. */
+ * come from the checkpoint); bits = 32 is the fp32 exchange bit for bit. The cases marked dev run
+ * again with the gradients in "device" memory (the counting backend poses as one): encoded and
+ * decoded by the backend's ops there, the messages staged through the host, the residual copied to
+ * and from checkpoints, with the exact memory plan that train_from checks. The bounds against the
+ * serial run are loose: quantization noise moves a 10-step run (NUQSGD's L2 buckets of 8192 the
+ * most); doc/compression.md measures what it costs a full run. */
 static void test_compressed(const char *dir, const run_result *ref, int rank) {
-  static const struct {
-    const char *method;
-    int bits, D, zero;
-    double tl, tp; /* bounds against the serial fp32 run: losses, parameters */
-    const char *exchange;
-    int ef, P;
-    int dev; /* also with the gradients in "device" memory: the exchange through the backend's ops there */
-  } cases[] = {{"qsgdinf", 8, 2, 0, 2e-3, 2e-2, "allgather", 0, 1, 0}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "allgather", 0, 1, 1},
-               {"nuqsgd", 4, 2, 1, 6e-2, 1e-1, "allgather", 0, 1, 0},  {"minmax", 4, 2, 0, 2e-2, 1e-1, "allgather", 0, 1, 0},
-               {"qsgd", 8, 4, 0, 2e-2, 1e-1, "allgather", 0, 1, 0},    {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum", 0, 1, 0},
-               {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum", 0, 1, 0},    {"alq", 4, 2, 0, 6e-2, 1e-1, "allgather", 0, 1, 0},
-               {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather", 0, 1, 0},     {"qsgdinf", 4, 4, 1, 6e-2, 1e-1, "sra", 0, 1, 1},
-               {"alq", 4, 2, 0, 6e-2, 1e-1, "sra", 0, 1, 0},           {"qsgdinf", 2, 2, 0, 6e-2, 1e-1, "allgather", 1, 1, 0},
-               {"qsgd", 4, 4, 1, 1.5e-1, 1e-1, "sra", 1, 1, 1},          {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "intsum", 1, 1, 1},
-               {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1},     {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "intsum", 0, 2, 0},
-               {"qsgdinf", 4, 3, 1, 1e-1, 2e-1, "allgather", 0, 1, 0}, {"nuqsgd", 4, 3, 1, 1e-1, 2e-1, "sra", 1, 1, 1},
-               {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1, 0}};
+  static const comm_case cases[] = {
+      {"qsgdinf", 8, 2, 0, 2e-3, 2e-2, "allgather", 0, 1, 0, 0}, {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "allgather", 0, 1, 1, 0},
+      {"nuqsgd", 4, 2, 1, 6e-2, 1e-1, "allgather", 0, 1, 0, 0},  {"minmax", 4, 2, 0, 2e-2, 1e-1, "allgather", 0, 1, 0, 0},
+      {"qsgdinf", 8, 2, 1, 2e-2, 1e-1, "intsum", 0, 1, 0, 0},    {"alq", 4, 2, 0, 6e-2, 1e-1, "allgather", 0, 1, 0, 0},
+      {"qsgdinf", 4, 4, 1, 6e-2, 1e-1, "sra", 0, 1, 1, 0},
+      {"alq", 4, 2, 0, 6e-2, 1e-1, "sra", 0, 1, 0, 0},           {"qsgdinf", 2, 2, 0, 6e-2, 1e-1, "allgather", 1, 1, 0, 0},
+      {"qsgd", 4, 4, 1, 1.5e-1, 1e-1, "sra", 1, 1, 1, 0},        {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "intsum", 1, 1, 1, 0},
+      {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1, 0},     {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "intsum", 0, 2, 0, 0},
+      {"qsgdinf", 4, 3, 1, 1e-1, 2e-1, "allgather", 0, 1, 0, 0}, {"nuqsgd", 4, 3, 1, 1e-1, 2e-1, "sra", 1, 1, 1, 0},
+      {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1, 0, 0}};
   /* QSGD's L2 levels at 4 bits on buckets of 1000-8192 have a relative variance near 10: with error
    * feedback the messages are scaled by about 1/11 (a contraction), and the first steps lag. Three
    * replicas take batches of 6, not the serial run's 8: the bounds only say they train alike; their
    * replicas' agreement and the restart are what is checked. */
-  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    const int D = cases[k].D, P = cases[k].P;
-    MPI_Comm sub;
-    MPI_Comm_split(MPI_COMM_WORLD, rank < P * D ? 0 : MPI_UNDEFINED, rank, &sub);
-    run_result r = {0}, again = {0}, dev = {0}, dev_again = {0};
-    char mine[CFG_STR_LEN] = "";
-    comm_method = cases[k].method, comm_bits = cases[k].bits, comm_exchange = cases[k].exchange, comm_ef = cases[k].ef;
-    global_batch = D == 3 ? 6 : 8;
-    if (sub != MPI_COMM_NULL) {
-      cfg_config *c = deck(dir, P, D, cases[k].zero, "replicas_adjacent", P * D);
-      train_from(c, sub, &r, NULL, mine);
-      train_from(c, sub, &again, mine, NULL);
-      if (cases[k].dev) { /* the same run with the gradients in "device" memory, restart included */
-        staged = 1;
-        train_from(c, sub, &dev, NULL, mine);
-        train_from(c, sub, &dev_again, mine, NULL);
-        staged = 0;
-      }
-      free(c);
-      MPI_Comm_free(&sub);
-    }
-    if (rank == 0) {
-      double worst = 0;
-      for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(r.loss[s] - ref->loss[s]) / fabs(ref->loss[s]));
-      double pe = r.params && r.n == ref->n ? t_rel_err(r.params, ref->params, r.n) : INFINITY;
-      int bitwise = again.params && r.params && again.n == r.n && !memcmp(again.params, r.params, r.n * sizeof(float)) &&
-                    !memcmp(again.loss + STEPS / 2, r.loss + STEPS / 2, STEPS / 2 * sizeof(double));
-      printf("compressed %s %d-bit %s%s, P=%d D=%d ZeRO-%d: step losses rel err %.2e, val %.5f (serial %.5f), "
-             "parameters %.2e; restart %s\n", cases[k].method, cases[k].bits, cases[k].exchange,
-             cases[k].ef ? " + error feedback" : "", P, D, cases[k].zero, worst, r.val, ref->val, pe,
-             bitwise ? "bit for bit" : "DIFFERS");
-      T_CHECK(worst <= cases[k].tl, "%s %d-bit D=%d: a step's loss differs by %.3g", cases[k].method, cases[k].bits, D,
-              worst);
-      T_CHECK(pe <= cases[k].tp, "%s %d-bit D=%d: parameters differ by %.3g", cases[k].method, cases[k].bits, D, pe);
-      T_CHECK(bitwise, "%s %d-bit D=%d: the restart from step %d does not continue bit for bit", cases[k].method,
-              cases[k].bits, D, STEPS / 2);
-      if (cases[k].dev) {
-        int same = dev.params && dev_again.params && dev.n == r.n && !memcmp(dev.params, r.params, r.n * sizeof(float)) &&
-                   !memcmp(dev.loss, r.loss, sizeof r.loss) && dev.val == r.val && dev_again.n == r.n &&
-                   !memcmp(dev_again.params, r.params, r.n * sizeof(float));
-        printf("compressed %s %d-bit %s%s, P=%d D=%d: on \"device\" memory (the ops there, messages staged) %s\n",
-               cases[k].method, cases[k].bits, cases[k].exchange, cases[k].ef ? " + error feedback" : "", P, D,
-               same ? "bit for bit the host path's, restart included" : "DIFFERS");
-        T_CHECK(same, "%s %d-bit %s D=%d: the device path differs from the host path", cases[k].method, cases[k].bits,
-                cases[k].exchange, D);
-      }
-    }
-    free(r.params), free(again.params), free(dev.params), free(dev_again.params);
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) check_case(dir, ref, rank, &cases[k]);
   global_batch = 8;
   /* bits = 32: the fp32 exchange itself */
   run_result a = {0}, b = {0};
@@ -279,6 +292,24 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
             "bits = 32 differs from the fp32 exchange");
   free(a.params), free(b.params);
   comm_method = "none", comm_bits = 4, comm_exchange = "allgather", comm_ef = 0;
+}
+
+/* The two-level exchange (&comm hierarchy = 'node', nodes of ranks_per_node ranks): fp32 inside the
+ * nodes, every method between them, on 2 nodes x 2 replicas and 3 x 2, with ZeRO 0 and 1, error
+ * feedback and the device path; pipelines whose stages' replicas are one node each (nothing leaves
+ * it) and a node each (R = 1); without compression the two-level sum is the serial run's within
+ * rounding. The replicas agree and restarts continue bit for bit (check_case). The cases of 3 x 2 run
+ * alone on 6 ranks (size 6), the others on 4. */
+static void test_hierarchy(const char *dir, const run_result *ref, int rank, int size) {
+  static const comm_case cases[] = {
+      {"none", 4, 4, 1, 1e-5, 1e-5, "allgather", 0, 1, 1, 2},    {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "allgather", 0, 1, 1, 2},
+      {"nuqsgd", 4, 4, 1, 1e-1, 1e-1, "sra", 1, 1, 1, 2},        {"qsgd", 8, 4, 0, 2e-2, 1e-1, "allgather", 0, 1, 0, 2},
+      {"minmax", 4, 4, 0, 2e-2, 1e-1, "allgather", 0, 1, 0, 2},  {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather", 0, 1, 0, 2},
+      {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum", 1, 1, 0, 2},    {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1, 1},
+      {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "allgather", 0, 2, 0, 2}, {"qsgdinf", 4, 6, 1, 1e-1, 2e-1, "allgather", 1, 1, 1, 2},
+      {"alq", 4, 6, 0, 1e-1, 2e-1, "sra", 0, 1, 0, 2}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    if ((cases[k].P * cases[k].D == 6) == (size == 6)) check_case(dir, ref, rank, &cases[k]);
 }
 
 static const char *const precisions[] = {"fp32", "bf16"}; /* of the serial references */
@@ -418,14 +449,17 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   setenv("GREENLM_CUDA_AWARE_MPI", "0", 1); /* the staged layout stages, whatever this MPI can do */
   if (argc > 1) arch = argv[1];
+  const int hierarchy = strcmp(arch, "hierarchy") == 0; /* test_hierarchy's cases of 6 ranks alone */
+  if (hierarchy) arch = "gpt-neo";
   rotary = strcmp(arch, "gpt-neo") != 0;
   const char *out = getenv("TEST_OUT");
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s/parallel%s%s", out ? out : "tests/out", rotary ? "-" : "", rotary ? arch : "");
+  snprintf(dir, sizeof dir, "%s/parallel%s%s", out ? out : "tests/out", rotary || hierarchy ? "-" : "",
+           hierarchy ? "hierarchy" : rotary ? arch : "");
   if (rank == 0) util_mkdir_p(dir);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (size < 4) {
-    if (rank == 0) printf("SKIP: needs 4 ranks (run under mpiexec -n 4)\n");
+  if (size < (hierarchy ? 6 : 4)) {
+    if (rank == 0) printf("SKIP: needs %d ranks (run under mpiexec -n %d)\n", hierarchy ? 6 : 4, hierarchy ? 6 : 4);
     MPI_Finalize();
     return 77;
   }
@@ -440,17 +474,28 @@ int main(int argc, char **argv) {
   run_result refs[2];
   memset(refs, 0, sizeof refs);
   char ckpts[2][CFG_STR_LEN] = {"", ""};
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < (hierarchy ? 1 : 2); k++) {
     precision = precisions[k];
     cfg_config *c = deck(dir, 1, 1, 0, "replicas_adjacent", 1);
     if (rank == 0) train_from(c, MPI_COMM_SELF, &refs[k], NULL, ckpts[k]);
     MPI_Bcast(ckpts[k], sizeof ckpts[k], MPI_CHAR, 0, MPI_COMM_WORLD);
     free(c);
   }
+  if (hierarchy) {
+    test_hierarchy(dir, &refs[0], rank, size);
+    free(refs[0].params);
+    int rc = rank == 0 ? t_done("test_parallel hierarchy") : 0;
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return rc;
+  }
   test_layouts(dir, refs, ckpts, rank);
   precision = "fp32", staged = 0, recompute = 0;
   test_tensor_restarts(dir, rank);
-  if (!rotary) test_compressed(dir, &refs[0], rank); /* the exchange does not depend on the architecture */
+  if (!rotary) { /* the exchange does not depend on the architecture */
+    test_compressed(dir, &refs[0], rank);
+    test_hierarchy(dir, &refs[0], rank, size);
+  }
   for (int k = 0; k < 2 && rank == 0; k++)
     printf("serial, %s: losses %.5f ... %.5f, validation %.5f\n", precisions[k], refs[k].loss[0], refs[k].loss[STEPS - 1],
            refs[k].val);

@@ -24,9 +24,9 @@ for r in a b; do
 EOD
   awk -v r=$r 'BEGIN {
     print "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,compute,bubble," \
-          "exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms,q_error,q_error_expected"
+          "exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms,q_error,q_error_expected,grad_inter_bytes_per_step"
     for (s = 5; s <= 60; s += 5)
-      printf "%d,%.4f,%.3e,1.0,4.0,%.1f,%.4f,%s,%s,%s,%s,0.97,0,0,0,0,,0,0,,\n", s, 5 - s / 20, 6e-4 * (1 - s / 70),
+      printf "%d,%.4f,%.3e,1.0,4.0,%.1f,%.4f,%s,%s,%s,%s,0.97,0,0,0,0,,0,0,,,0\n", s, 5 - s / 20, 6e-4 * (1 - s / 70),
         60000 + s * 10, 0.45 + s / 1000, s % 20 ? "" : 4.9 - s / 25, r == "a" ? 110 + s : "", r == "a" ? s * 440 : "",
         r == "a" ? "measured" : "not measured"
   }' > "$out/$r/metrics.csv"

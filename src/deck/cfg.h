@@ -53,6 +53,7 @@ typedef struct {
   X(CFG_COMM_NONE, "none") X(CFG_COMM_QSGD, "qsgd") X(CFG_COMM_QSGDINF, "qsgdinf") X(CFG_COMM_NUQSGD, "nuqsgd") \
   X(CFG_COMM_MINMAX, "minmax") X(CFG_COMM_ALQ, "alq") X(CFG_COMM_AMQ, "amq")
 #define CFG_EXCHANGES(X) X(CFG_EXCHANGE_ALLGATHER, "allgather") X(CFG_EXCHANGE_SRA, "sra") X(CFG_EXCHANGE_INTSUM, "intsum")
+#define CFG_HIERARCHIES(X) X(CFG_HIER_NONE, "none") X(CFG_HIER_NODE, "node")
 #define CFG_DTYPES(X) X(CFG_DTYPE_FP32, "fp32") X(CFG_DTYPE_BF16, "bf16") X(CFG_DTYPE_FP16, "fp16")
 #define CFG_BACKENDS(X) X(CFG_BACKEND_AUTO, "auto") X(CFG_BACKEND_CPU, "cpu") X(CFG_BACKEND_CUDA, "cuda")
 #define CFG_PRECISIONS(X) X(CFG_PREC_FP32, "fp32") X(CFG_PREC_TF32, "tf32") X(CFG_PREC_BF16, "bf16") X(CFG_PREC_FP16, "fp16")
@@ -66,7 +67,7 @@ typedef struct {
   X(model, arch, CFG_ARCHS) X(model, activation, CFG_ACTIVATIONS) X(model, head, CFG_HEADS) X(model, rope_scaling, CFG_ROPE_SCALINGS) X(training, lr_decay, CFG_LR_DECAYS) X(tokenizer, kind, CFG_TOKENIZER_KINDS) \
   X(prepare, documents, CFG_DOCUMENTS) X(prepare, format, CFG_FORMATS) X(prepare, bad_records, CFG_BAD_RECORDS) \
   X(parallel, rank_order, CFG_RANK_ORDERS) X(parallel, bind, CFG_BINDS) X(comm, method, CFG_COMM_METHODS)  \
-  X(comm, exchange, CFG_EXCHANGES) X(export, dtype, CFG_DTYPES) X(system, backend, CFG_BACKENDS)           \
+  X(comm, exchange, CFG_EXCHANGES) X(comm, hierarchy, CFG_HIERARCHIES) X(export, dtype, CFG_DTYPES) X(system, backend, CFG_BACKENDS)           \
   X(system, precision, CFG_PRECISIONS) X(energy, attribution, CFG_ATTRIBUTIONS)
 
 #define CFG_ENUM_ITEM(E, w) E,
@@ -181,7 +182,9 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, BOOL, error_feedback, ".false.", "", "Each replica carries what quantization dropped of its gradients into its next message (e = p - Q(p), p = g + e): the residual costs the stage's parameter count in fp32 host memory and is kept in checkpoints") \
   X(g, INT, adapt_every, "0", "[0, inf)", "alq, amq: the levels are fitted after steps 0, 100 and 2000 and then every this many steps; 0: every max_steps / 10") \
   X(g, INT, error_every, "100", "[0, inf)", "Every this many steps, measure each replica's relative quantization error ||Q(g) - g||^2 / ||g||^2 beside its exact expectation (metrics.csv q_error, q_error_expected); 0: never") \
-  X(g, STR, exchange, "'allgather'", CFG_CHOICES(CFG_EXCHANGES), "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica); 'sra' (reduce-scatter/all-gather: each replica owns a D-th of every bucket, sums the replicas' parts of it, quantizes the sum again and all-gathers it: fewer bytes received at large D, a second rounding); 'intsum' (uniform levels only: a scale shared by the replicas, integers summed by MPI_Allreduce in 8 or 16 bits)")
+  X(g, STR, exchange, "'allgather'", CFG_CHOICES(CFG_EXCHANGES), "How compressed buckets travel: 'allgather' (every replica receives every replica's message, decodes and sums them in rank order: the same result on every replica); 'sra' (reduce-scatter/all-gather: each replica owns a D-th of every bucket, sums the replicas' parts of it, quantizes the sum again and all-gathers it: fewer bytes received at large D, a second rounding); 'intsum' (uniform levels only: a scale shared by the replicas, integers summed by MPI_Allreduce in 8 or 16 bits)") \
+  X(g, STR, hierarchy, "'none'", CFG_CHOICES(CFG_HIERARCHIES), "The replicas' nodes: 'none' (one exchange among all replicas); 'node' (the replicas of a node reduce-scatter each bucket in fp32, each node's piece travels between the nodes as method and exchange say, and the sums are all-gathered inside the node: only what leaves a node is compressed; doc/compression.md)") \
+  X(g, INT, ranks_per_node, "0", "[0, 16777216]", "Ranks of one node, for hierarchy = 'node' and the inter-node byte counts: ranks r with the same r / ranks_per_node share a node; 0: the ranks MPI says share memory (MPI_COMM_TYPE_SHARED)")
 
 #define CFG_GROUP_CHECKPOINT(X, g)                                                                 \
   X(g, STR, dir, "''", "", "Directory of the checkpoints; empty means run_dir/checkpoints")     \

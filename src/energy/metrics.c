@@ -12,7 +12,7 @@
 static const char RUN_DIR_HINT[] = "check that &job run_dir is writable and the disk is not full";
 static const char CSV_HEADER[] = "step,loss,lr,grad_norm,ms_per_step,tokens_per_s,mfu,val_loss,watts,energy_j,energy_status,"
                                  "compute,bubble,exchange,bytes_per_step,grad_bytes_per_step,grad_ratio,encode_ms,decode_ms,"
-                                 "q_error,q_error_expected\n";
+                                 "q_error,q_error_expected,grad_inter_bytes_per_step\n";
 
 int metrics_open(metrics_out *mo, const char *run_dir, int append, err_list *errs) {
   memset(mo, 0, sizeof *mo);
@@ -92,7 +92,7 @@ void metrics_csv_row(metrics_out *mo, const metrics_row *r) {
   fprintf(mo->csv, ",%.3f,%.3f,", r->encode_ms, r->decode_ms);
   if (isfinite(r->q_error)) fprintf(mo->csv, "%.6g,%.6g", r->q_error, r->q_error_expected);
   else fputc(',', mo->csv);
-  fputc('\n', mo->csv);
+  fprintf(mo->csv, ",%.0f\n", r->grad_inter_bytes_per_step);
   check_written(mo, mo->csv);
 }
 

@@ -27,6 +27,7 @@ typedef struct {
   double grad_ratio;                /* those bytes over an fp32 exchange's (1 uncompressed; NAN without one) */
   double encode_ms, decode_ms;      /* per rank and step: compressing and decompressing gradients */
   double q_error, q_error_expected; /* relative quantization error, measured and exact (NAN when not measured) */
+  double grad_inter_bytes_per_step; /* of the gradient exchange's: to collectives among ranks of several nodes */
 } metrics_row;
 
 /* Open log.txt and metrics.csv in run_dir (created when missing); append to them when resuming

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "parallel/comm.h"
+#include "parallel/hier.h"
 #include "parallel/qexch.h"
 #include "base/util.h"
 
@@ -29,7 +30,9 @@ struct grad_exchange {
   float *recv;             /* ZeRO-1: where reduce-scatters land, (own_hi - own_lo) */
   comm_stage gs, ps, rs;   /* MPI's view of the gradients, the parameters and recv (comm.h) */
   int wte;                 /* index of the tied embedding in m->tensors, or -1 */
-  qexch *qx;               /* the compressed exchange (&comm), or NULL */
+  qexch *qx;               /* the compressed exchange (&comm), or NULL; owned by hx where there is one */
+  hier *hx;                /* the two-level exchange (&comm hierarchy = 'node'), or NULL */
+  int spans;               /* the replicas sit on more than one node: the flat exchange's bytes leave nodes */
   long step, warmup;       /* the current step; compression starts at step warmup */
   grad_stats st;
 };
@@ -38,8 +41,9 @@ struct grad_exchange {
 static int compressed(const grad_exchange *g) { return g->qx && g->D > 1 && g->step >= g->warmup; }
 
 
-size_t grad_exchange_bytes(size_t nparams, const par_layout *lay) {
-  if (!lay->zero || lay->D == 1) return 0;
+/* Backend bytes of the ZeRO-1 landing area of the flat fp32 exchange (the hierarchy has none). */
+static size_t landing_bytes(size_t nparams, const par_layout *lay, const cfg_comm *c) {
+  if (!lay->zero || lay->D == 1 || (c && hier_on(c, lay->D))) return 0;
   /* the largest piece, the landing area of any replica: D pieces of par_piece are floor(n / D) or ceil(n / D) long */
   const size_t D = (size_t)lay->D, most = (nparams + D - 1) / D;
   return most * sizeof(float);
@@ -85,6 +89,7 @@ int grad_check(const cfg_config *cfg, int D, err_list *errs) {
                  "a gradient bucket of %.0f values is beyond MPI's 32-bit counts", values);
   else
     qexch_check(cfg, D, values, errs);
+  hier_check(cfg, errs);
   return (int)(err_count(errs) - n0);
 }
 
@@ -115,14 +120,36 @@ size_t grad_own_params(size_t nparams, const par_layout *lay, int replica) {
   return par_piece(nparams, lay->D, replica + 1) - par_piece(nparams, lay->D, replica);
 }
 
-/* The compressed exchange of g's buckets, or NULL for the fp32 one. */
-static qexch *compressed_exchange(grad_exchange *g, const cfg_comm *comm, long adapt_period, uint64_t seed) {
-  size_t *b0 = util_malloc((size_t)g->nb * sizeof *b0, "buckets"), *b1 = util_malloc((size_t)g->nb * sizeof *b1, "buckets");
-  int *t0 = util_malloc((size_t)g->nb * sizeof *t0, "buckets"), *t1 = util_malloc((size_t)g->nb * sizeof *t1, "buckets");
-  for (int i = 0; i < g->nb; i++) b0[i] = g->b[i].b0, b1[i] = g->b[i].b1, t0[i] = g->b[i].t0, t1[i] = g->b[i].t1;
-  qexch *x = qexch_create(comm, adapt_period, seed, g->model, g->nb, b0, b1, t0, t1, g->dp, g->lay->comm);
-  free(b0), free(b1), free(t0), free(t1);
-  return x;
+/* g's buckets as the compressed exchange takes them (each carried whole); free() them. */
+static qexch_bucket *qexch_buckets(const grad_exchange *g) {
+  qexch_bucket *q = util_malloc((size_t)g->nb * sizeof *q, "buckets");
+  for (int i = 0; i < g->nb; i++) {
+    const grad_bucket *k = &g->b[i];
+    q[i] = (qexch_bucket){.b0 = k->b0, .b1 = k->b1, .lo = k->b0, .hi = k->b1, .t0 = k->t0, .t1 = k->t1};
+  }
+  return q;
+}
+
+size_t grad_plan_device_bytes(const cfg_config *cfg, const gpt_tensor *ts, int nt, size_t nparams, const par_layout *lay,
+                              int replica, const backend *be) {
+  const cfg_comm *c = &cfg->comm;
+  if (!hier_on(c, lay->D))
+    return landing_bytes(nparams, lay, c) + qexch_plan_device_bytes(c, ts, nt, 0, SIZE_MAX, lay->D, be) +
+           (qexch_residual_on_device(c, lay->D, be) ? qexch_plan_residual_bytes(c, nparams, lay->D) : 0);
+  const hier_shape h = hier_plan_shape(c, lay, replica); /* between the nodes: the pieces of the buckets */
+  if (h.nodes == 1 || !qexch_residual_on_device(c, h.nodes, be)) return 0;
+  int wte = -1;
+  for (int i = 0; i < nt; i++)
+    if (ts[i].tied) wte = i;
+  grad_bucket *b = util_calloc((size_t)(nt ? nt : 1), sizeof *b, "buckets");
+  size_t bytes = qexch_plan_residual_bytes(c, nparams, h.nodes);
+  for (int i = 0, nb = make_buckets(ts, nt, wte, cfg->parallel.bucket_mb, b); i < nb; i++) {
+    size_t lo, hi;
+    hier_piece(b[i].b0, b[i].b1, h.per_node, h.local, &lo, &hi);
+    bytes += qexch_plan_device_bytes(c, ts + b[i].t0, b[i].t1 - b[i].t0, lo, hi, h.nodes, be);
+  }
+  free(b);
+  return bytes;
 }
 
 grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, long adapt_period,
@@ -156,20 +183,29 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
       k->displs[r] = e > a ? (int)(a - k->b0) : 0;
     }
   }
-  if (g->zero && g->D > 1) g->recv = m->be->alloc(m->be, grad_exchange_bytes(m->nparams, lay) );
+  const size_t land = landing_bytes(m->nparams, lay, comm);
+  if (land) g->recv = m->be->alloc(m->be, land);
   /* host staging (where MPI cannot use backend memory) of what the exchanges touch */
-  comm_stage_init(&g->gs, m->be, g->D > 1 ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0,
+  const int flat = g->D > 1 && !(comm && hier_on(comm, g->D)); /* else the hierarchy stages its own */
+  comm_stage_init(&g->gs, m->be, flat ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0,
                   sizeof(float));
   comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0, sizeof(float));
-  comm_stage_init(&g->rs, m->be, grad_exchange_bytes(m->nparams, lay) / sizeof(float), sizeof(float));
-  if (comm && g->D > 1) g->qx = compressed_exchange(g, comm, adapt_period, seed);
+  comm_stage_init(&g->rs, m->be, land / sizeof(float), sizeof(float));
+  if (comm && g->D > 1) {
+    qexch_bucket *q = qexch_buckets(g);
+    if (hier_on(comm, g->D)) g->hx = hier_create(m, lay, comm, adapt_period, seed, g->nb, q), g->qx = hier_qexch(g->hx);
+    else g->qx = qexch_create(comm, adapt_period, seed, m, g->nb, q, g->dp, lay->comm);
+    free(q);
+  }
+  if (g->D > 1) g->spans = hier_spans(comm, lay);
   g->warmup = comm ? comm->warmup_steps : 0;
   return g;
 }
 
 void grad_free(grad_exchange *g) {
   if (!g) return;
-  qexch_free(g->qx);
+  if (g->hx) hier_free(g->hx);
+  else qexch_free(g->qx);
   for (int i = 0; i < g->nb; i++) free(g->b[i].counts), free(g->b[i].displs);
   free(g->b);
   free(g->final);
@@ -199,11 +235,17 @@ static float *landing(const grad_exchange *g, const grad_bucket *k) { return g->
 
 static void launch(grad_exchange *g, grad_bucket *k) {
   if (g->D == 1) return;
+  if (g->hx) {
+    hier_launch(g->hx, (int)(k - g->b), g->step, compressed(g));
+    g->st.fp32_bytes += (double)(k->b1 - k->b0) * sizeof(float);
+    return;
+  }
   if (compressed(g)) {
     int i = (int)(k - g->b);
     qexch_launch(g->qx, i, g->step, &k->req);
     g->st.bytes += (double)qexch_message_bytes(g->qx, i);
     g->st.fp32_bytes += (double)qexch_fp32_bytes(g->qx, i);
+    if (g->spans) g->st.inter_bytes += (double)qexch_message_bytes(g->qx, i);
     return;
   }
   int n = (int)(k->b1 - k->b0);
@@ -215,6 +257,7 @@ static void launch(grad_exchange *g, grad_bucket *k) {
     MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, g->dp, &k->req);
   g->st.bytes += (double)n * sizeof(float);
   g->st.fp32_bytes += (double)n * sizeof(float);
+  if (g->spans) g->st.inter_bytes += (double)n * sizeof(float);
 }
 
 /* Launch, in order, every bucket whose tensors are all final. */
@@ -240,7 +283,8 @@ void grad_hook(void *ctx, int what) {
   /* let the collectives already under way progress */
   for (int i = g->nb - 1; i > g->next; i--) {
     int done;
-    if (g->b[i].req != MPI_REQUEST_NULL) MPI_Test(&g->b[i].req, &done, MPI_STATUS_IGNORE);
+    if (g->hx) hier_test(g->hx, i);
+    else if (g->b[i].req != MPI_REQUEST_NULL) MPI_Test(&g->b[i].req, &done, MPI_STATUS_IGNORE);
   }
 }
 
@@ -260,7 +304,9 @@ void grad_finish(grad_exchange *g) {
     grad_bucket *k = &g->b[i];
     if (k->req != MPI_REQUEST_NULL) MPI_Wait(&k->req, MPI_STATUS_IGNORE);
     if (g->D == 1) continue;
-    if (compressed(g)) { /* the whole bucket summed: a ZeRO-1 replica then reads its piece of it */
+    if (g->hx) { /* the whole bucket summed on every replica, as with compression */
+      g->st.decode_s += hier_finish(g->hx, i);
+    } else if (compressed(g)) { /* the whole bucket summed: a ZeRO-1 replica then reads its piece of it */
       g->st.decode_s += qexch_finish(g->qx, i);
     } else if (!g->zero) {
       comm_stage_done(&g->gs, k->b0, m->grads + k->b0, k->b1 - k->b0);
@@ -305,6 +351,7 @@ void grad_gather_params(grad_exchange *g) {
     MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, comm_stage_recv(&g->ps, k->b0, g->model->params + k->b0), k->counts,
                     k->displs, MPI_FLOAT, g->dp, &req[i]);
     g->st.bytes += (double)k->counts[g->rank] * sizeof(float);
+    if (g->spans) g->st.inter_bytes += (double)k->counts[g->rank] * sizeof(float);
   }
   for (int i = 0; i < g->nb; i++) {
     MPI_Wait(&req[i], MPI_STATUS_IGNORE);
@@ -316,6 +363,11 @@ void grad_gather_params(grad_exchange *g) {
 }
 
 grad_stats grad_take_stats(grad_exchange *g) {
+  if (g->hx) {
+    double intra, inter;
+    hier_take_bytes(g->hx, &intra, &inter);
+    g->st.bytes += intra + inter, g->st.inter_bytes += inter;
+  }
   grad_stats s = g->st;
   if (g->qx) {
     qexch_error e = qexch_take_error(g->qx);

@@ -16,7 +16,9 @@
  * The tied embedding's gradients are summed between the first and the last stage (P > 1) before
  * its bucket goes out. This module is the one place where gradient bytes move. With &comm
  * compression (from step &comm warmup_steps on, D > 1) each bucket travels compressed instead
- * (qexch.h: all-gathered messages, decoded and summed in rank order on every replica). */
+ * (qexch.h: all-gathered messages, decoded and summed in rank order on every replica). With &comm
+ * hierarchy = 'node' each bucket is summed in fp32 inside the node first and only each node's piece
+ * travels between the nodes, compressed (hier.h); every replica then holds the whole summed bucket. */
 #ifndef GREENLM_GRAD_H
 #define GREENLM_GRAD_H
 
@@ -29,7 +31,8 @@
 typedef struct {
   double wait_s;     /* time spent waiting for exchanges (not hidden behind computation) */
   double bytes;      /* payload bytes this rank handed to collectives */
-  double fp32_bytes; /* what the same exchange would have handed them uncompressed */
+  double fp32_bytes; /* what the flat fp32 exchange would have handed them */
+  double inter_bytes; /* of bytes: what went to collectives among ranks of more than one node (&comm ranks_per_node) */
   double encode_s, decode_s; /* compressed exchange: time spent encoding and decoding */
   double q_measured, q_expected, q_norm2; /* compressed exchange: the quantization error (qexch_error) */
 } grad_stats;
@@ -45,8 +48,11 @@ int grad_check(const cfg_config *cfg, int D, err_list *errs);
  * and key the compressed exchange (qexch.h). */
 grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb, const cfg_comm *comm, long adapt_period,
                            uint64_t seed);
-/* Backend bytes the exchange allocates for a stage of nparams parameters (the ZeRO-1 landing area). */
-size_t grad_exchange_bytes(size_t nparams, const par_layout *lay);
+/* Backend bytes the exchange allocates for replica `replica` of a stage of tensors ts[nt] (nparams
+ * parameters): the ZeRO-1 landing area of the fp32 exchange, and with the gradients on a device the
+ * compressed exchange's buffers and residual (of the pieces, with &comm hierarchy). */
+size_t grad_plan_device_bytes(const cfg_config *cfg, const gpt_tensor *ts, int nt, size_t nparams, const par_layout *lay,
+                              int replica, const backend *be);
 /* Host bytes this build's MPI library takes for itself while the fp32 exchange of the stage's
  * tensors ts[nt] (gpt_list_tensors) is in flight: the temporaries of its largest bucket. */
 size_t grad_mpi_bytes(const gpt_tensor *ts, int nt, double bucket_mb, const par_layout *lay);

@@ -62,7 +62,8 @@ void par_plan(par_layout *lay, const cfg_config *cfg, int nranks, int rank) {
              lay->D, nranks);
   int group = rank / lay->tp; /* the tensor group's place among the P x D */
   lay->tp_rank = rank % lay->tp;
-  if (cfg_parallel_rank_order_of(&cfg->parallel) == CFG_ORDER_STAGES_ADJACENT) {
+  lay->stages_adjacent = cfg_parallel_rank_order_of(&cfg->parallel) == CFG_ORDER_STAGES_ADJACENT;
+  if (lay->stages_adjacent) {
     lay->stage = group % lay->P;
     lay->replica = group / lay->P;
   } else {

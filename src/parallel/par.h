@@ -35,6 +35,7 @@ typedef struct {
   int tp, tp_rank; /* tensor ranks T per stage, this rank's place among them */
   int recompute;   /* &training recompute: blocks' inner activations recomputed in the backward pass */
   int stage, replica;
+  int stages_adjacent; /* &parallel rank_order = 'stages_adjacent' (par_rank_of) */
   int *lo;         /* (P + 1) layer boundaries: stage s holds blocks [lo[s], lo[s+1]) */
   double *cost;    /* (P) relative cost of each stage */
   MPI_Comm comm, tensor, pipe, dp, embed, node;
@@ -51,6 +52,13 @@ void par_free(par_layout *lay);
  * and the checkpoints' pieces): piece r is [par_piece(n, D, r), par_piece(n, D, r + 1)); the model's
  * tensor shards are cut the same way (util_piece). */
 static inline size_t par_piece(size_t n, int D, int r) { return util_piece(n, D, r); }
+
+/* The job's rank of tensor rank t of (stage, replica) in a layout of P stages x tp x D (the rank order
+ * above): the tp tensor ranks of a stage are consecutive; group is the (stage, replica)'s place. */
+static inline long par_rank_of(int P, int tp, int D, int stages_adjacent, int stage, int replica, int t) {
+  long group = stages_adjacent ? (long)replica * P + stage : (long)stage * D + replica;
+  return group * tp + t;
+}
 
 /* What this rank's stage holds (with its activation slots: min(nmicro, P - stage) for 1F1B). */
 gpt_part par_part(const par_layout *lay);

@@ -12,7 +12,7 @@
  * of the bucket, their random bits' id the tensor's place in the whole model and the first value's in
  * the tensor, the same on every stage that holds the tensor (the tied embedding). */
 typedef struct {
-  size_t b0, b1, bytes;
+  size_t b0, b1, lo, hi, bytes; /* the gradient bucket, the range this exchange carries, the message's bytes */
   quant_seg *seg;
   int nseg;
   uint8_t *send, *recv; /* all-gather: (bytes), (D x bytes) */
@@ -74,28 +74,56 @@ static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
   return c->quant_bucket ? (size_t)c->quant_bucket : q->norm == QUANT_L2 ? 8192 : 512;
 }
 
-/* The message of tensors t (n) under &comm c: its bytes (the all-gather's; its fp32 bytes when c
- * compresses nothing) and its segments into *nseg. */
-static size_t plan_message(const cfg_comm *c, const gpt_tensor *t, int n, int D, size_t *nseg) {
-  size_t bytes = 0;
-  int on = cfg_comm_compressed(c), intsum = cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM;
-  quant_scheme q;
-  if (on) scheme_of(c, &q);
-  *nseg = 0;
+/* What the segments of a range hold: their count, the quantized ones', the values quantized and
+ * raw, and the byte message's bytes. */
+typedef struct {
+  size_t nseg, nquant, qvalues, raw, bytes;
+} seg_count;
+
+/* The segments of the values [lo, hi) of tensors t[0..n) (offsets in the stage's buffer): a tensor
+ * of at least min_numel values in quantization buckets of qb values (q: their bytes) from its first
+ * value in the range, a smaller one raw, in one segment; q NULL: every tensor raw. Counted, and with
+ * seg (room for the count) written, `at` from b0, their random bits' id the tensor's place in the
+ * whole model and the first value's in the tensor (the same on every stage that holds the tensor). */
+static seg_count walk_segments(const quant_scheme *q, const gpt_tensor *t, int n, size_t lo, size_t hi, size_t qb,
+                               size_t min_numel, size_t b0, quant_seg *seg) {
+  seg_count c = {0};
   for (int i = 0; i < n; i++) {
-    if (!on || t[i].numel < (size_t)c->min_numel) {
-      bytes += t[i].numel * sizeof(float);
-      ++*nseg;
+    size_t end = t[i].offset + t[i].numel, a = t[i].offset > lo ? t[i].offset : lo, e = end < hi ? end : hi;
+    if (e <= a) continue;
+    if (!q || t[i].numel < min_numel) {
+      if (seg) seg[c.nseg] = (quant_seg){.at = a - b0, .n = e - a, .off = c.bytes, .quantized = 0};
+      c.nseg++, c.raw += e - a, c.bytes += (e - a) * sizeof(float);
       continue;
     }
-    size_t qb = bucket_size(c, &q), full = t[i].numel / qb, rest = t[i].numel % qb, nb = full + (rest > 0);
-    *nseg += nb;
-    if (intsum) /* a scale per bucket, an integer per value */
-      bytes += nb * sizeof(float) + t[i].numel * ((long)D * (q.nlevels - 1) <= 127 ? 1 : 2);
-    else
-      bytes += full * quant_bytes(&q, qb) + (rest ? quant_bytes(&q, rest) : 0);
+    const size_t len = e - a, full = len / qb, rest = len % qb, nb = full + (rest > 0);
+    for (size_t j = 0; seg && j < nb; j++)
+      seg[c.nseg + j] = (quant_seg){.at = a - b0 + j * qb, .n = j < full ? qb : rest, .off = c.bytes + j * quant_bytes(q, qb),
+                                    .quantized = 1, .id = (uint64_t)t[i].index << 40 | (a - t[i].offset + j * qb)};
+    c.nseg += nb, c.nquant += nb, c.qvalues += len;
+    c.bytes += full * quant_bytes(q, qb) + (rest ? quant_bytes(q, rest) : 0);
   }
-  return bytes;
+  return c;
+}
+
+/* Whether the integer sums of D replicas fit in int8 containers. */
+static int narrow_sums(const quant_scheme *q, int D) { return (long)D * (q->nlevels - 1) <= 127; }
+
+/* Bytes of the integer sum's message of the segments counted in c: a scale per quantized segment, an
+ * integer per quantized value, the raw values. */
+static size_t intsum_bytes(const seg_count *c, int narrow) {
+  return c->nquant * sizeof(float) + c->qvalues * (narrow ? 1 : 2) + c->raw * sizeof(float);
+}
+
+/* The message of the values [lo, hi) of tensors t (n) under &comm c with D replicas: its bytes (the
+ * all-gather's; their fp32 bytes when c compresses nothing), its segments' count into *nseg. */
+static size_t plan_message(const cfg_comm *c, const gpt_tensor *t, int n, size_t lo, size_t hi, int D, size_t *nseg) {
+  quant_scheme q;
+  int on = cfg_comm_compressed(c);
+  if (on) scheme_of(c, &q);
+  seg_count k = walk_segments(on ? &q : NULL, t, n, lo, hi, on ? bucket_size(c, &q) : 1, (size_t)c->min_numel, 0, NULL);
+  *nseg = k.nseg;
+  return on && cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM ? intsum_bytes(&k, narrow_sums(&q, D)) : k.bytes;
 }
 
 int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs) {
@@ -124,16 +152,19 @@ int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs) {
 }
 
 size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D) {
-  size_t nseg, bytes = plan_message(c, t, n, D, &nseg);
+  size_t nseg, bytes = plan_message(c, t, n, 0, SIZE_MAX, D, &nseg);
   if (cfg_comm_compressed(c) && cfg_comm_exchange_of(c) == CFG_EXCHANGE_SRA && D > 0) bytes += bytes / (size_t)D; /* and a D-th of it, the sums */
   return bytes;
 }
 
-size_t qexch_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D, const backend *be, size_t nparams) {
-  if (be->caps.host_memory || D < 2 || !cfg_comm_compressed(c) || cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM)
-    return 0;
-  size_t nseg, bytes = plan_message(c, t, n, D, &nseg); /* the buckets' together: segments, a message, D + 1 */
-  return nseg * sizeof(quant_seg) + bytes * (size_t)(D + 2) + (c->error_feedback ? (nparams ? nparams : 1) * sizeof(float) : 0);
+int qexch_residual_on_device(const cfg_comm *c, int D, const backend *be) {
+  return !be->caps.host_memory && D > 1 && cfg_comm_compressed(c) && cfg_comm_exchange_of(c) != CFG_EXCHANGE_INTSUM;
+}
+
+size_t qexch_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, size_t lo, size_t hi, int D, const backend *be) {
+  if (!qexch_residual_on_device(c, D, be)) return 0; /* the messages are where the residual is */
+  size_t nseg, bytes = plan_message(c, t, n, lo, hi, D, &nseg); /* segments, a message, D + 1 */
+  return nseg * sizeof(quant_seg) + bytes * (size_t)(D + 2);
 }
 
 /* Reduce-scatter/all-gather: the segments cut into D contiguous ranges of about equal values, one
@@ -144,7 +175,7 @@ static void plan_owners(qexch *x, qbucket *k) {
   k->own = util_malloc((size_t)(D + 1) * sizeof *k->own, "owners");
   k->cnt = util_malloc((size_t)D * sizeof *k->cnt, "owners");
   k->off = util_malloc((size_t)(D + 1) * sizeof *k->off, "owners");
-  size_t total = k->b1 - k->b0, seen = 0;
+  size_t total = k->hi - k->lo, seen = 0;
   int r = 0;
   k->own[0] = 0;
   for (int s = 0; s < k->nseg; s++) {
@@ -162,25 +193,14 @@ static void plan_owners(qexch *x, qbucket *k) {
   k->recv = util_malloc(mine * (size_t)D + k->bytes + 1, "compressed parts and sums"); /* parts, then the sums */
 }
 
-/* Bucket i's segments: each large tensor in quantization buckets of qb values, small ones raw. */
-static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1, size_t qb, size_t min_numel) {
-  size_t cap = 0;
-  for (int t = t0; t < t1; t++) cap += m->tensors[t].numel >= min_numel ? (m->tensors[t].numel + qb - 1) / qb : 1;
-  k->seg = util_calloc(cap ? cap : 1, sizeof *k->seg, "compressed segments");
-  for (int t = t0; t < t1; t++) {
-    const gpt_tensor *w = &m->tensors[t];
-    size_t at = w->offset - k->b0;
-    if (w->numel < min_numel) {
-      k->seg[k->nseg++] = (quant_seg){.at = at, .n = w->numel, .off = k->bytes, .quantized = 0};
-      k->bytes += w->numel * sizeof(float);
-      continue;
-    }
-    for (size_t i = 0; i < w->numel; i += qb) {
-      size_t n = w->numel - i < qb ? w->numel - i : qb;
-      k->seg[k->nseg++] = (quant_seg){.at = at + i, .n = n, .off = k->bytes, .quantized = 1, .id = (uint64_t)w->index << 40 | i};
-      k->bytes += quant_bytes(&x->q, n);
-    }
-  }
+/* Bucket k's segments (walk_segments over its range) and its buffers. */
+static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, const qexch_bucket *b, size_t qb, size_t min_numel) {
+  const gpt_tensor *t = m->tensors + b->t0;
+  const int nt = b->t1 - b->t0;
+  seg_count c = walk_segments(&x->q, t, nt, b->lo, b->hi, qb, min_numel, b->b0, NULL);
+  k->seg = util_calloc(c.nseg ? c.nseg : 1, sizeof *k->seg, "compressed segments");
+  walk_segments(&x->q, t, nt, b->lo, b->hi, qb, min_numel, b->b0, k->seg);
+  k->nseg = (int)c.nseg, k->bytes = c.bytes;
   UTIL_CHECK(k->bytes < (size_t)1 << 31, NULL, "internal: a compressed bucket of %zu bytes (qexch_check)", k->bytes);
   if (x->sra) {
     plan_owners(x, k);
@@ -191,12 +211,8 @@ static void plan_bucket(qexch *x, qbucket *k, const gpt_model *m, int t0, int t1
     k->recv = util_malloc(k->bytes * (size_t)x->D + 1, "compressed messages received");
     return;
   }
-  for (int s = 0; s < k->nseg; s++) {
-    const quant_seg *g = &k->seg[s];
-    if (g->quantized) k->nscale++, k->nint += g->n;
-    else k->nraw += g->n;
-  }
-  k->bytes = k->nscale * sizeof(float) + k->nint * (x->narrow ? 1 : 2) + k->nraw * sizeof(float);
+  k->nscale = c.nquant, k->nint = c.qvalues, k->nraw = c.raw;
+  k->bytes = intsum_bytes(&c, x->narrow);
   k->scale = util_malloc(k->nscale * sizeof(float) + 4, "shared scales");
   k->raw = util_malloc(k->nraw * sizeof(float) + 4, "uncompressed values");
   k->ints = util_malloc(k->nint * sizeof(int16_t) + 2, "integer codes");
@@ -219,8 +235,8 @@ static void device_buffers(qexch *x, qbucket *k) {
   k->drecv = be->alloc(be, k->bytes * (size_t)(x->D + 1));
 }
 
-qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
-                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp, MPI_Comm all) {
+qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const qexch_bucket *b,
+                    MPI_Comm dp, MPI_Comm all) {
   if (!cfg_comm_compressed(c)) return NULL;
   qexch *x = util_calloc(1, sizeof *x, "compressed exchange");
   scheme_of(c, &x->q);
@@ -242,17 +258,17 @@ qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const g
     long most = (long)x->D * (x->q.nlevels - 1);
     UTIL_CHECK(most <= 32767, NULL, "internal: %d replicas x %d levels overflow 16-bit sums (qexch_check)", x->D,
                x->q.nlevels - 1);
-    x->narrow = most <= 127;
+    x->narrow = narrow_sums(&x->q, x->D);
   }
   const backend *be = m->be;
-  x->dev = !be->caps.host_memory && !x->intsum;
+  x->dev = qexch_residual_on_device(c, x->D, be);
   x->b = util_calloc((size_t)nb, sizeof *x->b, "compressed buckets");
   size_t qb = bucket_size(c, &x->q);
   for (int i = 0; i < nb; i++) {
-    x->b[i].b0 = b0[i], x->b[i].b1 = b1[i];
-    plan_bucket(x, &x->b[i], m, t0[i], t1[i], qb, (size_t)c->min_numel);
+    x->b[i].b0 = b[i].b0, x->b[i].b1 = b[i].b1, x->b[i].lo = b[i].lo, x->b[i].hi = b[i].hi;
+    plan_bucket(x, &x->b[i], m, &b[i], qb, (size_t)c->min_numel);
     device_buffers(x, &x->b[i]);
-    if (b1[i] - b0[i] > x->host_n) x->host_n = b1[i] - b0[i];
+    if (b[i].b1 - b[i].b0 > x->host_n) x->host_n = b[i].b1 - b[i].b0;
   }
   if (!be->caps.host_memory) x->host = util_malloc(x->host_n * sizeof(float) + 1, "bucket on the host");
   x->scratch_n = bucket_size(c, &x->q);
@@ -286,7 +302,7 @@ size_t qexch_message_bytes(const qexch *x, int i) {
   /* reduce-scatter/all-gather: the whole message to the owners, then this replica's sums */
   return x->b[i].bytes + (x->sra ? (size_t)x->b[i].cnt[x->rank] : 0);
 }
-size_t qexch_fp32_bytes(const qexch *x, int i) { return (x->b[i].b1 - x->b[i].b0) * sizeof(float); }
+size_t qexch_fp32_bytes(const qexch *x, int i) { return (x->b[i].hi - x->b[i].lo) * sizeof(float); }
 
 size_t qexch_host_bytes(const qexch *x) {
   size_t n = x->host ? x->host_n * sizeof(float) : 0;

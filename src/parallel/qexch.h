@@ -41,11 +41,20 @@
 
 typedef struct qexch qexch;
 
-/* The compressed exchange of the buckets [b0[i], b1[i]) of model m (its tensors t0[i]..t1[i]-1)
- * across the replicas dp (all: every rank of the job, which fit the adaptive levels together), or
- * NULL when &comm method is 'none' or bits = 32 (the fp32 exchange runs). */
-qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const size_t *b0,
-                    const size_t *b1, const int *t0, const int *t1, MPI_Comm dp, MPI_Comm all);
+/* A gradient bucket: the values [b0, b1) of the stage's buffer, its tensors t0..t1-1, of which the
+ * exchange carries [lo, hi) (the whole bucket, or a node's piece of it: grad.h's hierarchy). A tensor
+ * of at least &comm min_numel values is cut into quantization buckets from its first value in the
+ * range; the message of a range is the same on every replica. */
+typedef struct {
+  size_t b0, b1, lo, hi;
+  int t0, t1;
+} qexch_bucket;
+
+/* The compressed exchange of the buckets b[0..nb) of model m across the replicas dp (all: every
+ * rank of the job, which fit the adaptive levels together), or NULL when &comm method is 'none' or
+ * bits = 32 (the fp32 exchange runs). */
+qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const gpt_model *m, int nb, const qexch_bucket *b,
+                    MPI_Comm dp, MPI_Comm all);
 void qexch_free(qexch *x);
 
 /* What &comm cannot exchange among D replicas in buckets of at most `values` values (the integer
@@ -57,10 +66,13 @@ int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs);
  * hands to the collectives for them per step (their fp32 bytes when c compresses nothing). For the
  * dry run. */
 size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D);
-/* Backend memory the exchange of those tensors (a stage of nparams) allocates on backend be: with
- * the gradients on a device, the segment tables, a message and D + 1 messages per bucket, and the
- * error-feedback residual; 0 where they are host memory or for the integer sum (host buffers). */
-size_t qexch_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D, const backend *be, size_t nparams);
+/* Backend memory the exchange of the values [lo, hi) of tensors t (n of them, one bucket, or a
+ * stage's whole buffer) allocates on backend be with D replicas: with the gradients on a device, the
+ * segment tables, a message and D + 1 messages; 0 where they are host memory or for the integer sum
+ * (host buffers). With error feedback the residual (qexch_plan_residual_bytes) comes on top. */
+size_t qexch_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, size_t lo, size_t hi, int D, const backend *be);
+/* Whether the error-feedback residual of &comm c with D replicas lives in backend memory on be. */
+int qexch_residual_on_device(const cfg_comm *c, int D, const backend *be);
 
 /* Bytes of bucket i's message (what one replica sends), and of its fp32 equivalent. */
 size_t qexch_message_bytes(const qexch *x, int i);

@@ -7,6 +7,7 @@
 
 #include "base/util.h"
 #include "model/gpt.h"
+#include "parallel/hier.h"
 #include "parallel/par.h"
 #include "parallel/qexch.h"
 #include "parallel/tp.h"
@@ -50,8 +51,7 @@ static int node_of(const plan_ctx *c, int r) { return r / c->m->per_node; }
 /* Rank of tensor rank t of (stage, replica) in the layout's rank order (par.h): the tp tensor ranks of
  * a stage are consecutive, group = the (stage, replica)'s place. */
 static int rank_of(const plan_layout *l, int stage, int replica, int t) {
-  int group = l->stages_adjacent ? replica * l->P + stage : stage * l->D + replica;
-  return group * l->tp + t;
+  return (int)par_rank_of(l->P, l->tp, l->D, l->stages_adjacent, stage, replica, t);
 }
 
 /* Bandwidth and latency of the link between two ranks. */
@@ -98,18 +98,39 @@ static double ring_bw(const plan_ctx *c, const plan_layout *l, int s, int t, rin
 /* Seconds of stage s's exchange across its replicas per step (each tensor rank's ring moves its shard;
  * the slowest ring counts), and the part that stays exposed after the backward pass of the last
  * micro-batch (t_back) hides what it can. */
+/* Replicas of the ring of stage s's tensor rank t on the node of its first (the hierarchy's R). */
+static int ring_per_node(const plan_ctx *c, const plan_layout *l, int s, int t) {
+  const int n0 = node_of(c, rank_of(l, s, 0, t));
+  int R = 1;
+  while (R < l->D && node_of(c, rank_of(l, s, R, t)) == n0) R++;
+  return R;
+}
+
+/* Seconds of one exchange of stage s's tensor rank t among D replicas: a ring of the whole message
+ * (sent, its fp32 bytes fp32) over its link; with &comm hierarchy = 'node' on whole nodes of R
+ * replicas, fp32 sums and gathers inside the node (2 (R - 1) / R of the fp32 bytes) and the R-th
+ * pieces between the N nodes, the R owners of a node sharing its network. nb buckets pay latencies. */
+static double ring_seconds(const plan_ctx *c, const plan_layout *l, int s, int t, double fp32, double sent, double nb,
+                           ring_memo *memo) {
+  const int gather = sent < fp32 && cfg_comm_exchange_of(&c->cfg->comm) == CFG_EXCHANGE_ALLGATHER;
+  double lat, bw = ring_bw(c, l, s, t, memo, &lat);
+  const int R = hier_on(&c->cfg->comm, l->D) ? ring_per_node(c, l, s, t) : 1, N = l->D / R;
+  if (R == 1 || R == l->D || l->D % R != 0) { /* one level */
+    const double volume = gather ? (l->D - 1) * sent : 2.0 * (l->D - 1) / l->D * sent; /* bytes in per rank */
+    return volume / bw + 2.0 * (l->D - 1) * lat * nb;
+  }
+  const double piece = sent / R, inter = gather ? (N - 1) * piece : 2.0 * (N - 1) / N * piece;
+  const double intra = 2.0 * (R - 1) / R * fp32 / c->m->intra_bw + 2.0 * (R - 1) * c->m->intra_lat * nb;
+  return intra + inter / (bw / R) + 2.0 * (N - 1) * lat * nb;
+}
+
 static double dp_exposed(const plan_ctx *c, const plan_stages *st, const plan_layout *l, int s, double t_back,
                          ring_memo *memo) {
   if (l->D == 1) return 0.0;
   const double fp32 = st->fp32[s], sent = st->sent[s];
-  const int gather = sent < fp32 && cfg_comm_exchange_of(&c->cfg->comm) == CFG_EXCHANGE_ALLGATHER;
-  const double volume = gather ? (l->D - 1) * sent : 2.0 * (l->D - 1) / l->D * sent; /* bytes in per rank */
   const double nb = ceil(fp32 / (c->cfg->parallel.bucket_mb * 1048576.0));
   double total = 0;
-  for (int tr = 0; tr < l->tp; tr++) {
-    double lat, bw = ring_bw(c, l, s, tr, memo, &lat);
-    total = fmax(total, volume / bw + 2.0 * (l->D - 1) * lat * nb);
-  }
+  for (int tr = 0; tr < l->tp; tr++) total = fmax(total, ring_seconds(c, l, s, tr, fp32, sent, nb, memo));
   /* ZeRO-1: the reduce-scatter half overlaps, the all-gather after the optimizer step does not */
   const double overlapped = l->zero ? total / 2 : total, after = total - overlapped;
   const double hidden = overlapped - t_back;
