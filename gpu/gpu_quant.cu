@@ -6,7 +6,8 @@
  *
  * Segment s of the table is block s of the per-value kernels (its values or code groups strided over
  * the block's threads) and thread s of the per-bucket ones (scale, contraction). The scheme travels
- * by value as a kernel argument (528 bytes). Bits 2 to 8: the exchange never sends 32-bit codes. */
+ * by value as a kernel argument (532 bytes). Bits 2 to 8: the exchange never sends 32-bit codes. Top-k
+ * selects each segment in one thread (the radix selection of quant_core.h). */
 #include "gpu.h"
 extern "C" {
 #include "base/rng.h"
@@ -14,7 +15,7 @@ extern "C" {
 #include "base/quant_core.h"
 
 enum { Q_THREADS = 256, Q_SEG_THREADS = 128 };
-enum { Q_SET = 0, Q_ADD = 1, Q_RESIDUAL = 2 }; /* what q_decode does with a value y: out = y, out += y, out = v - y */
+enum { Q_SET = QC_SET, Q_ADD = QC_ADD, Q_RESIDUAL = QC_RESIDUAL }; /* what q_decode does with a value y: out = y, out += y, out = v - y */
 
 /* Error feedback: v += ef on the quantized segments. */
 __global__ void q_feedback_add(float *v, const float *ef, const quant_seg *seg) {
@@ -66,6 +67,15 @@ __global__ void q_contract(quant_scheme q, const float *v, const quant_seg *seg,
   memcpy(msg + seg[s].off, h, bytes);
 }
 
+/* Top-k: a segment's message by one thread (quant_core.h's selection), a raw segment's floats copied. */
+__global__ void q_topk_encode(quant_scheme q, const float *v, const quant_seg *seg, int nseg, uint8_t *msg) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= nseg) return;
+  const quant_seg g = seg[s];
+  if (g.quantized) qc_topk_encode(&q, v + g.at, g.n, msg + g.off);
+  else memcpy(msg + g.off, v + g.at, g.n * sizeof(float));
+}
+
 /* A segment of msg (its byte 0 the message's byte base) decoded: out = y, out += y, or (error
  * feedback, quantized segments only) out = v - y. */
 __global__ void q_decode(quant_scheme q, float *out, const uint8_t *msg, size_t base, const quant_seg *seg, int mode,
@@ -80,6 +90,13 @@ __global__ void q_decode(quant_scheme q, float *out, const uint8_t *msg, size_t 
       memcpy(&y, m + i * sizeof(float), sizeof y);
       o[i] = mode == Q_ADD ? o[i] + y : y;
     }
+    return;
+  }
+  if (q.topk_ppm) { /* the values not sent: 0, unchanged, or the residual's v; then the sent ones by one thread */
+    if (mode != Q_ADD)
+      for (size_t i = threadIdx.x; i < g.n; i += blockDim.x) o[i] = mode == Q_RESIDUAL ? v[g.at + i] : 0.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) qc_topk_scatter(&q, m, g.n, o, mode, v ? v + g.at : NULL);
     return;
   }
   float h[2] = {0.0f, 0.0f};
@@ -101,6 +118,12 @@ void gpu_quant_encode(uint8_t *msg, float *v, float *ef, const quant_seg *seg, i
   if (nseg <= 0) return;
   const unsigned per_seg = gpu_blocks((size_t)nseg, Q_SEG_THREADS);
   if (ef) q_feedback_add<<<nseg, Q_THREADS>>>(v, ef, seg);
+  if (q->topk_ppm) { /* a contraction as it is */
+    q_topk_encode<<<per_seg, Q_SEG_THREADS>>>(*q, v, seg, nseg, msg);
+    if (ef) q_decode<<<nseg, Q_THREADS>>>(*q, ef, msg, 0, seg, Q_RESIDUAL, v);
+    GPU_CHECK(cudaGetLastError());
+    return;
+  }
   q_scale<<<per_seg, Q_SEG_THREADS>>>(*q, v, seg, nseg, msg);
   q_encode<<<nseg, Q_THREADS>>>(*q, v, seg, key, msg);
   if (ef) {

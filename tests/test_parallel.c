@@ -264,7 +264,7 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
       {"qsgd", 4, 4, 1, 1.5e-1, 1e-1, "sra", 1, 1, 1, 0},        {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "intsum", 1, 1, 1, 0},
       {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1, 0},     {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "intsum", 0, 2, 0, 0},
       {"qsgdinf", 4, 3, 1, 1e-1, 2e-1, "allgather", 0, 1, 0, 0}, {"nuqsgd", 4, 3, 1, 1e-1, 2e-1, "sra", 1, 1, 1, 0},
-      {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1, 0, 0}};
+      {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1, 0, 0}, {"topk", 4, 4, 1, 3e-1, 3e-1, "allgather", 1, 1, 1, 0}};
   /* QSGD's L2 levels at 4 bits on buckets of 1000-8192 have a relative variance near 10: with error
    * feedback the messages are scaled by about 1/11 (a contraction), and the first steps lag. Three
    * replicas take batches of 6, not the serial run's 8: the bounds only say they train alike; their
@@ -307,7 +307,7 @@ static void test_hierarchy(const char *dir, const run_result *ref, int rank, int
       {"minmax", 4, 4, 0, 2e-2, 1e-1, "allgather", 0, 1, 0, 2},  {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather", 0, 1, 0, 2},
       {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum", 1, 1, 0, 2},    {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1, 1},
       {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "allgather", 0, 2, 0, 2}, {"qsgdinf", 4, 6, 1, 1e-1, 2e-1, "allgather", 1, 1, 1, 2},
-      {"alq", 4, 6, 0, 1e-1, 2e-1, "sra", 0, 1, 0, 2}};
+      {"alq", 4, 6, 0, 1e-1, 2e-1, "sra", 0, 1, 0, 2},          {"topk", 4, 4, 0, 3e-1, 3e-1, "sra", 1, 1, 0, 2}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     if ((cases[k].P * cases[k].D == 6) == (size == 6)) check_case(dir, ref, rank, &cases[k]);
 }

@@ -254,9 +254,10 @@ static void test_feedback(void) {
   static double in[N], sent[N], mag[N];
   static uint8_t msg[4 * N + 64];
   static int16_t ints[N];
-  for (int kind = 0; kind < 6; kind++) {
+  for (int kind = 0; kind < 7; kind++) {
     quant_scheme q;
-    if (kind == 0) quant_uniform(&q, 2, QUANT_MAX);
+    if (kind == 6) quant_topk(&q, 100000); /* 10%: biased, a contraction as it is */
+    else if (kind == 0) quant_uniform(&q, 2, QUANT_MAX);
     else if (kind == 1) quant_exponential(&q, 4, QUANT_L2);
     else if (kind == 2) quant_uniform(&q, 3, QUANT_MINMAX);
     else if (kind == 3) quant_uniform(&q, 4, QUANT_L2); /* relative variance about 4.5: contracted */
@@ -266,7 +267,7 @@ static void test_feedback(void) {
     for (int t = 0; t < T; t++) {
       for (int i = 0; i < N; i++) g[i] = (float)(rng_normal(&R) + 0.1 * sin(i)), p[i] = g[i];
       quant_feedback_add(p, e, N);
-      if (kind < 4) {
+      if (kind < 4 || kind == 6) {
         quant_encode_contract(&q, p, N, rng_hash(9, (uint64_t)t), msg);
         quant_decode(&q, msg, N, out, 0);
         quant_feedback_take(&q, msg, p, N, e);
@@ -283,9 +284,12 @@ static void test_feedback(void) {
     }
     for (int i = 0; i < N; i++) worst = fmax(worst, fabs(sent[i] + e[i] - in[i]) / mag[i]);
     printf("  error feedback, %s%s: telescoping identity within %.2g of sum |g|; largest residual %.3g, |p| %.3g, |g| %.3g\n",
-           name_of(&q, kind == 1 ? 1 : kind == 2 ? 3 : 0), kind >= 4 ? " (integers)" : "", worst, emax, pmax, gmax);
+           kind == 6 ? "top-k 10%" : name_of(&q, kind == 1 ? 1 : kind == 2 ? 3 : 0), kind == 4 || kind == 5 ? " (integers)" : "",
+           worst, emax, pmax, gmax);
     T_CHECK(worst <= 1e-6, "error feedback %d: sum of messages + residual misses the inputs by %.3g", kind, worst);
-    T_CHECK(isfinite(emax) && emax < 2.0 * gmax, "error feedback %d: residual %.3g against |g| %.3g", kind, emax, gmax);
+    /* top-k's residual is bounded by about 2 n / k times the gradients (Stich et al. 2018), not 2 */
+    const double bound = kind == 6 ? 20.0 : 2.0;
+    T_CHECK(isfinite(emax) && emax < bound * gmax, "error feedback %d: residual %.3g against |g| %.3g", kind, emax, gmax);
   }
 }
 
@@ -341,6 +345,58 @@ static void test_pack(void) {
   printf("  pack/unpack: 1..8 bits, lengths 0..40\n");
 }
 
+/* Indices in the order top-k keeps them: larger magnitude first, then the lower index. */
+static const float *order_of;
+static int by_magnitude(const void *a, const void *b) {
+  size_t i = *(const size_t *)a, j = *(const size_t *)b;
+  float x = fabsf(order_of[i]), y = fabsf(order_of[j]);
+  return x > y ? -1 : x < y ? 1 : i < j ? -1 : i > j;
+}
+
+/* Top-k against a sort: for every vector shape (ties: the constant one, zeros), bucket lengths from 1
+ * to 70,000 (32-bit indices past 65,536) and shares from 0.1% to all, exactly the k = ceil(n share)
+ * largest magnitudes (ties to the lower index) decode to themselves and the rest to 0; decoding
+ * adds where asked; the message has k (index + 4) bytes; quant_expected is the dropped values'
+ * squares, within the contraction bound (1 - k/n) ||v||^2. */
+static void test_topk(void) {
+  static const size_t lens[] = {1, 7, 100, 8192, 70000};
+  static const uint32_t ppms[] = {1000, 10000, 500000, 1000000};
+  enum { NMAX = 70000 };
+  static float v[NMAX], out[NMAX], acc[NMAX];
+  static size_t idx[NMAX];
+  static uint8_t msg[NMAX * 8];
+  static unsigned char kept[NMAX];
+  int bad = 0, cases = 0;
+  for (int shape = 0; shape < 5; shape++)
+    for (size_t a = 0; a < sizeof lens / sizeof lens[0]; a++)
+      for (size_t b = 0; b < sizeof ppms / sizeof ppms[0]; b++) {
+        const size_t n = lens[a];
+        quant_scheme q;
+        quant_topk(&q, ppms[b]);
+        vector_of(shape, v, n);
+        size_t k = (n * ppms[b] + 999999) / 1000000;
+        k = k < 1 ? 1 : k > n ? n : k;
+        for (size_t i = 0; i < n; i++) idx[i] = i, kept[i] = 0, acc[i] = 1.0f;
+        order_of = v;
+        qsort(idx, n, sizeof *idx, by_magnitude);
+        double norm2 = 0, dropped = 0;
+        for (size_t j = 0; j < k; j++) kept[idx[j]] = 1;
+        for (size_t i = 0; i < n; i++) norm2 += (double)v[i] * v[i], dropped += kept[i] ? 0.0 : (double)v[i] * v[i];
+        quant_encode(&q, v, n, 0, msg);
+        quant_decode(&q, msg, n, out, 0);
+        quant_decode(&q, msg, n, acc, 1);
+        int ok = quant_bytes(&q, n) == k * ((n <= 65536 ? 2 : 4) + sizeof(float));
+        for (size_t i = 0; i < n; i++)
+          ok &= out[i] == (kept[i] ? v[i] : 0.0f) && acc[i] == 1.0f + out[i];
+        double e = quant_expected(&q, v, n);
+        ok &= e == dropped && e <= (1.0 - (double)k / n) * norm2 * (1 + 1e-12);
+        bad += !ok, cases++;
+        T_CHECK(ok, "top-k shape %d, n = %zu, %u ppm: not the %zu largest (or bytes %zu, error %.6g against %.6g)", shape, n,
+                ppms[b], k, quant_bytes(&q, n), e, dropped);
+      }
+  printf("  top-k: %d cases (5 shapes, 5 lengths, 4 shares) keep exactly the k largest magnitudes; %d differ\n", cases, bad);
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   rng_seed(&R, 7, 0, 0);
@@ -351,6 +407,7 @@ int main(int argc, char **argv) {
   test_integers();
   test_adaptive();
   test_feedback();
+  test_topk();
   int rc = t_done("test_quant");
   MPI_Finalize();
   return rc;

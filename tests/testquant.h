@@ -9,7 +9,7 @@
 
 #include "base/quant.h"
 
-enum { TQ_NSEG = 7, TQ_NSCHEMES = 6 };
+enum { TQ_NSEG = 7, TQ_NSCHEMES = 8 };
 
 /* The segments under scheme q: their values' and bytes' totals into *nvals and *bytes. */
 static inline void tq_segments(const quant_scheme *q, quant_seg seg[TQ_NSEG], size_t *nvals, size_t *bytes) {
@@ -25,7 +25,7 @@ static inline void tq_segments(const quant_scheme *q, quant_seg seg[TQ_NSEG], si
 }
 
 /* Scheme k: QSGD 4-bit (L2), QSGDinf 3-bit (max), NUQSGD 5-bit, min-max 2-bit, a table of 4-bit
- * levels (as ALQ fits them), 8-bit uniform. Returns its name. */
+ * levels (as ALQ fits them), 8-bit uniform, top-k at 1% and 50%. Returns its name. */
 static inline const char *tq_scheme(int k, quant_scheme *q) {
   static const float lv[8] = {0.0f, 0.01f, 0.03f, 0.08f, 0.15f, 0.3f, 0.6f, 1.0f};
   switch (k) {
@@ -34,6 +34,8 @@ static inline const char *tq_scheme(int k, quant_scheme *q) {
   case 2: quant_exponential(q, 5, QUANT_L2); return "nuqsgd 5-bit";
   case 3: quant_uniform(q, 2, QUANT_MINMAX); return "min-max 2-bit";
   case 4: quant_levels(q, 4, QUANT_L2, lv, 8); return "levels 4-bit";
+  case 6: quant_topk(q, 10000); return "topk 1%";
+  case 7: quant_topk(q, 500000); return "topk 50%";
   default: quant_uniform(q, 8, QUANT_MAX); return "qsgdinf 8-bit";
   }
 }

@@ -50,6 +50,14 @@ void quant_passthrough(quant_scheme *q) {
   q->bits = 32;
 }
 
+void quant_topk(quant_scheme *q, uint32_t ppm) {
+  UTIL_CHECK(ppm >= 1 && ppm <= 1000000, NULL, "internal: top-k of %u parts per million", ppm);
+  memset(q, 0, sizeof *q);
+  q->bits = 0;
+  q->norm = QUANT_L2; /* unused */
+  q->topk_ppm = ppm;
+}
+
 /* ---- packing ------------------------------------------------------------------------------------ */
 
 size_t quant_packed_bytes(size_t n, int bits) { return (n * (size_t)bits + 7) / 8; }
@@ -74,6 +82,7 @@ void quant_unpack(const uint8_t *in, size_t n, int bits, uint8_t *codes) {
 
 size_t quant_bytes(const quant_scheme *q, size_t n) {
   if (q->bits == 32) return n * sizeof(float);
+  if (q->topk_ppm) return qc_topk_count(q, n) * (qc_topk_index_bytes(n) + sizeof(float));
   return (size_t)qc_headers(q) * sizeof(float) + quant_packed_bytes(n, q->bits);
 }
 
@@ -111,7 +120,7 @@ void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float sca
 
 void quant_encode_contract(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
   quant_encode(q, v, n, key, msg);
-  if (q->bits == 32) return;
+  if (q->bits == 32 || q->topk_ppm) return; /* top-k is a contraction as it is */
   float h[2] = {0.0f, 0.0f}, f;
   qc_scale(q, v, n, h);
   f = qc_contraction(q, h, v, n);
@@ -137,6 +146,10 @@ void quant_int_feedback_take(const quant_scheme *q, const int16_t *ints, float s
 void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
   if (q->bits == 32) {
     memcpy(msg, v, n * sizeof(float));
+    return;
+  }
+  if (q->topk_ppm) {
+    qc_topk_encode(q, v, n, msg);
     return;
   }
   float h[2] = {0.0f, 0.0f};
@@ -165,6 +178,11 @@ void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *ou
     }
     return;
   }
+  if (q->topk_ppm) {
+    if (!accumulate) memset(out, 0, n * sizeof *out);
+    qc_topk_scatter(q, msg, n, out, accumulate ? QC_ADD : QC_SET, NULL);
+    return;
+  }
   float h[2] = {0.0f, 0.0f}, table[256]; /* every code's value, once per bucket */
   memcpy(h, msg, (size_t)qc_headers(q) * sizeof(float));
   for (unsigned k = 0; k < 1u << q->bits; k++) table[k] = qc_value(q, h, k);
@@ -187,6 +205,15 @@ void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *ou
 
 double quant_expected(const quant_scheme *q, const float *v, size_t n) {
   if (q->bits == 32) return 0.0;
+  if (q->topk_ppm) { /* what is dropped, exactly */
+    const size_t k = qc_topk_count(q, n);
+    size_t ties;
+    double e = 0.0;
+    const uint32_t t = k ? qc_topk_threshold(v, n, k, &ties) : 0;
+    for (size_t i = 0; i < n; i++)
+      if (!k || !qc_topk_keeps(qc_mag(v[i]), t, &ties)) e += (double)v[i] * v[i];
+    return e;
+  }
   float h[2] = {0.0f, 0.0f};
   qc_scale(q, v, n, h);
   return qc_expected(q, h, v, n);

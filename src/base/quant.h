@@ -32,6 +32,7 @@ typedef struct {
   int nlevels;     /* magnitude levels 0 = level[0] < ... < level[nlevels-1] = 1 (sign+magnitude forms) */
   float level[QUANT_MAX_LEVELS];
   int uniform;     /* levels j / (nlevels - 1): found by arithmetic, not by search */
+  uint32_t topk_ppm; /* top-k sparsification (quant_topk): parts per million kept; 0 for the quantizers */
 } quant_scheme;
 
 /* Uniform levels j / s, s = 2^(b-1) - 1 (QSGD with QUANT_L2, QSGDinf with QUANT_MAX; for
@@ -44,6 +45,11 @@ void quant_exponential(quant_scheme *q, int bits, quant_norm norm);
 int quant_levels(quant_scheme *q, int bits, quant_norm norm, const float *level, int n);
 /* bits = 32: the floats pass through unchanged. */
 void quant_passthrough(quant_scheme *q);
+/* Top-k sparsification: a bucket of n keeps its k = ceil(n ppm / 10^6) largest magnitudes (at least
+ * one; ties to the lower index), sent as their indices (16 bits for buckets of up to 65536 values,
+ * else 32) and fp32 values. Biased (E[C(v)] != v) but contractive, ||C(v) - v||^2 <= (1 - k/n) ||v||^2:
+ * error feedback makes it converge (Stich et al., NeurIPS 2018). quant_expected is its exact error. */
+void quant_topk(quant_scheme *q, uint32_t ppm);
 
 /* Bytes of the message of a bucket of n values. */
 size_t quant_bytes(const quant_scheme *q, size_t n);

@@ -209,4 +209,80 @@ QC_FN float qc_contraction(const quant_scheme *q, const float h[2], const float 
   return (float)(1.0 / (1.0 + qc_expected(q, h, v, n) / norm2));
 }
 
+/* ---- top-k sparsification (quant_topk) ----
+ * A bucket of n values keeps its k largest magnitudes (ties: the lower indices), sent as k indices
+ * (16 bits when n <= 65536, else 32, little-endian) in increasing order, then their k fp32 values.
+ * Only comparisons and copies: the CPU and a GPU thread select the same values. */
+
+/* Values kept of a bucket of n: ceil(n ppm / 10^6), at least 1, at most n. */
+QC_FN size_t qc_topk_count(const quant_scheme *q, size_t n) {
+  size_t k = (n * (size_t)q->topk_ppm + 999999u) / 1000000u;
+  return k < 1 ? (n > 0) : k > n ? n : k;
+}
+QC_FN size_t qc_topk_index_bytes(size_t n) { return n <= 65536 ? 2 : 4; }
+/* The magnitude's bits: for finite non-negative floats their order is the values' order. */
+QC_FN uint32_t qc_mag(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u & 0x7fffffffu;
+}
+
+/* The k-th largest magnitude key of v (n, k >= 1) by radix selection, a byte at a time from the
+ * top; *ties: how many of the keys equal to it are kept (the first ones in index order). */
+QC_FN uint32_t qc_topk_threshold(const float *v, size_t n, size_t k, size_t *ties) {
+  uint32_t prefix = 0, mask = 0;
+  size_t need = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    uint32_t hist[256];
+    for (int b = 0; b < 256; b++) hist[b] = 0;
+    for (size_t i = 0; i < n; i++) {
+      const uint32_t u = qc_mag(v[i]);
+      if ((u & mask) == prefix) hist[(u >> shift) & 255u]++;
+    }
+    int b = 255;
+    while (b > 0 && hist[b] < need) need -= hist[b--];
+    prefix |= (uint32_t)b << shift, mask |= 255u << shift;
+  }
+  *ties = need;
+  return prefix;
+}
+
+/* Whether value i (magnitude key u) is kept at threshold t, counting down the ties left. */
+QC_FN int qc_topk_keeps(uint32_t u, uint32_t t, size_t *ties) {
+  if (u > t) return 1;
+  if (u < t || *ties == 0) return 0;
+  --*ties;
+  return 1;
+}
+
+/* The message of v (n values): the kept values' indices, then the values. */
+QC_FN void qc_topk_encode(const quant_scheme *q, const float *v, size_t n, uint8_t *msg) {
+  const size_t k = qc_topk_count(q, n), w = qc_topk_index_bytes(n);
+  if (k == 0) return;
+  size_t ties, j = 0;
+  const uint32_t t = qc_topk_threshold(v, n, k, &ties);
+  for (size_t i = 0; i < n && j < k; i++) {
+    if (!qc_topk_keeps(qc_mag(v[i]), t, &ties)) continue;
+    for (size_t b = 0; b < w; b++) msg[j * w + b] = (uint8_t)(i >> (8 * b));
+    memcpy(msg + k * w + j * sizeof(float), &v[i], sizeof(float));
+    j++;
+  }
+}
+
+enum { QC_SET = 0, QC_ADD = 1, QC_RESIDUAL = 2 }; /* out = y, out += y, out = v - y */
+
+/* The kept values of msg (a bucket of n) into out at their indices as mode says (QC_SET: the caller
+ * has zeroed out; QC_RESIDUAL: out[i] = v[i] - y, out holding v elsewhere). */
+QC_FN void qc_topk_scatter(const quant_scheme *q, const uint8_t *msg, size_t n, float *out, int mode, const float *v) {
+  const size_t k = qc_topk_count(q, n), w = qc_topk_index_bytes(n);
+  for (size_t j = 0; j < k; j++) {
+    size_t i = 0;
+    float y;
+    for (size_t b = 0; b < w; b++) i |= (size_t)msg[j * w + b] << (8 * b);
+    memcpy(&y, msg + k * w + j * sizeof(float), sizeof y);
+    if (i >= n) continue; /* not a message of this bucket: nothing outside it is touched */
+    out[i] = mode == QC_ADD ? out[i] + y : mode == QC_RESIDUAL ? v[i] - y : y;
+  }
+}
+
 #endif

@@ -465,7 +465,16 @@ static int choice_index(const char *words, const char *value) {
 CFG_CHOICE_KEYS(CFG_CHOICE_FN)
 #undef CFG_CHOICE_FN
 
-int cfg_comm_compressed(const cfg_comm *c) { return cfg_comm_method_of(c) != CFG_COMM_NONE && c->bits != 32; }
+long cfg_comm_bucket(const cfg_comm *c) {
+  if (c->quant_bucket) return c->quant_bucket;
+  cfg_comm_method m = cfg_comm_method_of(c); /* the papers' settings: L2 norms and top-k 8192, the others 512 */
+  return m == CFG_COMM_QSGD || m == CFG_COMM_NUQSGD || m == CFG_COMM_ALQ || m == CFG_COMM_AMQ || m == CFG_COMM_TOPK ? 8192 : 512;
+}
+
+int cfg_comm_compressed(const cfg_comm *c) {
+  cfg_comm_method m = cfg_comm_method_of(c);
+  return m == CFG_COMM_TOPK || (m != CFG_COMM_NONE && c->bits != 32); /* bits mean nothing to top-k */
+}
 
 cfg_task cfg_task_of(const char *word) { return (cfg_task)choice_index(CFG_CHOICES(CFG_TASKS), word); }
 
@@ -676,6 +685,26 @@ int cfg_model_untied(const cfg_model *m) {
   return h == CFG_HEAD_UNTIED || (h == CFG_HEAD_AUTO && (a == CFG_ARCH_GPT_NEOX || a == CFG_ARCH_LLAMA));
 }
 
+/* &comm method = 'topk': biased, so with error feedback; at least one value of every full bucket
+ * by the fraction itself (else the share sent is not the one asked for). */
+static void check_topk(const cfg_config *cfg, err_list *errs) {
+  const cfg_comm *c = &cfg->comm;
+  if (cfg_comm_method_of(c) != CFG_COMM_TOPK) return;
+  if (!c->error_feedback)
+    cfg_error_at(cfg, errs, "comm", "method", "set &comm error_feedback = .true.",
+                 "method = 'topk' drops what it does not send (a biased compressor): it needs error_feedback, which "
+                 "carries the rest to the next steps");
+  const double bucket = (double)cfg_comm_bucket(c);
+  if (c->topk_fraction * bucket < 1.0 || c->topk_fraction < 1e-6) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "raise topk_fraction to at least %.3g, or quant_bucket to at least %.0f",
+             fmax(1.0 / bucket, 1e-6), ceil(1.0 / fmax(c->topk_fraction, 1e-6)));
+    cfg_error_at(cfg, errs, "comm", "topk_fraction", hint,
+                 "topk_fraction = %g keeps %.3g of a bucket of %.0f values: less than one (k out of range)",
+                 c->topk_fraction, c->topk_fraction * bucket, bucket);
+  }
+}
+
 static void check_consistency(cfg_config *cfg, err_list *errs) {
   cfg_model *m = &cfg->model;
   if (m->n_embd % m->n_head != 0) {
@@ -735,6 +764,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
     cfg_error_at(cfg, errs, "comm", "exchange", "method = 'qsgd' or 'qsgdinf' (uniform levels), or exchange = 'allgather'",
                  "exchange = 'intsum' sums integer codes, which needs uniform levels; method = '%s' has none",
                  cfg->comm.method);
+  check_topk(cfg, errs);
 }
 
 /* group.key now holds a value derived from from_group.from_key: errors point at the latter. */

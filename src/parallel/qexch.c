@@ -67,12 +67,10 @@ static void scheme_of(const cfg_comm *c, quant_scheme *q) {
   case CFG_COMM_QSGD: quant_uniform(q, bits, QUANT_L2); break;
   case CFG_COMM_QSGDINF: quant_uniform(q, bits, QUANT_MAX); break;
   case CFG_COMM_MINMAX: case CFG_COMM_NONE: quant_uniform(q, bits, QUANT_MINMAX); break;
+  case CFG_COMM_TOPK: quant_topk(q, (uint32_t)llround(c->topk_fraction * 1e6)); break;
   }
 }
 
-static size_t bucket_size(const cfg_comm *c, const quant_scheme *q) {
-  return c->quant_bucket ? (size_t)c->quant_bucket : q->norm == QUANT_L2 ? 8192 : 512;
-}
 
 /* What the segments of a range hold: their count, the quantized ones', the values quantized and
  * raw, and the byte message's bytes. */
@@ -121,7 +119,7 @@ static size_t plan_message(const cfg_comm *c, const gpt_tensor *t, int n, size_t
   quant_scheme q;
   int on = cfg_comm_compressed(c);
   if (on) scheme_of(c, &q);
-  seg_count k = walk_segments(on ? &q : NULL, t, n, lo, hi, on ? bucket_size(c, &q) : 1, (size_t)c->min_numel, 0, NULL);
+  seg_count k = walk_segments(on ? &q : NULL, t, n, lo, hi, on ? (size_t)cfg_comm_bucket(c) : 1, (size_t)c->min_numel, 0, NULL);
   *nseg = k.nseg;
   return on && cfg_comm_exchange_of(c) == CFG_EXCHANGE_INTSUM ? intsum_bytes(&k, narrow_sums(&q, D)) : k.bytes;
 }
@@ -144,7 +142,7 @@ int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs) {
     cfg_error_at(cfg, errs, "comm", "exchange", hint,
                  "exchange = 'intsum' with %d replicas: %d x %d levels overflow the 16-bit integer sums", D, D, q.nlevels - 1);
   }
-  double qb = (double)bucket_size(c, &q), bytes = ceil(values / qb) * (double)quant_bytes(&q, (size_t)qb);
+  double qb = (double)(size_t)cfg_comm_bucket(c), bytes = ceil(values / qb) * (double)quant_bytes(&q, (size_t)qb);
   if (bytes >= 2147483648.0)
     cfg_error_at(cfg, errs, "parallel", "bucket_mb", "lower bucket_mb, or raise &comm quant_bucket (fewer scales)",
                  "a compressed bucket of %.0f values would take %.3g bytes, beyond MPI's 32-bit counts", values, bytes);
@@ -263,7 +261,7 @@ qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const g
   const backend *be = m->be;
   x->dev = qexch_residual_on_device(c, x->D, be);
   x->b = util_calloc((size_t)nb, sizeof *x->b, "compressed buckets");
-  size_t qb = bucket_size(c, &x->q);
+  size_t qb = (size_t)cfg_comm_bucket(c);
   for (int i = 0; i < nb; i++) {
     x->b[i].b0 = b[i].b0, x->b[i].b1 = b[i].b1, x->b[i].lo = b[i].lo, x->b[i].hi = b[i].hi;
     plan_bucket(x, &x->b[i], m, &b[i], qb, (size_t)c->min_numel);
@@ -271,7 +269,7 @@ qexch *qexch_create(const cfg_comm *c, long adapt_period, uint64_t seed, const g
     if (b[i].b1 - b[i].b0 > x->host_n) x->host_n = b[i].b1 - b[i].b0;
   }
   if (!be->caps.host_memory) x->host = util_malloc(x->host_n * sizeof(float) + 1, "bucket on the host");
-  x->scratch_n = bucket_size(c, &x->q);
+  x->scratch_n = (size_t)cfg_comm_bucket(c);
   x->scratch = util_malloc(x->scratch_n * sizeof(float), "decoded bucket");
   size_t np = m->nparams ? m->nparams : 1;
   if (c->error_feedback && x->dev) x->ef = be->alloc(be, np * sizeof(float)), x->ef_host = util_calloc(np, sizeof(float), "residual");
