@@ -313,6 +313,32 @@ static void check_13b(const backend *be) {
   free(cfg);
 }
 
+/* The two-level exchange (&comm hierarchy = 'node') on 2 nodes x 2 ranks, fp32: the sums and
+ * gathers inside the node at its bandwidth, the halves between the nodes at the node's network
+ * shared by its 2 owners; the one-level ring spans the nodes at the network's rate. */
+static void check_hierarchy(const backend *be) {
+  static const char *const sets[] = {"machine.nodes=2", "machine.inter_gbs=0.1", "machine.inter_latency_us=2",
+                                     "comm.hierarchy='node'"};
+  for (int two = 0; two < 2; two++) {
+    cfg_config *cfg = load(DECK, sets, two ? 4 : 3);
+    plan_result r;
+    err_list e = {0};
+    T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
+    err_free(&e);
+    const plan_layout *l = find(&r, 1, 4, 2, 0, 0, 0);
+    T_CHECK(l != NULL, "layout 1 x 4, B 2 missing among %d", r.n);
+    if (l) {
+      const double fp32 = (double)r.nparams * 4, inter = 0.1e9, intra = 1e9, li = 2e-6, la = 1e-6;
+      const double want = two ? 2.0 * 1 / 2 * fp32 / intra + 2.0 * la + 2.0 * 1 / 2 * (fp32 / 2) / (inter / 2) + 2.0 * li
+                              : 2.0 * 3 / 4 * fp32 / inter + 2.0 * 3 * li; /* one bucket, all of it exposed */
+      T_CHECK(near(l->t_dp, want), "%s exchange %.9g s, want %.9g", two ? "two-level" : "one-level", l->t_dp, want);
+      printf("  replica exchange on 2 nodes x 2, fp32: %s %.6g s\n", two ? "two levels" : "one ring", l->t_dp);
+    }
+    plan_free(&r);
+    free(cfg);
+  }
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   cfg_config *cfg = load(DECK, NULL, 0);
@@ -326,6 +352,7 @@ int main(int argc, char **argv) {
   check_device_precision(be);
   check_13b(be);
   check_bounds(be);
+  check_hierarchy(be);
   backend_close(be);
   free(cfg);
   int rc = t_done("test_plan");
