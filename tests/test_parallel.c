@@ -201,6 +201,9 @@ static void check_case(const char *dir, const run_result *ref, int rank, const c
   comm_method = k->method, comm_bits = k->bits, comm_exchange = k->exchange, comm_ef = k->ef, ranks_per_node = k->rpn;
   global_batch = D == 3 ? 6 : D == 6 ? 12 : 8;
   if (k->rpn) snprintf(shape, sizeof shape, ", hierarchy on nodes of %d rank%s", k->rpn, k->rpn > 1 ? "s" : "");
+  char what[32]; /* top-k has no bits */
+  if (strcmp(k->method, "topk") == 0) snprintf(what, sizeof what, "topk 1%%");
+  else snprintf(what, sizeof what, "%s %d-bit", k->method, k->bits);
   if (sub != MPI_COMM_NULL) {
     cfg_config *c = deck(dir, P, D, k->zero, "replicas_adjacent", P * D);
     train_from(c, sub, &r, NULL, mine);
@@ -220,22 +223,20 @@ static void check_case(const char *dir, const run_result *ref, int rank, const c
     double pe = r.params && r.n == ref->n ? t_rel_err(r.params, ref->params, r.n) : INFINITY;
     int bitwise = again.params && r.params && again.n == r.n && !memcmp(again.params, r.params, r.n * sizeof(float)) &&
                   !memcmp(again.loss + STEPS / 2, r.loss + STEPS / 2, STEPS / 2 * sizeof(double));
-    printf("compressed %s %d-bit %s%s, P=%d D=%d ZeRO-%d%s: step losses rel err %.2e, val %.5f (serial %.5f), "
-           "parameters %.2e; restart %s\n", k->method, k->bits, k->exchange, k->ef ? " + error feedback" : "", P, D,
+    printf("compressed %s %s%s, P=%d D=%d ZeRO-%d%s: step losses rel err %.2e, val %.5f (serial %.5f), "
+           "parameters %.2e; restart %s\n", what, k->exchange, k->ef ? " + error feedback" : "", P, D,
            k->zero, shape, worst, r.val, ref->val, pe, bitwise ? "bit for bit" : "DIFFERS");
-    T_CHECK(worst <= k->tl, "%s %d-bit D=%d%s: a step's loss differs by %.3g", k->method, k->bits, D, shape, worst);
-    T_CHECK(pe <= k->tp, "%s %d-bit D=%d%s: parameters differ by %.3g", k->method, k->bits, D, shape, pe);
-    T_CHECK(bitwise, "%s %d-bit D=%d%s: the restart from step %d does not continue bit for bit", k->method, k->bits, D,
-            shape, STEPS / 2);
+    T_CHECK(worst <= k->tl, "%s D=%d%s: a step's loss differs by %.3g", what, D, shape, worst);
+    T_CHECK(pe <= k->tp, "%s D=%d%s: parameters differ by %.3g", what, D, shape, pe);
+    T_CHECK(bitwise, "%s D=%d%s: the restart from step %d does not continue bit for bit", what, D, shape, STEPS / 2);
     if (k->dev) {
       int same = dev.params && dev_again.params && dev.n == r.n && !memcmp(dev.params, r.params, r.n * sizeof(float)) &&
                  !memcmp(dev.loss, r.loss, sizeof r.loss) && dev.val == r.val && dev_again.n == r.n &&
                  !memcmp(dev_again.params, r.params, r.n * sizeof(float));
-      printf("compressed %s %d-bit %s%s, P=%d D=%d%s: on \"device\" memory (the ops there, messages staged) %s\n",
-             k->method, k->bits, k->exchange, k->ef ? " + error feedback" : "", P, D, shape,
+      printf("compressed %s %s%s, P=%d D=%d%s: on \"device\" memory (the ops there, messages staged) %s\n",
+             what, k->exchange, k->ef ? " + error feedback" : "", P, D, shape,
              same ? "bit for bit the host path's, restart included" : "DIFFERS");
-      T_CHECK(same, "%s %d-bit %s D=%d%s: the device path differs from the host path", k->method, k->bits, k->exchange, D,
-              shape);
+      T_CHECK(same, "%s %s D=%d%s: the device path differs from the host path", what, k->exchange, D, shape);
     }
   }
   free(r.params), free(again.params), free(dev.params), free(dev_again.params);

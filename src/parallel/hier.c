@@ -66,8 +66,9 @@ hier_shape hier_plan_shape(const cfg_comm *c, const par_layout *lay, int replica
   return s;
 }
 
-/* The error of a stage (-1: some stage) whose replicas sit unevenly on the nodes: count[0..n) per node. */
-static void uneven(const cfg_config *cfg, err_list *errs, int stage, const int *count, int n, const char *how) {
+/* The error of a stage (-1: some stage) whose replicas sit unevenly on the nodes: count[0..n) per node
+ * (the first of them: `more` says there are others). */
+static void uneven(const cfg_config *cfg, err_list *errs, int stage, const int *count, int n, int more, const char *how) {
   char who[32] = "a stage";
   if (stage >= 0) snprintf(who, sizeof who, "stage %d", stage);
   char list[160] = "";
@@ -77,7 +78,7 @@ static void uneven(const cfg_config *cfg, err_list *errs, int stage, const int *
                "start whole nodes of each stage's replicas (data_parallel a multiple of the replicas a node holds, rank_order "
                "= 'replicas_adjacent' with pipelines), set ranks_per_node, or hierarchy = 'none'",
                "hierarchy = 'node' needs every node to hold as many of a stage's replicas; %s's %ld sit %s%s on "
-               "their nodes (%s)", who, cfg->parallel.data_parallel, list, n > 8 ? ", ..." : "", how);
+               "their nodes (%s)", who, cfg->parallel.data_parallel, list, more ? ", ..." : "", how);
 }
 
 int hier_check(const cfg_config *cfg, err_list *errs) {
@@ -88,18 +89,17 @@ int hier_check(const cfg_config *cfg, err_list *errs) {
                   .stages_adjacent = cfg_parallel_rank_order_of(&cfg->parallel) == CFG_ORDER_STAGES_ADJACENT};
   for (int s = 0; s < l.P; s++)
     for (int t = 0; t < l.tp; t++) {
-      int count[9], n = 0, even = 1, first = -1, before;
-      for (int r = 0; r < l.D;) {
+      int count[8], n = 0, nodes = 0, even = 1, before;
+      for (int r = 0; r < l.D; nodes++) {
         int R = run_of(&l, c->ranks_per_node, s, t, r, &before);
-        if (first < 0) first = R;
-        even &= R == first;
-        if (n < 9) count[n++] = R;
+        even &= nodes == 0 || R == count[0];
+        if (n < 8) count[n++] = R;
         r += R;
       }
       if (even) continue;
       char how[64];
       snprintf(how, sizeof how, "ranks_per_node = %ld", c->ranks_per_node);
-      uneven(cfg, errs, s, count, n, how);
+      uneven(cfg, errs, s, count, n, nodes > n, how);
       return 1;
     }
   return 0;
@@ -126,7 +126,7 @@ int hier_check_nodes(const cfg_config *cfg, const par_layout *lay, err_list *err
   MPI_Allreduce(MPI_IN_PLACE, lo_hi, 2, MPI_INT, MPI_MAX, lay->comm);
   if (-lo_hi[0] == lo_hi[1]) return 0;
   int count[2] = {-lo_hi[0], lo_hi[1]};
-  uneven(cfg, errs, -1, count, 2, "as few and as many as MPI_COMM_TYPE_SHARED reports; the stage may differ");
+  uneven(cfg, errs, -1, count, 2, 0, "as few and as many as MPI_COMM_TYPE_SHARED reports; the stage may differ");
   return 1;
 }
 
