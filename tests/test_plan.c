@@ -45,6 +45,14 @@ static const plan_layout *find(const plan_result *r, int P, int D, int B, int ze
   return find_tp(r, P, 1, D, B, zero, rc, order);
 }
 
+/* The plan of cfg, which must succeed. */
+static void plan_of(plan_result *r, const cfg_config *cfg, const backend *be) {
+  err_list e = {0};
+  T_CHECK(plan_make(r, cfg, be, NULL, &e) == 0, "plan_make failed");
+  err_print(&e, 10);
+  err_free(&e);
+}
+
 static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b)) + 1e-15; }
 
 /* FLOPs per token of the whole model, fwd + bwd: 6 x the blocks' and the head's weights plus the
@@ -56,9 +64,7 @@ static double model_cost(double L, double C, double V, double T) {
 /* One replica: 2 x ... on a 1 x 2 node by hand: the passes, the exchange, the optimizer, energy. */
 static void check_data_parallel(const cfg_config *cfg, const backend *be) {
   plan_result r;
-  err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
-  err_free(&e);
+  plan_of(&r, cfg, be);
   const plan_layout *l = find(&r, 1, 2, 2, 0, 0, 0);
   T_CHECK(l != NULL, "layout 1 x 2, B 2 missing among %d", r.n);
   if (!l) return plan_free(&r);
@@ -130,9 +136,7 @@ static void check_pipeline(const cfg_config *cfg, const backend *be) {
  * optimizer over tensor rank 0's shard. */
 static void check_tensor_parallel(const cfg_config *cfg, const backend *be) {
   plan_result r;
-  err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
-  err_free(&e);
+  plan_of(&r, cfg, be);
   const double C = 64, T = 32, B = 2, m = 4, peak = 0.1e12 * 0.5;
   const double allreduce = 2.0 * (2 - 1) / 2 * B * T * C * 4 / 1e9 + 2.0 * (2 - 1) * 1e-6;
   for (int rc = 0; rc <= 1; rc++) {
@@ -184,9 +188,7 @@ static void check_tp_divisibility(const backend *be) {
   const char *sets[] = {"machine.devices_per_node=12", "model.n_inner=250", "training.global_batch_size=24"};
   cfg_config *cfg = load(DECK, sets, 3);
   plan_result r;
-  err_list e = {0};
-  T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
-  err_free(&e);
+  plan_of(&r, cfg, be);
   int seen[13] = {0};
   for (int i = 0; i < r.n; i++) {
     const plan_layout *l = &r.v[i];
@@ -322,9 +324,7 @@ static void check_hierarchy(const backend *be) {
   for (int two = 0; two < 2; two++) {
     cfg_config *cfg = load(DECK, sets, two ? 4 : 3);
     plan_result r;
-    err_list e = {0};
-    T_CHECK(plan_make(&r, cfg, be, NULL, &e) == 0, "plan_make failed");
-    err_free(&e);
+    plan_of(&r, cfg, be);
     const plan_layout *l = find(&r, 1, 4, 2, 0, 0, 0);
     T_CHECK(l != NULL, "layout 1 x 4, B 2 missing among %d", r.n);
     if (l) {

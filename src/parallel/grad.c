@@ -186,18 +186,18 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
   const size_t land = landing_bytes(m->nparams, lay, comm);
   if (land) g->recv = m->be->alloc(m->be, land);
   /* host staging (where MPI cannot use backend memory) of what the exchanges touch */
-  const int flat = g->D > 1 && !(comm && hier_on(comm, g->D)); /* else the hierarchy stages its own */
-  comm_stage_init(&g->gs, m->be, flat ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0,
+  const int two = comm && hier_on(comm, g->D); /* the two-level exchange stages its own */
+  comm_stage_init(&g->gs, m->be, g->D > 1 && !two ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0,
                   sizeof(float));
   comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0, sizeof(float));
   comm_stage_init(&g->rs, m->be, land / sizeof(float), sizeof(float));
   if (comm && g->D > 1) {
     qexch_bucket *q = qexch_buckets(g);
-    if (hier_on(comm, g->D)) g->hx = hier_create(m, lay, comm, adapt_period, seed, g->nb, q), g->qx = hier_qexch(g->hx);
+    if (two) g->hx = hier_create(m, lay, comm, adapt_period, seed, g->nb, q), g->qx = hier_qexch(g->hx);
     else g->qx = qexch_create(comm, adapt_period, seed, m, g->nb, q, g->dp, lay->comm);
     free(q);
   }
-  if (g->D > 1) g->spans = hier_spans(comm, lay);
+  if (g->D > 1 && !two) g->spans = hier_spans(comm, lay); /* the flat exchange's bytes between nodes */
   g->warmup = comm ? comm->warmup_steps : 0;
   return g;
 }

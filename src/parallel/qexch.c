@@ -142,7 +142,7 @@ int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs) {
     cfg_error_at(cfg, errs, "comm", "exchange", hint,
                  "exchange = 'intsum' with %d replicas: %d x %d levels overflow the 16-bit integer sums", D, D, q.nlevels - 1);
   }
-  double qb = (double)(size_t)cfg_comm_bucket(c), bytes = ceil(values / qb) * (double)quant_bytes(&q, (size_t)qb);
+  double qb = (double)cfg_comm_bucket(c), bytes = ceil(values / qb) * (double)quant_bytes(&q, (size_t)qb);
   if (bytes >= 2147483648.0)
     cfg_error_at(cfg, errs, "parallel", "bucket_mb", "lower bucket_mb, or raise &comm quant_bucket (fewer scales)",
                  "a compressed bucket of %.0f values would take %.3g bytes, beyond MPI's 32-bit counts", values, bytes);
