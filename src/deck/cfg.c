@@ -859,6 +859,15 @@ int cfg_resolve_layout(cfg_config *cfg, int nranks, err_list *errs) {
   long D = p->data_parallel, B = t->micro_batch_size, per = B * D; /* sequences per micro-batch round */
   if (t->global_batch_size == 0) {
     long m = p->micro_batches ? p->micro_batches : 1;
+    const double most = cfg_key_max("training", "global_batch_size");
+    if ((double)per * (double)m > most) { /* a derived value the deck could not hold */
+      char hint[200];
+      snprintf(hint, sizeof hint, "lower micro_batches to at most %.0f, or micro_batch_size", floor(most / (double)per));
+      cfg_error_at(cfg, errs, "parallel", "micro_batches", hint,
+                   "micro_batch_size x data_parallel x micro_batches = %ld x %ld x %ld sequences a step is beyond "
+                   "global_batch_size's largest value, %.0f", B, D, m, most);
+      return (int)(err_count(errs) - n0);
+    }
     t->global_batch_size = per * m;
     set_derived(cfg, "training", "global_batch_size", "training", "micro_batch_size");
   }

@@ -40,7 +40,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n1;
     char *e1 = echo(&a, &n1);
     err_list again = {0};
-    FUZZ_ASSERT(cfg_load(&b, e1, n1, "resolved.nml", NULL, 0, &again) == 0, "the resolved deck of a valid deck loads");
+    int loads = cfg_load(&b, e1, n1, "resolved.nml", NULL, 0, &again) == 0;
+    if (!loads) err_print(&again, 5); /* what the echo got wrong, for the finding's report */
+    FUZZ_ASSERT(loads, "the resolved deck of a valid deck loads");
     FUZZ_ASSERT(same_values(&a, &b), "the resolved deck loads to the same values");
     free(e1);
     err_free(&again);

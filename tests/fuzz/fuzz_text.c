@@ -143,7 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == 0 && !jsonl && docs == 0 && plain_payload) {
       char *want = malloc(n + 1);
       size_t wn = without_long_lines(payload, n, cs.line_max, want);
-      FUZZ_ASSERT(wn == got.n && memcmp(want, got.text, wn) == 0, "'file' documents are the text without its lines too long");
+      FUZZ_ASSERT(wn == got.n && (wn == 0 || memcmp(want, got.text, wn) == 0), "'file' documents are the text without its lines too long");
       free(want);
     }
     if ((opt & 64) && (opt & 3)) {
