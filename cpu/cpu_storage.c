@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "base/lowrank_core.h"
 #include "base/util.h"
 
 /* ---- conversions ------------------------------------------------------------------------------- */
@@ -418,4 +419,52 @@ void cpu_op_quant_decode(const backend *be, float *out, const uint8_t *msg, size
                          const quant_scheme *q, int add) {
   (void)be;
   quant_decode_segs(q, seg, nseg, msg, base, out, add);
+}
+
+/* PowerSGD's factors in lowrank_core.h's orders (right's rows outside, each Q[j,k] still summed in row order). */
+void cpu_op_lowrank_left(const backend *be, float *P, float *M, float *ef, const float *Q, size_t n, size_t m, int r) {
+  (void)be;
+  if (ef)
+    for (size_t i = 0; i < n * m; i++) M[i] += ef[i];
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < r; k++) P[i * SZ(r) + SZ(k)] = lr_left(M, Q, m, r, i, k);
+}
+
+void cpu_op_lowrank_right(const backend *be, float *Q, const float *M, const float *P, size_t n, size_t m, int r) {
+  (void)be;
+  memset(Q, 0, m * SZ(r) * sizeof *Q);
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < m; j++)
+      for (int k = 0; k < r; k++) Q[j * SZ(r) + SZ(k)] = Q[j * SZ(r) + SZ(k)] + M[i * m + j] * P[i * SZ(r) + SZ(k)];
+}
+
+/* The dot product of columns a and b of P (n,r): the lanes, then halved pairwise. */
+static float lane_dot(const float *P, size_t n, int r, int a, int b) {
+  float lane[LR_LANES];
+  for (int t = 0; t < LR_LANES; t++) lane[t] = lr_lane(P, n, r, a, b, t);
+  for (int h = LR_LANES / 2; h > 0; h /= 2)
+    for (int t = 0; t < h; t++) lane[t] = lane[t] + lane[t + h];
+  return lane[0];
+}
+
+void cpu_op_lowrank_orth(const backend *be, float *P, size_t n, int r) {
+  (void)be;
+  for (int a = 0; a < r; a++) {
+    const float sumsq = lane_dot(P, n, r, a, a);
+    for (size_t i = 0; i < n; i++) P[i * SZ(r) + SZ(a)] = lr_unit(P[i * SZ(r) + SZ(a)], sumsq);
+    for (int b = a + 1; b < r; b++) {
+      const float d = lane_dot(P, n, r, a, b);
+      for (size_t i = 0; i < n; i++) P[i * SZ(r) + SZ(b)] = P[i * SZ(r) + SZ(b)] - d * P[i * SZ(r) + SZ(a)];
+    }
+  }
+}
+
+void cpu_op_lowrank_expand(const backend *be, float *M, const float *P, const float *Q, size_t n, size_t m, int r,
+                           int sub) {
+  (void)be;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = 0; j < m; j++) {
+      const float y = lr_expand(P, Q, r, i, j);
+      M[i * m + j] = sub ? M[i * m + j] - y : y;
+    }
 }

@@ -216,6 +216,11 @@ void gpu_quant_encode(uint8_t *msg, float *v, float *ef, const quant_seg *seg, i
                       uint64_t key);
 void gpu_quant_decode(float *out, const uint8_t *msg, size_t base, const quant_seg *seg, int nseg, const quant_scheme *q,
                       int add);
+/* PowerSGD's factors (gpu_quant.cu): see lowrank_left, lowrank_right, lowrank_orth and lowrank_expand in backend.h. */
+void gpu_lowrank_left(float *P, float *M, const float *ef, const float *Q, size_t n, size_t m, int r);
+void gpu_lowrank_right(float *Q, const float *M, const float *P, size_t n, size_t m, int r);
+void gpu_lowrank_orth(float *P, size_t n, int r);
+void gpu_lowrank_expand(float *M, const float *P, const float *Q, size_t n, size_t m, int r, int sub);
 /* *acc (device) += the sum of x (of its squares), block sums in gpu_sum_workspace() bytes of the workspace */
 size_t gpu_sum_workspace(void);
 void gpu_reduce_sum(gpu_ctx *g, double *acc, const float *x, size_t n, int square);

@@ -387,6 +387,23 @@ static void op_quant_decode(const backend *be, float *out, const uint8_t *msg, s
   (void)be;
   gpu_quant_decode(out, msg, base, seg, nseg, q, add);
 }
+static void op_lowrank_left(const backend *be, float *P, float *M, float *ef, const float *Q, size_t n, size_t m, int r) {
+  (void)be;
+  gpu_lowrank_left(P, M, ef, Q, n, m, r);
+}
+static void op_lowrank_right(const backend *be, float *Q, const float *M, const float *P, size_t n, size_t m, int r) {
+  (void)be;
+  gpu_lowrank_right(Q, M, P, n, m, r);
+}
+static void op_lowrank_orth(const backend *be, float *P, size_t n, int r) {
+  (void)be;
+  gpu_lowrank_orth(P, n, r);
+}
+static void op_lowrank_expand(const backend *be, float *M, const float *P, const float *Q, size_t n, size_t m, int r,
+                              int sub) {
+  (void)be;
+  gpu_lowrank_expand(M, P, Q, n, m, r, sub);
+}
 static void op_to_storage(const backend *be, void *dst, const float *src, size_t n) {
   gpu_to_storage(be->storage, dst, src, n);
 }

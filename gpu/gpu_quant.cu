@@ -12,6 +12,7 @@
 extern "C" {
 #include "base/rng.h"
 }
+#include "base/lowrank_core.h"
 #include "base/quant_core.h"
 
 enum { Q_THREADS = 256, Q_SEG_THREADS = 128 };
@@ -137,5 +138,83 @@ void gpu_quant_decode(float *out, const uint8_t *msg, size_t base, const quant_s
                       int add) {
   if (nseg <= 0) return;
   q_decode<<<nseg, Q_THREADS>>>(*q, out, msg, base, seg, add ? Q_ADD : Q_SET, NULL);
+  GPU_CHECK(cudaGetLastError());
+}
+
+/* ---- PowerSGD's factors: lowrank_core.h's sums, one thread per element (a block per matrix for the
+ * column dot products of the orthogonalization, its LR_LANES threads the lanes). ---- */
+
+__global__ void lr_add(float *M, const float *ef, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) M[i] += ef[i];
+}
+
+__global__ void lr_left_k(float *P, const float *M, const float *Q, size_t n, size_t m, int r) {
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n * (size_t)r; e += (size_t)gridDim.x * blockDim.x)
+    P[e] = lr_left(M, Q, m, r, e / (size_t)r, (int)(e % (size_t)r));
+}
+
+/* Q[j,k] summed over the rows in order (lowrank_core.h), by thread (j, k). */
+__global__ void lr_right_k(float *Q, const float *M, const float *P, size_t n, size_t m, int r) {
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < m * (size_t)r; e += (size_t)gridDim.x * blockDim.x) {
+    const size_t j = e / (size_t)r, k = e % (size_t)r;
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++) s = s + M[i * m + j] * P[i * (size_t)r + k];
+    Q[e] = s;
+  }
+}
+
+__global__ void lr_expand_k(float *M, const float *P, const float *Q, size_t n, size_t m, int r, int sub) {
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n * m; e += (size_t)gridDim.x * blockDim.x) {
+    const float y = lr_expand(P, Q, r, e / m, e % m);
+    M[e] = sub ? M[e] - y : y;
+  }
+}
+
+/* The dot product of columns a and b of P by the block's LR_LANES threads, halved pairwise as on the CPU. */
+__device__ float lr_block_dot(const float *P, size_t n, int r, int a, int b, float *lane) {
+  lane[threadIdx.x] = lr_lane(P, n, r, a, b, (int)threadIdx.x);
+  __syncthreads();
+  for (int h = LR_LANES / 2; h > 0; h /= 2) {
+    if ((int)threadIdx.x < h) lane[threadIdx.x] = lane[threadIdx.x] + lane[threadIdx.x + h];
+    __syncthreads();
+  }
+  const float d = lane[0];
+  __syncthreads();
+  return d;
+}
+
+__global__ void lr_orth_k(float *P, size_t n, int r) {
+  __shared__ float lane[LR_LANES];
+  for (int a = 0; a < r; a++) {
+    const float sumsq = lr_block_dot(P, n, r, a, a, lane);
+    for (size_t i = threadIdx.x; i < n; i += LR_LANES) P[i * (size_t)r + a] = lr_unit(P[i * (size_t)r + a], sumsq);
+    __syncthreads();
+    for (int b = a + 1; b < r; b++) {
+      const float d = lr_block_dot(P, n, r, a, b, lane);
+      for (size_t i = threadIdx.x; i < n; i += LR_LANES)
+        P[i * (size_t)r + b] = P[i * (size_t)r + b] - d * P[i * (size_t)r + a];
+      __syncthreads();
+    }
+  }
+}
+
+void gpu_lowrank_left(float *P, float *M, const float *ef, const float *Q, size_t n, size_t m, int r) {
+  if (ef) lr_add<<<gpu_blocks(n * m, Q_THREADS), Q_THREADS>>>(M, ef, n * m);
+  lr_left_k<<<gpu_blocks(n * (size_t)r, Q_THREADS), Q_THREADS>>>(P, M, Q, n, m, r);
+  GPU_CHECK(cudaGetLastError());
+}
+
+void gpu_lowrank_right(float *Q, const float *M, const float *P, size_t n, size_t m, int r) {
+  lr_right_k<<<gpu_blocks(m * (size_t)r, Q_THREADS), Q_THREADS>>>(Q, M, P, n, m, r);
+  GPU_CHECK(cudaGetLastError());
+}
+
+void gpu_lowrank_orth(float *P, size_t n, int r) {
+  lr_orth_k<<<1, LR_LANES>>>(P, n, r);
+  GPU_CHECK(cudaGetLastError());
+}
+
+void gpu_lowrank_expand(float *M, const float *P, const float *Q, size_t n, size_t m, int r, int sub) {
+  lr_expand_k<<<gpu_blocks(n * m, Q_THREADS), Q_THREADS>>>(M, P, Q, n, m, r, sub);
   GPU_CHECK(cudaGetLastError());
 }

@@ -592,6 +592,29 @@ static void test_quant(void) {
   }
 }
 
+/* PowerSGD's factors on both backends from the same values: every bit the same (lowrank_core.h is the
+ * arithmetic of both), on a matrix taller than the lanes of the column sums and on a wide one. */
+static void test_lowrank(void) {
+  static const size_t shapes[][2] = {{300, 37}, {64, 2500}};
+  const int r = 4;
+  for (int s = 0; s < 2; s++) {
+    const size_t n = shapes[s][0], m = shapes[s][1];
+    pair M = mk(n * m, 1.0, 0), ef = mk(n * m, 0.1, 0), Q = mk(m * (size_t)r, 1.0, 0), P = mk(n * (size_t)r, 1.0, 0);
+    cpu->lowrank_left(cpu, P.c, M.c, ef.c, Q.c, n, m, r), gpu->lowrank_left(gpu, P.g, M.g, ef.g, Q.g, n, m, r);
+    check("lowrank_left", &P, 0.0);
+    check("lowrank_left (M + ef)", &M, 0.0);
+    cpu->lowrank_orth(cpu, P.c, n, r), gpu->lowrank_orth(gpu, P.g, n, r);
+    check("lowrank_orth", &P, 0.0);
+    cpu->lowrank_right(cpu, Q.c, M.c, P.c, n, m, r), gpu->lowrank_right(gpu, Q.g, M.g, P.g, n, m, r);
+    check("lowrank_right", &Q, 0.0);
+    cpu->lowrank_expand(cpu, ef.c, P.c, Q.c, n, m, r, 1), gpu->lowrank_expand(gpu, ef.g, P.g, Q.g, n, m, r, 1);
+    check("lowrank_expand (sub)", &ef, 0.0);
+    cpu->lowrank_expand(cpu, M.c, P.c, Q.c, n, m, r, 0), gpu->lowrank_expand(gpu, M.g, P.g, Q.g, n, m, r, 0);
+    check("lowrank_expand", &M, 0.0);
+    drop(&M), drop(&ef), drop(&Q), drop(&P);
+  }
+}
+
 /* Which case covers each op of the list; a new op without one fails the test. */
 static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_embed_fwd] = "test_embed",         [BACKEND_OP_embed_bwd] = "test_embed",
@@ -609,7 +632,9 @@ static const char *const covered_by[BACKEND_NOPS] = {
     [BACKEND_OP_adamw] = "test_adamw",             [BACKEND_OP_to_storage] = "test_memory",
     [BACKEND_OP_to_fp32] = "test_memory",          [BACKEND_OP_kv_store] = "test_kv_cache",
     [BACKEND_OP_attention_cached] = "test_kv_cache", [BACKEND_OP_quant_encode] = "test_quant",
-    [BACKEND_OP_quant_decode] = "test_quant",
+    [BACKEND_OP_quant_decode] = "test_quant",     [BACKEND_OP_lowrank_left] = "test_lowrank",
+    [BACKEND_OP_lowrank_right] = "test_lowrank",  [BACKEND_OP_lowrank_orth] = "test_lowrank",
+    [BACKEND_OP_lowrank_expand] = "test_lowrank",
 };
 
 static void test_ops(void) {
@@ -650,7 +675,7 @@ static void test_ops(void) {
   test_xent_shards(5, 50257, 25129); /* an uneven split of GPT-2's vocabulary */
   test_xent_shards(33, 1000, 333);
   test_adamw(100003);
-  if (strcmp(prec, "fp32") == 0) test_quant(); /* fp32 gradients whatever the precision: once */
+  if (strcmp(prec, "fp32") == 0) test_quant(), test_lowrank(); /* fp32 gradients whatever the precision: once */
   if (strcmp(prec, "fp32") == 0 || s16) test_memory(); /* no GEMM inside: once per storage type */
   /* attention in every mode: the tensor-core kernels (64-row blocks, 64-key tiles) take hs 33..128
    * at bf16 and fp16, the fp32 kernels (16-row blocks, 32-key tiles) the rest */

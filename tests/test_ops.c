@@ -1233,6 +1233,71 @@ static void test_attention_all(void) {
 }
 
 /* Which test covers each op of the list; a new op without one fails here. */
+
+/* PowerSGD's factors (lowrank_*) against double-precision references on a matrix taller than the
+ * lanes of the column sums: P = (M + ef) Q, Q = M^T P, orthonormal columns (a zero column stays
+ * zero), M = P Q^T and M -= P Q^T (the residual, which adds back to M); and one power iteration
+ * reproduces a matrix of rank r. */
+static void test_lowrank(void) {
+  const size_t n = 300, m = 37;
+  const int r = 4;
+  float *M = frand(n * m, 1), *ef = frand(n * m, 0.1), *Q = frand(m * (size_t)r, 1), *P = fzeros(n * (size_t)r);
+  double *want = calloc(n * m, sizeof(double));
+  float *Msum = fcopy(M, n * m);
+  for (size_t i = 0; i < n * m; i++) Msum[i] += ef[i];
+  be->lowrank_left(be, P, M, ef, Q, n, m, r);
+  T_CHECK(memcmp(M, Msum, n * m * sizeof *M) == 0, "lowrank_left: M + ef differs");
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < r; k++)
+      for (size_t j = 0; j < m; j++) want[i * (size_t)r + (size_t)k] += (double)M[i * m + j] * Q[j * (size_t)r + (size_t)k];
+  T_CHECK(t_rel_err_d(P, want, n * (size_t)r) < 1e-5, "lowrank_left: P = M Q is off by %g", t_rel_err_d(P, want, n * (size_t)r));
+  memset(want, 0, n * m * sizeof *want);
+  be->lowrank_right(be, Q, M, P, n, m, r);
+  for (size_t j = 0; j < m; j++)
+    for (int k = 0; k < r; k++)
+      for (size_t i = 0; i < n; i++) want[j * (size_t)r + (size_t)k] += (double)M[i * m + j] * P[i * (size_t)r + (size_t)k];
+  T_CHECK(t_rel_err_d(Q, want, m * (size_t)r) < 1e-5, "lowrank_right: Q = M^T P is off by %g", t_rel_err_d(Q, want, m * (size_t)r));
+  for (size_t i = 0; i < n; i++) P[i * (size_t)r + 2] = 0.0f; /* a zero column */
+  be->lowrank_orth(be, P, n, r);
+  double worst = 0;
+  for (int a = 0; a < r; a++)
+    for (int b = 0; b < r; b++) {
+      double d = 0;
+      for (size_t i = 0; i < n; i++) d += (double)P[i * (size_t)r + (size_t)a] * P[i * (size_t)r + (size_t)b];
+      worst = fmax(worst, fabs(d - (a == b && a != 2)));
+    }
+  T_CHECK(worst < 1e-5, "lowrank_orth: P^T P is %g from the identity (column 2 zero)", worst);
+  for (int sub = 0; sub < 2; sub++) {
+    float *out = fcopy(M, n * m);
+    be->lowrank_expand(be, out, P, Q, n, m, r, sub);
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = 0; j < m; j++) {
+        double y = 0;
+        for (int k = 0; k < r; k++) y += (double)P[i * (size_t)r + (size_t)k] * Q[j * (size_t)r + (size_t)k];
+        want[i * m + j] = sub ? M[i * m + j] - y : y;
+      }
+    T_CHECK(t_rel_err_d(out, want, n * m) < 1e-5, "lowrank_expand%s is off by %g", sub ? " (sub)" : "", t_rel_err_d(out, want, n * m));
+    if (sub) { /* error feedback's identity: what is sent (P Q^T) and the residual add up to what was to be sent */
+      float *sent = fzeros(n * m);
+      be->lowrank_expand(be, sent, P, Q, n, m, r, 0);
+      for (size_t i = 0; i < n * m; i++) sent[i] += out[i];
+      T_CHECK(t_rel_err(sent, M, n * m) < 1e-5, "lowrank: P Q^T + e differs from M by %g", t_rel_err(sent, M, n * m));
+      free(sent);
+    }
+    free(out);
+  }
+  float *A = frand(n * (size_t)r, 1), *B = frand(m * (size_t)r, 1), *low = fzeros(n * m), *back = fzeros(n * m);
+  be->lowrank_expand(be, low, A, B, n, m, r, 0); /* rank r */
+  float *Q0 = frand(m * (size_t)r, 1);
+  be->lowrank_left(be, P, low, NULL, Q0, n, m, r);
+  be->lowrank_orth(be, P, n, r);
+  be->lowrank_right(be, Q0, low, P, n, m, r);
+  be->lowrank_expand(be, back, P, Q0, n, m, r, 0);
+  T_CHECK(t_rel_err(back, low, n * m) < 1e-4, "one power iteration does not reproduce a rank-%d matrix (rel err %g)", r,
+          t_rel_err(back, low, n * m));
+  free(M), free(ef), free(Q), free(P), free(want), free(Msum), free(A), free(B), free(low), free(back), free(Q0);
+}
+
 static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_embed_fwd] = test_embedding,       [BACKEND_OP_embed_bwd] = test_embedding,
     [BACKEND_OP_layernorm_fwd] = test_layernorm,   [BACKEND_OP_layernorm_bwd] = test_layernorm,
@@ -1249,7 +1314,9 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_to_fp32] = test_conversions,       [BACKEND_OP_kv_store] = test_kv_cache_all,
     [BACKEND_OP_attention_cached] = test_kv_cache_all, [BACKEND_OP_xent_part] = test_xent,
     [BACKEND_OP_xent_grad] = test_xent,            [BACKEND_OP_quant_encode] = test_quant_ops,
-    [BACKEND_OP_quant_decode] = test_quant_ops,
+    [BACKEND_OP_quant_decode] = test_quant_ops,    [BACKEND_OP_lowrank_left] = test_lowrank,
+    [BACKEND_OP_lowrank_right] = test_lowrank,     [BACKEND_OP_lowrank_orth] = test_lowrank,
+    [BACKEND_OP_lowrank_expand] = test_lowrank,
 };
 
 int main(int argc, char **argv) {

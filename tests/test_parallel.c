@@ -203,6 +203,7 @@ static void check_case(const char *dir, const run_result *ref, int rank, const c
   if (k->rpn) snprintf(shape, sizeof shape, ", hierarchy on nodes of %d rank%s", k->rpn, k->rpn > 1 ? "s" : "");
   char what[32]; /* top-k has no bits */
   if (strcmp(k->method, "topk") == 0) snprintf(what, sizeof what, "topk 1%%");
+  else if (strcmp(k->method, "powersgd") == 0) snprintf(what, sizeof what, "powersgd rank 4");
   else snprintf(what, sizeof what, "%s %d-bit", k->method, k->bits);
   if (sub != MPI_COMM_NULL) {
     cfg_config *c = deck(dir, P, D, k->zero, "replicas_adjacent", P * D);
@@ -265,7 +266,8 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
       {"qsgd", 4, 4, 1, 1.5e-1, 1e-1, "sra", 1, 1, 1, 0},        {"qsgdinf", 4, 4, 1, 2e-2, 1e-1, "intsum", 1, 1, 1, 0},
       {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1, 0},     {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "intsum", 0, 2, 0, 0},
       {"qsgdinf", 4, 3, 1, 1e-1, 2e-1, "allgather", 0, 1, 0, 0}, {"nuqsgd", 4, 3, 1, 1e-1, 2e-1, "sra", 1, 1, 1, 0},
-      {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1, 0, 0}, {"topk", 4, 4, 1, 3e-1, 3e-1, "allgather", 1, 1, 1, 0}};
+      {"qsgdinf", 4, 3, 0, 1e-1, 2e-1, "intsum", 0, 1, 0, 0}, {"topk", 4, 4, 1, 3e-1, 3e-1, "allgather", 1, 1, 1, 0},
+      {"powersgd", 4, 4, 1, 3e-1, 3e-1, "allgather", 1, 1, 1, 0}, {"powersgd", 4, 2, 0, 3e-1, 3e-1, "allgather", 1, 2, 1, 0}};
   /* QSGD's L2 levels at 4 bits on buckets of 1000-8192 have a relative variance near 10: with error
    * feedback the messages are scaled by about 1/11 (a contraction), and the first steps lag. Three
    * replicas take batches of 6, not the serial run's 8: the bounds only say they train alike; their

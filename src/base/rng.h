@@ -13,7 +13,7 @@ typedef struct {
   uint64_t s[4];
 } rng_state;
 
-enum { RNG_INIT = 1, RNG_DATA = 2, RNG_SAMPLE = 3 };
+enum { RNG_INIT = 1, RNG_DATA = 2, RNG_SAMPLE = 3, RNG_LOWRANK = 4 };
 
 void rng_seed(rng_state *r, uint64_t seed, uint64_t purpose, uint64_t index);
 uint64_t rng_u64(rng_state *r);

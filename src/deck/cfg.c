@@ -473,7 +473,7 @@ long cfg_comm_bucket(const cfg_comm *c) {
 
 int cfg_comm_compressed(const cfg_comm *c) {
   cfg_comm_method m = cfg_comm_method_of(c);
-  return m == CFG_COMM_TOPK || (m != CFG_COMM_NONE && c->bits != 32); /* bits mean nothing to top-k */
+  return m == CFG_COMM_TOPK || m == CFG_COMM_POWERSGD || (m != CFG_COMM_NONE && c->bits != 32); /* bits mean nothing to them */
 }
 
 cfg_task cfg_task_of(const char *word) { return (cfg_task)choice_index(CFG_CHOICES(CFG_TASKS), word); }
@@ -685,15 +685,42 @@ int cfg_model_untied(const cfg_model *m) {
   return h == CFG_HEAD_UNTIED || (h == CFG_HEAD_AUTO && (a == CFG_ARCH_GPT_NEOX || a == CFG_ARCH_LLAMA));
 }
 
-/* &comm method = 'topk': biased, so with error feedback; at least one value of every full bucket
- * by the fraction itself (else the share sent is not the one asked for). */
-static void check_topk(const cfg_config *cfg, err_list *errs) {
+/* &comm method = 'powersgd': a rank that factors the model's square matrices (n_embd x n_embd) to at
+ * most half; whole matrices on one rank of each replica (not a two-level exchange, not split by
+ * tensor parallelism, whose Q a checkpoint could not carry to another layout). */
+static void check_powersgd(const cfg_config *cfg, err_list *errs) {
   const cfg_comm *c = &cfg->comm;
-  if (cfg_comm_method_of(c) != CFG_COMM_TOPK) return;
+  const long most = cfg->model.n_embd / 4;
+  if (c->powersgd_rank > most) {
+    char hint[96];
+    snprintf(hint, sizeof hint, "set powersgd_rank to at most n_embd / 4 = %ld", most);
+    cfg_error_at(cfg, errs, "comm", "powersgd_rank", hint,
+                 "powersgd_rank = %ld is out of range: factors of rank %ld of an n_embd x n_embd = %ld x %ld gradient "
+                 "would not be half its size", c->powersgd_rank, c->powersgd_rank, cfg->model.n_embd, cfg->model.n_embd);
+  }
+  if (cfg_comm_hierarchy_of(c) == CFG_HIER_NODE)
+    cfg_error_at(cfg, errs, "comm", "hierarchy", "set hierarchy = 'none' (PowerSGD's messages are already small)",
+                 "method = 'powersgd' factors whole matrices among all replicas: it has no two-level form");
+  if (cfg->parallel.tensor_parallel > 1)
+    cfg_error_at(cfg, errs, "parallel", "tensor_parallel", "set tensor_parallel = 1, or another &comm method",
+                 "method = 'powersgd' factors whole matrices; tensor_parallel = %ld splits them",
+                 cfg->parallel.tensor_parallel);
+}
+
+/* &comm method = 'topk' and 'powersgd': biased, so with error feedback; top-k keeps at least one
+ * value of every full bucket by the fraction itself (else the share sent is not the one asked for). */
+static void check_biased(const cfg_config *cfg, err_list *errs) {
+  const cfg_comm *c = &cfg->comm;
+  const cfg_comm_method m = cfg_comm_method_of(c);
+  if (m != CFG_COMM_TOPK && m != CFG_COMM_POWERSGD) return;
   if (!c->error_feedback)
     cfg_error_at(cfg, errs, "comm", "method", "set &comm error_feedback = .true.",
-                 "method = 'topk' drops what it does not send (a biased compressor): it needs error_feedback, which "
-                 "carries the rest to the next steps");
+                 "method = '%s' drops what it does not send (a biased compressor): it needs error_feedback, which "
+                 "carries the rest to the next steps", c->method);
+  if (m == CFG_COMM_POWERSGD) {
+    check_powersgd(cfg, errs);
+    return;
+  }
   const double bucket = (double)cfg_comm_bucket(c);
   if (c->topk_fraction * bucket < 1.0 || c->topk_fraction < 1e-6) {
     char hint[160];
@@ -764,7 +791,7 @@ static void check_consistency(cfg_config *cfg, err_list *errs) {
     cfg_error_at(cfg, errs, "comm", "exchange", "method = 'qsgd' or 'qsgdinf' (uniform levels), or exchange = 'allgather'",
                  "exchange = 'intsum' sums integer codes, which needs uniform levels; method = '%s' has none",
                  cfg->comm.method);
-  check_topk(cfg, errs);
+  check_biased(cfg, errs);
 }
 
 /* group.key now holds a value derived from from_group.from_key: errors point at the latter. */

@@ -51,7 +51,8 @@ typedef struct {
 #define CFG_BINDS(X) X(CFG_BIND_AUTO, "auto") X(CFG_BIND_NONE, "none")
 #define CFG_COMM_METHODS(X)                                                                           \
   X(CFG_COMM_NONE, "none") X(CFG_COMM_QSGD, "qsgd") X(CFG_COMM_QSGDINF, "qsgdinf") X(CFG_COMM_NUQSGD, "nuqsgd") \
-  X(CFG_COMM_MINMAX, "minmax") X(CFG_COMM_ALQ, "alq") X(CFG_COMM_AMQ, "amq") X(CFG_COMM_TOPK, "topk")
+  X(CFG_COMM_MINMAX, "minmax") X(CFG_COMM_ALQ, "alq") X(CFG_COMM_AMQ, "amq") X(CFG_COMM_TOPK, "topk") \
+  X(CFG_COMM_POWERSGD, "powersgd")
 #define CFG_EXCHANGES(X) X(CFG_EXCHANGE_ALLGATHER, "allgather") X(CFG_EXCHANGE_SRA, "sra") X(CFG_EXCHANGE_INTSUM, "intsum")
 #define CFG_HIERARCHIES(X) X(CFG_HIER_NONE, "none") X(CFG_HIER_NODE, "node")
 #define CFG_DTYPES(X) X(CFG_DTYPE_FP32, "fp32") X(CFG_DTYPE_BF16, "bf16") X(CFG_DTYPE_FP16, "fp16")
@@ -174,10 +175,11 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, STR, bind, "'auto'", CFG_CHOICES(CFG_BINDS), "'auto': bind each rank to its own cores with hwloc unless the launcher already did; 'none': leave binding alone")
 
 #define CFG_GROUP_COMM(X, g)                                                                       \
-  X(g, STR, method, "'none'", CFG_CHOICES(CFG_COMM_METHODS), "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps), 'alq' and 'amq' (L2 norm, levels fitted to the gradients' statistics on the adapt_every schedule, starting from NUQSGD's); 'topk' (sparsification: each bucket's topk_fraction largest magnitudes as indices and fp32 values, with error_feedback)") \
+  X(g, STR, method, "'none'", CFG_CHOICES(CFG_COMM_METHODS), "Gradient compression across the data-parallel replicas, unbiased stochastic quantization of each bucket (doc/compression.md): 'none' (fp32), 'qsgd' (L2 norm, uniform levels), 'qsgdinf' (max norm, uniform levels), 'nuqsgd' (L2 norm, exponential levels with a zero level), 'minmax' (the bucket's range in 2^bits - 1 equal steps), 'alq' and 'amq' (L2 norm, levels fitted to the gradients' statistics on the adapt_every schedule, starting from NUQSGD's); 'topk' (sparsification: each bucket's topk_fraction largest magnitudes as indices and fp32 values, with error_feedback); 'powersgd' (low rank: each matrix's gradient as rank-powersgd_rank factors P Q^T from one power iteration warm-started from the last step, with error_feedback; vectors in fp32)") \
   X(g, INT, bits, "4", "[2, 32]", "Bits per gradient value, the sign included: 2 to 8, or 32 (no compression, the fp32 exchange itself)") \
   X(g, INT, quant_bucket, "0", "[0, 1048576]", "Values per quantization bucket (one scale each; buckets never cross tensors); 0: 8192 with the L2 norm (qsgd, nuqsgd, alq, amq) and for topk, 512 otherwise") \
   X(g, REAL, topk_fraction, "0.01", "(0, 1]", "topk: the share of each bucket's values sent (its largest magnitudes), at least one per bucket") \
+  X(g, INT, powersgd_rank, "4", "[1, 256]", "powersgd: the rank r of each matrix's factors; a matrix whose factors would not be half its size or less travels in fp32. At most n_embd / 4") \
   X(g, INT, min_numel, "10000", "[0, inf)", "Tensors with fewer values (LayerNorm parameters, biases) travel uncompressed in the same message") \
   X(g, INT, warmup_steps, "0", "[0, inf)", "Steps exchanged uncompressed (fp32) at the start of training") \
   X(g, BOOL, error_feedback, ".false.", "", "Each replica carries what quantization dropped of its gradients into its next message (e = p - Q(p), p = g + e): the residual costs the stage's parameter count in fp32 host memory and is kept in checkpoints") \

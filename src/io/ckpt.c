@@ -19,6 +19,7 @@
 #include "base/ncfile.h"
 #include "base/progress.h"
 #include "base/util.h"
+#include "parallel/psgd.h"
 #include "io/rdahead.h"
 #include "text/fileid.h"
 
@@ -658,6 +659,78 @@ static void residual_ranges(io_stream *io, const ckpt_state *s, int var, const g
   free(p), free(at);
 }
 
+/* ---- PowerSGD's warm start (&comm method = 'powersgd') ------------------------------------------
+ * comm_powersgd_q (comm_powersgd_q_values = psgd_q_floats of the whole model): each factored
+ * tensor's Q (cols x r) in the order of the whole model's tensor list, with the rank r as the
+ * attribute `rank` and a checksum (the sum of the tensors' hashes). Replica 0 of each stage writes
+ * its tensors (the last stage leaves the tied embedding to the first: the same Q), independently:
+ * the values are small. Every rank reads its own when the file has them at its rank; otherwise Q
+ * starts from the seed. */
+
+typedef struct {
+  size_t whole, local, n; /* where a tensor's Q sits in the variable and in the stage's Q; its floats */
+  int counted;            /* written (and checksummed) by replica 0 */
+} q_span;
+
+/* This rank's factored tensors' spans into sp (nall at most); their number. *total: the variable's length. */
+static int q_spans(const ckpt_state *s, const gpt_tensor *all, int nall, q_span *sp, size_t *total) {
+  const long r = s->comm_lowrank_rank;
+  size_t *at = util_malloc(((size_t)nall + 1) * sizeof *at, "Q spans");
+  *total = 0;
+  for (int i = 0; i < nall; i++) at[i] = *total, *total += psgd_q_floats(&all[i], 1, r);
+  int n = 0;
+  size_t local = 0;
+  for (int i = 0; i < s->model->ntensors; i++) {
+    const gpt_tensor *t = &s->model->tensors[i];
+    const size_t len = psgd_q_floats(t, 1, r);
+    if (!len) continue;
+    const int last_copy = t->tied && s->lay->P > 1 && s->lay->stage == s->lay->P - 1;
+    sp[n++] = (q_span){at[t->index], local, len, s->lay->replica == 0 && !last_copy};
+    local += len;
+  }
+  free(at);
+  return n;
+}
+
+/* The sum over the job of the counted spans' hashes (each keyed by its place). */
+static unsigned long long q_checksum(const ckpt_state *s, const q_span *sp, int n) {
+  unsigned long long h = 0, total = 0;
+  for (int i = 0; i < n; i++)
+    if (sp[i].counted) h += util_hash64(s->comm_lowrank_q + sp[i].local, sp[i].n * sizeof(float), sp[i].whole);
+  MPI_Allreduce(&h, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, s->lay->comm);
+  return total;
+}
+
+/* In define mode: the variable, its rank and checksum (collective). */
+static int define_lowrank(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, int *var) {
+  q_span *sp = util_malloc((size_t)nall * sizeof *sp, "Q spans");
+  size_t total;
+  int n = q_spans(s, all, nall, sp, &total), dim;
+  unsigned long long sum = q_checksum(s, sp, n);
+  long long r = s->comm_lowrank_rank;
+  int rc = ncmpi_def_dim(nc, "comm_powersgd_q_values", (MPI_Offset)(total ? total : 1), &dim);
+  if (rc == NC_NOERR) rc = ncmpi_def_var(nc, "comm_powersgd_q", NC_FLOAT, 1, &dim, var);
+  if (rc == NC_NOERR) rc = ncmpi_put_att_longlong(nc, *var, "rank", NC_INT64, 1, &r);
+  if (rc == NC_NOERR) rc = ncmpi_put_att_ulonglong(nc, *var, "checksum", NC_UINT64, 1, &sum);
+  free(sp);
+  return rc;
+}
+
+/* In data mode: this rank's spans written (the counted ones) or read. NC_NOERR or the first error. */
+static int lowrank_io(int nc, const ckpt_state *s, int var, const gpt_tensor *all, int nall, int write) {
+  q_span *sp = util_malloc((size_t)nall * sizeof *sp, "Q spans");
+  size_t total;
+  int n = q_spans(s, all, nall, sp, &total), rc = ncmpi_begin_indep_data(nc);
+  for (int i = 0; i < n && rc == NC_NOERR; i++) {
+    MPI_Offset start = (MPI_Offset)sp[i].whole, count = (MPI_Offset)sp[i].n;
+    if (write && sp[i].counted) rc = ncmpi_put_vara_float(nc, var, &start, &count, s->comm_lowrank_q + sp[i].local);
+    else if (!write) rc = ncmpi_get_vara_float(nc, var, &start, &count, s->comm_lowrank_q + sp[i].local);
+  }
+  int erc = ncmpi_end_indep_data(nc);
+  free(sp);
+  return rc != NC_NOERR ? rc : erc;
+}
+
 static int define(int nc, const ckpt_state *s, const gpt_tensor *all, int nall, const uint64_t *sums, int *vars) {
   const cfg_config *cfg = s->cfg;
   int rc = s->comm_residual ? define_residual(nc, s, all, nall, &vars[3 * nall]) : NC_NOERR;
@@ -823,6 +896,11 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
     io_stream io;
     io_open(&io, nc, 1, s, sums, nsums, tmp, comm);
     nrc = define(nc, s, all, nall, sums, vars); /* checksums 0 until the data has passed */
+    int qvar = -1;
+    if (s->comm_lowrank_q) { /* collective whatever nrc says */
+      int qrc = define_lowrank(nc, s, all, nall, &qvar);
+      if (nrc == NC_NOERR) nrc = qrc;
+    }
     if (nrc == NC_NOERR) nrc = ncmpi_enddef(nc);
     io.rc = nrc;
     if (nrc == NC_NOERR) extent = ncfile_extent(nc);
@@ -837,6 +915,10 @@ int ckpt_write(const ckpt_state *s, ckpt_stats *st, err_list *errs) {
     if (n) free(p);
     if (nrc == NC_NOERR && s->comm_residual) residual_ranges(&io, s, vars[3 * nall], all, nall, 3 * nall, 0);
     io_close(&io);
+    if (nrc == NC_NOERR && s->comm_lowrank_q) {
+      int qrc = lowrank_io(nc, s, qvar, all, nall, 1);
+      if (io.rc == NC_NOERR) io.rc = qrc;
+    }
     /* the checksums: every rank's share summed, into the attributes defined above (same size) */
     MPI_Allreduce(sums, total, nsums, MPI_UINT64_T, MPI_SUM, comm);
     if (nrc == NC_NOERR) {
@@ -1221,6 +1303,27 @@ static int read_tensors(ckpt_state *s, int nc, const char *path, const gpt_tenso
   return any ? 1 : shown;
 }
 
+/* After the tensors: Q from the file when it has one at this rank (else left as it is). Returns the
+ * errors added (a damaged Q). */
+static int read_lowrank(ckpt_state *s, int nc, const char *path, const gpt_tensor *all, int nall, err_list *errs) {
+  int var;
+  long long r = 0;
+  if (ncmpi_inq_varid(nc, "comm_powersgd_q", &var) != NC_NOERR || ncmpi_get_att_longlong(nc, var, "rank", &r) != NC_NOERR ||
+      r != s->comm_lowrank_rank)
+    return 0;
+  int bad = lowrank_io(nc, s, var, all, nall, 0) != NC_NOERR, any;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, s->lay->comm);
+  q_span *sp = util_malloc((size_t)nall * sizeof *sp, "Q spans");
+  size_t total;
+  unsigned long long want = 0, got = q_checksum(s, sp, q_spans(s, all, nall, sp, &total));
+  free(sp);
+  ncmpi_get_att_ulonglong(nc, var, "checksum", &want);
+  if (!any && want == got) return 0;
+  err_add(errs, path, 0, 0, DAMAGED_HINT, "PowerSGD's warm start comm_powersgd_q is %s",
+          any ? "unreadable" : "damaged (checksum mismatch)");
+  return 1;
+}
+
 /* After the tensors: the residual from the file when it has one for this job's replicas (*restored
  * 1), else zero (*restored 0). Returns the errors added (a damaged residual). */
 static int read_residual(ckpt_state *s, int nc, const char *path, const gpt_tensor *all, int nall, int *restored,
@@ -1276,6 +1379,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, err_list *errs) {
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
     if (!any && read_tensors(s, nc, path, all, nall, vars, st, errs) > 0) damaged = 1;
     else if (!any && s->comm_residual && read_residual(s, nc, path, all, nall, &st->residual, errs) > 0) damaged = 1;
+    if (!any && !damaged && s->comm_lowrank_q && read_lowrank(s, nc, path, all, nall, errs) > 0) damaged = 1;
     ncmpi_close(nc);
   }
   st->bytes = 3.0 * sizeof(float) * (double)gpt_count_params(&shape);

@@ -295,7 +295,18 @@ typedef struct backend backend;
   /* out F (indexed as v) = the segments decoded from msg, whose byte 0 is the message's byte base (+= when add) */     \
   X(quant_decode, (const backend *be, float *out, const uint8_t *msg, size_t base, const quant_seg *seg, int nseg,     \
                    const quant_scheme *q, int add),                                                                   \
-    (out, msg, base, seg, nseg, q, add))
+    (out, msg, base, seg, nseg, q, add))                                                                               \
+  /* PowerSGD's low-rank factors (src/parallel/psgd.h), fp32 in backend memory, row-major: M F (n,m), P F (n,r), Q F  \
+   * (m,r); every sum in lowrank_core.h's order. lowrank_left: P = M Q, after M += ef (ef F (n,m); NULL: none).       \
+   * lowrank_right: Q = M^T P. lowrank_orth: P's columns orthonormal, in place (Gram-Schmidt in column order; a zero  \
+   * column stays zero). lowrank_expand: M = P Q^T, or M -= P Q^T when sub */                                          \
+  X(lowrank_left, (const backend *be, float *P, float *M, float *ef, const float *Q, size_t n, size_t m, int r),       \
+    (P, M, ef, Q, n, m, r))                                                                                            \
+  X(lowrank_right, (const backend *be, float *Q, const float *M, const float *P, size_t n, size_t m, int r),           \
+    (Q, M, P, n, m, r))                                                                                                \
+  X(lowrank_orth, (const backend *be, float *P, size_t n, int r), (P, n, r))                                          \
+  X(lowrank_expand, (const backend *be, float *M, const float *P, const float *Q, size_t n, size_t m, int r, int sub), \
+    (M, P, Q, n, m, r, sub))
 
 /* One enumerator per op: BACKEND_OP_embed_fwd, ...; BACKEND_NOPS of them. */
 #define BACKEND_OP_ENUM(name, params, args) BACKEND_OP_##name,

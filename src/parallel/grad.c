@@ -8,6 +8,7 @@
 
 #include "parallel/comm.h"
 #include "parallel/hier.h"
+#include "parallel/psgd.h"
 #include "parallel/qexch.h"
 #include "base/util.h"
 
@@ -32,13 +33,16 @@ struct grad_exchange {
   int wte;                 /* index of the tied embedding in m->tensors, or -1 */
   qexch *qx;               /* the compressed exchange (&comm), or NULL; owned by hx where there is one */
   hier *hx;                /* the two-level exchange (&comm hierarchy = 'node'), or NULL */
+  psgd *px;                /* PowerSGD (&comm method = 'powersgd'), or NULL */
   int spans;               /* the replicas sit on more than one node: the flat exchange's bytes leave nodes */
   long step, warmup;       /* the current step; compression starts at step warmup */
   grad_stats st;
 };
 
 /* Whether this step's buckets travel compressed. */
-static int compressed(const grad_exchange *g) { return g->qx && g->D > 1 && g->step >= g->warmup; }
+static int compressed(const grad_exchange *g) { return (g->qx || g->px) && g->D > 1 && g->step >= g->warmup; }
+
+static int powersgd(const cfg_comm *c) { return c && cfg_comm_method_of(c) == CFG_COMM_POWERSGD; }
 
 
 /* Backend bytes of the ZeRO-1 landing area of the flat fp32 exchange (the hierarchy has none). */
@@ -87,7 +91,7 @@ int grad_check(const cfg_config *cfg, int D, err_list *errs) {
   if (values >= 2147483648.0)
     cfg_error_at(cfg, errs, "parallel", "bucket_mb", "lower bucket_mb (a tensor larger than it travels alone)",
                  "a gradient bucket of %.0f values is beyond MPI's 32-bit counts", values);
-  else
+  else if (!powersgd(&cfg->comm))
     qexch_check(cfg, D, values, errs);
   hier_check(cfg, errs);
   return (int)(err_count(errs) - n0);
@@ -133,6 +137,7 @@ static qexch_bucket *qexch_buckets(const grad_exchange *g) {
 size_t grad_plan_device_bytes(const cfg_config *cfg, const gpt_tensor *ts, int nt, size_t nparams, const par_layout *lay,
                               int replica, const backend *be) {
   const cfg_comm *c = &cfg->comm;
+  if (powersgd(c) && lay->D > 1) return landing_bytes(nparams, lay, c) + psgd_plan_device_bytes(c, ts, nt, nparams, be);
   if (!hier_on(c, lay->D))
     return landing_bytes(nparams, lay, c) + qexch_plan_device_bytes(c, ts, nt, 0, SIZE_MAX, lay->D, be) +
            (qexch_residual_on_device(c, lay->D, be) ? qexch_plan_residual_bytes(c, nparams, lay->D) : 0);
@@ -191,7 +196,9 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
                   sizeof(float));
   comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0, sizeof(float));
   comm_stage_init(&g->rs, m->be, land / sizeof(float), sizeof(float));
-  if (comm && g->D > 1) {
+  if (powersgd(comm) && g->D > 1) {
+    g->px = psgd_create(m, comm, seed, g->dp);
+  } else if (comm && g->D > 1) {
     qexch_bucket *q = qexch_buckets(g);
     if (two) g->hx = hier_create(m, lay, comm, adapt_period, seed, g->nb, q), g->qx = hier_qexch(g->hx);
     else g->qx = qexch_create(comm, adapt_period, seed, m, g->nb, q, g->dp, lay->comm);
@@ -206,6 +213,7 @@ void grad_free(grad_exchange *g) {
   if (!g) return;
   if (g->hx) hier_free(g->hx);
   else qexch_free(g->qx);
+  psgd_free(g->px);
   for (int i = 0; i < g->nb; i++) free(g->b[i].counts), free(g->b[i].displs);
   free(g->b);
   free(g->final);
@@ -237,6 +245,10 @@ static void launch(grad_exchange *g, grad_bucket *k) {
   if (g->D == 1) return;
   if (g->hx) {
     hier_launch(g->hx, (int)(k - g->b), g->step, compressed(g));
+    g->st.fp32_bytes += (double)(k->b1 - k->b0) * sizeof(float);
+    return;
+  }
+  if (compressed(g) && g->px) { /* after the backward pass, in grad_finish */
     g->st.fp32_bytes += (double)(k->b1 - k->b0) * sizeof(float);
     return;
   }
@@ -300,6 +312,15 @@ void grad_finish(grad_exchange *g) {
   }
   memset(g->final, 1, (size_t)m->ntensors);
   launch_ready(g);
+  if (compressed(g) && g->px) {
+    psgd_stats ps = {0};
+    psgd_exchange(g->px, g->step, &ps);
+    g->st.bytes += ps.bytes, g->st.encode_s += ps.encode_s, g->st.decode_s += ps.decode_s;
+    g->st.q_measured += ps.err2, g->st.q_expected += ps.err2, g->st.q_norm2 += ps.norm2;
+    if (g->spans) g->st.inter_bytes += ps.bytes;
+    g->st.wait_s += util_now() - t0;
+    return;
+  }
   for (int i = 0; i < g->nb; i++) {
     grad_bucket *k = &g->b[i];
     if (k->req != MPI_REQUEST_NULL) MPI_Wait(&k->req, MPI_STATUS_IGNORE);
@@ -378,8 +399,13 @@ grad_stats grad_take_stats(grad_exchange *g) {
   return s;
 }
 
-float *grad_residual(grad_exchange *g) { return qexch_residual(g->qx); }
-void grad_residual_sync(grad_exchange *g, int to_host) { qexch_residual_sync(g->qx, to_host); }
+float *grad_residual(grad_exchange *g) { return g->px ? psgd_residual(g->px) : qexch_residual(g->qx); }
+float *grad_lowrank_q(grad_exchange *g) { return g->px ? psgd_q(g->px) : NULL; }
+
+void grad_residual_sync(grad_exchange *g, int to_host) {
+  if (g->px) psgd_sync(g->px, to_host);
+  else qexch_residual_sync(g->qx, to_host);
+}
 
 int grad_levels(const grad_exchange *g, float *level) { return g->qx ? qexch_levels(g->qx, level) : 0; }
 

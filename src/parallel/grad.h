@@ -80,7 +80,9 @@ void grad_set_levels(grad_exchange *g, const float *level, int n);
 /* The compressed exchange's error-feedback residual (checkpoints): host memory indexed as the
  * stage's parameter buffer, or NULL. */
 float *grad_residual(grad_exchange *g);
-/* Where the residual lives on a device: its host copy brought up to date (to_host, before a checkpoint
+/* PowerSGD's warm-start Q (checkpoints): host memory, psgd_q_floats of the stage's tensors, or NULL. */
+float *grad_lowrank_q(grad_exchange *g);
+/* Where the residual (and PowerSGD's Q) lives on a device: its host copy brought up to date (to_host, before a checkpoint
  * is written), or copied back (after one is read). Nothing otherwise. */
 void grad_residual_sync(grad_exchange *g, int to_host);
 /* Statistics since the last call. */

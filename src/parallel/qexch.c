@@ -7,6 +7,7 @@
 
 #include "base/rng.h"
 #include "base/util.h"
+#include "parallel/psgd.h"
 
 /* A bucket's segments (quant_seg) are its tensors' quantization buckets and small tensors: values at
  * of the bucket, their random bits' id the tensor's place in the whole model and the first value's in
@@ -66,7 +67,7 @@ static void scheme_of(const cfg_comm *c, quant_scheme *q) {
   case CFG_COMM_NUQSGD: case CFG_COMM_ALQ: case CFG_COMM_AMQ: quant_exponential(q, bits, QUANT_L2); break;
   case CFG_COMM_QSGD: quant_uniform(q, bits, QUANT_L2); break;
   case CFG_COMM_QSGDINF: quant_uniform(q, bits, QUANT_MAX); break;
-  case CFG_COMM_MINMAX: case CFG_COMM_NONE: quant_uniform(q, bits, QUANT_MINMAX); break;
+  case CFG_COMM_MINMAX: case CFG_COMM_NONE: case CFG_COMM_POWERSGD: quant_uniform(q, bits, QUANT_MINMAX); break;
   case CFG_COMM_TOPK: quant_topk(q, (uint32_t)llround(c->topk_fraction * 1e6)); break;
   }
 }
@@ -150,6 +151,7 @@ int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs) {
 }
 
 size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D) {
+  if (cfg_comm_method_of(c) == CFG_COMM_POWERSGD) return psgd_plan_bytes(c, t, n); /* not a quantizer: psgd.h */
   size_t nseg, bytes = plan_message(c, t, n, 0, SIZE_MAX, D, &nseg);
   if (cfg_comm_compressed(c) && cfg_comm_exchange_of(c) == CFG_EXCHANGE_SRA && D > 0) bytes += bytes / (size_t)D; /* and a D-th of it, the sums */
   return bytes;

@@ -63,8 +63,8 @@ void qexch_free(qexch *x);
 int qexch_check(const cfg_config *cfg, int D, double values, err_list *errs);
 
 /* Bytes of the message of tensors t (n of them) under &comm c with D replicas: what one replica
- * hands to the collectives for them per step (their fp32 bytes when c compresses nothing). For the
- * dry run. */
+ * hands to the collectives for them per step (their fp32 bytes when c compresses nothing; PowerSGD's
+ * two all-reduces with method = 'powersgd'). For the dry run. */
 size_t qexch_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n, int D);
 /* Backend memory the exchange of the values [lo, hi) of tensors t (n of them, one bucket, or a
  * stage's whole buffer) allocates on backend be with D replicas: with the gradients on a device, the

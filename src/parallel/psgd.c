@@ -1,0 +1,201 @@
+/* psgd: PowerSGD among the replicas of a stage (psgd.h). */
+#include "parallel/psgd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/util.h"
+#include "parallel/comm.h"
+
+int psgd_factored(const gpt_tensor *t, long r) {
+  const double n = t->rows, m = t->cols;
+  return t->rows > 1 && t->cols > 1 && (n + m) * (double)r * 2.0 <= n * m;
+}
+
+size_t psgd_q_floats(const gpt_tensor *t, int n, long r) {
+  size_t q = 0;
+  for (int i = 0; i < n; i++)
+    if (psgd_factored(&t[i], r)) q += (size_t)t[i].cols * (size_t)r;
+  return q;
+}
+
+/* Floats of the first all-reduce: each factored tensor's P (rows x r), every other tensor whole. */
+static size_t p_floats(const gpt_tensor *t, int n, long r) {
+  size_t p = 0;
+  for (int i = 0; i < n; i++) p += psgd_factored(&t[i], r) ? (size_t)t[i].rows * (size_t)r : t[i].numel;
+  return p;
+}
+
+size_t psgd_plan_bytes(const cfg_comm *c, const gpt_tensor *t, int n) {
+  return (p_floats(t, n, c->powersgd_rank) + psgd_q_floats(t, n, c->powersgd_rank)) * sizeof(float);
+}
+
+size_t psgd_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, size_t nparams, const backend *be) {
+  if (be->caps.host_memory) return 0;
+  const size_t q = psgd_q_floats(t, n, c->powersgd_rank); /* the messages (P, Q), the warm start, the residual */
+  return (p_floats(t, n, c->powersgd_rank) + 2 * q + nparams) * sizeof(float) + 2 * sizeof(double);
+}
+
+struct psgd {
+  gpt_model *model;
+  const backend *be;
+  MPI_Comm dp;
+  int r, dev;        /* the rank; whether the buffers are backend (device) memory */
+  long error_every;
+  size_t np, nq;     /* floats of the first message, of Q */
+  float *p, *q, *qw; /* the messages P (with the fp32 tensors) and Q, the warm start (nq) */
+  float *ef;         /* the residual (nparams) */
+  float *ef_host, *qw_host; /* dev: their host copies, for checkpoints */
+  double *acc;       /* dev: two sums (||e||^2, ||D||^2) in backend memory */
+  comm_stage stage;  /* host staging of the messages where MPI cannot read backend memory */
+};
+
+static float *floats(const psgd *x, size_t n) {
+  return x->dev ? x->be->alloc(x->be, (n ? n : 1) * sizeof(float)) : util_calloc(n ? n : 1, sizeof(float), "PowerSGD");
+}
+static void release(const psgd *x, void *p) {
+  if (x->dev) x->be->free(x->be, p);
+  else free(p);
+}
+
+psgd *psgd_create(gpt_model *m, const cfg_comm *c, uint64_t seed, MPI_Comm dp) {
+  psgd *x = util_calloc(1, sizeof *x, "PowerSGD");
+  x->model = m, x->be = m->be, x->dp = dp, x->r = (int)c->powersgd_rank, x->error_every = c->error_every;
+  x->dev = !m->be->caps.host_memory;
+  x->np = p_floats(m->tensors, m->ntensors, x->r), x->nq = psgd_q_floats(m->tensors, m->ntensors, x->r);
+  x->p = floats(x, x->np), x->q = floats(x, x->nq), x->qw = floats(x, x->nq), x->ef = floats(x, m->nparams);
+  x->qw_host = util_calloc(x->nq ? x->nq : 1, sizeof(float), "PowerSGD warm start");
+  size_t at = 0; /* the first Q: normal values from (seed, RNG_LOWRANK, the tensor's index) */
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    if (!psgd_factored(t, x->r)) continue;
+    rng_state g;
+    rng_seed(&g, seed, RNG_LOWRANK, (uint64_t)t->index);
+    for (size_t k = 0; k < (size_t)t->cols * (size_t)x->r; k++) x->qw_host[at + k] = (float)rng_normal(&g);
+    at += (size_t)t->cols * (size_t)x->r;
+  }
+  if (x->dev) {
+    x->ef_host = util_calloc(m->nparams, sizeof(float), "error-feedback residual");
+    x->acc = x->be->alloc(x->be, 2 * sizeof(double));
+    x->be->to_device(x->be, x->qw, x->qw_host, x->nq * sizeof(float));
+  } else {
+    memcpy(x->qw, x->qw_host, x->nq * sizeof(float));
+  }
+  comm_stage_init(&x->stage, x->be, x->np > x->nq ? x->np : x->nq, sizeof(float));
+  return x;
+}
+
+void psgd_free(psgd *x) {
+  if (!x) return;
+  release(x, x->p), release(x, x->q), release(x, x->qw), release(x, x->ef);
+  if (x->dev) x->be->free(x->be, x->acc);
+  free(x->ef_host), free(x->qw_host);
+  comm_stage_free(&x->stage);
+  free(x);
+}
+
+/* buf (n floats of backend memory) summed over the replicas, in place. */
+static void allreduce(psgd *x, float *buf, size_t n) {
+  if (n == 0) return;
+  float *h = comm_stage_send(&x->stage, 0, buf, n);
+  comm_allreduce_sum(h, n, x->dp);
+  comm_stage_done(&x->stage, 0, buf, n);
+}
+
+/* *sum += the sum of squares of v (n), in double, on either kind of memory (dev: via x->acc[k]). */
+static void sumsq(psgd *x, int k, const float *v, size_t n, double *sum) {
+  if (!x->dev) {
+    for (size_t i = 0; i < n; i++) *sum += (double)v[i] * v[i];
+    return;
+  }
+  double host = 0;
+  x->be->zero(x->be, x->acc + k, sizeof(double));
+  x->be->reduce_sum(x->be, x->acc + k, v, n, 1);
+  x->be->to_host(x->be, &host, x->acc + k, sizeof host);
+  *sum += host;
+}
+
+/* P_i = (G_i + e_i) Q into each factored tensor's slot of the first message, the others copied in. */
+static void left(psgd *x, int measure, psgd_stats *st) {
+  const gpt_model *m = x->model;
+  size_t at = 0, qa = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    float *g = m->grads + t->offset;
+    if (!psgd_factored(t, x->r)) {
+      x->be->copy(x->be, x->p + at, g, t->numel * sizeof(float));
+      at += t->numel;
+      continue;
+    }
+    x->be->lowrank_left(x->be, x->p + at, g, x->ef + t->offset, x->qw + qa, (size_t)t->rows, (size_t)t->cols, x->r);
+    if (measure) sumsq(x, 1, g, t->numel, &st->norm2);
+    at += (size_t)t->rows * (size_t)x->r, qa += (size_t)t->cols * (size_t)x->r;
+  }
+}
+
+/* With the summed P: P^ orthonormal, Q_i = D_i^T P^, e_i = D_i - P^ Q_i^T; the fp32 tensors' sums back. */
+static void right(psgd *x, int measure, psgd_stats *st) {
+  const gpt_model *m = x->model;
+  size_t at = 0, qa = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    float *g = m->grads + t->offset, *e = x->ef + t->offset;
+    if (!psgd_factored(t, x->r)) {
+      x->be->copy(x->be, g, x->p + at, t->numel * sizeof(float));
+      at += t->numel;
+      continue;
+    }
+    const size_t n = (size_t)t->rows, c = (size_t)t->cols;
+    x->be->lowrank_orth(x->be, x->p + at, n, x->r);
+    x->be->lowrank_right(x->be, x->q + qa, g, x->p + at, n, c, x->r);
+    x->be->copy(x->be, e, g, t->numel * sizeof(float));
+    x->be->lowrank_expand(x->be, e, x->p + at, x->q + qa, n, c, x->r, 1);
+    if (measure) sumsq(x, 0, e, t->numel, &st->err2);
+    at += n * (size_t)x->r, qa += c * (size_t)x->r;
+  }
+}
+
+/* G = P^ Q^T with the summed Q, which is also the next step's warm start. */
+static void expand(psgd *x) {
+  const gpt_model *m = x->model;
+  size_t at = 0, qa = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    if (!psgd_factored(t, x->r)) {
+      at += t->numel;
+      continue;
+    }
+    x->be->lowrank_expand(x->be, m->grads + t->offset, x->p + at, x->q + qa, (size_t)t->rows, (size_t)t->cols, x->r, 0);
+    at += (size_t)t->rows * (size_t)x->r, qa += (size_t)t->cols * (size_t)x->r;
+  }
+  x->be->copy(x->be, x->qw, x->q, x->nq * sizeof(float));
+}
+
+void psgd_exchange(psgd *x, long step, psgd_stats *st) {
+  const int measure = x->error_every > 0 && step % x->error_every == 0;
+  double t0 = util_now();
+  left(x, measure, st);
+  double t1 = util_now();
+  allreduce(x, x->p, x->np);
+  double t2 = util_now();
+  right(x, measure, st);
+  double t3 = util_now();
+  allreduce(x, x->q, x->nq);
+  double t4 = util_now();
+  expand(x);
+  x->be->sync(x->be);
+  st->encode_s += (t1 - t0) + (t3 - t2);
+  st->decode_s += util_now() - t4;
+  st->bytes += (double)(x->np + x->nq) * sizeof(float);
+}
+
+float *psgd_residual(psgd *x) { return x->dev ? x->ef_host : x->ef; }
+float *psgd_q(psgd *x) { return x->dev ? x->qw_host : x->qw; }
+
+void psgd_sync(psgd *x, int to_host) {
+  if (!x->dev) return;
+  const size_t ne = x->model->nparams * sizeof(float), nq = x->nq * sizeof(float);
+  if (to_host) x->be->to_host(x->be, x->ef_host, x->ef, ne), x->be->to_host(x->be, x->qw_host, x->qw, nq);
+  else x->be->to_device(x->be, x->ef, x->ef_host, ne), x->be->to_device(x->be, x->qw, x->qw_host, nq);
+}
