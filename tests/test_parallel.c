@@ -299,7 +299,8 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
 
 /* The two-level exchange (&comm hierarchy = 'node', nodes of ranks_per_node ranks): fp32 inside the
  * nodes, every method between them, on 2 nodes x 2 replicas and 3 x 2, with ZeRO 0 and 1, error
- * feedback and the device path; pipelines whose stages' replicas are one node each (nothing leaves
+ * feedback and the device path (PowerSGD: its tensors dealt out to a node's replicas, summed onto and
+ * broadcast from their leaders); pipelines whose stages' replicas are one node each (nothing leaves
  * it) and a node each (R = 1); without compression the two-level sum is the serial run's within
  * rounding. The replicas agree and restarts continue bit for bit (check_case). The cases of 3 x 2 run
  * alone on 6 ranks (size 6), the others on 4. */
@@ -310,7 +311,8 @@ static void test_hierarchy(const char *dir, const run_result *ref, int rank, int
       {"minmax", 4, 4, 0, 2e-2, 1e-1, "allgather", 0, 1, 0, 2},  {"amq", 4, 4, 1, 6e-2, 1e-1, "allgather", 0, 1, 0, 2},
       {"qsgdinf", 4, 4, 0, 2e-2, 1e-1, "intsum", 1, 1, 0, 2},    {"alq", 4, 2, 1, 6e-2, 1e-1, "allgather", 1, 2, 1, 1},
       {"qsgdinf", 4, 2, 0, 2e-2, 1e-1, "allgather", 0, 2, 0, 2}, {"qsgdinf", 4, 6, 1, 1e-1, 2e-1, "allgather", 1, 1, 1, 2},
-      {"alq", 4, 6, 0, 1e-1, 2e-1, "sra", 0, 1, 0, 2},          {"topk", 4, 4, 0, 3e-1, 3e-1, "sra", 1, 1, 0, 2}};
+      {"alq", 4, 6, 0, 1e-1, 2e-1, "sra", 0, 1, 0, 2},          {"topk", 4, 4, 0, 3e-1, 3e-1, "sra", 1, 1, 0, 2},
+      {"powersgd", 4, 4, 1, 3e-1, 3e-1, "allgather", 1, 1, 1, 2}, {"powersgd", 4, 6, 0, 3e-1, 3e-1, "allgather", 1, 1, 1, 2}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     if ((cases[k].P * cases[k].D == 6) == (size == 6)) check_case(dir, ref, rank, &cases[k]);
 }

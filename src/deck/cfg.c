@@ -686,8 +686,8 @@ int cfg_model_untied(const cfg_model *m) {
 }
 
 /* &comm method = 'powersgd': a rank that factors the model's square matrices (n_embd x n_embd) to at
- * most half; whole matrices on one rank of each replica (not a two-level exchange, not split by
- * tensor parallelism, whose Q a checkpoint could not carry to another layout). */
+ * most half; whole matrices on one rank of each replica (not split by tensor parallelism, whose Q a
+ * checkpoint could not carry to another layout). */
 static void check_powersgd(const cfg_config *cfg, err_list *errs) {
   const cfg_comm *c = &cfg->comm;
   const long most = cfg->model.n_embd / 4;
@@ -698,9 +698,6 @@ static void check_powersgd(const cfg_config *cfg, err_list *errs) {
                  "powersgd_rank = %ld is out of range: factors of rank %ld of an n_embd x n_embd = %ld x %ld gradient "
                  "would not be half its size", c->powersgd_rank, c->powersgd_rank, cfg->model.n_embd, cfg->model.n_embd);
   }
-  if (cfg_comm_hierarchy_of(c) == CFG_HIER_NODE)
-    cfg_error_at(cfg, errs, "comm", "hierarchy", "set hierarchy = 'none' (PowerSGD's messages are already small)",
-                 "method = 'powersgd' factors whole matrices among all replicas: it has no two-level form");
   if (cfg->parallel.tensor_parallel > 1)
     cfg_error_at(cfg, errs, "parallel", "tensor_parallel", "set tensor_parallel = 1, or another &comm method",
                  "method = 'powersgd' factors whole matrices; tensor_parallel = %ld splits them",

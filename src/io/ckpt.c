@@ -663,8 +663,8 @@ static void residual_ranges(io_stream *io, const ckpt_state *s, int var, const g
  * comm_powersgd_q (comm_powersgd_q_values = psgd_q_floats of the whole model): each factored
  * tensor's Q (cols x r) in the order of the whole model's tensor list, with the rank r as the
  * attribute `rank` and a checksum (the sum of the tensors' hashes). Replica 0 of each stage writes
- * its tensors (the last stage leaves the tied embedding to the first: the same Q), independently:
- * the values are small. Every rank reads its own when the file has them at its rank; otherwise Q
+ * its tensors' Q (in two levels, each tensor's leader on the first node; the last stage leaves the
+ * tied embedding to the first: the same Q), independently: the values are small. Every rank reads its own when the file has them at its rank; otherwise Q
  * starts from the seed. */
 
 typedef struct {
@@ -680,12 +680,12 @@ static int q_spans(const ckpt_state *s, const gpt_tensor *all, int nall, q_span 
   for (int i = 0; i < nall; i++) at[i] = *total, *total += psgd_q_floats(&all[i], 1, r);
   int n = 0;
   size_t local = 0;
-  for (int i = 0; i < s->model->ntensors; i++) {
+  for (int i = s->comm_lowrank_t0; i < s->comm_lowrank_t1; i++) {
     const gpt_tensor *t = &s->model->tensors[i];
     const size_t len = psgd_q_floats(t, 1, r);
     if (!len) continue;
     const int last_copy = t->tied && s->lay->P > 1 && s->lay->stage == s->lay->P - 1;
-    sp[n++] = (q_span){at[t->index], local, len, s->lay->replica == 0 && !last_copy};
+    sp[n++] = (q_span){at[t->index], local, len, s->comm_lowrank_writes && !last_copy};
     local += len;
   }
   free(at);

@@ -46,10 +46,12 @@ typedef struct {
   /* the compressed exchange's error-feedback residual: host memory indexed as the stage's parameter
    * buffer (nparams), or NULL; written as comm_residual, one row per replica (doc/formats.md) */
   float *comm_residual;
-  /* PowerSGD's warm-start Q (&comm method = 'powersgd'): host memory, the stage's factored tensors' in
-   * order (psgd_q_floats), or NULL; written as comm_powersgd_q (doc/formats.md) */
+  /* PowerSGD's warm-start Q (&comm method = 'powersgd'): host memory, the factored tensors' among the
+   * stage's tensors [comm_lowrank_t0, comm_lowrank_t1) in order (psgd_q_floats), or NULL; written as
+   * comm_powersgd_q (doc/formats.md) by the ranks with comm_lowrank_writes */
   float *comm_lowrank_q;
   long comm_lowrank_rank;
+  int comm_lowrank_t0, comm_lowrank_t1, comm_lowrank_writes;
 } ckpt_state;
 
 enum { CKPT_PATH_MAX = CFG_STR_LEN + 64 };

@@ -34,6 +34,7 @@ struct grad_exchange {
   qexch *qx;               /* the compressed exchange (&comm), or NULL; owned by hx where there is one */
   hier *hx;                /* the two-level exchange (&comm hierarchy = 'node'), or NULL */
   psgd *px;                /* PowerSGD (&comm method = 'powersgd'), or NULL */
+  int two;                 /* PowerSGD in two levels (its warm-up steps are the flat fp32 exchange) */
   int spans;               /* the replicas sit on more than one node: the flat exchange's bytes leave nodes */
   long step, warmup;       /* the current step; compression starts at step warmup */
   grad_stats st;
@@ -137,7 +138,12 @@ static qexch_bucket *qexch_buckets(const grad_exchange *g) {
 size_t grad_plan_device_bytes(const cfg_config *cfg, const gpt_tensor *ts, int nt, size_t nparams, const par_layout *lay,
                               int replica, const backend *be) {
   const cfg_comm *c = &cfg->comm;
-  if (powersgd(c) && lay->D > 1) return landing_bytes(nparams, lay, c) + psgd_plan_device_bytes(c, ts, nt, nparams, be);
+  if (powersgd(c) && lay->D > 1) { /* the tensors this replica leads on its node */
+    const hier_shape h = hier_on(c, lay->D) ? hier_plan_shape(c, lay, replica) : (hier_shape){lay->D, 1, replica, 0};
+    int t0, t1;
+    psgd_owned(ts, nt, h.per_node, h.local, &t0, &t1);
+    return landing_bytes(nparams, lay, c) + psgd_plan_device_bytes(c, ts + t0, t1 - t0, nparams, be);
+  }
   if (!hier_on(c, lay->D))
     return landing_bytes(nparams, lay, c) + qexch_plan_device_bytes(c, ts, nt, 0, SIZE_MAX, lay->D, be) +
            (qexch_residual_on_device(c, lay->D, be) ? qexch_plan_residual_bytes(c, nparams, lay->D) : 0);
@@ -191,20 +197,24 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
   const size_t land = landing_bytes(m->nparams, lay, comm);
   if (land) g->recv = m->be->alloc(m->be, land);
   /* host staging (where MPI cannot use backend memory) of what the exchanges touch */
-  const int two = comm && hier_on(comm, g->D); /* the two-level exchange stages its own */
+  const int two = comm && hier_on(comm, g->D) && !powersgd(comm); /* the two-level exchange stages its own */
   comm_stage_init(&g->gs, m->be, g->D > 1 && !two ? m->nparams : g->tied ? m->tensors[g->wte].offset + m->tensors[g->wte].numel : 0,
                   sizeof(float));
   comm_stage_init(&g->ps, m->be, g->zero && g->D > 1 ? m->nparams : 0, sizeof(float));
   comm_stage_init(&g->rs, m->be, land / sizeof(float), sizeof(float));
   if (powersgd(comm) && g->D > 1) {
-    g->px = psgd_create(m, comm, seed, g->dp);
+    MPI_Comm intra, cross;
+    if (hier_on(comm, g->D)) hier_split(comm, lay, &intra, &cross);
+    else MPI_Comm_dup(MPI_COMM_SELF, &intra), MPI_Comm_dup(g->dp, &cross);
+    g->px = psgd_create(m, comm, seed, intra, cross);
+    g->two = hier_on(comm, g->D);
   } else if (comm && g->D > 1) {
     qexch_bucket *q = qexch_buckets(g);
     if (two) g->hx = hier_create(m, lay, comm, adapt_period, seed, g->nb, q), g->qx = hier_qexch(g->hx);
     else g->qx = qexch_create(comm, adapt_period, seed, m, g->nb, q, g->dp, lay->comm);
     free(q);
   }
-  if (g->D > 1 && !two) g->spans = hier_spans(comm, lay); /* the flat exchange's bytes between nodes */
+  if (g->D > 1 && !two) g->spans = hier_spans(comm, lay); /* the flat exchange's (fp32 steps') bytes between nodes */
   g->warmup = comm ? comm->warmup_steps : 0;
   return g;
 }
@@ -317,7 +327,7 @@ void grad_finish(grad_exchange *g) {
     psgd_exchange(g->px, g->step, &ps);
     g->st.bytes += ps.bytes, g->st.encode_s += ps.encode_s, g->st.decode_s += ps.decode_s;
     g->st.q_measured += ps.err2, g->st.q_expected += ps.err2, g->st.q_norm2 += ps.norm2;
-    if (g->spans) g->st.inter_bytes += ps.bytes;
+    g->st.inter_bytes += g->two ? ps.cross : g->spans ? ps.bytes : 0;
     g->st.wait_s += util_now() - t0;
     return;
   }
@@ -400,7 +410,10 @@ grad_stats grad_take_stats(grad_exchange *g) {
 }
 
 float *grad_residual(grad_exchange *g) { return g->px ? psgd_residual(g->px) : qexch_residual(g->qx); }
-float *grad_lowrank_q(grad_exchange *g) { return g->px ? psgd_q(g->px) : NULL; }
+float *grad_lowrank_q(grad_exchange *g, int *t0, int *t1, int *writes) {
+  *t0 = *t1 = *writes = 0;
+  return g->px ? psgd_q(g->px, t0, t1, writes) : NULL;
+}
 
 void grad_residual_sync(grad_exchange *g, int to_host) {
   if (g->px) psgd_sync(g->px, to_host);

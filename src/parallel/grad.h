@@ -80,8 +80,9 @@ void grad_set_levels(grad_exchange *g, const float *level, int n);
 /* The compressed exchange's error-feedback residual (checkpoints): host memory indexed as the
  * stage's parameter buffer, or NULL. */
 float *grad_residual(grad_exchange *g);
-/* PowerSGD's warm-start Q (checkpoints): host memory, psgd_q_floats of the stage's tensors, or NULL. */
-float *grad_lowrank_q(grad_exchange *g);
+/* PowerSGD's warm-start Q (checkpoints): host memory, that of the stage's tensors [*t0, *t1) (psgd_q),
+ * or NULL; *writes: this rank's Q is the one a checkpoint keeps. */
+float *grad_lowrank_q(grad_exchange *g, int *t0, int *t1, int *writes);
 /* Where the residual (and PowerSGD's Q) lives on a device: its host copy brought up to date (to_host, before a checkpoint
  * is written), or copied back (after one is read). Nothing otherwise. */
 void grad_residual_sync(grad_exchange *g, int to_host);

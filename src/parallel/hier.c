@@ -136,14 +136,20 @@ int hier_spans(const cfg_comm *c, const par_layout *lay) {
   return -lo_hi[0] != lo_hi[1];
 }
 
+void hier_split(const cfg_comm *c, const par_layout *lay, MPI_Comm *intra, MPI_Comm *cross) {
+  int me;
+  MPI_Comm_split(lay->dp, node_key(c, lay), lay->replica, intra);
+  MPI_Comm_rank(*intra, &me);
+  MPI_Comm_split(lay->dp, me, lay->replica, cross);
+}
+
 hier *hier_create(gpt_model *m, const par_layout *lay, const cfg_comm *c, long adapt_period, uint64_t seed, int nb,
                   const qexch_bucket *b) {
   hier *h = util_calloc(1, sizeof *h, "hierarchical exchange");
   h->m = m;
-  MPI_Comm_split(lay->dp, node_key(c, lay), lay->replica, &h->intra);
+  hier_split(c, lay, &h->intra, &h->cross);
   MPI_Comm_size(h->intra, &h->R);
   MPI_Comm_rank(h->intra, &h->me);
-  MPI_Comm_split(lay->dp, h->me, lay->replica, &h->cross);
   MPI_Comm_size(h->cross, &h->N);
   h->nb = nb;
   h->pending = -1;

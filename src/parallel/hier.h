@@ -55,6 +55,11 @@ hier_shape hier_plan_shape(const cfg_comm *c, const par_layout *lay, int replica
  * exchange). Collective over lay->dp. */
 int hier_spans(const cfg_comm *c, const par_layout *lay);
 
+/* The stage's replicas (lay->dp) split into the ranks of this rank's node (intra, ranked by replica)
+ * and the replicas of the other nodes at the same place on theirs (cross, ranked by node). Collective
+ * over lay->dp (and lay->node with ranks_per_node = 0). */
+void hier_split(const cfg_comm *c, const par_layout *lay, MPI_Comm *intra, MPI_Comm *cross);
+
 /* Piece l of R of a bucket [b0, b1): [*lo, *hi). */
 void hier_piece(size_t b0, size_t b1, int R, int l, size_t *lo, size_t *hi);
 

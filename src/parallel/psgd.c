@@ -20,6 +20,22 @@ size_t psgd_q_floats(const gpt_tensor *t, int n, long r) {
   return q;
 }
 
+/* The share of tensor i of t[n] in a node of R replicas: the replica whose share of the values holds
+ * its middle (contiguous runs, each about a R-th of the values). */
+static int owner_of(const gpt_tensor *t, int n, int R, int i) {
+  double before = 0, total = 0;
+  for (int j = 0; j < n; j++) total += (double)t[j].numel, before += j < i ? (double)t[j].numel : 0;
+  const int l = (int)((double)R * (before + 0.5 * (double)t[i].numel) / (total > 0 ? total : 1));
+  return l < R ? l : R - 1;
+}
+
+void psgd_owned(const gpt_tensor *t, int n, int R, int local, int *t0, int *t1) {
+  *t0 = *t1 = 0;
+  while (*t0 < n && owner_of(t, n, R, *t0) < local) (*t0)++;
+  *t1 = *t0;
+  while (*t1 < n && owner_of(t, n, R, *t1) == local) (*t1)++;
+}
+
 /* Floats of the first all-reduce: each factored tensor's P (rows x r), every other tensor whole. */
 static size_t p_floats(const gpt_tensor *t, int n, long r) {
   size_t p = 0;
@@ -40,7 +56,10 @@ size_t psgd_plan_device_bytes(const cfg_comm *c, const gpt_tensor *t, int n, siz
 struct psgd {
   gpt_model *model;
   const backend *be;
-  MPI_Comm dp;
+  MPI_Comm intra, cross;
+  int R, me, N;      /* replicas on a node, this one's place there, nodes */
+  int t0, t1;        /* the tensors this replica leads */
+  int *owner;        /* of each tensor, its leader's place on the node */
   int r, dev;        /* the rank; whether the buffers are backend (device) memory */
   long error_every;
   size_t np, nq;     /* floats of the first message, of Q */
@@ -49,6 +68,7 @@ struct psgd {
   float *ef_host, *qw_host; /* dev: their host copies, for checkpoints */
   double *acc;       /* dev: two sums (||e||^2, ||D||^2) in backend memory */
   comm_stage stage;  /* host staging of the messages where MPI cannot read backend memory */
+  comm_stage grads;  /* and of the gradients, for the sums inside a node */
 };
 
 static float *floats(const psgd *x, size_t n) {
@@ -59,15 +79,21 @@ static void release(const psgd *x, void *p) {
   else free(p);
 }
 
-psgd *psgd_create(gpt_model *m, const cfg_comm *c, uint64_t seed, MPI_Comm dp) {
+psgd *psgd_create(gpt_model *m, const cfg_comm *c, uint64_t seed, MPI_Comm intra, MPI_Comm cross) {
   psgd *x = util_calloc(1, sizeof *x, "PowerSGD");
-  x->model = m, x->be = m->be, x->dp = dp, x->r = (int)c->powersgd_rank, x->error_every = c->error_every;
+  x->model = m, x->be = m->be, x->intra = intra, x->cross = cross, x->r = (int)c->powersgd_rank;
+  x->error_every = c->error_every;
+  MPI_Comm_size(intra, &x->R), MPI_Comm_rank(intra, &x->me), MPI_Comm_size(cross, &x->N);
+  x->owner = util_malloc((size_t)(m->ntensors ? m->ntensors : 1) * sizeof *x->owner, "PowerSGD");
+  for (int i = 0; i < m->ntensors; i++) x->owner[i] = owner_of(m->tensors, m->ntensors, x->R, i);
+  psgd_owned(m->tensors, m->ntensors, x->R, x->me, &x->t0, &x->t1);
   x->dev = !m->be->caps.host_memory;
-  x->np = p_floats(m->tensors, m->ntensors, x->r), x->nq = psgd_q_floats(m->tensors, m->ntensors, x->r);
+  const gpt_tensor *own = m->tensors + x->t0;
+  x->np = p_floats(own, x->t1 - x->t0, x->r), x->nq = psgd_q_floats(own, x->t1 - x->t0, x->r);
   x->p = floats(x, x->np), x->q = floats(x, x->nq), x->qw = floats(x, x->nq), x->ef = floats(x, m->nparams);
   x->qw_host = util_calloc(x->nq ? x->nq : 1, sizeof(float), "PowerSGD warm start");
   size_t at = 0; /* the first Q: normal values from (seed, RNG_LOWRANK, the tensor's index) */
-  for (int i = 0; i < m->ntensors; i++) {
+  for (int i = x->t0; i < x->t1; i++) {
     const gpt_tensor *t = &m->tensors[i];
     if (!psgd_factored(t, x->r)) continue;
     rng_state g;
@@ -83,6 +109,7 @@ psgd *psgd_create(gpt_model *m, const cfg_comm *c, uint64_t seed, MPI_Comm dp) {
     memcpy(x->qw, x->qw_host, x->nq * sizeof(float));
   }
   comm_stage_init(&x->stage, x->be, x->np > x->nq ? x->np : x->nq, sizeof(float));
+  comm_stage_init(&x->grads, x->be, x->R > 1 ? m->nparams : 0, sizeof(float));
   return x;
 }
 
@@ -90,8 +117,10 @@ void psgd_free(psgd *x) {
   if (!x) return;
   release(x, x->p), release(x, x->q), release(x, x->qw), release(x, x->ef);
   if (x->dev) x->be->free(x->be, x->acc);
-  free(x->ef_host), free(x->qw_host);
+  free(x->ef_host), free(x->qw_host), free(x->owner);
   comm_stage_free(&x->stage);
+  comm_stage_free(&x->grads);
+  MPI_Comm_free(&x->intra), MPI_Comm_free(&x->cross);
   free(x);
 }
 
@@ -99,7 +128,7 @@ void psgd_free(psgd *x) {
 static void allreduce(psgd *x, float *buf, size_t n) {
   if (n == 0) return;
   float *h = comm_stage_send(&x->stage, 0, buf, n);
-  comm_allreduce_sum(h, n, x->dp);
+  comm_allreduce_sum(h, n, x->cross);
   comm_stage_done(&x->stage, 0, buf, n);
 }
 
@@ -120,7 +149,7 @@ static void sumsq(psgd *x, int k, const float *v, size_t n, double *sum) {
 static void left(psgd *x, int measure, psgd_stats *st) {
   const gpt_model *m = x->model;
   size_t at = 0, qa = 0;
-  for (int i = 0; i < m->ntensors; i++) {
+  for (int i = x->t0; i < x->t1; i++) {
     const gpt_tensor *t = &m->tensors[i];
     float *g = m->grads + t->offset;
     if (!psgd_factored(t, x->r)) {
@@ -138,7 +167,7 @@ static void left(psgd *x, int measure, psgd_stats *st) {
 static void right(psgd *x, int measure, psgd_stats *st) {
   const gpt_model *m = x->model;
   size_t at = 0, qa = 0;
-  for (int i = 0; i < m->ntensors; i++) {
+  for (int i = x->t0; i < x->t1; i++) {
     const gpt_tensor *t = &m->tensors[i];
     float *g = m->grads + t->offset, *e = x->ef + t->offset;
     if (!psgd_factored(t, x->r)) {
@@ -160,7 +189,7 @@ static void right(psgd *x, int measure, psgd_stats *st) {
 static void expand(psgd *x) {
   const gpt_model *m = x->model;
   size_t at = 0, qa = 0;
-  for (int i = 0; i < m->ntensors; i++) {
+  for (int i = x->t0; i < x->t1; i++) {
     const gpt_tensor *t = &m->tensors[i];
     if (!psgd_factored(t, x->r)) {
       at += t->numel;
@@ -172,26 +201,63 @@ static void expand(psgd *x) {
   x->be->copy(x->be, x->qw, x->q, x->nq * sizeof(float));
 }
 
+/* Inside the node: each tensor summed onto its leader (to_leader), or the leader's result to the
+ * others; in place, chunk by chunk (MPI counts are ints). Nonblocking calls waited for at once: MPICH
+ * 4.0's blocking MPI_Reduce in place at a root other than 0 crashes on large messages (ch4:ucx). */
+static void in_node(psgd *x, int to_leader, psgd_stats *st) {
+  const gpt_model *m = x->model;
+  const gpt_tensor *own = x->t1 > x->t0 ? &m->tensors[x->t0] : NULL;
+  const size_t lo = own ? own->offset : 0, hi = own ? m->tensors[x->t1 - 1].offset + m->tensors[x->t1 - 1].numel : 0;
+  /* MPI's view of the gradients: all of them to sum, or (its lead's results brought there) to broadcast */
+  float *buf = to_leader ? comm_stage_send(&x->grads, 0, m->grads, m->nparams)
+                         : (float *)comm_stage_send(&x->grads, lo, m->grads + lo, hi - lo) - lo;
+  for (int i = 0; i < m->ntensors; i++) {
+    const gpt_tensor *t = &m->tensors[i];
+    const int mine = x->owner[i] == x->me;
+    for (size_t k = 0, at = t->offset; at < t->offset + t->numel; k++) {
+      const int n = comm_chunk(t->numel, k);
+      MPI_Request req;
+      if (to_leader) MPI_Ireduce(mine ? MPI_IN_PLACE : buf + at, buf + at, n, MPI_FLOAT, MPI_SUM, x->owner[i], x->intra, &req);
+      else MPI_Ibcast(buf + at, n, MPI_FLOAT, x->owner[i], x->intra, &req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+      at += (size_t)n;
+    }
+    if (to_leader || mine) st->bytes += (double)t->numel * sizeof(float);
+  }
+  if (to_leader) comm_stage_done(&x->grads, lo, m->grads + lo, hi - lo); /* the node's sums the leader factors */
+  else comm_stage_done(&x->grads, 0, m->grads, m->nparams);
+}
+
 void psgd_exchange(psgd *x, long step, psgd_stats *st) {
   const int measure = x->error_every > 0 && step % x->error_every == 0;
-  double t0 = util_now();
-  left(x, measure, st);
-  double t1 = util_now();
-  allreduce(x, x->p, x->np);
-  double t2 = util_now();
-  right(x, measure, st);
-  double t3 = util_now();
-  allreduce(x, x->q, x->nq);
-  double t4 = util_now();
-  expand(x);
-  x->be->sync(x->be);
-  st->encode_s += (t1 - t0) + (t3 - t2);
-  st->decode_s += util_now() - t4;
-  st->bytes += (double)(x->np + x->nq) * sizeof(float);
+  if (x->R > 1) in_node(x, 1, st);
+  if (x->N > 1 || x->R == 1) { /* one node of several replicas: its sums are the result */
+    double t0 = util_now();
+    left(x, measure, st);
+    double t1 = util_now();
+    allreduce(x, x->p, x->np);
+    double t2 = util_now();
+    right(x, measure, st);
+    double t3 = util_now();
+    allreduce(x, x->q, x->nq);
+    double t4 = util_now();
+    expand(x);
+    x->be->sync(x->be);
+    st->encode_s += (t1 - t0) + (t3 - t2);
+    st->decode_s += util_now() - t4;
+    st->bytes += (double)(x->np + x->nq) * sizeof(float), st->cross += (double)(x->np + x->nq) * sizeof(float);
+  }
+  if (x->R > 1) in_node(x, 0, st);
 }
 
 float *psgd_residual(psgd *x) { return x->dev ? x->ef_host : x->ef; }
-float *psgd_q(psgd *x) { return x->dev ? x->qw_host : x->qw; }
+
+float *psgd_q(psgd *x, int *t0, int *t1, int *writes) {
+  int node;
+  MPI_Comm_rank(x->cross, &node);
+  *t0 = x->t0, *t1 = x->t1, *writes = node == 0;
+  return x->dev ? x->qw_host : x->qw;
+}
 
 void psgd_sync(psgd *x, int to_host) {
   if (!x->dev) return;
