@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_parallel: the layout-equivalence program on 4 ranks (oversubscribed on small machines), for GPT-Neo,
 # GPT-NeoX and Llama (grouped-query attention), its two-level exchange on 3 nodes x 2 ranks (6 ranks; one
-# after another: two such programs at once on a small machine spin each other's time away), and
+# after another: two such programs at once on a small machine spin each other's time away), PowerSGD's
+# exchange on 4 ranks (test_psgd), and
 # the dry run's memory per rank: AdamW state drops to 1/D of it with ZeRO-1, activations with
 # recomputation.
 . "$(dirname "$0")/lib.sh"
@@ -14,6 +15,8 @@ timeout 900 $MPIEXEC -n 4 "$(dirname "$GREENLM")/../tests/test_parallel" llama
 check_status $? "the parallel layouts of a Llama with grouped-query attention differ from the serial run (see above)"
 timeout 900 $MPIEXEC -n 6 "$(dirname "$GREENLM")/../tests/test_parallel" hierarchy
 check_status $? "the two-level exchange on 3 nodes x 2 replicas differs (see above)"
+timeout 300 $MPIEXEC -n 4 "$(dirname "$GREENLM")/../tests/test_psgd"
+check_status $? "PowerSGD's exchange fails its identities (see above)"
 
 adam() { # adam ZERO: the AdamW bytes of stage 0 planned for 4 replicas, in MiB
   greenlm --dry-run --ranks 4 --set parallel.zero_stage="$1" --set training.global_batch_size=32 \
