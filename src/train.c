@@ -325,6 +325,16 @@ static void print_header(train_job *j) {
 
 
 /* Why the run went faster than its peak. */
+/* The compressed exchange in words: "qsgdinf 4-bit, allgather, error feedback", "topk 1%, ...",
+ * "powersgd rank 4, error feedback" (its two all-reduces have no exchange form). */
+static void comm_label(const cfg_comm *c, char *buf, size_t len) {
+  const cfg_comm_method m = cfg_comm_method_of(c);
+  int o = m == CFG_COMM_TOPK ? snprintf(buf, len, "topk %g%%, %s", 100 * c->topk_fraction, c->exchange)
+          : m == CFG_COMM_POWERSGD ? snprintf(buf, len, "powersgd rank %ld", c->powersgd_rank)
+                                   : snprintf(buf, len, "%s %ld-bit, %s", c->method, c->bits, c->exchange);
+  if (c->error_feedback && o > 0 && (size_t)o < len) snprintf(buf + o, len - (size_t)o, ", error feedback");
+}
+
 static const char *peak_low_why(const cfg_config *cfg) {
   return cfg->system.peak_gflops > 0 ? "&system peak_gflops is below what the run reaches; raise it, or 0 measures it"
                                      : "other work shared the cores while the peak was measured, so MFU figures read high; the "
@@ -833,6 +843,9 @@ static json_t *verdict_json(const train_job *r, double wall, uint64_t param_hash
   json_object_set_new(gx, "method", json_string(cfg->comm.method));
   json_object_set_new(gx, "bits", json_integer(cfg->comm.bits));
   json_object_set_new(gx, "exchange", json_string(cfg->comm.exchange));
+  if (cfg_comm_method_of(&cfg->comm) == CFG_COMM_TOPK) json_object_set_new(gx, "topk_fraction", json_real(cfg->comm.topk_fraction));
+  if (cfg_comm_method_of(&cfg->comm) == CFG_COMM_POWERSGD)
+    json_object_set_new(gx, "powersgd_rank", json_integer(cfg->comm.powersgd_rank));
   json_object_set_new(gx, "error_feedback", json_boolean(cfg->comm.error_feedback));
   json_object_set_new(gx, "bytes", json_real(k->grad_bytes));
   json_object_set_new(gx, "fp32_bytes", json_real(k->grad_fp32));
@@ -951,15 +964,15 @@ static int verdict(train_job *j, err_list *errs) {
     if (j->t->lay.tp > 1)
       metrics_printf(out, "tensor-parallel sums: %.4g GB handed to them by all ranks, %.1f%% of the ranks' time\n",
                      k->tp_bytes / 1e9, 100.0 * k->tp_s / (k->train_time * j->size));
+    char how[96];
+    comm_label(&cfg->comm, how, sizeof how);
     if (k->grad_inter > 0 && k->grad_inter < k->grad_bytes) /* two-level */
       metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.4g GB of it between nodes, "
-                     "%.1fx fewer than fp32's (%s %ld-bit, %s%s, in two levels)\n", k->grad_bytes / 1e9, k->grad_inter / 1e9,
-                     k->grad_fp32 / k->grad_inter, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,
-                     cfg->comm.error_feedback ? ", error feedback" : "");
+                     "%.1fx fewer than fp32's (%s, in two levels)\n", k->grad_bytes / 1e9, k->grad_inter / 1e9,
+                     k->grad_fp32 / k->grad_inter, how);
     else if (k->grad_bytes > 0 && k->grad_bytes < k->grad_fp32) /* compressed */
-      metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.1fx fewer than fp32 (%s %ld-bit, %s%s)\n",
-                     k->grad_bytes / 1e9, k->grad_fp32 / k->grad_bytes, cfg->comm.method, cfg->comm.bits, cfg->comm.exchange,
-                     cfg->comm.error_feedback ? ", error feedback" : "");
+      metrics_printf(out, "gradient exchange: %.4g GB handed to the collectives by all ranks, %.1fx fewer than fp32 (%s)\n",
+                     k->grad_bytes / 1e9, k->grad_fp32 / k->grad_bytes, how);
     double flops = j->flops_per_token * k->tokens;
     energy_report_print(&j->energy, k->tokens, flops, print_to_out, out);
     json_t *rep = energy_report_json(&j->energy, cfg, wall, k->tokens, flops, mfu <= 1 ? mfu : NAN, j->machine.cpu_model,

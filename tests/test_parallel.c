@@ -49,6 +49,7 @@ static const char *comm_method = "none"; /* &comm: the compressed gradient excha
 static int comm_bits = 4;
 static const char *comm_exchange = "allgather";
 static int comm_ef; /* &comm error_feedback */
+static int comm_warmup; /* &comm warmup_steps: 2 for PowerSGD in two levels (its fp32 steps are the flat exchange) */
 static int ranks_per_node; /* &comm hierarchy = 'node' with these ranks per node; 0: no hierarchy */
 static int global_batch = 8; /* &training global_batch_size (6 for 3 replicas) */
 static int tensor_par = 1; /* &parallel tensor_parallel */
@@ -78,7 +79,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            "&checkpoint stage_mb = 0.01, read_mb = 0.02, read_requests = 3 /\n"
            "&system backend = 'cpu', precision = '%s' /\n"
            "&comm method = '%s', bits = %d, min_numel = 1000, exchange = '%s', error_feedback = %s,\n"
-           "  hierarchy = '%s', ranks_per_node = %d /\n",
+           "  hierarchy = '%s', ranks_per_node = %d, warmup_steps = %d /\n",
            dir, top ? top : ".", dir, dir, dir, dir,
            /* no attention biases: the dims of k's bias that no rotation turns add the same to every score of a
             * query and have no gradient but rounding noise, which AdamW scales up to whole steps; where the layouts'
@@ -90,7 +91,7 @@ static cfg_config *deck(const char *dir, int P, int D, int zero, const char *ord
            global_batch, STEPS, recompute ? ".true." : ".false.", P, D, zero, order,
            tensor_par, precision,
            comm_method, comm_bits, comm_exchange, comm_ef ? ".true." : ".false.", ranks_per_node ? "node" : "none",
-           ranks_per_node);
+           ranks_per_node, comm_warmup);
   return t_load_deck(text, "parallel.nml", nranks);
 }
 
@@ -199,6 +200,7 @@ static void check_case(const char *dir, const run_result *ref, int rank, const c
   run_result r = {0}, again = {0}, dev = {0}, dev_again = {0};
   char mine[CFG_STR_LEN] = "", shape[48] = "";
   comm_method = k->method, comm_bits = k->bits, comm_exchange = k->exchange, comm_ef = k->ef, ranks_per_node = k->rpn;
+  comm_warmup = strcmp(k->method, "powersgd") == 0 && k->rpn ? 2 : 0;
   global_batch = D == 3 ? 6 : D == 6 ? 12 : 8;
   if (k->rpn) snprintf(shape, sizeof shape, ", hierarchy on nodes of %d rank%s", k->rpn, k->rpn > 1 ? "s" : "");
   char what[32]; /* top-k has no bits */
@@ -243,7 +245,7 @@ static void check_case(const char *dir, const run_result *ref, int rank, const c
   free(r.params), free(again.params), free(dev.params), free(dev_again.params);
   MPI_Barrier(MPI_COMM_WORLD);
   global_batch = 8;
-  comm_method = "none", comm_bits = 4, comm_exchange = "allgather", comm_ef = 0, ranks_per_node = 0;
+  comm_method = "none", comm_bits = 4, comm_exchange = "allgather", comm_ef = 0, ranks_per_node = 0, comm_warmup = 0;
 }
 
 /* The compressed exchange (&comm) on D = 2 and D = 4, ZeRO 0 and 1, with and without error
@@ -300,7 +302,7 @@ static void test_compressed(const char *dir, const run_result *ref, int rank) {
 /* The two-level exchange (&comm hierarchy = 'node', nodes of ranks_per_node ranks): fp32 inside the
  * nodes, every method between them, on 2 nodes x 2 replicas and 3 x 2, with ZeRO 0 and 1, error
  * feedback and the device path (PowerSGD: its tensors dealt out to a node's replicas, summed onto and
- * broadcast from their leaders); pipelines whose stages' replicas are one node each (nothing leaves
+ * broadcast from their leaders, after 2 warm-up steps of the flat fp32 exchange); pipelines whose stages' replicas are one node each (nothing leaves
  * it) and a node each (R = 1); without compression the two-level sum is the serial run's within
  * rounding. The replicas agree and restarts continue bit for bit (check_case). The cases of 3 x 2 run
  * alone on 6 ranks (size 6), the others on 4. */

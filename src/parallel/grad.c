@@ -46,9 +46,10 @@ static int compressed(const grad_exchange *g) { return (g->qx || g->px) && g->D 
 static int powersgd(const cfg_comm *c) { return c && cfg_comm_method_of(c) == CFG_COMM_POWERSGD; }
 
 
-/* Backend bytes of the ZeRO-1 landing area of the flat fp32 exchange (the hierarchy has none). */
+/* Backend bytes of the ZeRO-1 landing area of the flat fp32 exchange (the hierarchy has none; PowerSGD's
+ * warm-up steps in two levels are the flat exchange). */
 static size_t landing_bytes(size_t nparams, const par_layout *lay, const cfg_comm *c) {
-  if (!lay->zero || lay->D == 1 || (c && hier_on(c, lay->D))) return 0;
+  if (!lay->zero || lay->D == 1 || (c && hier_on(c, lay->D) && !powersgd(c))) return 0;
   /* the largest piece, the landing area of any replica: D pieces of par_piece are floor(n / D) or ceil(n / D) long */
   const size_t D = (size_t)lay->D, most = (nparams + D - 1) / D;
   return most * sizeof(float);
