@@ -59,7 +59,8 @@ struct psgd {
   MPI_Comm intra, cross;
   int R, me, N;      /* replicas on a node, this one's place there, nodes */
   int t0, t1;        /* the tensors this replica leads */
-  int *owner;        /* of each tensor, its leader's place on the node */
+  size_t *cut;       /* replica l of a node leads the values [cut[l], cut[l + 1]) of the buffer */
+  MPI_Request *req;  /* the in-node collectives of a step */
   int r, dev;        /* the rank; whether the buffers are backend (device) memory */
   long error_every;
   size_t np, nq;     /* floats of the first message, of Q */
@@ -84,9 +85,17 @@ psgd *psgd_create(gpt_model *m, const cfg_comm *c, uint64_t seed, MPI_Comm intra
   x->model = m, x->be = m->be, x->intra = intra, x->cross = cross, x->r = (int)c->powersgd_rank;
   x->error_every = c->error_every;
   MPI_Comm_size(intra, &x->R), MPI_Comm_rank(intra, &x->me), MPI_Comm_size(cross, &x->N);
-  x->owner = util_malloc((size_t)(m->ntensors ? m->ntensors : 1) * sizeof *x->owner, "PowerSGD");
-  for (int i = 0; i < m->ntensors; i++) x->owner[i] = owner_of(m->tensors, m->ntensors, x->R, i);
-  psgd_owned(m->tensors, m->ntensors, x->R, x->me, &x->t0, &x->t1);
+  x->cut = util_malloc(((size_t)x->R + 1) * sizeof *x->cut, "PowerSGD");
+  size_t nreq = 0;
+  x->cut[0] = 0;
+  for (int l = 0; l < x->R; l++) { /* the runs follow one another through the buffer (a run may be empty) */
+    int a, b;
+    psgd_owned(m->tensors, m->ntensors, x->R, l, &a, &b);
+    x->cut[l + 1] = a < b ? m->tensors[b - 1].offset + m->tensors[b - 1].numel : x->cut[l];
+    nreq += (x->cut[l + 1] - x->cut[l]) / COMM_CHUNK + 1;
+    if (l == x->me) x->t0 = a, x->t1 = b;
+  }
+  x->req = util_malloc(nreq * sizeof *x->req, "PowerSGD requests");
   x->dev = !m->be->caps.host_memory;
   const gpt_tensor *own = m->tensors + x->t0;
   x->np = p_floats(own, x->t1 - x->t0, x->r), x->nq = psgd_q_floats(own, x->t1 - x->t0, x->r);
@@ -117,7 +126,7 @@ void psgd_free(psgd *x) {
   if (!x) return;
   release(x, x->p), release(x, x->q), release(x, x->qw), release(x, x->ef);
   if (x->dev) x->be->free(x->be, x->acc);
-  free(x->ef_host), free(x->qw_host), free(x->owner);
+  free(x->ef_host), free(x->qw_host), free(x->cut), free(x->req);
   comm_stage_free(&x->stage);
   comm_stage_free(&x->grads);
   MPI_Comm_free(&x->intra), MPI_Comm_free(&x->cross);
@@ -201,30 +210,27 @@ static void expand(psgd *x) {
   x->be->copy(x->be, x->qw, x->q, x->nq * sizeof(float));
 }
 
-/* Inside the node: each tensor summed onto its leader (to_leader), or the leader's result to the
- * others; in place, chunk by chunk (MPI counts are ints). Nonblocking calls waited for at once: MPICH
- * 4.0's blocking MPI_Reduce in place at a root other than 0 crashes on large messages (ch4:ucx). */
+/* Inside the node: each replica's run of tensors [cut[l], cut[l + 1]) summed onto it (to_leader), or
+ * its results to the others; in place, chunk by chunk (MPI counts are ints), every collective started
+ * before any is waited for (MPICH 4.0's blocking MPI_Reduce in place at a root other than 0 crashes
+ * on large messages over ch4:ucx). */
 static void in_node(psgd *x, int to_leader, psgd_stats *st) {
   const gpt_model *m = x->model;
-  const gpt_tensor *own = x->t1 > x->t0 ? &m->tensors[x->t0] : NULL;
-  const size_t lo = own ? own->offset : 0, hi = own ? m->tensors[x->t1 - 1].offset + m->tensors[x->t1 - 1].numel : 0;
-  /* MPI's view of the gradients: all of them to sum, or (its lead's results brought there) to broadcast */
+  const size_t lo = x->cut[x->me], hi = x->cut[x->me + 1];
+  /* MPI's view of the gradients: all of them to sum, or (this replica's results brought there) to broadcast */
   float *buf = to_leader ? comm_stage_send(&x->grads, 0, m->grads, m->nparams)
                          : (float *)comm_stage_send(&x->grads, lo, m->grads + lo, hi - lo) - lo;
-  for (int i = 0; i < m->ntensors; i++) {
-    const gpt_tensor *t = &m->tensors[i];
-    const int mine = x->owner[i] == x->me;
-    for (size_t k = 0, at = t->offset; at < t->offset + t->numel; k++) {
-      const int n = comm_chunk(t->numel, k);
-      MPI_Request req;
-      if (to_leader) MPI_Ireduce(mine ? MPI_IN_PLACE : buf + at, buf + at, n, MPI_FLOAT, MPI_SUM, x->owner[i], x->intra, &req);
-      else MPI_Ibcast(buf + at, n, MPI_FLOAT, x->owner[i], x->intra, &req);
-      MPI_Wait(&req, MPI_STATUS_IGNORE);
+  int nreq = 0;
+  for (int l = 0; l < x->R; l++)
+    for (size_t k = 0, at = x->cut[l]; at < x->cut[l + 1]; k++) {
+      const int n = comm_chunk(x->cut[l + 1] - x->cut[l], k);
+      if (to_leader) MPI_Ireduce(l == x->me ? MPI_IN_PLACE : buf + at, buf + at, n, MPI_FLOAT, MPI_SUM, l, x->intra, &x->req[nreq++]);
+      else MPI_Ibcast(buf + at, n, MPI_FLOAT, l, x->intra, &x->req[nreq++]);
       at += (size_t)n;
     }
-    if (to_leader || mine) st->bytes += (double)t->numel * sizeof(float);
-  }
-  if (to_leader) comm_stage_done(&x->grads, lo, m->grads + lo, hi - lo); /* the node's sums the leader factors */
+  for (int i = 0; i < nreq; i++) MPI_Wait(&x->req[i], MPI_STATUS_IGNORE);
+  st->bytes += (double)(to_leader ? m->nparams : hi - lo) * sizeof(float);
+  if (to_leader) comm_stage_done(&x->grads, lo, m->grads + lo, hi - lo); /* the node's sums this replica factors */
   else comm_stage_done(&x->grads, 0, m->grads, m->nparams);
 }
 
