@@ -115,14 +115,8 @@ static void exact_low_rank(int rank) {
 
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 4) {
-    if (rank == 0) fprintf(stderr, "test_psgd: run on 4 ranks\n");
-    MPI_Finalize();
-    return 77;
-  }
+  int rank;
+  if (t_need_ranks(4, &rank)) return 77;
   size_t n = 0;
   for (int i = 0; i < NT; i++) n += (size_t)rows[i] * (size_t)cols[i];
   float *flat = malloc(n * sizeof *flat), *two = malloc(n * sizeof *two);

@@ -54,6 +54,20 @@ static inline double t_rel_err(const float *a, const float *b, size_t n) {
   return r;
 }
 
+#ifdef MPI_VERSION
+/* After MPI_Init, for a test that runs on exactly `need` ranks: this rank in *rank and 0, or (another
+ * count) 77, the skip, after MPI_Finalize. */
+static inline int t_need_ranks(int need, int *rank) {
+  int size;
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == need) return 0;
+  if (*rank == 0) printf("SKIP: needs %d ranks (run under mpiexec -n %d)\n", need, need);
+  MPI_Finalize();
+  return 77;
+}
+#endif
+
 #ifdef GREENLM_BACKEND_H
 /* A CPU backend that counts the backend bytes it hands out (t_counted), at a precision; with
  * staged, it claims device memory that MPI may not touch, so that every exchange goes through
