@@ -67,7 +67,7 @@ struct psgd {
   float *p, *q, *qw; /* the messages P (with the fp32 tensors) and Q, the warm start (nq) */
   float *ef;         /* the residual (nparams) */
   float *ef_host, *qw_host; /* dev: their host copies, for checkpoints */
-  double *acc;       /* dev: two sums (||e||^2, ||D||^2) in backend memory */
+  double *acc;       /* two sums (||e||^2, ||D||^2) in backend memory */
   comm_stage stage;  /* host staging of the messages where MPI cannot read backend memory */
   comm_stage grads;  /* and of the gradients, for the sums inside a node */
 };
@@ -112,11 +112,11 @@ psgd *psgd_create(gpt_model *m, const cfg_comm *c, uint64_t seed, MPI_Comm intra
   }
   if (x->dev) {
     x->ef_host = util_calloc(m->nparams, sizeof(float), "error-feedback residual");
-    x->acc = x->be->alloc(x->be, 2 * sizeof(double));
     x->be->to_device(x->be, x->qw, x->qw_host, x->nq * sizeof(float));
   } else {
     memcpy(x->qw, x->qw_host, x->nq * sizeof(float));
   }
+  x->acc = x->dev ? x->be->alloc(x->be, 2 * sizeof(double)) : util_calloc(2, sizeof(double), "PowerSGD");
   comm_stage_init(&x->stage, x->be, x->np > x->nq ? x->np : x->nq, sizeof(float));
   comm_stage_init(&x->grads, x->be, x->R > 1 ? m->nparams : 0, sizeof(float));
   return x;
@@ -124,8 +124,7 @@ psgd *psgd_create(gpt_model *m, const cfg_comm *c, uint64_t seed, MPI_Comm intra
 
 void psgd_free(psgd *x) {
   if (!x) return;
-  release(x, x->p), release(x, x->q), release(x, x->qw), release(x, x->ef);
-  if (x->dev) x->be->free(x->be, x->acc);
+  release(x, x->p), release(x, x->q), release(x, x->qw), release(x, x->ef), release(x, x->acc);
   free(x->ef_host), free(x->qw_host), free(x->cut), free(x->req);
   comm_stage_free(&x->stage);
   comm_stage_free(&x->grads);
@@ -141,12 +140,8 @@ static void allreduce(psgd *x, float *buf, size_t n) {
   comm_stage_done(&x->stage, 0, buf, n);
 }
 
-/* *sum += the sum of squares of v (n), in double, on either kind of memory (dev: via x->acc[k]). */
+/* *sum += the sum of squares of v (n), in double, by the backend's reduce_sum into x->acc[k]. */
 static void sumsq(psgd *x, int k, const float *v, size_t n, double *sum) {
-  if (!x->dev) {
-    for (size_t i = 0; i < n; i++) *sum += (double)v[i] * v[i];
-    return;
-  }
   double host = 0;
   x->be->zero(x->be, x->acc + k, sizeof(double));
   x->be->reduce_sum(x->be, x->acc + k, v, n, 1);
