@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "base/fpenv.h"
 #include "base/util.h"
 
 static void *cpu_alloc(const backend *be, size_t bytes) {
@@ -33,9 +34,10 @@ static const char *cpu_describe(const backend *be, char *buf, size_t len) {
   const char *cfg = openblas_get_config(), *core = openblas_get_corename();
   if (cfg) sscanf(cfg, "%*s %47s", number);
   snprintf(version, sizeof version, "OpenBLAS%s%s", number[0] ? " " : "", number);
-  int n = snprintf(buf, len, "%s with %s kernels, %d thread%s; %s storage%s", version, core ? core : "unknown",
+  int n = snprintf(buf, len, "%s with %s kernels, %d thread%s; %s storage%s; subnormals %s", version, core ? core : "unknown",
                    openblas_get_num_threads(), openblas_get_num_threads() == 1 ? "" : "s",
-                   backend_dtype_name(be->storage), be->storage == BACKEND_FP32 ? "" : " (fp32 arithmetic, rounded on store)");
+                   backend_dtype_name(be->storage), be->storage == BACKEND_FP32 ? "" : " (fp32 arithmetic, rounded on store)",
+                   fpenv_flushing() ? "flushed to zero" : "kept");
 #if defined(__x86_64__) && defined(__GNUC__)
   /* OpenBLAS falls back to its oldest x86-64 kernels on CPUs it does not know */
   const char *better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : NULL;

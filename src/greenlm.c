@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "base/env.h"
+#include "base/fpenv.h"
 #include "model/backend.h"
 #include "parallel/backends.h"
 #include "parallel/grad.h"
@@ -312,6 +313,7 @@ static int run_tasks(program *p) {
   }
   int computes = 0;
   for (int i = 0; i < cfg->job.task.n; i++) computes |= tasks[cfg_task_of(cfg->job.task.v[i])].computes;
+  if (computes && cfg->system.flush_subnormals) fpenv_flush_subnormals(); /* before any thread a backend starts */
   if (computes && !(p->be = backends_open(cfg, MPI_COMM_WORLD, &p->errs, note, sizeof note))) {
     err_report(&p->errs, MPI_COMM_WORLD, 20, "the deck cannot run here; nothing was run or written");
     return ERR_EXIT_BAD_INPUT;

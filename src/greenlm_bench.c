@@ -450,8 +450,21 @@ static int gen_bench(const bench_args *a, const backend *be, char *engine) {
   return same == K ? 0 : 1;
 }
 
+/* ALQ's b-bit levels for the n values v in L2 buckets of B, fitted as the trainer fits them. */
+static void alq_levels(quant_scheme *q, int bits, const float *v, size_t n, size_t B) {
+  quant_hist *h = util_malloc(sizeof *h, "histogram");
+  quant_hist_clear(h);
+  for (size_t b = 0; b + B <= n; b += B) quant_hist_add(h, v + b, B);
+  float lv[QUANT_MAX_LEVELS];
+  const int nl = 1 << (bits - 1);
+  quant_fit_alq(h, nl, 30, lv);
+  UTIL_CHECK(quant_levels(q, bits, QUANT_L2, lv, nl) == 0, NULL, "internal: ALQ's levels are not increasing");
+  free(h);
+}
+
 /* --quant: encode and decode rates of the gradient quantizer on one core, GB/s of fp32 input, for
- * each level set at 2, 4 and 8 bits, buckets of 512 (max norm) or 8192 (L2), 64 MiB of Gaussian
+ * each level set at 2, 4 and 8 bits, buckets of 512 (max norm) or 8192 (L2), and ALQ's table of
+ * levels (fitted to the values as the trainer fits them) in L2 buckets of 128, 64 MiB of Gaussian
  * values. */
 static int quant_bench(void) {
   const size_t n = (size_t)16 << 20;
@@ -461,13 +474,14 @@ static int quant_bench(void) {
   rng_seed(&r, 1, RNG_DATA, 0);
   for (size_t i = 0; i < n; i++) v[i] = (float)rng_normal(&r);
   printf("quantizer  bits  bucket  encode GB/s  decode GB/s  bytes/value\n");
-  static const char *const names[] = {"QSGD (L2)", "QSGDinf", "NUQSGD", "min-max"};
-  for (int kind = 0; kind < 4; kind++)
+  static const char *const names[] = {"QSGD (L2)", "QSGDinf", "NUQSGD", "min-max", "ALQ (L2)"};
+  for (int kind = 0; kind < 5; kind++)
     for (int bits = 2; bits <= 8; bits *= 2) {
       quant_scheme q;
       if (kind == 2) quant_exponential(&q, bits, QUANT_L2);
+      else if (kind == 4) alq_levels(&q, bits, v, n, 128);
       else quant_uniform(&q, bits, kind == 0 ? QUANT_L2 : kind == 1 ? QUANT_MAX : QUANT_MINMAX);
-      size_t B = q.norm == QUANT_L2 ? 8192 : 512, per = quant_bytes(&q, B);
+      size_t B = kind == 4 ? 128 : q.norm == QUANT_L2 ? 8192 : 512, per = quant_bytes(&q, B);
       double t0 = util_now();
       for (size_t b = 0; b < n / B; b++) quant_encode(&q, v + b * B, B, b, msg + b * per);
       double t1 = util_now();

@@ -153,7 +153,8 @@ static int open_state(iobench *b) {
   grad_own_range(b->gx, &lo, &hi);
   optim_init(&b->opt, be, lo, hi);
   for (size_t i = 0; i < hi - lo; i++) b->opt.m[i] = 1e-3f * (float)(i % 1000), b->opt.v[i] = 1e-6f * (float)(i % 777);
-  b->cs = (ckpt_state){b->cfg, &b->lay, &b->model, &b->opt, NULL, "", 100, 0.0, 1.0, 0, {0}, NULL, NULL, 0, 0, 0, 0};
+  b->cs = (ckpt_state){.cfg = b->cfg, .lay = &b->lay, .model = &b->model, .opt = &b->opt, .tokenizer_hash = "", .step = 100,
+                      .loss_scale = 1.0};
   b->mine = 3 * (hi - lo) * sizeof(float);
   b->buf = util_malloc(b->mine + 1, "raw buffer");
   memset(b->buf, 7, b->mine);

@@ -47,7 +47,7 @@ static int read_checkpoint(infer_model *im, char (*paths)[CKPT_PATH_MAX], int n,
   par_create(&lay, c, im->comm);
   int nerr = 0;
   for (int i = 0; i < n; i++) {
-    ckpt_state cs = {c, &lay, &im->model, NULL, NULL, im->tok.hash_hex, 0, 0, 1.0, 0, {0}, NULL, NULL, 0, 0, 0, 0};
+    ckpt_state cs = {.cfg = c, .lay = &lay, .model = &im->model, .tokenizer_hash = im->tok.hash_hex, .loss_scale = 1.0};
     ckpt_stats st = {0};
     err_list mine = {0};
     nerr = ckpt_read(&cs, paths[i], &st, &mine);

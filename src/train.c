@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/progress.h"
 #include "base/util.h"
 #include "config.h"
 #include "energy/energy.h"
@@ -183,10 +184,11 @@ static watchdog_rule watch_rule(const cfg_job *c) {
   return (watchdog_rule){.on = c->watchdog, .fixed = c->step_timeout, .floor = c->watchdog_floor};
 }
 
-/* Rank 0: the adaptive watchdog's limit, announced when a slower phase raised it by a quarter or more. */
-static void announce_watchdog(train_job *j) {
+/* Rank 0: the adaptive watchdog's limit, announced when a slower phase raised it by a quarter or more. The
+ * slowest phase is every rank's, from the step's agreement, not from heartbeats that may arrive late. */
+static void announce_watchdog(train_job *j, double longest) {
   const cfg_job *c = &j->cfg->job;
-  const double limit = watchdog_limit();
+  const double limit = watchdog_limit_after(longest);
   if (j->rank != 0 || c->step_timeout > 0 || limit < 1.25 * (j->watch_shown > 0 ? j->watch_shown : c->watchdog_floor))
     return;
   j->watch_shown = limit;
@@ -409,6 +411,36 @@ static int at_max_steps(train_job *j, const char *path, err_list *errs) {
   return 1;
 }
 
+/* Whether the run directory's verdict.json is a completed run's at &training max_steps (collective).
+ * A job killed after the last checkpoint and before its verdict leaves none; the restart that finds
+ * the run complete then writes it (no steps to train, the parameters restored). */
+static int complete_verdict(const train_job *j) {
+  int yes = 0;
+  if (j->rank == 0) {
+    char path[4096];
+    util_snprintf(path, sizeof path, "%s/verdict.json", j->cfg->job.run_dir);
+    json_t *v = json_load_file(path, 0, NULL);
+    const char *status = json_string_value(json_object_get(v, "status"));
+    json_t *last = json_object_get(json_object_get(v, "job"), "last_step");
+    yes = status && strcmp(status, "completed") == 0 && json_integer_value(last) == j->cfg->training.max_steps;
+    json_decref(v);
+  }
+  MPI_Bcast(&yes, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return yes;
+}
+
+/* The restart line's words on the error-feedback residual: restored, or why it starts from zero. */
+static const char *residual_note(trainer *t, const ckpt_stats *st, char *buf, size_t len) {
+  if (st->residual == 1) util_snprintf(buf, len, "; error-feedback residual restored");
+  else if (st->residual == 0 && !st->residual_held[0])
+    util_snprintf(buf, len, "; the error-feedback residual starts from zero (the checkpoint has none)");
+  else if (st->residual == 0)
+    util_snprintf(buf, len, "; the error-feedback residual starts from zero (the checkpoint's was held by %s; this "
+                  "job's by %s)", st->residual_held, trainer_residual_holders(t));
+  else buf[0] = 0;
+  return buf;
+}
+
 /* Continue from &checkpoint restart: its path, or with 'latest' the newest complete checkpoint. A
  * damaged newest checkpoint is set aside (PATH.damaged) and the next older one tried when
  * &checkpoint fallback is set; the errors that condemned it are printed. Returns 0, or 1 after
@@ -429,15 +461,14 @@ static int restore(train_job *j, err_list *errs) {
   for (int i = 0; i < n && rc != 0; i++) {
     ckpt_stats st;
     err_list tried = {0};
+    char note[320];
     if (trainer_restore(j->t, paths[i], &k->start, &k->tokens0, &st, &tried) == 0) {
       util_strlcpy(j->restored, paths[i], sizeof j->restored);
       if (j->rank == 0)
         metrics_printf(&j->out, "restart: %s, step %ld: run state and checksums verified, %.3g GB read in %.2f s (%.2f GB/s, "
                        "%s; %.2f s of it sharing pieces between replicas)%s\n", paths[i], k->start, st.bytes / 1e9,
                        st.seconds, st.bytes / 1e9 / st.seconds, st.direct ? "straight from the disk" : "through the page cache",
-                       st.share_seconds, st.residual == 1 ? "; error-feedback residual restored"
-                       : st.residual == 0 ? "; the error-feedback residual starts from zero (the checkpoint has none for "
-                                            "this many replicas)" : "");
+                       st.share_seconds, residual_note(j->t, &st, note, sizeof note));
       rc = at_max_steps(j, paths[i], errs);
       if (rc == 0 && j->rank == 0) metrics_rewind(&j->out, cfg->job.run_dir, k->start);
       err_free(&tried);
@@ -631,6 +662,7 @@ typedef struct {
   int out_of_time; /* &training max_minutes reached since the steps began: rank 0's clock (the others give 0) */
   int ckpt_due;    /* &checkpoint every_minutes passed since the last checkpoint: rank 0's clock (the others 0) */
   int sig;         /* a signal caught (train_signal): any rank's, the highest number when several */
+  double longest;  /* the slowest phase so far of any rank (progress_longest), for the watchdog's announcement */
 } train_agreement;
 
 static train_agreement agree(const train_job *j, double step_s) {
@@ -638,10 +670,11 @@ static train_agreement agree(const train_job *j, double step_s) {
   const cfg_checkpoint *ck = &j->cfg->checkpoint;
   const double now = util_now();
   const int judge = j->rank == 0; /* the time limits are rank 0's to judge, so every rank stops at the same step */
-  double v[4] = {step_s, judge && tc->max_minutes > 0 && now - j->tally.t_start >= 60.0 * tc->max_minutes,
-                 judge && ck->every_minutes > 0 && now - j->tally.t_ckpt >= 60.0 * ck->every_minutes, train_signal};
-  MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return (train_agreement){v[0], v[1] != 0, v[2] != 0, (int)v[3]};
+  double v[5] = {step_s, judge && tc->max_minutes > 0 && now - j->tally.t_start >= 60.0 * tc->max_minutes,
+                 judge && ck->every_minutes > 0 && now - j->tally.t_ckpt >= 60.0 * ck->every_minutes, train_signal,
+                 progress_longest()};
+  MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return (train_agreement){v[0], v[1] != 0, v[2] != 0, (int)v[3], v[4]};
 }
 
 /* The step's figures: the wall time dt is the slowest rank's (the agreement's), the breakdown summed over ranks. */
@@ -745,7 +778,7 @@ static int one_step(train_job *j, long step, FILE *trace, err_list *errs) {
   double vl = eval ? evaluate(j) : NAN;
   if (k->steps_done % j->cfg->job.log_every == 0 || eval) {
     progress(j, &info, vl, eval);
-    announce_watchdog(j);
+    announce_watchdog(j, ag.longest);
   }
   if (checkpoint_if_due(j, &ag, out_of_time || ag.sig, last, errs) != 0) {
     j->status = "checkpoint_failed";
@@ -939,16 +972,21 @@ static int verdict(train_job *j, err_list *errs) {
     double wall = util_now() - k->t_start;
     json_t *v = verdict_json(j, wall, param_hash, np);
     double tps = json_real_value(json_object_get(v, "tokens_per_s")), mfu = tps * j->flops_per_token / (j->peak_gflops * 1e9);
-    char chain[96] = "";
-    if (j->job > 1) util_snprintf(chain, sizeof chain, " (job %d of the run's chain, steps %ld to %ld)", j->job,
-                                  k->start + 1, k->steps_done);
+    char chain[128] = "";
+    if (j->job > 1 && k->steps_done == k->start)
+      util_snprintf(chain, sizeof chain, " (job %d of the run's chain: no steps left, the verdict its last job did not write)",
+                    j->job);
+    else if (j->job > 1)
+      util_snprintf(chain, sizeof chain, " (job %d of the run's chain, steps %ld to %ld)", j->job, k->start + 1, k->steps_done);
     metrics_printf(out, "== verdict: %s%s ==\n", j->status, chain);
     metrics_printf(out, "steps %ld, tokens %.0f, wall %.1f s (training %.1f s) on %d rank%s\n", k->steps_done,
                    k->tokens0 + k->tokens, wall, k->train_time, j->size, j->size == 1 ? "" : "s");
     if (isfinite(k->val_loss))
       metrics_printf(out, "loss: train %.4f, validation %.4f\n", k->last_loss, k->val_loss);
-    else
+    else if (isfinite(k->last_loss))
       metrics_printf(out, "loss: train %.4f (not evaluated)\n", k->last_loss);
+    else
+      metrics_printf(out, "loss: none (no step in this job, not evaluated)\n");
     if (mfu <= 1)
       metrics_printf(out, "figure of merit: %.1f tokens/s, MFU %.1f%% of %.1f GFLOP/s (%s)\n", tps, 100.0 * mfu, j->peak_gflops,
                      j->peak_source);
@@ -1100,7 +1138,8 @@ int train_run(const cfg_config *cfg, const backend *be, const char *header, err_
   watchdog_start(MPI_COMM_WORLD, watch_rule(&cfg->job));
   int rc = set_up(&j, header, errs);
   if (rc == TRAIN_OK && j.resuming) rc = restore(&j, errs);
-  const int done = rc == TRAIN_OK && j.tally.start == cfg->training.max_steps; /* restored complete: nothing to do */
+  /* restored complete, its verdict written: nothing to do */
+  const int done = rc == TRAIN_OK && j.tally.start == cfg->training.max_steps && complete_verdict(&j);
   if (rc == TRAIN_OK && j.tally.start == 0 && cfg->model.init_from[0]) rc = init_from(&j, errs);
   if (rc == TRAIN_OK && !done) begin_job(&j);
   if (rc == TRAIN_OK && !done) rc = step_loop(&j, errs);

@@ -439,13 +439,17 @@ uint64_t trainer_params_hash(trainer *t, size_t *n) {
 
 /* The checkpoint's view of this rank. */
 static ckpt_state ckpt_view(trainer *t, long step, double tokens) {
-  ckpt_state cs = {t->cfg, &t->lay, &t->model, &t->opt, &t->data, t->tok.hash_hex, step, tokens, t->scaler.scale, 0, {0}, NULL, NULL, 0, 0, 0, 0};
+  ckpt_state cs = {.cfg = t->cfg, .lay = &t->lay, .model = &t->model, .opt = &t->opt, .data = &t->data,
+                   .tokenizer_hash = t->tok.hash_hex, .step = step, .tokens = tokens, .loss_scale = t->scaler.scale};
   cs.comm_nlevels = grad_levels(t->gx, cs.comm_levels);
   cs.comm_residual = grad_residual(t->gx);
+  cs.comm_residual_holders = grad_residual_holders(t->gx);
   cs.comm_lowrank_q = grad_lowrank_q(t->gx, &cs.comm_lowrank_t0, &cs.comm_lowrank_t1, &cs.comm_lowrank_writes);
   cs.comm_lowrank_rank = t->cfg->comm.powersgd_rank;
   return cs;
 }
+
+const char *trainer_residual_holders(const trainer *t) { return grad_residual_holders(t->gx); }
 
 int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err_list *errs) {
   grad_residual_sync(t->gx, 1);

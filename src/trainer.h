@@ -96,6 +96,8 @@ int trainer_step(trainer *t, long step, trainer_step_info *info);
  * it into losses (nval; may be NULL), and their mean weighted by the datasets' weights returned.
  * The same on every rank. */
 double trainer_eval(trainer *t, double *losses);
+/* Which replicas' error-feedback residuals cover which values, in words (grad_residual_holders). */
+const char *trainer_residual_holders(const trainer *t);
 /* Write a checkpoint of the run at `step` (steps done) after `tokens` tokens (ckpt.c). Collective.
  * Returns 0, or -1 (on every rank) after adding errors where they happened. */
 int trainer_checkpoint(trainer *t, long step, double tokens, ckpt_stats *st, err_list *errs);

@@ -9,6 +9,8 @@
 #     the page cache alike;
 #   - with error feedback the replicas' residuals are checkpointed: the restart continues bit for
 #     bit on 2 replicas, starts them from zero on 4, and a damaged residual is refused;
+#   - PowerSGD's warm start Q is checkpointed: the restart continues bit for bit, a damaged Q is refused;
+#   - a complete run whose last job died before its verdict gets it from the restart that finds it complete;
 #   - a truncated or corrupted checkpoint, one of another model shape or vocabulary, an unwritable
 #     directory and a full disk (a file-size limit) give clear errors and leave older checkpoints
 #     as they were.
@@ -34,6 +36,26 @@ run2() { # run2 NAME [options]: the deck on 2 ranks into run dir NAME
   $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name" "$@" "$deck" >> "$out/$name.out" 2>&1
 }
 hash_of() { sed -n 's/.*"param_hash": "\([0-9a-f]*\)".*/\1/p' "$out/$1/verdict.json" 2>/dev/null; }
+# again_same RUN [options]: RUN restarted from its step-5 checkpoint (as RUN-again) ends with its parameters
+again_same() {
+  run=$1; shift
+  run2 "$run-again" "$@" --set "checkpoint.restart=$out/$run/checkpoints/ckpt-00000005.nc"
+  check_status $? "the restart of $run failed: $(tail -n 5 "$out/$run-again.out")"
+  check "the restart of $run continued differently ($(hash_of "$run-again") vs $(hash_of "$run"))" \
+    [ -n "$(hash_of "$run")" -a "$(hash_of "$run-again")" = "$(hash_of "$run")" ]
+}
+# damaged_refused RUN VAR INDEX WANT [options]: RUN's step-5 checkpoint with value INDEX of VAR changed
+# (as RUN-corrupt) is refused with a message saying WANT, and no run is written
+damaged_refused() {
+  run=$1 var=$2 at=$3 want=$4; shift 4
+  cp "$out/$run/checkpoints/ckpt-00000005.nc" "$out/$run-corrupt.nc"
+  $MPIEXEC -n 1 "$NC_EDIT" "$out/$run-corrupt.nc" var "$var" "$at" 7 > "$out/$run-edit.log" 2>&1
+  check_status $? "nc_edit failed: $(cat "$out/$run-edit.log")"
+  run2 "$run-corrupt" "$@" --set "checkpoint.restart=$out/$run-corrupt.nc"
+  check "a damaged $var was accepted" [ $? -ne 0 ]
+  check "no '$want' in: $(grep -i error "$out/$run-corrupt.out" | head -n 3)" grep -q "$want" "$out/$run-corrupt.out"
+  check "a refused restart wrote a run: $(ls "$out/$run-corrupt" 2>/dev/null)" [ ! -e "$out/$run-corrupt/verdict.json" ]
+}
 when_training() { # when_training NAME: wait (at most 30 s) until the run NAME has begun its steps
   for _ in $(seq 300); do grep -q "^== training" "$out/$1.out" 2>/dev/null && return 0; sleep 0.1; done
   return 1
@@ -61,7 +83,8 @@ while [ $i -lt 6 ]; do
   # kill at a random moment after training began, however long the start took (a loaded machine,
   # a sanitizer build): at most 60 s of waiting
   for _ in $(seq 600); do
-    [ "$(grep -c "^== training" "$out/crash.out" 2>/dev/null)" -gt "${before:-0}" ] && break
+    now=$(grep -c "^== training" "$out/crash.out" 2>/dev/null)
+    [ "${now:-0}" -gt "${before:-0}" ] && break
     sleep 0.1
   done
   sleep "$(awk -v s="$i" 'BEGIN { srand(s * 7919); printf "%.2f", 0.3 + 1.5 * rand() }')"
@@ -156,24 +179,64 @@ ef="--set comm.method='qsgdinf' --set comm.error_feedback=T --set comm.min_numel
 run2 ef $ef --set checkpoint.keep=10
 check_status $? "the error-feedback run failed: $(tail -n 5 "$out/ef.out")"
 # shellcheck disable=SC2086
-run2 ef-again $ef --set "checkpoint.restart=$out/ef/checkpoints/ckpt-00000005.nc"
-check_status $? "restart with error feedback failed: $(tail -n 5 "$out/ef-again.out")"
+again_same ef $ef
 check "no 'residual restored' in: $(grep restart "$out/ef-again.out")" grep -q "error-feedback residual restored" "$out/ef-again.out"
-check "the restart with error feedback continued differently ($(hash_of ef-again) vs $(hash_of ef))" \
-  [ -n "$(hash_of ef)" -a "$(hash_of ef-again)" = "$(hash_of ef)" ]
 # shellcheck disable=SC2086
 $MPIEXEC -n 4 "$GREENLM" --set "job.run_dir=$out/ef-four" $ef --set training.micro_batch_size=2 \
   --set "checkpoint.restart=$out/ef/checkpoints/ckpt-00000005.nc" "$deck" > "$out/ef-four.out" 2>&1
 check_status $? "restart of a 2-replica run on 4 replicas failed: $(tail -n 5 "$out/ef-four.out")"
 check "no 'starts from zero' in: $(grep restart "$out/ef-four.out")" grep -q "residual starts from zero" "$out/ef-four.out"
-cp "$out/ef/checkpoints/ckpt-00000005.nc" "$out/ef-corrupt.nc"
-$MPIEXEC -n 1 "$NC_EDIT" "$out/ef-corrupt.nc" var comm_residual 1000 7 > "$out/ef-edit.log" 2>&1
-check_status $? "nc_edit failed: $(cat "$out/ef-edit.log")"
 # shellcheck disable=SC2086
-run2 ef-corrupt $ef --set "checkpoint.restart=$out/ef-corrupt.nc"
-check "a damaged residual was accepted" [ $? -ne 0 ]
-check "no 'residual is damaged' in: $(grep -i error "$out/ef-corrupt.out" | head -n 3)" \
-  grep -q "error-feedback residual comm_residual is damaged" "$out/ef-corrupt.out"
+damaged_refused ef comm_residual 1000 "error-feedback residual comm_residual is damaged" $ef
+
+# in two levels (&comm hierarchy = 'node') each replica's residual covers the pieces it leads: a
+# restart with the same pieces restores the residuals, one with others (another ranks_per_node)
+# starts them from zero and says how each job held them
+hi="$ef --set comm.hierarchy='node' --set training.micro_batch_size=2"
+hier_run() { # name ranks_per_node [overrides]: a 4-rank two-level run
+  local name=$1 rpn=$2
+  shift 2
+  # shellcheck disable=SC2086
+  $MPIEXEC -n 4 "$GREENLM" --set "job.run_dir=$out/$name" $hi --set comm.ranks_per_node="$rpn" "$@" "$deck" > "$out/$name.out" 2>&1
+  check_status $? "$name (4 ranks, $rpn a node) failed: $(tail -n 5 "$out/$name.out")"
+}
+hier_run ef-hier 2 --set checkpoint.keep=10
+hier_run ef-hier-same 2 --set "checkpoint.restart=$out/ef-hier/checkpoints/ckpt-00000005.nc"
+check "same pieces: no 'residual restored' in: $(grep restart "$out/ef-hier-same.out")" \
+  grep -q "error-feedback residual restored" "$out/ef-hier-same.out"
+check "same pieces: the final loss differs from the run's: $(grep -h '^loss:' "$out/ef-hier.out" "$out/ef-hier-same.out")" \
+  [ "$(grep '^loss:' "$out/ef-hier.out")" = "$(grep '^loss:' "$out/ef-hier-same.out")" ]
+hier_run ef-hier-moved 1 --set "checkpoint.restart=$out/ef-hier/checkpoints/ckpt-00000005.nc"
+check "other pieces: no 'held by 4 replicas, 2 a node' in: $(grep restart "$out/ef-hier-moved.out")" \
+  grep -q "residual starts from zero (the checkpoint's was held by 4 replicas, 2 a node, each over the pieces it leads (map [0-9a-f]*); this job's by 4 replicas, each over all its values)" "$out/ef-hier-moved.out"
+
+# PowerSGD (&comm method = 'powersgd'): its warm start Q is in the checkpoint with a checksum; a
+# restart continues bit for bit, and a damaged Q is refused
+ps="--set comm.method='powersgd' --set comm.powersgd_rank=2 --set comm.error_feedback=T --set comm.min_numel=1000 --set training.max_steps=10"
+# shellcheck disable=SC2086
+run2 ps $ps --set checkpoint.keep=10
+check_status $? "the PowerSGD run failed: $(tail -n 5 "$out/ps.out")"
+# shellcheck disable=SC2086
+again_same ps $ps
+# shellcheck disable=SC2086
+damaged_refused ps comm_powersgd_q 10 "warm start comm_powersgd_q is damaged" $ps
+
+# a job killed after its last checkpoint and before its verdict: the restart that finds the run
+# complete writes the verdict (the same parameters, no step trained); the next one leaves it alone
+cp -r "$out/ps" "$out/ps-noverdict"
+rm -f "$out/ps-noverdict/verdict.json"
+# shellcheck disable=SC2086
+run2 ps-noverdict $ps --set checkpoint.restart=latest
+check_status $? "the restart of a complete run without its verdict failed: $(tail -n 5 "$out/ps-noverdict.out")"
+check "the restart of a complete run wrote no verdict, or other parameters ($(hash_of ps-noverdict) vs $(hash_of ps))" \
+  [ -n "$(hash_of ps)" -a "$(hash_of ps-noverdict)" = "$(hash_of ps)" ]
+check "no 'no steps left' in: $(grep '== verdict' "$out/ps-noverdict.out")" grep -q "no steps left" "$out/ps-noverdict.out"
+before=$(cksum < "$out/ps-noverdict/verdict.json")
+# shellcheck disable=SC2086
+run2 ps-noverdict $ps --set checkpoint.restart=latest
+check_status $? "the restart of a complete run failed: $(tail -n 5 "$out/ps-noverdict.out")"
+check "the restart of a complete run with its verdict wrote it again" [ "$(cksum < "$out/ps-noverdict/verdict.json")" = "$before" ]
+check "no 'nothing to train' in: $(tail -n 2 "$out/ps-noverdict.out")" grep -q "nothing to train" "$out/ps-noverdict.out"
 
 # an unwritable directory (a file stands in its way)
 echo x > "$out/blocker"

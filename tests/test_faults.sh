@@ -153,10 +153,11 @@ expect $name batch-job 5 "rank 1 stopped answering: no heartbeat" \
   env GREENLM_FAULT=stop:1:5 $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name.run" --set job.watchdog_floor=4 \
   --set training.max_steps=100000 --set checkpoint.every_steps=0 --set checkpoint.at_end=F "$deck"
 check "$name: the stopped job took $(($(date +%s) - t0)) s to end" [ $(($(date +%s) - t0)) -lt 60 ]
-# a phase slower than the floor / 10 raises the limit, announced, and the job goes on
+# a phase slower than the floor / 10 raises the limit, announced, and the job goes on; the pause is in
+# step 29, so the announcement at step 30 cannot wait for rank 1's heartbeat to reach rank 0
 name=job-slower-phase
 expect $name batch-job 0 "watchdog: the limit is now" \
-  env GREENLM_FAULT=slow:1:8 $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name.run" --set job.watchdog_floor=3 "$deck"
+  env GREENLM_FAULT=slow:1:29 $MPIEXEC -n 2 "$GREENLM" --set "job.run_dir=$out/$name.run" --set job.watchdog_floor=3 "$deck"
 check "$name: the header does not announce the adaptive watchdog" grep -q "^watchdog: adaptive" "$out/$name.run/log.txt"
 name=job-full-run-dir
 limit=$(($(wc -c < "$out/ref/deck.resolved.nml") + 400))

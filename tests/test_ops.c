@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "model/backend.h"
+#include "base/fpenv.h"
 #include "base/rng.h"
 #include "testing.h"
 #include "testquant.h"
@@ -1319,6 +1320,25 @@ static void (*const op_tests[BACKEND_NOPS])(void) = {
     [BACKEND_OP_lowrank_expand] = test_lowrank,
 };
 
+/* fpenv: once flushing, a subnormal result is zero and a subnormal input reads as zero; where the
+ * CPU has no such mode, nothing claims that it flushes. Runs last: the other ops keep subnormals. */
+static void test_fpenv(void) {
+  volatile float tiny = 1e-30f, small = 1e-10f, big = 1e10f;
+  volatile float sub = tiny * small; /* 1e-40: subnormal */
+  T_CHECK(fpclassify(sub) == FP_SUBNORMAL && !fpenv_flushing(), "before the flush: 1e-30f x 1e-10f = %g (flushing: %d)",
+          (double)sub, fpenv_flushing());
+  int on = fpenv_flush_subnormals();
+  T_CHECK(on == fpenv_flushing(), "fpenv_flush_subnormals says %d, fpenv_flushing %d", on, fpenv_flushing());
+#if defined(__x86_64__) || defined(__aarch64__)
+  /* these CPUs have the mode; valgrind's emulation of them does not (tests/valgrind.sh sets this) */
+  if (!getenv("TEST_NO_FLUSH_MODE")) T_CHECK(on, "no flush on a CPU that has the mode (x86-64 MXCSR, AArch64 FPCR)");
+#endif
+  volatile float out = tiny * small, in = sub * big;
+  if (on) T_CHECK(out == 0.0f && in == 0.0f, "flushing: 1e-30f x 1e-10f = %g and a subnormal x 1e10 = %g, not 0 and 0",
+                  (double)out, (double)in);
+  else T_CHECK(out != 0.0f && in != 0.0f, "no flush on this CPU, yet a subnormal became 0 (%g, %g)", (double)out, (double)in);
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   be = backend_cpu();
@@ -1332,6 +1352,7 @@ int main(int argc, char **argv) {
     done[i] = op_tests[i];
   }
   test_storage();
+  test_fpenv();
   int rc = t_done("test_ops");
   MPI_Finalize();
   return rc;

@@ -14,7 +14,8 @@
  * The relative expected errors on a Gaussian bucket of 8192 match the research notes' values (QSGD
  * 9.31 and NUQSGD 0.33 within 10%, QSGDinf 0.067 within 25%, at 4 bits). Also: all-zero buckets decode to zeros (no NaN); inputs on a level come back unchanged; pack and
  * unpack round-trip codes of 1..8 bits at every length 0..40; 32 bits is a bitwise pass-through; the
- * same key gives the same message. */
+ * same key gives the same message. A table's codes, encoded in passes over a chunk, are those of
+ * the one-value function the CUDA kernels use (qc_code), values on a level and at the ends included. */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@
 
 #include "base/rng.h"
 #include "base/quant.h"
+#include "base/quant_core.h"
 #include "testing.h"
 #include "base/util.h"
 
@@ -397,6 +399,42 @@ static void test_topk(void) {
   printf("  top-k: %d cases (5 shapes, 5 lengths, 4 shares) keep exactly the k largest magnitudes; %d differ\n", cases, bad);
 }
 
+/* Random tables of 2..2^(b-1) strictly increasing levels, b = 2..8, both norms, buckets across the
+ * encoder's 256-value chunks: every code quant_encode packs is qc_code's for that value and index.
+ * With the max norm and a largest value of 1, values are put exactly on levels and their midpoints. */
+static void test_table_codes(void) {
+  static const size_t lens[] = {1, 7, 255, 256, 257, 700};
+  float v[700], lv[QUANT_MAX_LEVELS];
+  uint8_t msg[800], codes[700];
+  int bad = 0, total = 0;
+  for (int b = 2; b <= 8; b++)
+    for (int t = 0; t < 6; t++) {
+      int n = 2 + (int)(rng_uniform(&R) * (double)((1 << (b - 1)) - 1)), ok = 0;
+      while (!ok) {
+        lv[0] = 0.0f, lv[n - 1] = 1.0f;
+        for (int j = 1; j < n - 1; j++) lv[j] = (float)(((double)j + rng_uniform(&R) - 0.5) / (n - 1));
+        quant_scheme q;
+        ok = quant_levels(&q, b, t % 2 ? QUANT_MAX : QUANT_L2, lv, n) == 0;
+        if (!ok) continue;
+        const size_t len = lens[t];
+        for (size_t i = 0; i < len; i++) {
+          const int j = (int)(rng_uniform(&R) * n) % n, sg = i % 2 ? -1 : 1;
+          v[i] = i % 3 == 0 ? (float)(sg * rng_normal(&R)) : (float)sg * (i % 3 == 1 ? lv[j] : 0.5f * (lv[j] + lv[j == n - 1 ? j : j + 1]));
+        }
+        if (t % 2) v[0] = 1.0f, v[len > 1] = len > 1 ? -1.0f : 1.0f;
+        float h[2] = {0.0f, 0.0f};
+        qc_scale(&q, v, len, h);
+        const qc_params par = qc_params_of(&q, h);
+        const uint64_t key = 977u * (uint64_t)(b * 8 + t);
+        quant_encode(&q, v, len, key, msg);
+        quant_unpack(msg + sizeof(float), len, b, codes);
+        for (size_t i = 0; i < len; i++, total++)
+          bad += codes[i] != qc_code(&q, &par, h, v[i], qc_key32(key), i);
+      }
+    }
+  T_CHECK(bad == 0, "table codes: %d of %d differ from qc_code's", bad, total);
+}
+
 int main(int argc, char **argv) {
   util_mpi_init(&argc, &argv);
   rng_seed(&R, 7, 0, 0);
@@ -408,6 +446,7 @@ int main(int argc, char **argv) {
   test_adaptive();
   test_feedback();
   test_topk();
+  test_table_codes();
   int rc = t_done("test_quant");
   MPI_Finalize();
   return rc;

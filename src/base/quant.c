@@ -88,6 +88,20 @@ size_t quant_bytes(const quant_scheme *q, size_t n) {
 
 /* ---- encode, decode, the exact error ------------------------------------------------------------ */
 
+/* Codes of n <= 256 values of a table's levels (ALQ, AMQ), those of qc_code_table, in passes that
+ * vectorise: the positions x (n), the interval j (n) by qc_interval's search of fixed steps, one
+ * pass a step (its end corrections have nothing to correct: the levels increase strictly), then
+ * the rounding. */
+static void codes_of_table(const quant_scheme *q, const float h[2], const float *v, size_t n, uint32_t key, size_t i0,
+                           uint8_t *c) {
+  float x[256];
+  int j[256];
+  for (size_t k = 0; k < n; k++) x[k] = qc_position(q, h, v[k]), j[k] = 0;
+  for (int step = 1 << (q->bits - 2); step > 0; step >>= 1)
+    for (size_t k = 0; k < n; k++) j[k] = qc_table_step(q, j[k], step, x[k]);
+  for (size_t k = 0; k < n; k++) c[k] = (uint8_t)qc_round_table(q, v[k], x[k], j[k], qc_uniform01(key, i0 + k));
+}
+
 /* Codes of n values (indices i0...) of a bucket scaled by h: one loop per kind, each branch-free
  * for the equal steps and the exponential levels, so that it vectorises. */
 static void codes_of(const quant_scheme *q, const float h[2], const float *v, size_t n, uint32_t key, size_t i0,
@@ -98,7 +112,7 @@ static void codes_of(const quant_scheme *q, const float h[2], const float *v, si
   else if (q->uniform == QC_KIND_EXP)
     for (size_t k = 0; k < n; k++) c[k] = (uint8_t)qc_code_exp(&p, v[k], qc_uniform01(key, i0 + k));
   else
-    for (size_t k = 0; k < n; k++) c[k] = (uint8_t)qc_code_table(q, h, v[k], qc_uniform01(key, i0 + k));
+    codes_of_table(q, h, v, n, key, i0, c);
 }
 
 float quant_scale(const quant_scheme *q, const float *v, size_t n) {

@@ -123,6 +123,13 @@ QC_FN unsigned qc_code_exp(const qc_params *p, float v, float u) {
   return code | (v < 0.0f && code > 0 ? p->smask : 0u);
 }
 
+/* One step of a table's search for the last j <= nlevels - 2 with level[j] <= r: from j, forward by
+ * `step` where that level is still <= r. A select, not a branch. */
+QC_FN int qc_table_step(const quant_scheme *q, int j, int step, float r) {
+  const int k = j + step, top = q->nlevels - 2;
+  return k <= top && q->level[k <= top ? k : top] <= r ? k : j;
+}
+
 /* The level interval [level[j], level[j+1]] holding r in [0, 1]. */
 QC_FN int qc_interval(const quant_scheme *q, float r) {
   const int top = q->nlevels - 2;
@@ -133,14 +140,9 @@ QC_FN int qc_interval(const quant_scheme *q, float r) {
     int e;
     frexpf(r, &e); /* r in [2^(e-1), 2^e): the lower level 2^(e-1) is level[e + k], k = nlevels - 2 */
     j = r > 0.0f ? e + top : 0;
-  } else {
-    int lo = 0, hi = top; /* the last j with level[j] <= r */
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (q->level[mid] <= r) lo = mid;
-      else hi = mid - 1;
-    }
-    j = lo;
+  } else { /* a search of fixed steps */
+    j = 0;
+    for (int step = 1 << (q->bits - 2); step > 0; step >>= 1) j = qc_table_step(q, j, step, r);
   }
   j = j < 0 ? 0 : j > top ? top : j;
   /* float rounding at the ends of an interval: step to the one that holds r */
@@ -159,13 +161,17 @@ QC_FN float qc_position(const quant_scheme *q, const float h[2], float v) {
   return r > 1.0f ? 1.0f : r;
 }
 
-/* A table of levels (ALQ, AMQ): the interval by search, rounded up with probability p. */
-QC_FN unsigned qc_code_table(const quant_scheme *q, const float h[2], float v, float u) {
-  float x = qc_position(q, h, v);
-  int j = qc_interval(q, x);
+/* The code of v at position x in interval j of a table's levels: rounded up with probability p. */
+QC_FN unsigned qc_round_table(const quant_scheme *q, float v, float x, int j, float u) {
   float p = (x - q->level[j]) / (q->level[j + 1] - q->level[j]);
   unsigned m = (unsigned)j + (u < p), sign = v < 0.0f && m > 0;
   return sign << (q->bits - 1) | m;
+}
+
+/* A table of levels (ALQ, AMQ): the interval by search, rounded up with probability p. */
+QC_FN unsigned qc_code_table(const quant_scheme *q, const float h[2], float v, float u) {
+  float x = qc_position(q, h, v);
+  return qc_round_table(q, v, x, qc_interval(q, x), u);
 }
 
 /* The code of value v (index i of its bucket) under any scheme. */

@@ -231,6 +231,7 @@ CFG_CHOICE_KEYS(CFG_CHOICE_ENUM)
   X(g, STR, precision, "'fp32'", CFG_CHOICES(CFG_PRECISIONS), "Precision: 'fp32'; 'bf16' and 'fp16' store activations and the parameters' compute copy in 16 bits where the backend has that storage (the CPU does; master weights, gradients, AdamW and checkpoints stay fp32; fp16 with dynamic loss scaling), and run the CUDA GEMMs and attention on tensor cores; 'tf32' (CUDA): fp32 storage, TF32 GEMMs. The run header names the storage type") \
   X(g, REAL, loss_scale, "65536", "[1, 1e300]", "precision = 'fp16': initial loss scale; halved (and the step skipped) when the gradients overflow") \
   X(g, INT, loss_scale_window, "2000", "[1, inf)", "precision = 'fp16': good steps in a row after which the loss scale doubles") \
+  X(g, BOOL, flush_subnormals, ".true.", "", "Flush subnormal floats (below 2^-126) to zero in the CPU's arithmetic: x86-64's FTZ and DAZ, Arm's FZ (POWER has no such mode); a trained model makes them, and without the flush its CPU steps took 3 times as long (doc/performance.md). The compute line of the run header says whether it holds") \
   X(g, INT, blas_threads, "1", "[0, 4096]", "OpenBLAS threads per rank; 0 gives each rank as many threads as it has cores (after binding)") \
   X(g, REAL, peak_gflops, "0", "[0, inf)", "Peak GFLOP/s of one rank for MFU; 0 measures a GEMM at start-up (at the GEMM precision; e.g. 989000 is an H100/H200's dense bf16 peak)")
 

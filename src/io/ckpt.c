@@ -19,6 +19,7 @@
 #include "base/ncfile.h"
 #include "base/progress.h"
 #include "base/util.h"
+#include "parallel/grad.h"
 #include "parallel/psgd.h"
 #include "io/rdahead.h"
 #include "text/fileid.h"
@@ -637,6 +638,7 @@ static int define_residual(int nc, const ckpt_state *s, const gpt_tensor *all, i
   int dim, rc = ncmpi_def_dim(nc, "comm_residual_values", (MPI_Offset)(D * (long long)N), &dim);
   if (rc == NC_NOERR) rc = ncmpi_def_var(nc, "comm_residual", NC_FLOAT, 1, &dim, var);
   if (rc == NC_NOERR) rc = ncmpi_put_att_longlong(nc, *var, "replicas", NC_INT64, 1, &D);
+  if (rc == NC_NOERR) rc = put_text(nc, *var, "holders", s->comm_residual_holders ? s->comm_residual_holders : "");
   if (rc == NC_NOERR) rc = ncmpi_put_att_ulonglong(nc, *var, "checksum", NC_UINT64, 1, &zero);
   return rc;
 }
@@ -1324,20 +1326,27 @@ static int read_lowrank(ckpt_state *s, int nc, const char *path, const gpt_tenso
   return 1;
 }
 
-/* After the tensors: the residual from the file when it has one for this job's replicas (*restored
- * 1), else zero (*restored 0). Returns the errors added (a damaged residual). */
-static int read_residual(ckpt_state *s, int nc, const char *path, const gpt_tensor *all, int nall, int *restored,
+/* After the tensors: the residual from the file when its replicas held theirs as this job's do (the
+ * attribute `holders`; without it, each over all its values) (st->residual 1), else zero
+ * (st->residual 0, st->residual_held how the file's were held). Returns the errors added (a damaged
+ * residual). */
+static int read_residual(ckpt_state *s, int nc, const char *path, const gpt_tensor *all, int nall, ckpt_stats *st,
                          err_list *errs) {
   memset(s->comm_residual, 0, s->model->nparams * sizeof(float));
-  *restored = 0;
+  st->residual = 0;
+  st->residual_held[0] = 0;
   size_t N = row_length(all, nall);
   int var, dim;
   long long D = 0;
   MPI_Offset len = 0;
   if (ncmpi_inq_varid(nc, "comm_residual", &var) != NC_NOERR || ncmpi_get_att_longlong(nc, var, "replicas", &D) != NC_NOERR ||
-      D != s->lay->D || ncmpi_inq_vardimid(nc, var, &dim) != NC_NOERR || ncmpi_inq_dimlen(nc, dim, &len) != NC_NOERR ||
+      ncmpi_inq_vardimid(nc, var, &dim) != NC_NOERR || ncmpi_inq_dimlen(nc, dim, &len) != NC_NOERR ||
       len != (MPI_Offset)(D * (long long)N))
     return 0;
+  ncfile_get_text(nc, var, "holders", st->residual_held, sizeof st->residual_held);
+  if (!st->residual_held[0]) grad_holders_one_level(D, st->residual_held, sizeof st->residual_held);
+  if (D != s->lay->D || strcmp(st->residual_held, s->comm_residual_holders ? s->comm_residual_holders : "") != 0) return 0;
+  st->residual_held[0] = 0;
   uint64_t sum = 0, total = 0;
   unsigned long long want = 0;
   io_stream io;
@@ -1356,7 +1365,7 @@ static int read_residual(ckpt_state *s, int nc, const char *path, const gpt_tens
             any ? "unreadable" : "damaged (checksum mismatch)");
     return 1;
   }
-  *restored = 1;
+  st->residual = 1;
   return 0;
 }
 
@@ -1365,7 +1374,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, err_list *errs) {
   double t0 = util_now();
   long n0 = err_count(errs);
   int nc, damaged = 0;
-  st->share_seconds = 0, st->direct = 0, st->damaged = 0, st->residual = -1;
+  st->share_seconds = 0, st->direct = 0, st->damaged = 0, st->residual = -1, st->residual_held[0] = 0;
   if (st->path != path) util_snprintf(st->path, sizeof st->path, "%s", path);
   gpt_shape shape;
   gpt_shape_from_cfg(&shape, &s->cfg->model);
@@ -1378,7 +1387,7 @@ int ckpt_read(ckpt_state *s, const char *path, ckpt_stats *st, err_list *errs) {
     int bad = err_count(errs) > n0, any;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
     if (!any && read_tensors(s, nc, path, all, nall, vars, st, errs) > 0) damaged = 1;
-    else if (!any && s->comm_residual && read_residual(s, nc, path, all, nall, &st->residual, errs) > 0) damaged = 1;
+    else if (!any && s->comm_residual && read_residual(s, nc, path, all, nall, st, errs) > 0) damaged = 1;
     if (!any && !damaged && s->comm_lowrank_q && read_lowrank(s, nc, path, all, nall, errs) > 0) damaged = 1;
     ncmpi_close(nc);
   }

@@ -46,6 +46,7 @@ typedef struct {
   /* the compressed exchange's error-feedback residual: host memory indexed as the stage's parameter
    * buffer (nparams), or NULL; written as comm_residual, one row per replica (doc/formats.md) */
   float *comm_residual;
+  const char *comm_residual_holders; /* which replicas' residuals cover which values (grad_residual_holders) */
   /* PowerSGD's warm-start Q (&comm method = 'powersgd'): host memory, the factored tensors' among the
    * stage's tensors [comm_lowrank_t0, comm_lowrank_t1) in order (psgd_q_floats), or NULL; written as
    * comm_powersgd_q (doc/formats.md) by the ranks with comm_lowrank_writes */
@@ -62,7 +63,8 @@ typedef struct {
   int direct;            /* read: straight from the disk (O_DIRECT took), not through the page cache */
   int damaged;           /* read failed: the file is damaged (not a mismatch with the deck or the data) */
   int residual;          /* read, with an error-feedback residual: 1 restored, 0 started from zero (the file has
-                            none for this job's replicas); -1 without one */
+                            none, or one its replicas held otherwise: residual_held); -1 without one */
+  char residual_held[112]; /* read, residual 0: how the file's replicas held theirs ("": it has none) */
   char path[CKPT_PATH_MAX];
 } ckpt_stats;
 

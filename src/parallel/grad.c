@@ -38,12 +38,28 @@ struct grad_exchange {
   int spans;               /* the replicas sit on more than one node: the flat exchange's bytes leave nodes */
   long step, warmup;       /* the current step; compression starts at step warmup */
   grad_stats st;
+  char holders[112];       /* which replicas' residuals cover which values (grad_residual_holders) */
 };
 
 /* Whether this step's buckets travel compressed. */
 static int compressed(const grad_exchange *g) { return (g->qx || g->px) && g->D > 1 && g->step >= g->warmup; }
 
 static int powersgd(const cfg_comm *c) { return c && cfg_comm_method_of(c) == CFG_COMM_POWERSGD; }
+
+/* g->holders: in one level every replica's residual covers all its values; in two, each of the R
+ * replicas of a node covers the pieces it leads, fixed by R and every stage's map (summed over the
+ * stages' first replicas). The same text on every rank. Collective over lay->comm. */
+static void describe_holders(grad_exchange *g) {
+  uint64_t map = 0, mine, all;
+  int R = g->hx ? hier_holders(g->hx, &map) : g->px ? psgd_holders(g->px, &map) : 1;
+  mine = g->lay->replica == 0 ? map : 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, g->lay->comm);
+  MPI_Allreduce(MPI_IN_PLACE, &R, 1, MPI_INT, MPI_MAX, g->lay->comm);
+  if (R <= 1) grad_holders_one_level(g->D, g->holders, sizeof g->holders);
+  else
+    util_snprintf(g->holders, sizeof g->holders, "%d replicas, %d a node, each over the pieces it leads (map %016llx)", g->D,
+                  R, (unsigned long long)all);
+}
 
 
 /* Backend bytes of the ZeRO-1 landing area of the flat fp32 exchange (the hierarchy has none; PowerSGD's
@@ -217,6 +233,7 @@ grad_exchange *grad_create(gpt_model *m, const par_layout *lay, double bucket_mb
   }
   if (g->D > 1 && !two) g->spans = hier_spans(comm, lay); /* the flat exchange's (fp32 steps') bytes between nodes */
   g->warmup = comm ? comm->warmup_steps : 0;
+  describe_holders(g);
   return g;
 }
 
@@ -411,6 +428,10 @@ grad_stats grad_take_stats(grad_exchange *g) {
 }
 
 float *grad_residual(grad_exchange *g) { return g->px ? psgd_residual(g->px) : qexch_residual(g->qx); }
+const char *grad_residual_holders(const grad_exchange *g) { return g->holders; }
+void grad_holders_one_level(long long D, char *buf, size_t len) {
+  util_snprintf(buf, len, "%lld replicas, each over all its values", D);
+}
 float *grad_lowrank_q(grad_exchange *g, int *t0, int *t1, int *writes) {
   *t0 = *t1 = *writes = 0;
   return g->px ? psgd_q(g->px, t0, t1, writes) : NULL;

@@ -80,6 +80,11 @@ void grad_set_levels(grad_exchange *g, const float *level, int n);
 /* The compressed exchange's error-feedback residual (checkpoints): host memory indexed as the
  * stage's parameter buffer, or NULL. */
 float *grad_residual(grad_exchange *g);
+/* Which replicas' residuals cover which values, in words ("4 replicas, 2 a node, each over the pieces
+ * it leads (map ...)"): a residual is restored only where this is the checkpoint's. */
+const char *grad_residual_holders(const grad_exchange *g);
+/* The words of grad_residual_holders for D replicas in one level (a checkpoint without them). */
+void grad_holders_one_level(long long D, char *buf, size_t len);
 /* PowerSGD's warm-start Q (checkpoints): host memory, that of the stage's tensors [*t0, *t1) (psgd_q),
  * or NULL; *writes: this rank's Q is the one a checkpoint keeps. */
 float *grad_lowrank_q(grad_exchange *g, int *t0, int *t1, int *writes);

@@ -1,15 +1,17 @@
 /* hier: the two-level gradient exchange, fp32 inside a node, compressed between nodes (see hier.h).
  *
- * MPI wants the collectives of a communicator started in the same order on all its ranks, so a
- * bucket's phases change at fixed points of the program, never on a request's completion: its
- * in-node sums start when the backward pass makes it final; its exchange between the nodes starts
- * when the next bucket is launched (or at the finish); its all-gather when it is finished, in
- * bucket order. hier_test only lets the collectives in flight progress. */
+ * MPI wants the collectives of a communicator started in the same order on all its ranks, so each
+ * phase starts its buckets in launch order: the in-node sums when the backward pass makes a bucket
+ * final; the exchange between the nodes as soon as the in-node sums of that bucket and of every
+ * bucket launched before it are done (found by testing whenever the backward pass hands over a
+ * bucket, or waited for at the finish), so that no rank waits inside its backward pass; the
+ * all-gather when the bucket is finished, in bucket order. */
 #include "parallel/hier.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/rng.h"
 #include "base/util.h"
 #include "parallel/comm.h"
 
@@ -28,7 +30,8 @@ struct hier {
   int R, N, me;        /* replicas per node, nodes, this replica's place on its node (its piece) */
   MPI_Comm intra, cross;
   hbucket *b;
-  int nb, pending;     /* buckets; the last launched, still in phase 1 (-1: none) */
+  int nb;
+  int *order, launched, crossed; /* the buckets in launch order this step; how many launched, how many in phase 2 */
   qexch *qx;
   comm_stage gs;       /* MPI's view of the gradients (comm.h) */
   double intra_bytes, inter_bytes;
@@ -152,7 +155,7 @@ hier *hier_create(gpt_model *m, const par_layout *lay, const cfg_comm *c, long a
   MPI_Comm_rank(h->intra, &h->me);
   MPI_Comm_size(h->cross, &h->N);
   h->nb = nb;
-  h->pending = -1;
+  h->order = util_malloc((size_t)nb * sizeof *h->order, "hierarchical buckets");
   h->b = util_calloc((size_t)nb, sizeof *h->b, "hierarchical buckets");
   qexch_bucket *piece = util_malloc((size_t)nb * sizeof *piece, "hierarchical buckets");
   for (int i = 0; i < nb; i++) {
@@ -178,7 +181,7 @@ hier *hier_create(gpt_model *m, const par_layout *lay, const cfg_comm *c, long a
 void hier_free(hier *h) {
   if (!h) return;
   for (int i = 0; i < h->nb; i++) free(h->b[i].cnt), free(h->b[i].dis), free(h->b[i].req);
-  free(h->b);
+  free(h->b), free(h->order);
   qexch_free(h->qx);
   comm_stage_free(&h->gs);
   MPI_Comm_free(&h->intra);
@@ -187,6 +190,12 @@ void hier_free(hier *h) {
 }
 
 qexch *hier_qexch(hier *h) { return h->qx; }
+
+int hier_holders(const hier *h, uint64_t *map) {
+  *map = rng_hash((uint64_t)h->R, (uint64_t)h->nb);
+  for (int i = 0; i < h->nb; i++) *map = rng_hash(*map ^ h->b[i].b0, h->b[i].b1);
+  return h->R;
+}
 
 /* Phase 1 done (waited for): this replica's piece, summed over its node, goes between the nodes. */
 static void start_inter(hier *h, int i) {
@@ -205,8 +214,23 @@ static void start_inter(hier *h, int i) {
   k->phase = 2;
 }
 
+/* Start the exchanges between the nodes of the launched buckets, in launch order, while their in-node
+ * sums are done (wait: all of them, waiting for the sums). */
+static void cross_ready(hier *h, int wait) {
+  while (h->crossed < h->launched) {
+    hbucket *k = &h->b[h->order[h->crossed]];
+    int done = 1;
+    for (int l = 0; l < h->R && !wait; l++) {
+      int d;
+      MPI_Test(&k->req[l], &d, MPI_STATUS_IGNORE);
+      done &= d;
+    }
+    if (!done) return;
+    start_inter(h, h->order[h->crossed++]);
+  }
+}
+
 void hier_launch(hier *h, int i, long step, int compress) {
-  if (h->pending >= 0) start_inter(h, h->pending); /* the bucket launched before: its in-node sums are done by now */
   hbucket *k = &h->b[i];
   k->step = step, k->compress = compress && h->qx, k->decode_s = 0;
   float *buf = comm_stage_send(&h->gs, k->b0, h->m->grads + k->b0, k->b1 - k->b0);
@@ -216,18 +240,20 @@ void hier_launch(hier *h, int i, long step, int compress) {
   }
   if (h->R > 1) h->intra_bytes += (double)(k->b1 - k->b0) * sizeof(float);
   k->phase = 1;
-  h->pending = i;
+  h->order[h->launched++] = i;
+  cross_ready(h, 0);
 }
 
 void hier_test(hier *h, int i) {
   hbucket *k = &h->b[i];
   int done;
-  for (int l = 0; l < (k->phase == 1 ? h->R : k->phase == 2); l++) MPI_Test(&k->req[l], &done, MPI_STATUS_IGNORE);
+  if (k->phase == 2) MPI_Test(&k->req[0], &done, MPI_STATUS_IGNORE);
+  cross_ready(h, 0);
 }
 
 double hier_finish(hier *h, int i) {
-  if (h->pending >= 0) start_inter(h, h->pending); /* the last launched */
-  h->pending = -1;
+  cross_ready(h, 1); /* at the first bucket's finish: every launched bucket goes between the nodes */
+  h->launched = h->crossed = 0;
   hbucket *k = &h->b[i];
   if (k->phase == 0) return 0;
   MPI_Wait(&k->req[0], MPI_STATUS_IGNORE);

@@ -72,6 +72,9 @@ hier *hier_create(gpt_model *m, const par_layout *lay, const cfg_comm *c, long a
 void hier_free(hier *h);
 /* The compressed exchange between the nodes (owned by h), or NULL (nothing compressed, or one node). */
 qexch *hier_qexch(hier *h);
+/* Which values this replica's residual covers: returns R, the replicas a node (1: all of them), and
+ * *map, a hash of the buckets' bounds, which with R fixes the pieces each replica leads. */
+int hier_holders(const hier *h, uint64_t *map);
 /* Start bucket i's exchange of step `step`; compress: between the nodes through hier_qexch. */
 void hier_launch(hier *h, int i, long step, int compress);
 /* Advance bucket i's phases whose collectives have completed, without waiting. */

@@ -253,6 +253,12 @@ void psgd_exchange(psgd *x, long step, psgd_stats *st) {
 
 float *psgd_residual(psgd *x) { return x->dev ? x->ef_host : x->ef; }
 
+int psgd_holders(const psgd *x, uint64_t *map) {
+  *map = rng_hash((uint64_t)x->R, 0);
+  for (int l = 0; l <= x->R; l++) *map = rng_hash(*map ^ x->cut[l], (uint64_t)l + 1);
+  return x->R;
+}
+
 float *psgd_q(psgd *x, int *t0, int *t1, int *writes) {
   int node;
   MPI_Comm_rank(x->cross, &node);

@@ -61,6 +61,9 @@ void psgd_exchange(psgd *x, long step, psgd_stats *st);
  * the tensors [*t0, *t1) this replica leads (psgd_q_floats of them, in order; *writes: it is the one
  * whose Q a checkpoint keeps, on the first node); brought up to date (to_host) or copied back. */
 float *psgd_residual(psgd *x);
+/* Which values this replica's residual covers: returns R, the replicas a node (1: all of them), and
+ * *map, a hash of the runs of tensors the replicas of a node lead. */
+int psgd_holders(const psgd *x, uint64_t *map);
 float *psgd_q(psgd *x, int *t0, int *t1, int *writes);
 void psgd_sync(psgd *x, int to_host);
 

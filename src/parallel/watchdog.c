@@ -305,9 +305,12 @@ static void judge(double t) {
   atomic_store(&wd.limit_ms, (long long)(limit * 1e3));
   char msg[1024];
   if (silent_ranks(t, limit, msg, sizeof msg)) end_job(msg, limit);
-  if (least < progress_limit(limit, started)) return;
-  name_culprit(t, msg, sizeof msg);
-  end_job(msg, progress_limit(limit, started));
+  const double plimit = progress_limit(limit, started);
+  if (least < plimit) return;
+  /* no progress for the limit: a rank silent for half of it has stopped, though its last beat, sent
+   * late under load, may say that it waited in MPI and the silence has not yet reached the limit */
+  if (!silent_ranks(t, limit / 2, msg, sizeof msg)) name_culprit(t, msg, sizeof msg);
+  end_job(msg, plimit);
 }
 
 static void sleep_s(double s) {
@@ -413,6 +416,8 @@ void watchdog_start(MPI_Comm comm, watchdog_rule rule) {
 }
 
 double watchdog_limit(void) { return wd.on ? (double)atomic_load(&wd.limit_ms) * 1e-3 : 0.0; }
+
+double watchdog_limit_after(double longest) { return wd.on ? fmax(watchdog_limit(), limit_for(longest)) : 0.0; }
 
 const char *watchdog_describe(watchdog_rule rule, char *buf, size_t len) {
   if (!rule.on) util_snprintf(buf, len, "off (&job watchdog = .false.)");

@@ -18,11 +18,12 @@
  *
  * Rank 0's watchdog ends the job, naming the culprit, when a rank's heartbeats stopped for the
  * limit (its process was stopped or died, or its node froze), or when no rank has made progress
- * for the limit: then a rank busy outside MPI (a stall in computation, a device or a file system)
- * while the others wait for it, else (every rank waiting in MPI: a deadlock) the rank that
- * progressed least recently. It ends the job with MPI_Abort (exit status 5 where the launcher
- * passes it on). Should rank 0 itself stop, the other ranks' watchdogs end the job after twice
- * their limit.
+ * for the limit: then a rank whose heartbeats stopped for half the limit (a stopped process whose
+ * last beat, late under load, said it waited in MPI), else a rank busy outside MPI (a stall in
+ * computation, a device or a file system) while the others wait for it, else (every rank waiting
+ * in MPI: a deadlock) the rank that progressed least recently. It ends the job with MPI_Abort
+ * (exit status 5 where the launcher passes it on). Should rank 0 itself stop, the other ranks'
+ * watchdogs end the job after twice their limit.
  *
  * For tests, GREENLM_FAULT (doc/testing.md) makes one rank fail at the start of a chosen step:
  *   stall:RANK:STEP   the rank stops answering (sleeps outside MPI)
@@ -59,6 +60,9 @@ void watchdog_start(MPI_Comm comm, watchdog_rule rule);
  * is longer): on rank 0 over every rank's heartbeats, elsewhere this rank's own; 0 when the
  * watchdog is off. */
 double watchdog_limit(void);
+/* The limit once every rank's heartbeat has told of a slowest phase of `longest` seconds (the larger
+ * of that and watchdog_limit); 0 when the watchdog is off. */
+double watchdog_limit_after(double longest);
 /* The rule in words, for the run's header ("adaptive: max(180 s, 10 x the longest phase)"). */
 const char *watchdog_describe(watchdog_rule rule, char *buf, size_t len);
 /* Step `step` (1-based) begins: progress, the step named in messages, the start of the adaptive
