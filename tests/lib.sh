@@ -22,6 +22,16 @@ check_status() {
   if [ "$rc" -eq 0 ]; then ok; else bad "$* (exit status $rc)"; fi
 }
 greenlm() { $MPIEXEC -n 1 "$GREENLM" "$@"; }
+# fresh_out NAME [SUBDIR...]: sets out to this test's own directory, TEST_OUT/NAME, emptied and made
+# anew, with the SUBDIRs in it
+fresh_out() {
+  out="$TEST_OUT/$1"
+  shift
+  rm -rf "$out"
+  mkdir -p "$out"
+  local d
+  for d in "$@"; do mkdir -p "$out/$d"; done
+}
 # need_program NAME PATH HINT: a test that cannot show its result without PATH (a program configure
 # looked for) stops here with a failure that names it, not with "command not found" in each check
 need_program() {

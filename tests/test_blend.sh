@@ -15,9 +15,7 @@
 #   - a weight count that is not the dataset count, a zero weight and a dataset listed twice are
 #     deck errors, for training and validation.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/blend"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out blend
 loader="$(dirname "$GREENLM")/../tests/test_loader"
 
 for np in 1 2 3; do

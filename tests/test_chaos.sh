@@ -12,9 +12,7 @@
 # wrote after its checkpoint, and a row cut short (no newline), from metrics.csv, val.csv and
 # windows.csv.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/chaos"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out chaos
 seed=${CHAOS_SEED:-20261207}
 echo "test_chaos: kill schedule seed $seed (CHAOS_SEED=$seed make check TESTS=tests/test_chaos.sh replays it)"
 chaos() { # chaos NAME [run/chaos options]: the loop into $out/NAME

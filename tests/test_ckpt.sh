@@ -15,9 +15,7 @@
 #     directory and a full disk (a file-size limit) give clear errors and leave older checkpoints
 #     as they were.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/ckpt"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out ckpt
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'train', seed = 11, log_every = 5 /

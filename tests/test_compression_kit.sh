@@ -5,9 +5,7 @@
 # bytes per step, frontier.dat has a line per method; --resume trains only the method and seed
 # pairs results.csv lacks; --report writes the table again, training nothing.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/compression-kit"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out compression-kit
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'prepare', seed = 1, log_every = 1 /

@@ -13,9 +13,7 @@
 #     same tokens on 1 and 2 ranks, with the file's vocabulary size and end-of-text id.
 . "$(dirname "$0")/lib.sh"
 need_program ncmpidiff "${NCMPIDIFF:-}" "PnetCDF's tools: run/deps builds them; Debian: pnetcdf-bin"
-out="$TEST_OUT/data"
-rm -rf "$out"
-mkdir -p "$out/corpus" "$out/sep"
+fresh_out data corpus sep
 src="$TOP_SRCDIR/tests/data/kjv-genesis.txt"
 # five files of Genesis, and one file of documents separated by lines "@@@"
 awk -v d="$out/corpus" '{ print > (d "/part" int((NR - 1) / 100) ".txt") }' "$src"

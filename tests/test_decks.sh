@@ -11,9 +11,7 @@
 # error of builds with it: skipped unless GREENLM_CUDA=yes). @TOP@ is the source tree and @OUT@
 # this test's output directory (with an empty directory empty-dir).
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/decks"
-rm -rf "$out"
-mkdir -p "$out/empty-dir"
+fresh_out decks empty-dir
 
 for src in "$TOP_SRCDIR"/tests/decks/bad/*.nml; do
   name=$(basename "$src" .nml)

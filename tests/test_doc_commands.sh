@@ -3,9 +3,7 @@
 # tree that looks like a fresh checkout after run/build, and exits 0; or it is one of the long
 # commands listed (with when they were last run) in doc/testing.md, "Commands in the documentation".
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/doc-commands"
-rm -rf "$out"
-mkdir -p "$out/tree"
+fresh_out doc-commands tree
 for d in input run tests doc; do ln -s "$TOP_SRCDIR/$d" "$out/tree/$d"; done
 ln -s "$(dirname "$GREENLM")" "$out/tree/src"
 # key: the command without a trailing comment, blanks folded (the form of the long-command table)

@@ -4,9 +4,7 @@
 # report.json say how each number was obtained: estimated from the built-in table (the default),
 # from a deck TDP, not at all (&energy estimate = .false.), and with fake RAPL counters.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/energy"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out energy
 $MPIEXEC -n 4 "$(dirname "$GREENLM")/../tests/test_energy"
 check "the energy module tests failed (see above)" [ $? -eq 0 ]
 

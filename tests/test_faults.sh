@@ -7,9 +7,7 @@
 # and after each one every good file (datasets, tokenizer, checkpoints) is byte for byte as it was.
 # The cases and their outcomes are written to $TEST_OUT/faults/table.txt.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/faults"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out faults
 : "${NC_EDIT:=$PWD/tests/nc_edit}"
 deck="$out/deck.nml"
 cat > "$deck" <<EOD

@@ -6,9 +6,7 @@
 # with a verdict, and a finished run directory is not overwritten without &job overwrite.
 . "$(dirname "$0")/lib.sh"
 THRESHOLD=4.35   # validation loss after 80 steps (512-token BPE); 4.172 when committed (doc/performance.md)
-out="$TEST_OUT/golden"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out golden
 deck() { sed "s|@TOP@|$TOP_SRCDIR|g; s|@OUT@|$out/$1|g" "$TOP_SRCDIR/tests/decks/golden.nml" > "$out/$1.nml"; }
 
 for r in a b; do

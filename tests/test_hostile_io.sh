@@ -14,9 +14,7 @@
 #   - silent acceptance: a NaN in a safetensors tensor or in a checkpoint (with checksums that agree),
 #     a restart with another &training seq_len, max_steps below or at the checkpoint's step.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/hostile-io"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out hostile-io
 ref="$TOP_SRCDIR/tests/reference"
 data="$TOP_SRCDIR/tests/data"
 LIMIT=${HOSTILE_LIMIT:-120}

@@ -15,9 +15,7 @@
 # The cases and their outcomes are written to $TEST_OUT/hostile_text/table.txt.
 . "$(dirname "$0")/lib.sh"
 need_program ncmpidiff "${NCMPIDIFF:-}" "PnetCDF's tools: run/deps builds them; Debian: pnetcdf-bin"
-out="$TEST_OUT/hostile_text"
-rm -rf "$out"
-mkdir -p "$out/in" "$out/fifo"
+fresh_out hostile_text in fifo
 genesis="$TOP_SRCDIR/tests/data/kjv-genesis.txt"
 head -c 60000 "$genesis" > "$out/in/a.txt"
 tail -c 40000 "$genesis" > "$out/in/b.txt"

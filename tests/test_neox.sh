@@ -11,9 +11,7 @@
 # one_arch NAME MODEL_TYPE MODEL_KEYS: the whole case for one architecture, in $TEST_OUT/NAME
 one_arch() {
 arch_name=$1 model_type=$2 model=$3
-out="$TEST_OUT/$arch_name"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out "$arch_name"
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'prepare', 'train', seed = 3, run_dir = '$out/run', log_every = 4 /

@@ -9,9 +9,7 @@
 #   - every machine file of input/machines plans the 1.3B deck on its ranks;
 #   - bad input: a missing machine file, a key of the wrong group in it, bf16 on a V100.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/plan"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out plan
 machines="$TOP_SRCDIR/input/machines"
 
 greenlm --plan --machine "$machines/v100-4x6.nml" --set "job.run_dir='$out/13b'" "$TOP_SRCDIR/input/neo-13b.nml" > "$out/13b.out" 2>&1

@@ -4,9 +4,7 @@
 # clear error when a run directory has no metrics.csv. Skipped (77) without gnuplot.
 . "$(dirname "$0")/lib.sh"
 command -v gnuplot > /dev/null || { echo "gnuplot not found: skipped"; exit 77; }
-out="$TEST_OUT/plot"
-rm -rf "$out"
-mkdir -p "$out/a" "$out/b" "$out/c"
+fresh_out plot a b c
 # two runs as training writes them (metrics.csv with its header; a resolved deck), one with power
 for r in a b; do
   cat > "$out/$r/deck.resolved.nml" <<EOD

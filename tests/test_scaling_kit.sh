@@ -13,10 +13,8 @@ if [ "$(git -C "$TOP_SRCDIR" rev-parse --show-toplevel 2> /dev/null)" != "$(cd "
   echo "$TOP_SRCDIR is not the top of a git checkout: no tracked files to make a fresh clone of: skipped"
   exit 77
 fi
-out="$TEST_OUT/scaling-kit"
+fresh_out scaling-kit clone
 clone="$out/clone"
-rm -rf "$out"
-mkdir -p "$clone"
 git -C "$TOP_SRCDIR" ls-files -z | tar -C "$TOP_SRCDIR" --null -T - --ignore-failed-read -cf - | tar -C "$clone" -xf -
 check "the copy of the tracked files has no run/scaling" [ -x "$clone/run/scaling" ]
 check "the fresh clone already has runs/" [ ! -e "$clone/runs" ]

@@ -8,9 +8,7 @@
 # is continued from its checkpoint by the next link to completion. run/slurm.sbatch chains only
 # with GREENLM_CHAIN=1.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/slurm"
-rm -rf "$out"
-mkdir -p "$out/tree" "$out/bin"
+fresh_out slurm tree bin
 ln -s "$TOP_SRCDIR/run" "$out/tree/run"
 for s in sbatch srun scancel mpirun; do cp "$TOP_SRCDIR/tests/slurm-stub/$s" "$out/bin/$s" && chmod +x "$out/bin/$s"; done
 PATH="$out/bin:$PATH"

@@ -10,9 +10,7 @@
 #   - bad input: an existing export directory, a deck whose shape disagrees with config.json, no
 #     model at all, a missing prompt file: clear errors, nothing written.
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/tasks"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out tasks
 data="$TOP_SRCDIR/tests/data"
 deck="$out/deck.nml"
 cat > "$deck" <<EOD

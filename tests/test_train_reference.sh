@@ -14,9 +14,7 @@ RTOL=1e-4        # fp32: any step's loss, gradient norm and validation loss, rel
 BF16_RTOL=5e-3   # bf16 storage against bf16 autocast: any step's loss, relative (largest seen 8.5e-4)
 BF16_MEAN=1e-3   # ... and the mean over the steps (1.4e-4 seen)
 fx="$TOP_SRCDIR/tests/reference/train"
-out="$TEST_OUT/train-reference"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out train-reference
 sed "s|@TOP@|$TOP_SRCDIR|g" "$TOP_SRCDIR/tests/decks/reference-train.nml" > "$out/deck.nml"
 
 # compare RUN REFERENCE STEP_TOL MEAN_TOL NORM_TOL: every step's loss and gradient norm of RUN/metrics.csv

@@ -5,9 +5,7 @@
 #
 #   tests/valgrind.sh PROGRAM...      (VALGRIND_FLAGS=--track-origins=yes for the origins of errors)
 . "$(dirname "$0")/lib.sh"
-out="$TEST_OUT/valgrind"
-rm -rf "$out"
-mkdir -p "$out"
+fresh_out valgrind
 # hwloc's plugins (Debian's libhwloc-plugins, on any machine that has Open MPI's packages) leak
 # when hwloc unloads them, with no frame left to suppress: load none, as tests/sancheck does
 HWLOC_PLUGINS_PATH=/nonexistent
