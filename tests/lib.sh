@@ -22,6 +22,12 @@ check_status() {
   if [ "$rc" -eq 0 ]; then ok; else bad "$* (exit status $rc)"; fi
 }
 greenlm() { $MPIEXEC -n 1 "$GREENLM" "$@"; }
+# genesis_prepare: a deck's &prepare group (for an unquoted here-document) that turns
+# tests/data/kjv-genesis.txt, a document a line and a tenth held out, into $out/train.nc and $out/val.nc
+genesis_prepare() {
+  printf "&prepare input = '%s', documents = 'line', val_fraction = 0.1,\n  train_out = '%s', val_out = '%s' /\n" \
+    "$TOP_SRCDIR/tests/data/kjv-genesis.txt" "$out/train.nc" "$out/val.nc"
+}
 # fresh_out NAME [SUBDIR...]: sets out to this test's own directory, TEST_OUT/NAME, emptied and made
 # anew, with the SUBDIRs in it
 fresh_out() {

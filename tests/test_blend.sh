@@ -31,8 +31,7 @@ done
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'train', seed = 5, log_every = 4 /
-&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
-  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+$(genesis_prepare)
 &data train = '$out/train.nc', '$out/val.nc', train_weights = 0.7, 0.3,
   val = '$out/val.nc', '$out/train.nc', val_weights = 1, 3 /
 &model vocab_size = 256, block_size = 32, n_layer = 2, n_embd = 32, n_head = 2 /

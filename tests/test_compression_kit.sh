@@ -9,8 +9,7 @@ fresh_out compression-kit
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'prepare', seed = 1, log_every = 1 /
-&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
-  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+$(genesis_prepare)
 &model vocab_size = 256, block_size = 32, n_layer = 2, n_embd = 32, n_head = 2 /
 &training seq_len = 32, micro_batch_size = 2, max_steps = 3, warmup_steps = 1, eval_every = 3, eval_batches = 2 /
 &comm min_numel = 64 /

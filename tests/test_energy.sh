@@ -11,8 +11,7 @@ check "the energy module tests failed (see above)" [ $? -eq 0 ]
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'prepare', 'train', seed = 3, log_every = 10 /
-&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
-  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+$(genesis_prepare)
 &model vocab_size = 256, block_size = 32, n_layer = 4, n_embd = 128, n_head = 4 /
 &training seq_len = 32, micro_batch_size = 4, global_batch_size = 8, max_steps = 30, warmup_steps = 1,
   eval_every = 0, eval_batches = 1 /

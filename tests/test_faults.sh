@@ -12,8 +12,7 @@ fresh_out faults
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'train', seed = 11, log_every = 5, run_dir = '$out/ref' /
-&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
-  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+$(genesis_prepare)
 &model vocab_size = 300, block_size = 64, n_layer = 2, n_embd = 64, n_head = 4 /
 &training seq_len = 64, micro_batch_size = 4, global_batch_size = 8, max_steps = 30, warmup_steps = 2,
   eval_every = 0, eval_batches = 2 /

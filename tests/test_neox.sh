@@ -15,8 +15,7 @@ fresh_out "$arch_name"
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'prepare', 'train', seed = 3, run_dir = '$out/run', log_every = 4 /
-&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
-  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+$(genesis_prepare)
 &data train = '$out/train.nc', val = '$out/val.nc' /
 &model vocab_size = 256, block_size = 64, n_layer = 2, n_embd = 64, n_head = 4, $model /
 &training seq_len = 32, micro_batch_size = 4, global_batch_size = 8, max_steps = 12, lr = 3e-3,

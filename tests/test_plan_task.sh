@@ -44,8 +44,7 @@ check "20B on one node: nothing fits, and what would: $(grep -A1 '^nothing fits'
 deck="$out/deck.nml"
 cat > "$deck" <<EOD
 &job task = 'prepare', 'train', run_dir = '$out/run', overwrite = .true. /
-&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
-  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+$(genesis_prepare)
 &model vocab_size = 50257, block_size = 128, n_layer = 4, n_embd = 384, n_head = 6 /
 &training seq_len = 128, micro_batch_size = 2, global_batch_size = 4, max_steps = 1, eval_every = 0,
   eval_batches = 1 /

@@ -110,8 +110,7 @@ check "GREENLM_CHAIN_MAX: a link beyond it was submitted" [ "$(calls sbatch)" = 
 mkdir -p "$out/tree/input"
 cat > "$out/tree/input/deck.nml" <<EOD
 &job task = 'train', log_every = 1 /
-&prepare input = '$TOP_SRCDIR/tests/data/kjv-genesis.txt', documents = 'line', val_fraction = 0.1,
-  train_out = '$out/train.nc', val_out = '$out/val.nc' /
+$(genesis_prepare)
 &model vocab_size = 256, block_size = 16, n_layer = 1, n_embd = 16, n_head = 2 /
 &training seq_len = 16, micro_batch_size = 2, global_batch_size = 2, max_steps = 4, eval_every = 0, eval_batches = 1 /
 &sample n_tokens = 0 /
