@@ -27,6 +27,7 @@
 #include "model/gpt.h"
 #include "deck/nml.h"
 #include "model/optim.h"
+#include "parallel/grad.h"
 #include "parallel/par.h"
 
 /* What a checkpoint holds of a rank, and the run state. */
@@ -64,7 +65,7 @@ typedef struct {
   int damaged;           /* read failed: the file is damaged (not a mismatch with the deck or the data) */
   int residual;          /* read, with an error-feedback residual: 1 restored, 0 started from zero (the file has
                             none, or one its replicas held otherwise: residual_held); -1 without one */
-  char residual_held[112]; /* read, residual 0: how the file's replicas held theirs ("": it has none) */
+  char residual_held[GRAD_HOLDERS_MAX]; /* read, residual 0: how the file's replicas held theirs ("": it has none) */
   char path[CKPT_PATH_MAX];
 } ckpt_stats;
 

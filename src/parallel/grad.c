@@ -38,7 +38,7 @@ struct grad_exchange {
   int spans;               /* the replicas sit on more than one node: the flat exchange's bytes leave nodes */
   long step, warmup;       /* the current step; compression starts at step warmup */
   grad_stats st;
-  char holders[112];       /* which replicas' residuals cover which values (grad_residual_holders) */
+  char holders[GRAD_HOLDERS_MAX]; /* which replicas' residuals cover which values (grad_residual_holders) */
 };
 
 /* Whether this step's buckets travel compressed. */

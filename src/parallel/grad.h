@@ -80,6 +80,8 @@ void grad_set_levels(grad_exchange *g, const float *level, int n);
 /* The compressed exchange's error-feedback residual (checkpoints): host memory indexed as the
  * stage's parameter buffer, or NULL. */
 float *grad_residual(grad_exchange *g);
+/* The longest words of grad_residual_holders, with their terminating zero. */
+#define GRAD_HOLDERS_MAX 112
 /* Which replicas' residuals cover which values, in words ("4 replicas, 2 a node, each over the pieces
  * it leads (map ...)"): a residual is restored only where this is the checkpoint's. */
 const char *grad_residual_holders(const grad_exchange *g);
