@@ -3,7 +3,9 @@
 # replicas, fp32 and QSGD-inf at 4 bits with error feedback, 2 seeds of 3 steps. Its table's mean
 # is the seeds' mean in results.csv, fp32's row is 0 against itself, the compressed row puts fewer
 # bytes per step, frontier.dat has a line per method; --resume trains only the method and seed
-# pairs results.csv lacks; --report writes the table again, training nothing.
+# pairs results.csv lacks; --report writes the table again, training nothing; --score scores each
+# final model on a token file (the eval task on its last checkpoint) into results.csv, the table and
+# frontier.dat.
 . "$(dirname "$0")/lib.sh"
 fresh_out compression-kit
 deck="$out/deck.nml"
@@ -54,4 +56,17 @@ kit report.out --report --seeds 3 "$deck" "none:32 qsgdinf:4:ef"
 check_status $? "run/compression --report failed: $(tail -n 15 "$out/report.out")"
 check "--report wrote no table" [ -s "$table" ]
 check "--report trained: $(grep -c validation "$out/report.out") runs" [ "$(grep -c 'seed .*: validation' "$out/report.out")" = 0 ]
+kit score.out --name kit-score --seeds 1 --score "$out/train.nc" "$deck" "none:32 qsgdinf:4:ef"
+check_status $? "run/compression --score failed: $(tail -n 15 "$out/score.out")"
+sres="$out/kit-score/results.csv"
+check "--score left a run unscored: $(cat "$sres")" \
+  [ "$(awk -F, 'NR > 1 && $10 + 0 > 0 { n++ } END { print n + 0 }' "$sres")" = 2 ]
+# the scored loss is the eval task's on the run's last checkpoint
+ev=$(awk -F, -v t="dataset:$out/train.nc" '$1 == t && $2 == "loss" { print $3 }' "$out/kit-score/qsgdinf-4-ef-s1/score/eval.csv")
+check "results.csv's scored loss is not the eval task's $ev: $(cat "$sres")" \
+  awk -F, -v e="$ev" '$1 == "qsgdinf" { f = ($10 == e) } END { exit !f }' "$sres"
+check "the table has no scored column: $(head -n 1 "$out/kit-score/table.md")" \
+  grep -q "^| none | 32 | .* | +0.0000 |$" "$out/kit-score/table.md"
+check "frontier.dat has no scored mean: $(cat "$out/kit-score/frontier.dat")" \
+  awk '$1 == "qsgdinf-4-ef" { f = ($5 > 0) } END { exit !f }' "$out/kit-score/frontier.dat"
 finish
