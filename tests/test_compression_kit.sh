@@ -3,7 +3,8 @@
 # replicas, fp32 and QSGD-inf at 4 bits with error feedback, 2 seeds of 3 steps. Its table's mean
 # is the seeds' mean in results.csv, fp32's row is 0 against itself, the compressed row puts fewer
 # bytes per step, frontier.dat has a line per method; --resume trains only the method and seed
-# pairs results.csv lacks; --report writes the table again, training nothing; --score scores each
+# pairs results.csv lacks; --report writes the table again, training nothing (a method with no run
+# yet left out); --score scores each
 # final model on a token file (the eval task on its last checkpoint) into results.csv, the table and
 # frontier.dat.
 . "$(dirname "$0")/lib.sh"
@@ -52,9 +53,12 @@ check "--resume --seeds 3 did not train seed 3 alone: $(grep seed "$out/more.out
   sh -c "[ \"\$(grep -c 'seed .*: validation' '$out/more.out')\" = 1 ] && grep -q 'seed 3: validation' '$out/more.out'"
 check "not 5 rows after --resume --seeds 3: $(rows)" [ "$(rows)" = 5 ]
 rm -f "$table"
-kit report.out --report --seeds 3 "$deck" "none:32 qsgdinf:4:ef"
+kit report.out --report --seeds 3 "$deck" "none:32 qsgdinf:4:ef minmax:4"
 check_status $? "run/compression --report failed: $(tail -n 15 "$out/report.out")"
 check "--report wrote no table" [ -s "$table" ]
+# a method not trained yet (minmax) has no row; the others keep theirs
+check "--report with an untrained method: not the 2 trained rows: $(cat "$table")" \
+  sh -c "[ \"\$(grep -c '^| \(none\|qsgdinf\) |' '$table')\" = 2 ] && ! grep -q '^| minmax |' '$table'"
 check "--report trained: $(grep -c validation "$out/report.out") runs" [ "$(grep -c 'seed .*: validation' "$out/report.out")" = 0 ]
 kit score.out --name kit-score --seeds 1 --score "$out/train.nc" "$deck" "none:32 qsgdinf:4:ef"
 check_status $? "run/compression --score failed: $(tail -n 15 "$out/score.out")"
