@@ -6,7 +6,7 @@
 # pairs results.csv lacks; --report writes the table again, training nothing (a method with no run
 # yet left out); --score scores each
 # final model on a token file (the eval task on its last checkpoint) into results.csv, the table and
-# frontier.dat.
+# frontier.dat, and a file that is not there stops it before any training.
 . "$(dirname "$0")/lib.sh"
 fresh_out compression-kit
 deck="$out/deck.nml"
@@ -60,6 +60,12 @@ check "--report wrote no table" [ -s "$table" ]
 check "--report with an untrained method: not the 2 trained rows: $(cat "$table")" \
   sh -c "[ \"\$(grep -c '^| \(none\|qsgdinf\) |' '$table')\" = 2 ] && ! grep -q '^| minmax |' '$table'"
 check "--report trained: $(grep -c validation "$out/report.out") runs" [ "$(grep -c 'seed .*: validation' "$out/report.out")" = 0 ]
+before=$(cksum < "$res")
+kit noscore.out --resume --seeds 3 --score "$out/absent.nc" "$deck" "none:32 minmax:4"
+rc=$?
+check "--score with no such file did not exit 2 before training: $rc $(cat "$out/noscore.out")" \
+  sh -c "[ $rc = 2 ] && grep -q 'absent.nc: no such token file' '$out/noscore.out' && [ ! -e '$out/kit/minmax-4-s1' ]"
+check "--score with no such file changed results.csv" [ "$(cksum < "$res")" = "$before" ]
 kit score.out --name kit-score --seeds 1 --score "$out/train.nc" "$deck" "none:32 qsgdinf:4:ef"
 check_status $? "run/compression --score failed: $(tail -n 15 "$out/score.out")"
 sres="$out/kit-score/results.csv"
