@@ -6,7 +6,11 @@
 # pairs results.csv lacks; --report writes the table again, training nothing (a method with no run
 # yet left out); --score scores each
 # final model on a token file (the eval task on its last checkpoint) into results.csv, the table and
-# frontier.dat, and a file that is not there stops it before any training.
+# frontier.dat, and a file that is not there stops it before any training. The seconds to the
+# target are each reaching seed's (the mean, "(n of S)"); with a paced rate in pace.csv, each
+# reaching seed's step times the paced time a step; --pace needs --net (exit 2), and where network
+# namespaces can be made it times each method on the emulated network into pace.csv, training
+# nothing into results.csv.
 . "$(dirname "$0")/lib.sh"
 fresh_out compression-kit
 deck="$out/deck.nml"
@@ -79,4 +83,43 @@ check "the table has no scored column: $(head -n 1 "$out/kit-score/table.md")" \
   grep -q "^| none | 32 | .* | +0.0000 |$" "$out/kit-score/table.md"
 check "frontier.dat has no scored mean: $(cat "$out/kit-score/frontier.dat")" \
   awk '$1 == "qsgdinf-4-ef" { f = ($5 > 0) } END { exit !f }' "$out/kit-score/frontier.dat"
+
+# the seconds to the target: the first (and only) evaluation is at the last step, so a reaching seed's
+# measured time is its training seconds, and its paced time 3 steps x the paced milliseconds
+target=$(sed -n '1s/.*| s to \([0-9.]*\) |.*/\1/p' "$table")
+reaching() { awk -F, -v t="$target" -v m="$1" '$1 == m && $4 <= t { n++; s += $7 } END { printf "%d %.1f", n, n ? s / n : 0 }' "$res"; }
+read -r n secs <<EOF_
+$(reaching none)
+EOF_
+want="$secs$([ "$n" -gt 1 ] && echo " +- ")"
+[ "$n" -lt 3 ] && [ "$n" -gt 0 ] && want="$secs.* ($n of 3)"
+[ "$n" = 0 ] && want="-"
+check "fp32's seconds to $target are not its $n reaching seeds' mean $secs: $(row none 32)" \
+  grep -q "^| none | 32 | \([^|]*|\)\{7\} $want" "$table"
+printf 'method,bits,net,ms_per_step,steps\nnone,32,5gbit,2000,12\nqsgdinf,4-ef,5gbit,1000,12\nnone,32,5gbit,3000,12\n' > "$out/kit/pace.csv"
+kit paced.out --report --seeds 3 "$deck" "none:32 qsgdinf:4:ef"
+check_status $? "run/compression --report with a paced rate failed: $(tail -n 15 "$out/paced.out")"
+check "no paced column at 5gbit: $(head -n 1 "$table")" grep -q "| s to $target at 5gbit (paced) |" "$table"
+# the latest row of a method and rate counts: fp32 at 3000 ms a step, 9.0 s to the target
+pwant="9.0$([ "$n" -gt 1 ] && echo " +- 0.0")$([ "$n" -lt 3 ] && echo " ($n of 3)") (3000 ms a step)"
+[ "$n" = 0 ] && pwant="- (3000 ms a step)"
+check "fp32's paced seconds to the target are not '$pwant': $(row none 32)" \
+  grep -q -F "| $pwant |" "$table"
+kit nonet.out --pace 12 "$deck" "none:32"
+rc=$?
+check "--pace without --net did not exit 2: $rc $(cat "$out/nonet.out")" sh -c "[ $rc = 2 ] && grep -q 'needs\|takes' '$out/nonet.out'"
+if [ "$(id -u)" = 0 ] && ip netns add "glmkit$$" 2> /dev/null; then
+  ip netns del "glmkit$$"
+  before=$(cksum < "$res")
+  kit pace.out --pace 12 --net 1gbit --seeds 1 "$deck" "none:32 qsgdinf:4:ef"
+  check_status $? "run/compression --pace failed: $(tail -n 15 "$out/pace.out")"
+  check "--pace did not time both methods at 1gbit: $(cat "$out/kit/pace.csv")" \
+    [ "$(awk -F, '$3 == "1gbit" && $4 > 0 && $5 == 12 { n++ } END { print n + 0 }' "$out/kit/pace.csv")" = 2 ]
+  check "--pace changed results.csv" [ "$(cksum < "$res")" = "$before" ]
+  check "--pace: no paced column at 1gbit: $(head -n 1 "$table")" grep -q "at 1gbit (paced) |" "$table"
+  check "--pace's run did not stop at 12 steps: $(tail -n 1 "$out/kit/pace/none-32-1gbit/metrics.csv")" \
+    [ "$(awk -F, 'END { print $1 }' "$out/kit/pace/none-32-1gbit/metrics.csv")" = 12 ]
+else
+  echo "note: --pace on the emulated network not run: network namespaces cannot be made here"
+fi
 finish
