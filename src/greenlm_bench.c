@@ -465,7 +465,7 @@ static void alq_levels(quant_scheme *q, int bits, const float *v, size_t n, size
 /* --quant: encode and decode rates of the gradient quantizer on one core, GB/s of fp32 input, for
  * each level set at 2, 4 and 8 bits, buckets of 512 (max norm) or 8192 (L2), and ALQ's table of
  * levels (fitted to the values as the trainer fits them) in L2 buckets of 128, 64 MiB of Gaussian
- * values. */
+ * values, as the trainer's exchange calls it (a message of buckets: quant_encode_segs). */
 static int quant_bench(void) {
   const size_t n = (size_t)16 << 20;
   float *v = util_malloc(n * sizeof(float), "values"), *y = util_malloc(n * sizeof(float), "decoded");
@@ -481,12 +481,15 @@ static int quant_bench(void) {
       if (kind == 2) quant_exponential(&q, bits, QUANT_L2);
       else if (kind == 4) alq_levels(&q, bits, v, n, 128);
       else quant_uniform(&q, bits, kind == 0 ? QUANT_L2 : kind == 1 ? QUANT_MAX : QUANT_MINMAX);
-      size_t B = kind == 4 ? 128 : q.norm == QUANT_L2 ? 8192 : 512, per = quant_bytes(&q, B);
+      size_t B = kind == 4 ? 128 : q.norm == QUANT_L2 ? 8192 : 512, per = quant_bytes(&q, B), nb = n / B;
+      quant_seg *seg = util_malloc(nb * sizeof *seg, "segments");
+      for (size_t b = 0; b < nb; b++) seg[b] = (quant_seg){.at = b * B, .n = B, .off = b * per, .quantized = 1, .id = b};
       double t0 = util_now();
-      for (size_t b = 0; b < n / B; b++) quant_encode(&q, v + b * B, B, b, msg + b * per);
+      quant_encode_segs(&q, seg, (int)nb, v, NULL, 1, msg);
       double t1 = util_now();
-      for (size_t b = 0; b < n / B; b++) quant_decode(&q, msg + b * per, B, y + b * B, 0);
+      quant_decode_segs(&q, seg, (int)nb, msg, 0, y, 0);
       double t2 = util_now(), gb = (double)n * sizeof(float) / 1e9;
+      free(seg);
       printf("%-10s %5d %7zu %12.2f %12.2f %12.3f\n", names[kind], bits, B, gb / (t1 - t0), gb / (t2 - t1),
              (double)per / (double)B);
     }

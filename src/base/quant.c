@@ -62,7 +62,38 @@ void quant_topk(quant_scheme *q, uint32_t ppm) {
 
 size_t quant_packed_bytes(size_t n, int bits) { return (n * (size_t)bits + 7) / 8; }
 
+/* Codes of 4 and 2 bits by whole bytes: code i in byte i / (8 / bits) at bit (i % (8 / bits)) x bits,
+ * the groups' layout, in loops that vectorise. */
+static void pack4(const uint8_t *c, size_t n, uint8_t *out) {
+  for (size_t j = 0; j < n / 2; j++) out[j] = (uint8_t)(c[2 * j] | c[2 * j + 1] << 4);
+  if (n % 2) out[n / 2] = c[n - 1];
+}
+static void unpack4(const uint8_t *in, size_t n, uint8_t *c) {
+  for (size_t j = 0; j < n / 2; j++) c[2 * j] = in[j] & 15u, c[2 * j + 1] = (uint8_t)(in[j] >> 4);
+  if (n % 2) c[n - 1] = in[n / 2] & 15u;
+}
+static void pack2(const uint8_t *c, size_t n, uint8_t *out) {
+  for (size_t j = 0; j < n / 4; j++)
+    out[j] = (uint8_t)(c[4 * j] | c[4 * j + 1] << 2 | c[4 * j + 2] << 4 | c[4 * j + 3] << 6);
+  if (n % 4) {
+    unsigned b = 0;
+    for (size_t t = 0; t < n % 4; t++) b |= (unsigned)c[n / 4 * 4 + t] << (2 * t);
+    out[n / 4] = (uint8_t)b;
+  }
+}
+static void unpack2(const uint8_t *in, size_t n, uint8_t *c) {
+  for (size_t j = 0; j < n / 4; j++)
+    c[4 * j] = in[j] & 3u, c[4 * j + 1] = (in[j] >> 2) & 3u, c[4 * j + 2] = (in[j] >> 4) & 3u,
+    c[4 * j + 3] = (uint8_t)(in[j] >> 6);
+  for (size_t t = 0; t < n % 4; t++) c[n / 4 * 4 + t] = (in[n / 4] >> (2 * t)) & 3u;
+}
+
 void quant_pack(const uint8_t *codes, size_t n, int bits, uint8_t *out) {
+  switch (bits) { /* whole bytes where bits divides 8; else groups of 8 codes in bits bytes */
+  case 2: pack2(codes, n, out); return;
+  case 4: pack4(codes, n, out); return;
+  case 8: memcpy(out, codes, n); return;
+  }
   for (size_t g = 0; g * 8 < n; g++) {
     uint64_t word = 0;
     for (size_t k = 0; k < 8 && g * 8 + k < n; k++) word |= (uint64_t)codes[g * 8 + k] << (k * (size_t)bits);
@@ -71,6 +102,11 @@ void quant_pack(const uint8_t *codes, size_t n, int bits, uint8_t *out) {
 }
 
 void quant_unpack(const uint8_t *in, size_t n, int bits, uint8_t *codes) {
+  switch (bits) {
+  case 2: unpack2(in, n, codes); return;
+  case 4: unpack4(in, n, codes); return;
+  case 8: memcpy(codes, in, n); return;
+  }
   const uint64_t mask = (1u << bits) - 1;
   for (size_t g = 0; g * 8 < n; g++) {
     uint64_t word = qc_get_group(in, g, n, bits);
@@ -157,6 +193,21 @@ void quant_int_feedback_take(const quant_scheme *q, const int16_t *ints, float s
   for (size_t i = 0; i < n; i++) e[i] = v[i] - (float)ints[i] * unit;
 }
 
+/* A quantizer's message of n values v whose bucket scale is h (qc_scale's): the header, then the
+ * codes in chunks of 256 (whole groups of 8), each packed where its groups start. */
+static void encode_scaled(const quant_scheme *q, const float scale[2], const float *v, size_t n, uint64_t key,
+                          uint8_t *msg) {
+  const float h[2] = {scale[0], scale[1]}; /* a copy that the stores below cannot alias */
+  memcpy(msg, h, (size_t)qc_headers(q) * sizeof(float));
+  uint8_t *out = msg + (size_t)qc_headers(q) * sizeof(float), c[256];
+  const uint32_t k32 = qc_key32(key);
+  for (size_t i = 0; i < n; i += 256) {
+    size_t m = n - i < 256 ? n - i : 256;
+    codes_of(q, h, v + i, m, k32, i, c);
+    quant_pack(c, m, q->bits, out + i / 8 * (size_t)q->bits);
+  }
+}
+
 void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
   if (q->bits == 32) {
     memcpy(msg, v, n * sizeof(float));
@@ -168,18 +219,7 @@ void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key,
   }
   float h[2] = {0.0f, 0.0f};
   qc_scale(q, v, n, h);
-  memcpy(msg, h, (size_t)qc_headers(q) * sizeof(float));
-  uint8_t *out = msg + (size_t)qc_headers(q) * sizeof(float), c[256];
-  const uint32_t k32 = qc_key32(key);
-  for (size_t i = 0; i < n; i += 256) { /* chunks of 256 codes (whole groups of 8), then packed */
-    size_t m = n - i < 256 ? n - i : 256;
-    codes_of(q, h, v + i, m, k32, i, c);
-    for (size_t g = 0; g * 8 < m; g++) {
-      uint64_t word = 0;
-      for (size_t k = 0; k < 8 && g * 8 + k < m; k++) word |= (uint64_t)c[g * 8 + k] << (k * (size_t)q->bits);
-      qc_put_group(word, i / 8 + g, n, q->bits, out);
-    }
-  }
+  encode_scaled(q, h, v, n, key, msg);
 }
 
 void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *out, int accumulate) {
@@ -201,14 +241,10 @@ void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *ou
   memcpy(h, msg, (size_t)qc_headers(q) * sizeof(float));
   for (unsigned k = 0; k < 1u << q->bits; k++) table[k] = qc_value(q, h, k);
   const uint8_t *codes = msg + (size_t)qc_headers(q) * sizeof(float);
-  const uint64_t mask = (1u << q->bits) - 1;
   uint8_t c[256];
   for (size_t i = 0; i < n; i += 256) { /* chunks of 256 codes: unpacked, then looked up */
     size_t m = n - i < 256 ? n - i : 256;
-    for (size_t g = 0; g * 8 < m; g++) {
-      uint64_t word = qc_get_group(codes, i / 8 + g, n, q->bits);
-      for (size_t k = 0; k < 8 && g * 8 + k < m; k++) c[g * 8 + k] = (uint8_t)((word >> (k * (size_t)q->bits)) & mask);
-    }
+    quant_unpack(codes + i / 8 * (size_t)q->bits, m, q->bits, c);
     float *o = out + i;
     if (accumulate)
       for (size_t k = 0; k < m; k++) o[k] += table[c[k]];
@@ -233,10 +269,44 @@ double quant_expected(const quant_scheme *q, const float *v, size_t n) {
   return qc_expected(q, h, v, n);
 }
 
+enum { SCALE_LANES = 8 };
+
+/* The L2 scales of m <= SCALE_LANES quantized segments g of v: each segment's sum of squares in
+ * qc_scale's order (sequential in double), the m sums side by side so that their additions' latency
+ * overlaps; bit for bit qc_scale's. */
+static void scales_l2(const quant_seg *g, int m, const float *v, float h[][2]) {
+  double s[SCALE_LANES] = {0.0};
+  size_t common = g[0].n;
+  for (int k = 1; k < m; k++) common = g[k].n < common ? g[k].n : common;
+  for (size_t i = 0; i < common; i++)
+    for (int k = 0; k < m; k++) s[k] += (double)v[g[k].at + i] * v[g[k].at + i];
+  for (int k = 0; k < m; k++) {
+    for (size_t i = common; i < g[k].n; i++) s[k] += (double)v[g[k].at + i] * v[g[k].at + i];
+    h[k][0] = (float)sqrt(s[k]), h[k][1] = 0.0f;
+  }
+}
+
+/* Segments s... of seg that scales_l2 takes together (quantized, at most SCALE_LANES); 0 where the
+ * scheme has no L2 scale or segment s is not quantized. */
+static int l2_run(const quant_scheme *q, const quant_seg *seg, int nseg, int s) {
+  if (q->norm != QUANT_L2 || q->bits == 32 || q->topk_ppm) return 0;
+  int m = 0;
+  while (m < SCALE_LANES && s + m < nseg && seg[s + m].quantized) m++;
+  return m;
+}
+
 void quant_encode_segs(const quant_scheme *q, const quant_seg *seg, int nseg, float *v, float *ef, uint64_t key,
                        uint8_t *msg) {
   for (int s = 0; s < nseg; s++) {
     const quant_seg *g = &seg[s];
+    int m = ef ? 0 : l2_run(q, seg, nseg, s);
+    if (m > 0) { /* L2 buckets without error feedback: their scales together, then their codes */
+      float h[SCALE_LANES][2];
+      scales_l2(g, m, v, h);
+      for (int k = 0; k < m; k++) encode_scaled(q, h[k], v + g[k].at, g[k].n, rng_hash(key, g[k].id), msg + g[k].off);
+      s += m - 1;
+      continue;
+    }
     if (!g->quantized) {
       memcpy(msg + g->off, v + g->at, g->n * sizeof(float));
       continue;

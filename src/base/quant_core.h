@@ -52,7 +52,8 @@ QC_FN uint64_t qc_get_group(const uint8_t *in, size_t g, size_t n, int bits) {
 }
 
 /* The bucket's scale h: sigma (L2, sequential in double; or the largest magnitude), or for min-max
- * the low end and the step. */
+ * the low end and the step. (quant_encode_segs computes the L2 sums of several buckets side by side,
+ * each in this order.) */
 QC_FN void qc_scale(const quant_scheme *q, const float *v, size_t n, float h[2]) {
   if (q->norm == QUANT_L2) {
     double s = 0.0;
@@ -60,13 +61,19 @@ QC_FN void qc_scale(const quant_scheme *q, const float *v, size_t n, float h[2])
     h[0] = (float)sqrt(s);
     return;
   }
-  float lo = n ? v[0] : 0.0f, hi = lo, m = 0.0f;
-  for (size_t i = 0; i < n; i++) {
-    lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
-    m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
+  if (q->norm == QUANT_MAX) { /* 8 running maxima side by side: the largest does not depend on the order */
+    float m8[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, m = 0.0f;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; k++) m8[k] = fabsf(v[i + k]) > m8[k] ? fabsf(v[i + k]) : m8[k];
+    for (; i < n; i++) m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
+    for (int k = 0; k < 8; k++) m = m8[k] > m ? m8[k] : m;
+    h[0] = m;
+    return;
   }
-  if (q->norm == QUANT_MAX) h[0] = m;
-  else h[0] = lo, h[1] = (hi - lo) / (float)((1 << q->bits) - 1);
+  float lo = n ? v[0] : 0.0f, hi = lo; /* in order: the first of equal values (a zero's sign) is kept */
+  for (size_t i = 0; i < n; i++) lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
+  h[0] = lo, h[1] = (hi - lo) / (float)((1 << q->bits) - 1);
 }
 
 /* The parameters of the equal-step codes (min-max, or uniform magnitudes): mm, the low end, the
