@@ -168,17 +168,6 @@ void quant_int_encode(const quant_scheme *q, const float *v, size_t n, float sca
   }
 }
 
-void quant_encode_contract(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
-  quant_encode(q, v, n, key, msg);
-  if (q->bits == 32 || q->topk_ppm) return; /* top-k is a contraction as it is */
-  float h[2] = {0.0f, 0.0f}, f;
-  qc_scale(q, v, n, h);
-  f = qc_contraction(q, h, v, n);
-  memcpy(h, msg, (size_t)qc_headers(q) * sizeof(float)); /* every decoded value is linear in the header */
-  for (int i = 0; i < qc_headers(q); i++) h[i] *= f;
-  memcpy(msg, h, (size_t)qc_headers(q) * sizeof(float));
-}
-
 void quant_feedback_add(float *v, const float *e, size_t n) {
   for (size_t i = 0; i < n; i++) v[i] += e[i];
 }
@@ -220,6 +209,19 @@ void quant_encode(const quant_scheme *q, const float *v, size_t n, uint64_t key,
   float h[2] = {0.0f, 0.0f};
   qc_scale(q, v, n, h);
   encode_scaled(q, h, v, n, key, msg);
+}
+
+void quant_encode_contract(const quant_scheme *q, const float *v, size_t n, uint64_t key, uint8_t *msg) {
+  if (q->bits == 32 || q->topk_ppm) { /* top-k is a contraction as it is */
+    quant_encode(q, v, n, key, msg);
+    return;
+  }
+  float h[2] = {0.0f, 0.0f};
+  qc_scale(q, v, n, h);
+  encode_scaled(q, h, v, n, key, msg);
+  const float f = qc_contraction(q, h, v, n);
+  for (int i = 0; i < qc_headers(q); i++) h[i] *= f; /* every decoded value is linear in the header */
+  memcpy(msg, h, (size_t)qc_headers(q) * sizeof(float));
 }
 
 void quant_decode(const quant_scheme *q, const uint8_t *msg, size_t n, float *out, int accumulate) {
