@@ -184,9 +184,8 @@ void quant_int_feedback_take(const quant_scheme *q, const int16_t *ints, float s
 
 /* A quantizer's message of n values v whose bucket scale is h (qc_scale's): the header, then the
  * codes in chunks of 256 (whole groups of 8), each packed where its groups start. */
-static void encode_scaled(const quant_scheme *q, const float scale[2], const float *v, size_t n, uint64_t key,
+static void encode_scaled(const quant_scheme *q, const float h[2], const float *v, size_t n, uint64_t key,
                           uint8_t *msg) {
-  const float h[2] = {scale[0], scale[1]}; /* a copy that the stores below cannot alias */
   memcpy(msg, h, (size_t)qc_headers(q) * sizeof(float));
   uint8_t *out = msg + (size_t)qc_headers(q) * sizeof(float), c[256];
   const uint32_t k32 = qc_key32(key);
