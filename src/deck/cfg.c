@@ -1061,35 +1061,27 @@ int cfg_load(cfg_config *cfg, const char *deck_text, size_t deck_len, const char
 
 /* ---- echo and reference ---------------------------------------------------------------------- */
 
-static void format_value(const cfg_config *cfg, int k, char *out, int len) {
+/* Key k's value as deck text on fp, however long (a list of long paths can run to many kilobytes). */
+static void write_value(const cfg_config *cfg, int k, FILE *fp) {
   const void *p = cfield(cfg, k);
+  char w[64];
   switch (cfg_key_table[k].type) {
-  case CFG_T_INT: snprintf(out, (size_t)len, "%ld", *(const long *)p); break;
-  case CFG_T_REAL: nml_format_real(*(const double *)p, out, len); break;
-  case CFG_T_BOOL: snprintf(out, (size_t)len, "%s", *(const int *)p ? ".true." : ".false."); break;
-  case CFG_T_STR: nml_format_string((const char *)p, out, len); break;
-  case CFG_T_STRLIST: {
-    const cfg_strlist *l = p;
-    int o = 0;
-    out[0] = '\0';
-    for (int i = 0; i < l->n && o < len - 40; i++) {
-      char w[CFG_ITEM_LEN + 4];
-      nml_format_string(l->v[i], w, sizeof w);
-      o += snprintf(out + o, (size_t)(len - o), "%s%s", i ? ", " : "", w);
+  case CFG_T_INT: fprintf(fp, "%ld", *(const long *)p); break;
+  case CFG_T_REAL: nml_format_real(*(const double *)p, w, sizeof w), fputs(w, fp); break;
+  case CFG_T_BOOL: fputs(*(const int *)p ? ".true." : ".false.", fp); break;
+  case CFG_T_STR: nml_write_string((const char *)p, fp); break;
+  case CFG_T_STRLIST:
+    for (int i = 0; i < ((const cfg_strlist *)p)->n; i++) {
+      if (i) fputs(", ", fp);
+      nml_write_string(((const cfg_strlist *)p)->v[i], fp);
     }
     break;
-  }
-  case CFG_T_REALLIST: {
-    const cfg_reallist *l = p;
-    int o = 0;
-    out[0] = '\0';
-    for (int i = 0; i < l->n && o < len - 40; i++) {
-      char w[64];
-      nml_format_real(l->v[i], w, sizeof w);
-      o += snprintf(out + o, (size_t)(len - o), "%s%s", i ? ", " : "", w);
+  case CFG_T_REALLIST:
+    for (int i = 0; i < ((const cfg_reallist *)p)->n; i++) {
+      nml_format_real(((const cfg_reallist *)p)->v[i], w, sizeof w);
+      fprintf(fp, "%s%s", i ? ", " : "", w);
     }
     break;
-  }
   }
 }
 
@@ -1112,15 +1104,16 @@ void cfg_write_deck(const cfg_config *cfg, FILE *fp, const char *header) {
       if ((int)strlen(cfg_key_table[k].name) > w) w = (int)strlen(cfg_key_table[k].name);
     fprintf(fp, "&%s\n", gr[g].name);
     for (int k = gr[g].first; k < gr[g].first + gr[g].nkeys; k++) {
-      char v[CFG_STR_LEN * 2 + 64];
-      format_value(cfg, k, v, sizeof v);
       const cfg_origin *o = &cfg->origin[k];
       const char *mark = o->derived ? "  ! derived" : !o->file[0] ? "  ! default" : "";
       if ((cfg_key_table[k].type == CFG_T_STRLIST && ((const cfg_strlist *)cfield(cfg, k))->n == 0) ||
           (cfg_key_table[k].type == CFG_T_REALLIST && ((const cfg_reallist *)cfield(cfg, k))->n == 0))
         fprintf(fp, "  ! %-*s   (empty list)%s\n", w, cfg_key_table[k].name, mark); /* a namelist cannot say "empty" */
-      else
-        fprintf(fp, "  %-*s = %s%s\n", w, cfg_key_table[k].name, v, mark);
+      else {
+        fprintf(fp, "  %-*s = ", w, cfg_key_table[k].name);
+        write_value(cfg, k, fp);
+        fprintf(fp, "%s\n", mark);
+      }
     }
     fprintf(fp, "/\n\n");
   }

@@ -524,15 +524,13 @@ void nml_doc_free(nml_doc *doc) {
   doc->n = 0;
 }
 
-void nml_format_string(const char *s, char *out, int len) {
-  int n = 0;
-  if (n < len - 1) out[n++] = '\'';
-  for (; *s && n < len - 3; s++) {
-    if (*s == '\'') out[n++] = '\'';
-    out[n++] = *s;
+void nml_write_string(const char *s, FILE *fp) {
+  fputc('\'', fp);
+  for (; *s; s++) {
+    if (*s == '\'') fputc('\'', fp);
+    fputc(*s, fp);
   }
-  out[n++] = '\'';
-  out[n] = '\0';
+  fputc('\'', fp);
 }
 
 void nml_format_real(double x, char *out, int len) {

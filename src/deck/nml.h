@@ -14,6 +14,7 @@
 #define GREENLM_NML_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "base/err.h"
 
@@ -58,8 +59,9 @@ enum { NML_MAX_BYTES = 1 << 20, NML_MAX_VALUES = 4096 };
 int nml_parse(const char *text, size_t len, const char *file, nml_doc *doc, err_list *errs);
 void nml_doc_free(nml_doc *doc);
 
-/* Format a value as deck text: strings quoted (quotes doubled), reals with a '.' or exponent. */
-void nml_format_string(const char *s, char *out, int len);
+/* Values as deck text: a string quoted with its quotes doubled, whole however long (written to fp); a real with a
+ * '.' or an exponent, in the fewest digits that read back to the same double (at most 25 bytes with the NUL). */
+void nml_write_string(const char *s, FILE *fp);
 void nml_format_real(double x, char *out, int len);
 
 #endif

@@ -17,14 +17,36 @@ static char *echo(const cfg_config *c, size_t *len) {
   return buf;
 }
 
-/* Whether every key has the same value in a and b (their origins aside). */
-static int same_values(const cfg_config *a, const cfg_config *b) {
-  for (int k = 0; k < CFG_NKEYS; k++) {
-    const cfg_key *key = &cfg_keys()[k];
-    size_t n = key->type == CFG_T_STR ? CFG_STR_LEN : key->type == CFG_T_STRLIST ? sizeof(cfg_strlist)
-             : key->type == CFG_T_REAL ? sizeof(double) : key->type == CFG_T_INT ? sizeof(long) : sizeof(int);
-    if (memcmp((const char *)a + key->offset, (const char *)b + key->offset, n) != 0) return 0;
+/* Whether key k has the same value in a and b: strings and list items as text, reals bit for bit. */
+static int same_value(const cfg_config *a, const cfg_config *b, const cfg_key *key) {
+  const void *x = (const char *)a + key->offset, *y = (const char *)b + key->offset;
+  switch (key->type) {
+  case CFG_T_INT: return *(const long *)x == *(const long *)y;
+  case CFG_T_REAL: return memcmp(x, y, sizeof(double)) == 0;
+  case CFG_T_BOOL: return *(const int *)x == *(const int *)y;
+  case CFG_T_STR: return strcmp(x, y) == 0;
+  case CFG_T_STRLIST: {
+    const cfg_strlist *l = x, *m = y;
+    if (l->n != m->n) return 0;
+    for (int i = 0; i < l->n; i++)
+      if (strcmp(l->v[i], m->v[i]) != 0) return 0;
+    return 1;
   }
+  case CFG_T_REALLIST: {
+    const cfg_reallist *l = x, *m = y;
+    return l->n == m->n && memcmp(l->v, m->v, (size_t)l->n * sizeof(double)) == 0;
+  }
+  }
+  return 0;
+}
+
+/* Whether every key has the same value in a and b (their origins aside); names the first that differs. */
+static int same_values(const cfg_config *a, const cfg_config *b) {
+  for (int k = 0; k < CFG_NKEYS; k++)
+    if (!same_value(a, b, &cfg_keys()[k])) {
+      fprintf(stderr, "fuzz: %s differs in the resolved deck\n", cfg_keys()[k].name);
+      return 0;
+    }
   return 1;
 }
 
