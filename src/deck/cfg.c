@@ -1067,7 +1067,10 @@ static void write_value(const cfg_config *cfg, int k, FILE *fp) {
   char w[64];
   switch (cfg_key_table[k].type) {
   case CFG_T_INT: fprintf(fp, "%ld", *(const long *)p); break;
-  case CFG_T_REAL: nml_format_real(*(const double *)p, w, sizeof w), fputs(w, fp); break;
+  case CFG_T_REAL:
+    nml_format_real(*(const double *)p, w, sizeof w);
+    fputs(w, fp);
+    break;
   case CFG_T_BOOL: fputs(*(const int *)p ? ".true." : ".false.", fp); break;
   case CFG_T_STR: nml_write_string((const char *)p, fp); break;
   case CFG_T_STRLIST:
