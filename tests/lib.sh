@@ -5,6 +5,7 @@
 : "${GREENLM:=$PWD/src/greenlm}"
 : "${MPIEXEC:=mpiexec}"
 : "${TEST_OUT:=$PWD/tests/out}"
+mkdir -p "$TEST_OUT" # a test run alone in a fresh tree writes its logs here too
 export OPENBLAS_NUM_THREADS=1
 
 pass=0
