@@ -183,6 +183,12 @@ expect restart-other-seq-len 1 "&training seq_len: 16, but the checkpoint $ck wa
   --set checkpoint.restart=latest --set training.seq_len=16 --set training.max_steps=6 "$out/train.nml"
 check "restart-other-seq-len: the hint does not say what to set" grep -q 'hint: set &training seq_len = 8 to continue' \
   "$out/restart-other-seq-len.out"
+# the file's data_seq_len decides, not its deck (which a long resolved deck could leave unread)
+cp -r "$out/run" "$out/run-deck16"
+$MPIEXEC -n 1 "$NC_EDIT" "$out/run-deck16/checkpoints/ckpt-00000004.nc" att deck text "&training seq_len = 16 /" \
+  > "$out/edit.log" 2>&1 || bad "nc_edit: $(cat "$out/edit.log")"
+expect restart-seq-len-not-from-deck 1 "was trained on windows of seq_len = 8" --set checkpoint.restart=latest \
+  --set training.seq_len=16 --set training.max_steps=6 --set "job.run_dir='$out/run-deck16'" "$out/train.nml"
 # max_steps below the checkpoint's step: an error at the key; at it: nothing to do; the run's files alone
 expect restart-max-steps-below 1 "&training max_steps: 2, but the checkpoint $ck is at step 4" \
   --set checkpoint.restart=latest --set training.max_steps=2 "$out/train.nml"

@@ -514,6 +514,7 @@ static void attention_pattern(const cfg_model *m, char *buf, size_t len) {
 
 typedef struct {
   long long step, epoch, position, seed, dataset_tokens;
+  long long seq_len; /* the windows the cursor counts (data_seq_len); 0 in a file written before it was kept */
   double tokens, loss_scale;
   char tokenizer_hash[32], dataset[32]; /* dataset: the training dataset's identity (data.h), hex */
   int comm_nlevels;                     /* the compressed exchange's adaptive levels, when it has them */
@@ -536,6 +537,7 @@ static void state_of(const ckpt_state *s, run_state *r) {
     r->position = (long long)d->set[0].pos;
   }
   r->seed = s->cfg->job.seed;
+  r->seq_len = s->cfg->training.seq_len;
   r->loss_scale = s->loss_scale;
   util_strlcpy(r->tokenizer_hash, s->tokenizer_hash ? s->tokenizer_hash : "", sizeof r->tokenizer_hash);
   r->dataset_tokens = d ? data_train_tokens(d) : 0;
@@ -554,6 +556,7 @@ static uint64_t state_checksum(const run_state *r) {
   h = util_hash64(r->tokenizer_hash, strlen(r->tokenizer_hash), h);
   if (r->comm_nlevels > 0) h = util_hash64(r->comm_levels, (size_t)r->comm_nlevels * sizeof(float), h);
   if (r->nblend > 0) h = util_hash64(r->blend, (size_t)r->nblend * sizeof r->blend[0], h);
+  if (r->seq_len > 0) h = util_hash64(&r->seq_len, sizeof r->seq_len, h);
   return util_hash64(r->dataset, strlen(r->dataset), h);
 }
 
@@ -569,6 +572,7 @@ static int put_state(int nc, const run_state *r) {
   rc |= put_f64(nc, "loss_scale", r->loss_scale);
   rc |= put_text(nc, NC_GLOBAL, "train_dataset", r->dataset);
   rc |= put_i64(nc, "train_dataset_tokens", r->dataset_tokens);
+  rc |= put_i64(nc, "data_seq_len", r->seq_len);
   if (r->comm_nlevels > 0)
     rc |= ncmpi_put_att_float(nc, NC_GLOBAL, "comm_levels", NC_FLOAT, r->comm_nlevels, r->comm_levels);
   if (r->nblend > 0)
@@ -599,6 +603,9 @@ static int get_state(int nc, run_state *r, char *sum, size_t len) {
     bad |= type != NC_FLOAT || n < 2 || n > 128;
     if (!bad) bad |= ncmpi_get_att_float(nc, NC_GLOBAL, "comm_levels", r->comm_levels) != NC_NOERR;
     r->comm_nlevels = bad ? 0 : (int)n;
+  }
+  if (ncmpi_inq_att(nc, NC_GLOBAL, "data_seq_len", &type, &n) == NC_NOERR) { /* older files say it only in their deck */
+    bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_seq_len", &r->seq_len) != NC_NOERR || r->seq_len < 1;
   }
   if (ncmpi_inq_att(nc, NC_GLOBAL, "data_blend_windows", &type, &n) == NC_NOERR) { /* a blend's cursors */
     bad |= type != NC_INT64 || n < 2 || n > CFG_LIST_MAX;
@@ -1114,7 +1121,7 @@ static long doc_int(const nml_doc *doc, const char *group, const char *key) {
 }
 
 /* The &training seq_len of the deck the checkpoint holds (its "deck" attribute), or 0 when it
- * holds none that says. */
+ * holds none that says: how a file written before data_seq_len was kept tells it. */
 static long deck_seq_len(int nc) {
   MPI_Offset len = 0;
   if (ncmpi_inq_attlen(nc, NC_GLOBAL, "deck", &len) != NC_NOERR || len <= 0 || len > NML_MAX_BYTES) return 0;
@@ -1135,8 +1142,8 @@ static long deck_seq_len(int nc) {
 /* A training restart continues the loader's cursor, which counts windows of the checkpoint's
  * seq_len: another seq_len would draw other windows than the ones the run promised (and the
  * cursor's bounds would not hold), so it is refused at the deck's key. 0, or -1 after the error. */
-static int check_seq_len(const ckpt_state *s, int nc, const char *path, err_list *errs) {
-  const long T = deck_seq_len(nc), mine = s->cfg->training.seq_len;
+static int check_seq_len(const ckpt_state *s, const run_state *r, int nc, const char *path, err_list *errs) {
+  const long T = r->seq_len > 0 ? (long)r->seq_len : deck_seq_len(nc), mine = s->cfg->training.seq_len;
   if (!s->data || T <= 0 || T == mine) return 0;
   char hint[384];
   util_snprintf(hint, sizeof hint, "set &training seq_len = %ld to continue the run; to train on with windows of %ld, "
@@ -1164,7 +1171,7 @@ static void check_state(ckpt_state *s, int nc, const char *path, int *damaged, e
   if (sum[0] && strcmp(sum, want) != 0) {
     err_add(errs, path, 0, 0, DAMAGED_HINT, "the run state does not match its checksum (%s, computed %s)", sum, want);
     *damaged = 1;
-  } else if (check_seq_len(s, nc, path, errs) != 0) {
+  } else if (check_seq_len(s, &r, nc, path, errs) != 0) {
     return; /* the cursor's bounds are another seq_len's */
   } else if (r.step < 0 || r.step > (1LL << 53) || !(r.tokens >= 0 && r.tokens < 1e300) || r.epoch < 0 ||
              r.position < 0 || (single && (uint64_t)r.position > nwin) || blend_damaged(&r) || !(r.loss_scale > 0 && r.loss_scale <= 1e300)) {
