@@ -84,6 +84,17 @@ check "the table has no scored column: $(head -n 1 "$out/kit-score/table.md")" \
 check "frontier.dat has no scored mean: $(cat "$out/kit-score/frontier.dat")" \
   awk '$1 == "qsgdinf-4-ef" { f = ($5 > 0) } END { exit !f }' "$out/kit-score/frontier.dat"
 
+# a family at two bucket sizes: one block of frontier.dat, and (with gnuplot) buckets.png drawn without a gnuplot error
+kit buckets.out --name kit-buckets --seeds 1 "$deck" "none:32 qsgd:4:q64 qsgd:4:q256"
+check_status $? "run/compression with two bucket sizes failed: $(tail -n 15 "$out/buckets.out")"
+bdat="$out/kit-buckets/frontier.dat"
+check "frontier.dat has not qsgd-4's two bucket sizes in one block: $(cat "$bdat")" \
+  sh -c "grep -q '^qsgd-4-q64 .* q64\$' '$bdat' && grep -q '^qsgd-4-q256 .* q256\$' '$bdat' && [ \"\$(grep -c '^# qsgd-4\$' '$bdat')\" = 1 ]"
+if command -v gnuplot > /dev/null; then
+  check "buckets.png not drawn, or gnuplot failed: $(cat "$out/kit-buckets/gnuplot.log")" \
+    sh -c "[ -s '$out/kit-buckets/buckets.png' ] && ! grep -q 'gnuplot failed' '$out/buckets.out'"
+fi
+
 # the seconds to the target: the first (and only) evaluation is at the last step, so a reaching seed's
 # measured time is its training seconds, and its paced time 3 steps x the paced milliseconds
 target=$(sed -n '1s/.*| s to \([0-9.]*\) |.*/\1/p' "$table")
