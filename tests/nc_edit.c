@@ -1,7 +1,8 @@
 /* nc_edit: change one value of a NetCDF file in place, the way a flipped bit or a stray write
  * would, for the fault tests (test_faults.sh).
  *
- *   nc_edit FILE att NAME int64|double|text VALUE   set global attribute NAME
+ *   nc_edit FILE att NAME int64|double|text VALUE   set global attribute NAME (int64: VALUE,VALUE,...
+ *                                                   for several values)
  *   nc_edit FILE var NAME INDEX VALUE               set element INDEX of 1-D integer variable NAME
  *   nc_edit FILE float NAME INDEX VALUE             set element INDEX (row-major) of float variable NAME
  *                                                   ("nan", "inf" or a number) and keep its checkpoint
@@ -23,9 +24,11 @@ static int fail(const char *what, int rc) {
 static int set_att(int nc, const char *name, const char *type, const char *value) {
   int rc = ncmpi_redef(nc);
   if (rc != NC_NOERR) return rc;
-  if (!strcmp(type, "int64")) {
-    long long v = strtoll(value, NULL, 10);
-    rc = ncmpi_put_att_longlong(nc, NC_GLOBAL, name, NC_INT64, 1, &v);
+  if (!strcmp(type, "int64")) { /* one value, or several apart by commas */
+    long long v[16];
+    int n = 0;
+    for (char *p = (char *)value; n < 16 && *p; n++) v[n] = strtoll(*p == ',' ? p + 1 : p, &p, 10);
+    rc = ncmpi_put_att_longlong(nc, NC_GLOBAL, name, NC_INT64, n, v);
   } else if (!strcmp(type, "double")) {
     double v = strtod(value, NULL);
     rc = ncmpi_put_att_double(nc, NC_GLOBAL, name, NC_DOUBLE, 1, &v);

@@ -189,6 +189,13 @@ $MPIEXEC -n 1 "$NC_EDIT" "$out/run-deck16/checkpoints/ckpt-00000004.nc" att deck
   > "$out/edit.log" 2>&1 || bad "nc_edit: $(cat "$out/edit.log")"
 expect restart-seq-len-not-from-deck 1 "was trained on windows of seq_len = 8" --set checkpoint.restart=latest \
   --set training.seq_len=16 --set training.max_steps=6 --set "job.run_dir='$out/run-deck16'" "$out/train.nml"
+# a data_seq_len of several values: damaged, never read past its one value
+cp -r "$out/run" "$out/run-seqlen3"
+$MPIEXEC -n 1 "$NC_EDIT" "$out/run-seqlen3/checkpoints/ckpt-00000004.nc" att data_seq_len int64 "8,8,8" \
+  > "$out/edit.log" 2>&1 || bad "nc_edit: $(cat "$out/edit.log")"
+expect restart-seq-len-three-values 1 "the run state (step, tokens, loader cursor, seed) is missing or damaged" \
+  --set "checkpoint.restart='$out/run-seqlen3/checkpoints/ckpt-00000004.nc'" --set training.max_steps=6 \
+  --set "job.run_dir='$out/run-seqlen3'" "$out/train.nml"
 # max_steps below the checkpoint's step: an error at the key; at it: nothing to do; the run's files alone
 expect restart-max-steps-below 1 "&training max_steps: 2, but the checkpoint $ck is at step 4" \
   --set checkpoint.restart=latest --set training.max_steps=2 "$out/train.nml"

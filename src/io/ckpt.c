@@ -605,7 +605,8 @@ static int get_state(int nc, run_state *r, char *sum, size_t len) {
     r->comm_nlevels = bad ? 0 : (int)n;
   }
   if (ncmpi_inq_att(nc, NC_GLOBAL, "data_seq_len", &type, &n) == NC_NOERR) { /* older files say it only in their deck */
-    bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_seq_len", &r->seq_len) != NC_NOERR || r->seq_len < 1;
+    bad |= type != NC_INT64 || n != 1;
+    if (!bad) bad |= ncmpi_get_att_longlong(nc, NC_GLOBAL, "data_seq_len", &r->seq_len) != NC_NOERR || r->seq_len < 1;
   }
   if (ncmpi_inq_att(nc, NC_GLOBAL, "data_blend_windows", &type, &n) == NC_NOERR) { /* a blend's cursors */
     bad |= type != NC_INT64 || n < 2 || n > CFG_LIST_MAX;
