@@ -3,7 +3,7 @@
 # replicas, fp32 and QSGD-inf at 4 bits with error feedback, 2 seeds of 3 steps. Its table's mean
 # is the seeds' mean in results.csv, fp32's row is 0 against itself, the compressed row puts fewer
 # bytes per step, frontier.dat has a line per method; --resume trains only the method and seed
-# pairs results.csv lacks; --report writes the table again, training nothing (a method with no run
+# pairs results.csv lacks, --seeds A-B only seeds A..B; --report writes the table again, training nothing (a method with no run
 # yet left out); --score scores each
 # final model on a token file (the eval task on its last checkpoint) into results.csv, the table and
 # frontier.dat, and a file that is not there stops it before any training. The seconds to the
@@ -56,6 +56,16 @@ check_status $? "run/compression --resume --seeds 3 failed: $(tail -n 15 "$out/m
 check "--resume --seeds 3 did not train seed 3 alone: $(grep seed "$out/more.out")" \
   sh -c "[ \"\$(grep -c 'seed .*: validation' '$out/more.out')\" = 1 ] && grep -q 'seed 3: validation' '$out/more.out'"
 check "not 5 rows after --resume --seeds 3: $(rows)" [ "$(rows)" = 5 ]
+# a range of seeds: seed 4 alone, not QSGD-inf's missing seed 3
+kit range.out --resume --seeds 4-4 "$deck" "qsgdinf:4:ef"
+check_status $? "run/compression --resume --seeds 4-4 failed: $(tail -n 15 "$out/range.out")"
+check "--seeds 4-4 did not train seed 4 alone: $(grep seed "$out/range.out")" \
+  sh -c "[ \"\$(grep -c 'seed .*: validation' '$out/range.out')\" = 1 ] && grep -q 'seed 4: validation' '$out/range.out'"
+check "not 6 rows after --seeds 4-4: $(rows)" [ "$(rows)" = 6 ]
+kit norange.out --seeds 3-2 "$deck" "none:32"
+rc=$?
+check "--seeds 3-2 (an empty range) did not exit 2 with its error: $rc $(cat "$out/norange.out")" \
+  sh -c "[ $rc = 2 ] && grep -q 'the range is empty' '$out/norange.out'"
 rm -f "$table"
 kit report.out --report --seeds 3 "$deck" "none:32 qsgdinf:4:ef minmax:4"
 check_status $? "run/compression --report failed: $(tail -n 15 "$out/report.out")"
