@@ -62,6 +62,15 @@ check_status $? "run/compression --resume --seeds 4-4 failed: $(tail -n 15 "$out
 check "--seeds 4-4 did not train seed 4 alone: $(grep seed "$out/range.out")" \
   sh -c "[ \"\$(grep -c 'seed .*: validation' '$out/range.out')\" = 1 ] && grep -q 'seed 4: validation' '$out/range.out'"
 check "not 6 rows after --seeds 4-4: $(rows)" [ "$(rows)" = 6 ]
+# seeds without seed 1 (whose runs the curves show): the table and frontier, and no empty gnuplot plot
+kit range2.out --name kit-range --seeds 2-2 "$deck" "none:32"
+check_status $? "run/compression --seeds 2-2 failed: $(tail -n 15 "$out/range2.out")"
+check "--seeds 2-2 did not train seed 2 alone: $(cat "$out/kit-range/results.csv")" \
+  sh -c "[ \"\$(awk -F, 'NR > 1 { print \$3 }' '$out/kit-range/results.csv' | tr '\n' ' ')\" = '2 ' ]"
+if command -v gnuplot > /dev/null; then
+  check "--seeds 2-2: gnuplot failed or curves.png drawn: $(cat "$out/kit-range/gnuplot.log")" \
+    sh -c "[ -s '$out/kit-range/frontier.png' ] && [ ! -e '$out/kit-range/curves.png' ] && ! grep -q 'gnuplot failed' '$out/range2.out'"
+fi
 kit norange.out --seeds 3-2 "$deck" "none:32"
 rc=$?
 check "--seeds 3-2 (an empty range) did not exit 2 with its error: $rc $(cat "$out/norange.out")" \
