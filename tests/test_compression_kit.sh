@@ -3,10 +3,10 @@
 # replicas, fp32 and QSGD-inf at 4 bits with error feedback, 2 seeds of 3 steps. Its table's mean
 # is the seeds' mean in results.csv, fp32's row is 0 against itself, the compressed row puts fewer
 # bytes per step, frontier.dat has a line per method; --resume trains only the method and seed
-# pairs results.csv lacks, --seeds A-B only seeds A..B; --report writes the table again, training nothing (a method with no run
-# yet left out); --score scores each
-# final model on a token file (the eval task on its last checkpoint) into results.csv, the table and
-# frontier.dat, and a file that is not there stops it before any training. The seconds to the
+# pairs results.csv lacks, --seeds A-B only seeds A..B (without seed 1: no curves, no gnuplot
+# error), an empty range exits 2; --report writes the table again, training nothing (a method with
+# no run yet left out); --score scores each final model on a token file (the eval task on its last
+# checkpoint) into results.csv, the table and frontier.dat, and a file that is not there stops it before any training. The seconds to the
 # target are each reaching seed's (the mean, "(n of S)"); with a paced rate in pace.csv, each
 # reaching seed's step times the paced time a step; --pace needs --net (exit 2), and where network
 # namespaces can be made it times each method on the emulated network into pace.csv, training
