@@ -6,11 +6,11 @@
 # pairs results.csv lacks, --seeds A-B only seeds A..B (without seed 1: no curves, no gnuplot
 # error), an empty range exits 2; --report writes the table again, training nothing (a method with
 # no run yet left out); --score scores each final model on a token file (the eval task on its last
-# checkpoint) into results.csv, the table and frontier.dat, and a file that is not there stops it before any training. The seconds to the
-# target are each reaching seed's (the mean, "(n of S)"); with a paced rate in pace.csv, each
-# reaching seed's step times the paced time a step; --pace needs --net (exit 2), and where network
-# namespaces can be made it times each method on the emulated network into pace.csv, training
-# nothing into results.csv.
+# checkpoint) into results.csv, the table and frontier.dat, and a file that is not there stops it
+# before any training. The seconds to the target are each reaching seed's (the mean, "(n of S)");
+# with a paced rate in pace.csv, each reaching seed's step times the paced time a step; --pace
+# needs --net (exit 2), and where network namespaces can be made it times each method on the
+# emulated network into pace.csv, training nothing into results.csv.
 . "$(dirname "$0")/lib.sh"
 fresh_out compression-kit
 deck="$out/deck.nml"
